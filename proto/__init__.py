@@ -1,0 +1,1 @@
+"""The gRPC contract of Ringmaster: `ringmaster.proto` and the stubs generated from it."""

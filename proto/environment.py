@@ -1,0 +1,24 @@
+"""The environment a worker process is started with: part of the contract, like the .proto.
+
+Ringmaster's own variables tell the worker library where the rendezvous and the store are.
+The torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, ...) let a plain `torch.distributed` script run unchanged.
+"""
+
+RENDEZVOUS = "RINGMASTER_RENDEZVOUS"  # host:port of the rendezvous gRPC service
+WORKER_ID = "RINGMASTER_WORKER_ID"  # this process' identity in the job
+HOST = "RINGMASTER_HOST"  # the (possibly emulated) host name the worker runs on
+STORE = "RINGMASTER_STORE"  # host:port of the long-lived TCPStore that elastic rebuilds use
+GENERATION = "RINGMASTER_GENERATION"  # generation the worker starts in; 0 for a warming newcomer
+COLLECTIVE_TIMEOUT = "RINGMASTER_COLLECTIVE_TIMEOUT"  # seconds, see JobSettings
+HEARTBEAT_INTERVAL = "RINGMASTER_HEARTBEAT_INTERVAL"  # seconds
+
+TORCHRUN_RANK = "RANK"
+TORCHRUN_WORLD_SIZE = "WORLD_SIZE"
+TORCHRUN_LOCAL_RANK = "LOCAL_RANK"
+TORCHRUN_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+TORCHRUN_GROUP_RANK = "GROUP_RANK"
+TORCHRUN_MASTER_ADDR = "MASTER_ADDR"
+TORCHRUN_MASTER_PORT = "MASTER_PORT"
+TORCHRUN_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+TORCHRUN_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"

@@ -1,0 +1,180 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Ack(_message.Message):
+    __slots__ = ("ok", "message")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AgentHello(_message.Message):
+    __slots__ = ("host", "pid")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    pid: int
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class WorkerSpec(_message.Message):
+    __slots__ = ("worker_id", "slot", "argv", "env")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    slot: int
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, worker_id: _Optional[str] = ..., slot: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AgentCommand(_message.Message):
+    __slots__ = ("workers", "shutdown", "reason")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerSpec]
+    shutdown: bool
+    reason: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AgentHeartbeatRequest(_message.Message):
+    __slots__ = ("host",)
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    def __init__(self, host: _Optional[str] = ...) -> None: ...
+
+class WorkerExit(_message.Message):
+    __slots__ = ("host", "worker_id", "exit_code", "signal", "stopped_by_agent")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_BY_AGENT_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    worker_id: str
+    exit_code: int
+    signal: int
+    stopped_by_agent: bool
+    def __init__(self, host: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., stopped_by_agent: _Optional[bool] = ...) -> None: ...
+
+class WorkerHello(_message.Message):
+    __slots__ = ("worker_id", "host", "pid")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    host: str
+    pid: int
+    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("generation", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "store_host", "store_port", "store_prefix", "hosts_sequence")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CROSS_RANK_FIELD_NUMBER: _ClassVar[int]
+    CROSS_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_PORT_FIELD_NUMBER: _ClassVar[int]
+    STORE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    store_host: str
+    store_port: int
+    store_prefix: str
+    hosts_sequence: int
+    def __init__(self, generation: _Optional[int] = ..., rank: _Optional[int] = ..., size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., cross_rank: _Optional[int] = ..., cross_size: _Optional[int] = ..., store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., hosts_sequence: _Optional[int] = ...) -> None: ...
+
+class GenerationOver(_message.Message):
+    __slots__ = ("generation", "reason")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    reason: str
+    def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class HostsUpdated(_message.Message):
+    __slots__ = ("sequence", "reason")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    reason: str
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Retire(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class JobEnded(_message.Message):
+    __slots__ = ("success", "reason")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    reason: str
+    def __init__(self, success: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WorkerEvent(_message.Message):
+    __slots__ = ("assignment", "generation_over", "hosts_updated", "retire", "job_ended")
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_OVER_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_UPDATED_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    assignment: Assignment
+    generation_over: GenerationOver
+    hosts_updated: HostsUpdated
+    retire: Retire
+    job_ended: JobEnded
+    def __init__(self, assignment: _Optional[_Union[Assignment, _Mapping]] = ..., generation_over: _Optional[_Union[GenerationOver, _Mapping]] = ..., hosts_updated: _Optional[_Union[HostsUpdated, _Mapping]] = ..., retire: _Optional[_Union[Retire, _Mapping]] = ..., job_ended: _Optional[_Union[JobEnded, _Mapping]] = ...) -> None: ...
+
+class ReadyRequest(_message.Message):
+    __slots__ = ("worker_id", "after_generation", "failure", "elastic")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    after_generation: int
+    failure: str
+    elastic: bool
+    def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
+
+class WorkerHeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "commits", "elastic")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    commits: int
+    elastic: bool
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
+
+class DoneRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...

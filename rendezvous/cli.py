@@ -1,0 +1,158 @@
+"""The `ringmaster` command: `run` (an elastic job), `serve` (the rendezvous alone), `agent`.
+
+Flags follow horovodrun's elastic flags with Horovod's meaning; every default is shown by
+`ringmaster run --help` and listed in README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+
+from pydantic import ValidationError
+
+from discovery import DiscoveryError, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+from rendezvous import settings as defaults
+from rendezvous.model import JobOutcome, Summary
+from rendezvous.server import RendezvousServer, log_line
+from rendezvous.settings import JobSettings
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
+                        help="number of workers to start with; also the default of --min-np (and of --max-np without discovery)")
+    parser.add_argument("--min-np", type=int, default=None, help="fewest workers the job trains with (default: -np, else 1)")
+    parser.add_argument("--max-np", type=int, default=None,
+                        help="most workers (default: -np with fixed hosts; all discovered slots with a discovery script)")
+    parser.add_argument("-H", "--hosts", default=None, help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
+    parser.add_argument("--host-discovery-script", default=None,
+                        help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval")
+    parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None,
+                        help="slots of a host listed without a count (default: none; then each line needs host:slots)")
+    parser.add_argument("--elastic-timeout", type=float, default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
+                        help="seconds to wait below --min-np before failing (default: %(default)s)")
+    parser.add_argument("--reset-limit", type=int, default=None, help="most resets (ring re-formations) before the job fails (default: no limit)")
+    parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
+                        help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
+    parser.add_argument("--discovery-interval", type=float, default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
+                        help="seconds between discovery runs (default: %(default)s)")
+    parser.add_argument("--discovery-timeout", type=float, default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
+                        help="seconds a discovery script may run (default: %(default)s)")
+    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+                        help="seconds between agent and worker heartbeats (default: %(default)s)")
+    parser.add_argument("--heartbeat-timeout", type=float, default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
+                        help="seconds without a heartbeat before a host or worker counts as dead (default: %(default)s)")
+    parser.add_argument("--collective-timeout", type=float, default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
+                        help="seconds a collective may take before its generation is given up (default: %(default)s)")
+    parser.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S,
+                        help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
+    parser.add_argument("--bind", default="127.0.0.1", help="address the rendezvous listens on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=0, help="gRPC port of the rendezvous (default: a free one)")
+    parser.add_argument("--api-port", type=int, default=0, help="port of the HTTP control API (default: a free one)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ringmaster", description="Elastic training for PyTorch.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine",
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter))
+    _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
+    agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
+    agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m worker.agent --help")
+    return parser
+
+
+class UsageError(Exception):
+    """A flag combination that cannot work; the message says what to change."""
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, dict[str, int]]:
+    """Turn flags into settings, a discovery source and the initial host set."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
+    if args.hosts and args.host_discovery_script:
+        raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
+    if args.slots_per_host is not None and args.slots_per_host <= 0:
+        raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
+    if args.host_discovery_script:
+        discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
+    elif args.hosts:
+        discovery = StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
+    else:
+        if args.np is None and args.max_np is None and args.min_np is None:
+            raise UsageError("say how many workers: -np N (runs N workers on this machine)")
+        discovery = StaticDiscovery({"localhost": args.np or args.max_np or args.min_np})
+    initial = discovery.find_hosts()  # a bad script refuses to start here
+    min_np = args.min_np or args.np or 1
+    max_np = args.max_np
+    if max_np is None and not args.host_discovery_script and args.np is not None:
+        max_np = args.np
+    try:
+        settings = JobSettings(
+            command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
+            reset_limit=args.reset_limit, discovery_interval_s=args.discovery_interval,
+            discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
+            heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
+            start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
+            blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
+        )
+    except ValidationError as exc:
+        raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
+    return settings, discovery, initial
+
+
+def _flag_error(error: dict) -> str:
+    field = error["loc"][0] if error.get("loc") else ""
+    flag = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout"}.get(str(field), str(field))
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    return f"{flag}: {message}" if flag else message
+
+
+def format_summary(outcome: JobOutcome, summary: Summary) -> str:
+    elapsed = (summary.ended_at or time.monotonic()) - (summary.started_at or time.monotonic())
+    verdict = "succeeded" if outcome.success else "failed"
+    return (
+        f"job {verdict} after {elapsed:.1f} s: {summary.steps} steps committed, "
+        f"{summary.generations} generation(s), {summary.resets} reset(s). {outcome.message}"
+    )
+
+
+def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
+    try:
+        settings, discovery, initial = settings_from_args(args)
+    except (UsageError, DiscoveryError) as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return 2
+    server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port, local_hosts=local_hosts)
+
+    async def main() -> JobOutcome:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.request_stop, f"interrupted by {signal.Signals(sig).name}")
+        return await server.run(initial)
+
+    outcome = asyncio.run(main())
+    assert server.coordinator is not None
+    log_line(format_summary(outcome, server.coordinator.summary))
+    return 0 if outcome.success else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verb == "agent":
+        os.execv(sys.executable, [sys.executable, "-m", "worker.agent", *args.agent_args])
+    return _run_job(args, local_hosts=args.verb == "run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

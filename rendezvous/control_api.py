@@ -1,0 +1,95 @@
+"""The HTTP control API (FastAPI): what the job is doing, for people and scripts.
+
+`GET /status` returns a `JobStatus`; `GET /healthz` answers while the rendezvous lives.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from rendezvous.coordinator import Coordinator
+
+
+class HostStatus(BaseModel):
+    name: str
+    slots: int
+    discovered: bool
+    agent_connected: bool
+    agent_pid: Optional[int]
+    blacklisted: bool
+
+
+class WorkerStatus(BaseModel):
+    worker_id: str
+    host: str
+    phase: str
+    rank: Optional[int]
+    pid: Optional[int]
+    commits: int
+    elastic: bool
+    failed: Optional[str]
+    done: bool
+
+
+class JobStatus(BaseModel):
+    state: str  # "starting", "running", "succeeded", "failed"
+    message: str
+    generation: int
+    world_size: int
+    resets: int
+    steps: int
+    hosts: list[HostStatus]
+    workers: list[WorkerStatus]
+    events: list[str]
+
+
+def job_status(coordinator: Coordinator, now: float) -> JobStatus:
+    gen = coordinator.generation
+    ranks = {a.worker_id: a.rank for a in gen.members} if gen else {}
+    outcome = coordinator.outcome
+    if outcome is not None:
+        state = "succeeded" if outcome.success else "failed"
+    else:
+        state = "running" if gen else "starting"
+    return JobStatus(
+        state=state,
+        message=outcome.message if outcome else (gen.cause if gen else "waiting for hosts"),
+        generation=gen.number if gen else 0,
+        world_size=len(gen.members) if gen else 0,
+        resets=coordinator.summary.resets,
+        steps=coordinator.summary.steps,
+        hosts=[
+            HostStatus(
+                name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
+                agent_pid=h.agent_pid, blacklisted=coordinator.blacklist.is_blacklisted(h.name, now),
+            )
+            for h in coordinator.hosts.values()
+        ],
+        workers=[
+            WorkerStatus(
+                worker_id=w.worker_id, host=w.host, phase=w.phase.value,
+                rank=ranks.get(w.worker_id) if w.live else None, pid=w.pid, commits=w.commits,
+                elastic=w.elastic, failed=w.failed, done=w.done,
+            )
+            for w in coordinator.workers.values()
+        ],
+        events=[f"[gen {e.generation}] {e.message}" for e in coordinator.summary.events[-200:]],
+    )
+
+
+def create_app(coordinator: Coordinator, clock: Callable[[], float] = time.monotonic) -> FastAPI:
+    app = FastAPI(title="Ringmaster control API")
+
+    @app.get("/status", response_model=JobStatus)
+    def status() -> JobStatus:
+        return job_status(coordinator, clock())
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

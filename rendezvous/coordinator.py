@@ -1,0 +1,628 @@
+"""The rendezvous' decisions: membership, generations, failures, scaling, job end.
+
+`Coordinator` holds the job's state and changes it only through its methods, each of which is
+given the time (`now`, monotonic seconds on the rendezvous' own clock). It does no I/O: what
+it wants said to agents and workers goes into an outbox that the gRPC layer drains after every
+call. So every rule here is tested by calling methods with chosen times, without processes.
+
+How a generation comes about:
+- *planned*: the first generation, and every generation of a job whose workers cannot rejoin in
+  place (plain `torch.distributed` scripts, restarted as a whole like torchrun). Workers are
+  spawned with their rank in their environment.
+- *formed*: an elastic job (workers run `hvd.elastic.run`). Survivors and warmed-up newcomers
+  call `Ready`; once every live member of the last generation is ready, ranks are assigned
+  (survivors first, in their old order) and sent over the workers' streams.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from discovery import Blacklist, CooldownRange, diff_hosts
+from proto import environment as env_names
+from proto import ringmaster_pb2 as pb
+from rendezvous.assignment import RankAssignment, WorkerSlot, assign_ranks
+from rendezvous.model import Event, Generation, Host, JobOutcome, Phase, Summary, Worker
+from rendezvous.settings import JobSettings
+
+#: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
+StoreFactory = Callable[[int], tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    host: str
+    port: int
+
+
+def describe_exit(exit_code: int, signal_number: int) -> str:
+    if signal_number:
+        try:
+            name = signal.Signals(signal_number).name
+        except ValueError:
+            name = f"signal {signal_number}"
+        return f"was killed by signal {signal_number} ({name})"
+    return f"exited with code {exit_code}"
+
+
+class Coordinator:
+    def __init__(
+        self,
+        settings: JobSettings,
+        rendezvous_address: str,
+        store: StoreAddress,
+        plain_store_factory: StoreFactory,
+        blacklist: Blacklist | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.settings = settings
+        self.rendezvous_address = rendezvous_address
+        self.store = store
+        self._plain_store_factory = plain_store_factory
+        cooldown = CooldownRange(*settings.blacklist_cooldown_s) if settings.blacklist_cooldown_s else None
+        self.blacklist = blacklist or Blacklist(cooldown)
+        self._log = log
+
+        self.hosts: dict[str, Host] = {}
+        self.workers: dict[str, Worker] = {}
+        self.generation: Generation | None = None
+        self.outcome: JobOutcome | None = None
+        self.summary = Summary()
+        self.finishing = False  # some worker's training function returned: no new generations
+
+        self._ids = itertools.count(1)
+        self._hosts_sequence = 0
+        self._pending_cause: list[str] = []
+        self._first_discovery_at: float | None = None
+        self._short_since: float | None = None
+        self._sent_to_agents: dict[str, tuple] = {}
+        self.outbox: list[tuple[str, str, object]] = []  # ("agent"|"worker", id, message)
+
+    # ------------------------------------------------------------------ inputs: discovery
+    def set_hosts(self, hosts: Mapping[str, int], now: float) -> None:
+        """Discovery's latest good host set."""
+        old = {h.name: h.slots for h in self.hosts.values() if h.discovered}
+        change = diff_hosts(old, hosts)
+        if self._first_discovery_at is None:
+            self._first_discovery_at = now
+            self.summary.started_at = now
+            self._event(now, f"discovered hosts {_fmt_hosts(hosts)}")
+        elif change:
+            self._event(now, f"discovery: {change.describe()}")
+            self._pending_cause.append(f"discovery {change.describe()}")
+        for name, slots in hosts.items():
+            host = self.hosts.setdefault(name, Host(name, slots))
+            host.slots, host.discovered = slots, True
+        for name in change.removed:
+            self.hosts[name].discovered = False
+        self._reconcile(now)
+
+    def discovery_failed(self, message: str, now: float) -> None:
+        self._event(now, f"discovery failed, keeping the last good host set: {message}")
+
+    # ------------------------------------------------------------------ inputs: agents
+    def agent_connected(self, host: str, pid: int, now: float) -> None:
+        record = self.hosts.setdefault(host, Host(host, 0, discovered=False))
+        record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
+        self._sent_to_agents.pop(host, None)  # a new session needs the full picture
+        self._event(now, f"agent for host {host} connected (pid {pid})")
+        self._reconcile(now)
+
+    def agent_heartbeat(self, host: str, now: float) -> None:
+        if host in self.hosts:
+            self.hosts[host].last_heartbeat = now
+
+    def agent_disconnected(self, host: str, now: float, reason: str = "its connection closed") -> None:
+        record = self.hosts.get(host)
+        if record is None or not record.agent_connected:
+            return
+        record.agent_connected = False
+        self._sent_to_agents.pop(host, None)
+        if self.outcome is not None:
+            return
+        self._event(now, f"host {host} lost: agent {reason}")
+        self._pending_cause.append(f"host {host} lost")
+        for worker in self._workers_on(host):
+            if worker.live and not worker.stopping and not worker.done:
+                self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False)
+            worker.phase = Phase.EXITED
+        self._blacklist_host(host, now)
+        self._reconcile(now)
+
+    def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        how = describe_exit(exit_code, signal_number)
+        was_live = worker.live
+        worker.phase = Phase.EXITED
+        if worker.stopping or stopped_by_agent:
+            self._event(now, f"worker {worker_id} on {host} stopped ({how})")
+        elif worker.done or (not worker.elastic and exit_code == 0 and signal_number == 0 and self._is_member(worker)):
+            worker.done = True
+            self._event(now, f"worker {worker_id} on {host} finished ({how})")
+            self._start_finishing(now)
+        else:
+            self._event(now, f"worker {worker_id} on {host} {how}")
+            if was_live:
+                self._worker_failed(worker, how, now, blame_host=False)
+            if not (exit_code == 0 and signal_number == 0):
+                self._blacklist_host(host, now)
+        self._reconcile(now)
+
+    # ------------------------------------------------------------------ inputs: workers
+    def worker_connected(self, worker_id: str, pid: int, now: float) -> str | None:
+        """A worker opened its session. Returns an error message if it is unknown or gone."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return f"worker {worker_id!r} is not part of this job"
+        if not worker.live or worker.stopping:
+            return f"worker {worker_id} is being stopped"
+        worker.registered, worker.pid, worker.last_heartbeat = True, pid, now
+        if worker.phase is Phase.SPAWNING:
+            worker.phase = Phase.MEMBER if self._is_member(worker) else Phase.WARMING
+        gen = self.generation
+        if worker.phase is Phase.MEMBER and gen is not None:
+            if gen.over is not None:
+                self._send_worker(worker_id, pb.WorkerEvent(generation_over=pb.GenerationOver(generation=gen.number, reason=gen.over)))
+            else:
+                self._send_assignment(worker)
+        self._reconcile(now)
+        return None
+
+    def worker_disconnected(self, worker_id: str, now: float) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None or not worker.live or worker.stopping or worker.done:
+            return
+        # The exit report (code, signal) usually follows within milliseconds; the host is
+        # blacklisted then, or when its agent is found dead.
+        self._worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False)
+        self._reconcile(now)
+
+    def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        worker.last_heartbeat = now
+        worker.commits = max(worker.commits, commits)
+        self.summary.steps = max(self.summary.steps, worker.commits)
+        if elastic and not worker.elastic:
+            worker.elastic = True
+            self._reconcile(now)
+
+    def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> str | None:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return f"worker {worker_id!r} is not part of this job"
+        if not worker.live:
+            return f"worker {worker_id} was already counted as failed ({worker.failed})"
+        worker.elastic = worker.elastic or elastic
+        gen = self.generation
+        if failure and gen is not None and gen.number == after_generation and gen.over is None:
+            self._end_generation(f"worker {worker_id} reported: {failure}", now)
+        if worker.phase is not Phase.EXITED:
+            worker.phase = Phase.READY
+        worker.last_heartbeat = now
+        self._reconcile(now)
+        return None
+
+    def worker_done(self, worker_id: str, now: float) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.done:
+            return
+        worker.done = True
+        self._event(now, f"worker {worker_id} finished its training function")
+        self._start_finishing(now)
+        self._reconcile(now)
+
+    def abort(self, reason: str, now: float) -> None:
+        """End the job as failed (the user interrupted it)."""
+        self._fail(reason, now)
+
+    # ------------------------------------------------------------------ the clock
+    def tick(self, now: float) -> None:
+        """Called every few hundred milliseconds: timeouts that no message announces."""
+        if self.outcome is not None:
+            return
+        timeout = self.settings.heartbeat_timeout_s
+        for host in self.hosts.values():
+            if host.agent_connected and now - host.last_heartbeat > timeout:
+                self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s")
+        for worker in list(self.workers.values()):
+            if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
+                self._worker_failed(
+                    worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)", now, blame_host=True
+                )
+        self._reconcile(now)
+
+    # ------------------------------------------------------------------ state queries
+    def live_workers(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.live]
+
+    def eligible_hosts(self, now: float) -> list[Host]:
+        """Hosts the job may use now: discovered, agent connected, not blacklisted."""
+        return [
+            h for h in self.hosts.values()
+            if h.discovered and h.agent_connected and not self.blacklist.is_blacklisted(h.name, now)
+        ]
+
+    def capacity(self, now: float) -> int:
+        slots = sum(h.slots for h in self.eligible_hosts(now))
+        return min(slots, self.settings.max_np) if self.settings.max_np else slots
+
+    def drain(self) -> list[tuple[str, str, object]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _event(self, now: float, message: str) -> None:
+        number = self.generation.number if self.generation else 0
+        self.summary.events.append(Event(now, number, message))
+        self._log(f"[gen {number}] {message}")
+
+    def _workers_on(self, host: str) -> list[Worker]:
+        return [w for w in self.workers.values() if w.host == host]
+
+    def _is_member(self, worker: Worker) -> bool:
+        gen = self.generation
+        return gen is not None and worker.worker_id in gen.member_ids
+
+    def _blacklist_host(self, host: str, now: float) -> None:
+        if self.blacklist.is_blacklisted(host, now) or self.finishing:
+            return
+        record = self.hosts.get(host)
+        others = sum(h.slots for h in self.eligible_hosts(now) if h.name != host)
+        if self.settings.max_np:
+            others = min(others, self.settings.max_np)
+        if record is not None and record.discovered and others < self.settings.min_np:
+            self._event(now, f"host {host} is not blacklisted: without it fewer than --min-np {self.settings.min_np} slots remain")
+            return
+        cooldown = self.blacklist.record_failure(host, now)
+        when = "permanently" if cooldown == float("inf") else f"for {cooldown:.1f} s"
+        self._event(now, f"host {host} blacklisted {when} after a failure")
+
+    def _worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool) -> None:
+        if worker.failed is not None:
+            return
+        worker.failed = reason
+        self._event(now, f"worker {worker.worker_id} on {worker.host} failed: {reason}")
+        self._pending_cause.append(f"worker {worker.worker_id} on {worker.host} failed ({reason})")
+        if self._is_member(worker):
+            self._end_generation(f"worker {worker.worker_id} on {worker.host} failed: {reason}", now)
+        if blame_host:
+            self._blacklist_host(worker.host, now)
+
+    def _end_generation(self, reason: str, now: float) -> None:
+        gen = self.generation
+        if gen is None or gen.over is not None:
+            return
+        gen.over = reason
+        self._event(now, f"generation {gen.number} is over: {reason}")
+        for worker_id in gen.member_ids:
+            worker = self.workers[worker_id]
+            if not worker.live:
+                continue
+            if worker.registered:
+                self._send_worker(worker_id, pb.WorkerEvent(generation_over=pb.GenerationOver(generation=gen.number, reason=reason)))
+            else:
+                # A plain script cannot rejoin: restart it with the rest, as torchrun does.
+                worker.stopping = True
+
+    def _start_finishing(self, now: float) -> None:
+        if not self.finishing:
+            self.finishing = True
+            self._event(now, "training function returned; waiting for the other workers to finish")
+
+    def _send_worker(self, worker_id: str, event: pb.WorkerEvent) -> None:
+        self.outbox.append(("worker", worker_id, event))
+
+    def _send_assignment(self, worker: Worker) -> None:
+        gen = self.generation
+        assert gen is not None
+        a = next(m for m in gen.members if m.worker_id == worker.worker_id)
+        self._send_worker(
+            worker.worker_id,
+            pb.WorkerEvent(
+                assignment=pb.Assignment(
+                    generation=gen.number, rank=a.rank, size=a.size, local_rank=a.local_rank,
+                    local_size=a.local_size, cross_rank=a.cross_rank, cross_size=a.cross_size,
+                    store_host=self.store.host, store_port=self.store.port, store_prefix=gen.store_prefix,
+                    hosts_sequence=gen.hosts_baseline,
+                )
+            ),
+        )
+
+    def _retire(self, worker: Worker, reason: str, now: float) -> None:
+        if worker.stopping:
+            return
+        worker.stopping = True
+        self._event(now, f"worker {worker.worker_id} on {worker.host} retires: {reason}")
+        if worker.registered:
+            self._send_worker(worker.worker_id, pb.WorkerEvent(retire=pb.Retire(reason=reason)))
+
+    def _new_generation(self, members: list[RankAssignment], now: float) -> Generation:
+        number = (self.generation.number if self.generation else 0) + 1
+        cause = "; ".join(dict.fromkeys(self._pending_cause)) or "job start"
+        self._pending_cause = []
+        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self._hosts_sequence)
+        if self.generation is not None:
+            self.summary.resets += 1
+        self.summary.generations += 1
+        self.generation = gen
+        hosts: dict[str, int] = {}
+        for a in members:
+            hosts[a.host] = hosts.get(a.host, 0) + 1
+        self._event(now, f"generation {number} formed: world size {len(members)} on {_fmt_hosts(hosts)} (cause: {cause})")
+        return gen
+
+    def _exceeds_reset_limit(self, now: float) -> bool:
+        limit = self.settings.reset_limit
+        if limit is not None and self.summary.resets >= limit:
+            self._fail(
+                f"the job was reset {self.summary.resets} times and --reset-limit is {limit}; "
+                "raise --reset-limit or fix what keeps failing (see the events above)",
+                now,
+            )
+            return True
+        return False
+
+    def _fail(self, message: str, now: float) -> None:
+        self._end_job(JobOutcome(False, message), now)
+
+    def _end_job(self, outcome: JobOutcome, now: float) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        self.summary.ended_at = now
+        self._event(now, ("job succeeded: " if outcome.success else "job failed: ") + outcome.message)
+        for worker in self.live_workers():
+            if worker.registered:
+                self._send_worker(worker.worker_id, pb.WorkerEvent(job_ended=pb.JobEnded(success=outcome.success, reason=outcome.message)))
+        for host in self.hosts.values():
+            if host.agent_connected:
+                self.outbox.append(("agent", host.name, pb.AgentCommand(shutdown=True, reason=outcome.message)))
+
+    # ------------------------------------------------------------------ reconcile
+    def _reconcile(self, now: float) -> None:
+        """Bring the job one step closer to what the current facts call for."""
+        if self.outcome is not None:
+            return
+        eligible = {h.name for h in self.eligible_hosts(now)}
+        self._retire_outcasts(eligible, now)
+        if self.finishing:
+            for worker in self.live_workers():
+                if worker.phase is Phase.READY and not worker.done:
+                    self._retire(worker, "the job finished while this worker waited for a new ring", now)
+            if not self.live_workers():
+                done = sum(1 for w in self.workers.values() if w.done)
+                self._end_job(JobOutcome(True, f"{done} worker(s) finished training"), now)
+                return
+        else:
+            self._check_min_np(now)
+            if self.outcome is not None:
+                return
+            if self.generation is None:
+                self._maybe_plan_first(now)
+            elif self._generation_finished():
+                self._next_generation(now)
+            else:
+                self._maybe_request_update(eligible, now)
+            self._spawn_newcomers(eligible, now)
+        self._publish_agents()
+
+    def _retire_outcasts(self, eligible: set[str], now: float) -> None:
+        gen = self.generation
+        for worker in self.live_workers():
+            if worker.host in eligible or worker.stopping:
+                continue
+            reason = f"host {worker.host} left the job"
+            if self._is_member(worker) and gen is not None and gen.over is None:
+                if worker.elastic and worker.phase is Phase.MEMBER:
+                    continue  # leaves at its next commit, through a host update
+                if not worker.registered:
+                    self._end_generation(reason, now)  # plain job: restart without the host
+            self._retire(worker, reason, now)
+
+    def _check_min_np(self, now: float) -> None:
+        if self._first_discovery_at is None:
+            return
+        if self.generation is None and now - self._first_discovery_at < self.settings.start_timeout_s:
+            return  # agents are still connecting
+        capacity = self.capacity(now)
+        if capacity >= self.settings.min_np:
+            self._short_since = None
+            return
+        if self._short_since is None:
+            self._short_since = now
+            self._event(now, f"only {capacity} slot(s) available, --min-np is {self.settings.min_np}; waiting up to {self.settings.elastic_timeout_s:g} s")
+        elif now - self._short_since >= self.settings.elastic_timeout_s:
+            self._fail(
+                f"the job needs at least {self.settings.min_np} workers (--min-np) but had only {capacity} "
+                f"for {self.settings.elastic_timeout_s:g} s (--elastic-timeout); add hosts or lower --min-np",
+                now,
+            )
+
+    def _maybe_plan_first(self, now: float) -> None:
+        if self._first_discovery_at is None:
+            return
+        discovered = [h for h in self.hosts.values() if h.discovered and not self.blacklist.is_blacklisted(h.name, now)]
+        all_connected = all(h.agent_connected for h in discovered)
+        capacity = self.capacity(now)
+        waited = now - self._first_discovery_at >= self.settings.start_timeout_s
+        full = self.settings.max_np is not None and capacity >= self.settings.max_np
+        if capacity >= self.settings.min_np and (all_connected or full or waited):
+            self._plan_generation(now)
+
+    def _generation_finished(self) -> bool:
+        """True when no live member of the current generation is still training in it."""
+        gen = self.generation
+        assert gen is not None
+        members = [self.workers[i] for i in gen.member_ids]
+        if gen.over is None and gen.update_sequence == 0:
+            return all(not w.live for w in members)
+        return all(not w.live or w.phase is Phase.READY for w in members)
+
+    def _next_generation(self, now: float) -> None:
+        gen = self.generation
+        assert gen is not None
+        eligible = {h.name for h in self.eligible_hosts(now)}
+        if any(w.live and w.stopping for w in self.workers.values()):
+            return  # wait until stopped workers are gone, so nobody trains beside the new ring
+        survivors = [self.workers[i] for i in gen.member_ids]
+        survivors = [w for w in survivors if w.live and w.phase is Phase.READY and w.host in eligible]
+        newcomers = [
+            w for w in self.workers.values()
+            if w.live and w.phase is Phase.READY and w.host in eligible and w not in survivors
+        ]
+        if not survivors and not newcomers:
+            if not any(w.live for w in self.workers.values()):
+                self._plan_generation(now)  # nothing can rejoin in place: restart everything
+            return
+        if len(survivors) + len(newcomers) < self.settings.min_np:
+            return  # wait for newcomers to warm up, or for --elastic-timeout
+        if self._exceeds_reset_limit(now):
+            return
+        slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
+        members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], self.settings.max_np)
+        new = self._new_generation(members, now)
+        for a in members:
+            worker = self.workers[a.worker_id]
+            worker.phase, worker.generation = Phase.MEMBER, new.number
+            self._send_assignment(worker)
+
+    def _plan_generation(self, now: float) -> None:
+        """Spawn a whole generation with ranks in the workers' environment."""
+        if self.generation is not None and self._exceeds_reset_limit(now):
+            return
+        slots: list[WorkerSlot] = []
+        pending: list[Worker] = []
+        limit = self.settings.max_np
+        for host in self.eligible_hosts(now):
+            for slot in range(host.slots):
+                if limit is not None and len(slots) >= limit:
+                    break
+                worker = self._make_worker(host.name, slot)
+                slots.append(WorkerSlot(worker.worker_id, host.name))
+                pending.append(worker)
+        if len(slots) < self.settings.min_np:
+            return
+        members = assign_ranks([], slots, limit)
+        gen = self._new_generation(members, now)
+        plain_host, plain_port = self._plain_store_factory(gen.number)
+        for worker, a in zip(pending, members):
+            worker.generation = gen.number
+            worker.env.update(_rank_env(a, gen.number, plain_host, plain_port))
+            self.workers[worker.worker_id] = worker
+
+    def _make_worker(self, host: str, slot: int) -> Worker:
+        worker_id = f"{host}/{next(self._ids)}"
+        env = {
+            env_names.RENDEZVOUS: self.rendezvous_address,
+            env_names.WORKER_ID: worker_id,
+            env_names.HOST: host,
+            env_names.STORE: f"{self.store.host}:{self.store.port}",
+            env_names.GENERATION: "0",
+            env_names.COLLECTIVE_TIMEOUT: str(self.settings.collective_timeout_s),
+            env_names.HEARTBEAT_INTERVAL: str(self.settings.heartbeat_interval_s),
+            env_names.TORCHRUN_LOCAL_RANK: str(slot),
+        }
+        return Worker(worker_id, host, slot, env)
+
+    def _maybe_request_update(self, eligible: set[str], now: float) -> None:
+        """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
+        gen = self.generation
+        assert gen is not None
+        if gen.over is not None or gen.update_sequence:
+            return
+        members = [self.workers[i] for i in gen.member_ids]
+        if not any(w.registered for w in members):
+            self._maybe_restart_plain(members, now)
+            return
+        if not all(w.elastic for w in members if w.live):
+            return  # still starting up: not every member is inside hvd.elastic.run yet
+        reasons = []
+        ready_newcomers = [
+            w for w in self.workers.values()
+            if w.live and w.phase is Phase.READY and not self._is_member(w) and w.host in eligible
+        ]
+        room = (self.settings.max_np or 1 << 30) - len(members)
+        if ready_newcomers and room > 0:
+            reasons.append("new worker(s) ready: " + ", ".join(w.worker_id for w in ready_newcomers[:room]))
+        leaving = [w for w in members if w.live and w.host not in eligible]
+        if leaving:
+            reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+        if not reasons:
+            return
+        self._hosts_sequence += 1
+        gen.update_sequence = self._hosts_sequence
+        reason = "; ".join(reasons)
+        self._pending_cause.append(reason)
+        self._event(now, f"hosts updated ({reason}); workers re-form the ring at their next commit")
+        for w in members:
+            if w.live and w.registered:
+                self._send_worker(w.worker_id, pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=gen.update_sequence, reason=reason)))
+
+    def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
+        """A plain job grows only by restarting, as torchrun does on a membership change."""
+        size = sum(1 for w in members if w.live)
+        if self.capacity(now) > size:
+            self._pending_cause.append(f"capacity grew to {self.capacity(now)}")
+            self._end_generation(f"more slots available ({self.capacity(now)} > {size}); restarting all workers", now)
+
+    def _spawn_newcomers(self, eligible: set[str], now: float) -> None:
+        """Elastic job: start workers on free slots; they join once warmed up."""
+        gen = self.generation
+        if gen is None or not any(self.workers[i].elastic for i in gen.member_ids):
+            return
+        live = [w for w in self.live_workers() if not w.stopping]
+        room = (self.settings.max_np or 1 << 30) - len(live)
+        for host in self.eligible_hosts(now):
+            used = {w.slot for w in live if w.host == host.name}
+            for slot in range(host.slots):
+                if room <= 0:
+                    return
+                if slot in used:
+                    continue
+                worker = self._make_worker(host.name, slot)
+                self.workers[worker.worker_id] = worker
+                self._event(now, f"starting worker {worker.worker_id} on {host.name} (joins after warming up)")
+                room -= 1
+
+    def _publish_agents(self) -> None:
+        for host in self.hosts.values():
+            if not host.agent_connected:
+                continue
+            specs = [
+                w for w in self.workers.values()
+                if w.host == host.name and w.live and not w.stopping
+            ]
+            key = tuple(sorted(w.worker_id for w in specs))
+            if self._sent_to_agents.get(host.name) == key:
+                continue
+            self._sent_to_agents[host.name] = key
+            command = pb.AgentCommand(
+                workers=[pb.WorkerSpec(worker_id=w.worker_id, slot=w.slot, argv=self.settings.command, env=w.env) for w in specs]
+            )
+            self.outbox.append(("agent", host.name, command))
+
+
+def _rank_env(a: RankAssignment, generation: int, master_host: str, master_port: int) -> dict[str, str]:
+    return {
+        env_names.GENERATION: str(generation),
+        env_names.TORCHRUN_RANK: str(a.rank),
+        env_names.TORCHRUN_WORLD_SIZE: str(a.size),
+        env_names.TORCHRUN_LOCAL_RANK: str(a.local_rank),
+        env_names.TORCHRUN_LOCAL_WORLD_SIZE: str(a.local_size),
+        env_names.TORCHRUN_GROUP_RANK: str(a.cross_rank),
+        env_names.TORCHRUN_MASTER_ADDR: master_host,
+        env_names.TORCHRUN_MASTER_PORT: str(master_port),
+        env_names.TORCHRUN_RESTART_COUNT: str(generation - 1),
+        env_names.TORCHRUN_USE_AGENT_STORE: "True",
+    }
+
+
+def _fmt_hosts(hosts: Mapping[str, int]) -> str:
+    return ",".join(f"{h}:{s}" for h, s in hosts.items()) or "(none)"

@@ -1,0 +1,90 @@
+"""The records the coordinator keeps about hosts, workers and generations (no behaviour)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from rendezvous.assignment import RankAssignment
+
+
+class Phase(enum.Enum):
+    """Where a worker process is in its life, as the rendezvous sees it."""
+
+    SPAWNING = "spawning"  # asked of its agent; not registered yet (plain scripts never register)
+    WARMING = "warming"  # registered (hvd.init), building its model, not waiting for a ring yet
+    READY = "ready"  # waiting for a generation newer than its last one
+    MEMBER = "member"  # training in the current generation
+    EXITED = "exited"  # the process is gone
+
+
+@dataclass
+class Host:
+    name: str
+    slots: int
+    discovered: bool = True
+    agent_pid: int | None = None
+    agent_connected: bool = False
+    last_heartbeat: float = 0.0
+
+
+@dataclass
+class Worker:
+    worker_id: str
+    host: str
+    slot: int
+    env: dict[str, str]
+    phase: Phase = Phase.SPAWNING
+    registered: bool = False  # opened a worker session (called hvd.init)
+    elastic: bool = False  # runs inside hvd.elastic.run, so it rejoins in place
+    stopping: bool = False  # we asked its agent to stop it; its exit is not a failure
+    failed: str | None = None  # why it counts as failed
+    done: bool = False  # its training function returned
+    generation: int = 0  # last generation it was a member of
+    last_heartbeat: float = 0.0
+    commits: int = 0
+    pid: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.phase is not Phase.EXITED and self.failed is None
+
+
+@dataclass
+class Generation:
+    number: int
+    members: list[RankAssignment]
+    cause: str
+    store_prefix: str
+    over: str | None = None  # why it ended early (a failure), None while healthy
+    update_sequence: int = 0  # the hosts-update sequence sent to its members, 0 if none
+    hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
+
+    @property
+    def member_ids(self) -> list[str]:
+        return [a.worker_id for a in self.members]
+
+
+@dataclass
+class Event:
+    """One line of the job's event log."""
+
+    time: float
+    generation: int
+    message: str
+
+
+@dataclass
+class JobOutcome:
+    success: bool
+    message: str
+
+
+@dataclass
+class Summary:
+    generations: int = 0
+    resets: int = 0
+    steps: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    events: list[Event] = field(default_factory=list)

@@ -1,0 +1,141 @@
+"""Everything the rendezvous runs, on one asyncio loop: gRPC service, stores, control API,
+discovery polling and the coordinator's clock.
+
+`RendezvousServer` is used by `ringmaster run` (with emulated local hosts) and by
+`ringmaster serve` (agents connect from other machines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+import time
+from typing import Callable, Mapping
+
+import grpc
+import uvicorn
+
+from discovery import HostDiscovery
+from proto import ringmaster_pb2_grpc as pb_grpc
+from rendezvous.control_api import create_app
+from rendezvous.coordinator import Coordinator, StoreAddress
+from rendezvous.discovery_poller import poll_discovery
+from rendezvous.local_hosts import LocalHosts
+from rendezvous.model import JobOutcome
+from rendezvous.service import RendezvousService
+from rendezvous.settings import JobSettings
+from rendezvous.stores import StoreHost
+
+#: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
+TICK_S = 0.2
+
+
+def log_line(message: str) -> None:
+    print(f"ringmaster: {message}", file=sys.stderr, flush=True)
+
+
+class _ApiServer(uvicorn.Server):
+    """uvicorn inside our loop: the job, not uvicorn, owns SIGINT and SIGTERM."""
+
+    def capture_signals(self):  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
+class RendezvousServer:
+    def __init__(
+        self,
+        settings: JobSettings,
+        discovery: HostDiscovery,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        api_port: int | None = 0,
+        local_hosts: bool = True,
+        log: Callable[[str], None] = log_line,
+    ) -> None:
+        self.settings = settings
+        self.discovery = discovery
+        self.bind = bind
+        self.port = port
+        self.api_port = api_port
+        self.use_local_hosts = local_hosts
+        self.log = log
+        self.address = ""
+        self.api_url: str | None = None
+        self.coordinator: Coordinator | None = None
+        self.service: RendezvousService | None = None
+        self._stop_reason: str | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
+        self._stop_reason = reason
+        if self.service is not None:
+            self.service.changed.set()
+
+    async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
+        stores = StoreHost(self.bind)
+        grpc_server = grpc.aio.server()
+        port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
+        self.address = f"{self.bind}:{port}"
+        coordinator = Coordinator(
+            self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log
+        )
+        self.coordinator = coordinator
+        service = RendezvousService(coordinator)
+        self.service = service
+        pb_grpc.add_RendezvousServicer_to_server(service, grpc_server)
+        await grpc_server.start()
+        self.log(f"rendezvous listening on {self.address}; discovery: {self.discovery.describe()}")
+
+        background: list[asyncio.Task] = []
+        api = None
+        if self.api_port is not None:
+            api, sock = self._make_api(coordinator)
+            background.append(asyncio.create_task(api.serve(sockets=[sock])))
+        local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s) if self.use_local_hosts else None
+        try:
+            service.call(coordinator.set_hosts, dict(initial_hosts))
+            background.append(asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s)))
+            while coordinator.outcome is None:
+                if self._stop_reason:
+                    service.call(coordinator.abort, self._stop_reason)
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(service.changed.wait(), TICK_S)
+                service.changed.clear()
+                service.call(coordinator.tick)
+                if local is not None:
+                    local.reconcile(coordinator, time.monotonic())
+            await self._wind_down(local)
+        finally:
+            for task in background:
+                task.cancel()
+            if api is not None:
+                api.should_exit = True
+            if local is not None:
+                await asyncio.to_thread(local.stop_all, 0.0)
+            await grpc_server.stop(grace=0.5)
+        assert coordinator.outcome is not None
+        return coordinator.outcome
+
+    async def _wind_down(self, local: LocalHosts | None) -> None:
+        """Give agents time to receive the shutdown and stop their workers gracefully."""
+        if local is None:
+            await asyncio.sleep(0.5)
+            return
+        deadline = time.monotonic() + self.settings.stop_grace_s + 5.0
+        while local.agents and time.monotonic() < deadline:
+            for name, proc in list(local.agents.items()):
+                if proc.poll() is not None:
+                    del local.agents[name]
+            await asyncio.sleep(0.05)
+
+    def _make_api(self, coordinator: Coordinator) -> tuple[_ApiServer, socket.socket]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.bind, self.api_port or 0))
+        self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
+        self.log(f"control API on {self.api_url}")
+        config = uvicorn.Config(create_app(coordinator), log_level="warning", lifespan="off")
+        return _ApiServer(config), sock

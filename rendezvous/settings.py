@@ -1,0 +1,58 @@
+"""Settings of an elastic job: one frozen, validated model with documented defaults.
+
+Every timeout the rendezvous uses is here, and README.md lists them with these defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Seconds the job waits below --min-np before it fails (Horovod's default).
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
+#: Seconds between two runs of the discovery script.
+DEFAULT_DISCOVERY_INTERVAL_S = 1.0
+#: Seconds a discovery script may run.
+DEFAULT_DISCOVERY_TIMEOUT_S = 10.0
+#: Seconds between heartbeats of agents and workers.
+DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
+#: Seconds without a heartbeat after which an agent (host) or worker counts as dead.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+#: Seconds a collective may take before the worker gives its generation up (a hung peer).
+DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+#: Seconds the first generation waits for every discovered host's agent to connect.
+DEFAULT_START_TIMEOUT_S = 30.0
+#: Seconds a stopped worker gets between SIGTERM and SIGKILL.
+DEFAULT_STOP_GRACE_S = 5.0
+
+
+class JobSettings(BaseModel):
+    """What `ringmaster run` / `ringmaster serve` were asked to do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: list[str] = Field(default_factory=list, description="the training command each worker runs")
+    min_np: int = Field(1, ge=1, description="fewest workers the job trains with")
+    max_np: Optional[int] = Field(None, ge=1, description="most workers; None means all discovered slots")
+    elastic_timeout_s: float = Field(DEFAULT_ELASTIC_TIMEOUT_S, gt=0)
+    reset_limit: Optional[int] = Field(None, ge=0, description="most resets before the job fails; None: no limit")
+    discovery_interval_s: float = Field(DEFAULT_DISCOVERY_INTERVAL_S, gt=0)
+    discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
+    heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
+    heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, gt=0)
+    collective_timeout_s: float = Field(DEFAULT_COLLECTIVE_TIMEOUT_S, gt=0)
+    start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
+    stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
+    blacklist_cooldown_s: Optional[tuple[float, float]] = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "JobSettings":
+        if self.max_np is not None and self.max_np < self.min_np:
+            raise ValueError(f"--max-np ({self.max_np}) must be at least --min-np ({self.min_np})")
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "
+                f"({self.heartbeat_interval_s:g} s)"
+            )
+        return self

@@ -1,0 +1,183 @@
+"""The per-host agent: keeps the host's training processes equal to what the rendezvous wants.
+
+It opens a session with the rendezvous, heartbeats on an interval, starts the workers the
+rendezvous lists for this host, stops (SIGTERM, then SIGKILL after a grace) the ones it no
+longer lists, and reports every exit with its code or signal. Workers stay in the agent's
+process group and die with it, so on one machine an agent's group is an emulated host.
+
+Run as `ringmaster agent --rendezvous HOST:PORT [--host NAME]` on a real host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from proto import ringmaster_pb2 as pb
+from proto import ringmaster_pb2_grpc as pb_grpc
+from worker.processes import die_with_parent
+
+#: Seconds between two looks at the children and the command queue.
+POLL_S = 0.02
+
+
+def log(host: str, message: str) -> None:
+    print(f"ringmaster-agent[{host}]: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Child:
+    spec: pb.WorkerSpec
+    proc: subprocess.Popen
+    kill_at: float | None = None  # set once asked to stop
+
+
+class Agent:
+    def __init__(self, rendezvous: str, host: str, heartbeat_interval_s: float = 1.0, stop_grace_s: float = 5.0) -> None:
+        self.rendezvous = rendezvous
+        self.host = host
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.stop_grace_s = stop_grace_s
+        self.children: dict[str, _Child] = {}
+        self._commands: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+
+    def run(self) -> int:
+        channel = grpc.insecure_channel(self.rendezvous)
+        stub = pb_grpc.RendezvousStub(channel)
+        session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid()), wait_for_ready=True, timeout=None)
+        threading.Thread(target=self._read_session, args=(session,), daemon=True).start()
+        threading.Thread(target=self._heartbeat, args=(stub,), daemon=True).start()
+        exit_code = 0
+        try:
+            while True:
+                command = self._next_command()
+                if command is _LOST:
+                    log(self.host, "lost the rendezvous; stopping workers")
+                    exit_code = 1
+                    break
+                if command is not None:
+                    if command.shutdown:
+                        break
+                    self._apply(command.workers)
+                self._reap(stub)
+        finally:
+            self._stop.set()
+            self._stop_all(stub)
+            session.cancel()
+            channel.close()
+        return exit_code
+
+    def request_stop(self) -> None:
+        self._commands.put(pb.AgentCommand(shutdown=True, reason="agent interrupted"))
+
+    # -------------------------------------------------------------- threads
+    def _read_session(self, session) -> None:
+        try:
+            for command in session:
+                self._commands.put(command)
+        except grpc.RpcError:
+            pass
+        if not self._stop.is_set():
+            self._commands.put(_LOST)
+
+    def _heartbeat(self, stub: pb_grpc.RendezvousStub) -> None:
+        while not self._stop.wait(self.heartbeat_interval_s):
+            try:
+                stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
+            except grpc.RpcError:
+                pass  # a lost session is noticed by _read_session
+
+    def _next_command(self):
+        try:
+            return self._commands.get(timeout=POLL_S)
+        except queue.Empty:
+            return None
+
+    # -------------------------------------------------------------- children
+    def _apply(self, specs) -> None:
+        wanted = {spec.worker_id: spec for spec in specs}
+        for worker_id, child in self.children.items():
+            if worker_id not in wanted and child.kill_at is None:
+                self._terminate(child)
+        for worker_id, spec in wanted.items():
+            if worker_id not in self.children:
+                self.children[worker_id] = _Child(spec, self._spawn(spec))
+
+    def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.update(spec.env)
+        log(self.host, f"starting worker {spec.worker_id} (slot {spec.slot}): {' '.join(spec.argv)}")
+        parent = os.getpid()
+        return subprocess.Popen(list(spec.argv), env=env, preexec_fn=lambda: die_with_parent(parent))
+
+    def _terminate(self, child: _Child) -> None:
+        child.kill_at = time.monotonic() + self.stop_grace_s
+        _signal(child.proc, signal.SIGTERM)
+
+    def _reap(self, stub: pb_grpc.RendezvousStub) -> None:
+        now = time.monotonic()
+        for worker_id, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                if child.kill_at is not None and now >= child.kill_at:
+                    _signal(child.proc, signal.SIGKILL)
+                continue
+            del self.children[worker_id]
+            exit_code, sig = (0, -code) if code < 0 else (code, 0)
+            report = pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
+                                   stopped_by_agent=child.kill_at is not None)
+            try:
+                stub.ReportWorkerExit(report, timeout=5)
+            except grpc.RpcError as exc:
+                log(self.host, f"could not report the exit of {worker_id}: {exc.code().name}")
+
+    def _stop_all(self, stub: pb_grpc.RendezvousStub) -> None:
+        for child in self.children.values():
+            if child.kill_at is None:
+                self._terminate(child)
+        deadline = time.monotonic() + self.stop_grace_s + 1.0
+        while self.children and time.monotonic() < deadline:
+            self._reap(stub)
+            time.sleep(POLL_S)
+        for child in self.children.values():
+            _signal(child.proc, signal.SIGKILL)
+            child.proc.wait()
+
+
+_LOST = object()
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ringmaster agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--rendezvous", required=True, help="HOST:PORT of the rendezvous")
+    parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
+    parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    args = parser.parse_args(argv)
+    die_with_parent()
+    agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace)
+    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
