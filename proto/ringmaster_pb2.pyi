@@ -174,7 +174,9 @@ class WorkerHeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
-    __slots__ = ("worker_id",)
+    __slots__ = ("worker_id", "commits")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
-    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    commits: int
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ...) -> None: ...

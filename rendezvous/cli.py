@@ -52,6 +52,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
+    parser.add_argument("--crash-loop-limit", type=int, default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
+                        help="fail after this many generations in a row fail within --crash-loop-window (default: %(default)s)")
+    parser.add_argument("--crash-loop-window", type=float, default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
+                        help="seconds after forming within which a failing generation counts as a crash (default: %(default)s)")
     parser.add_argument("--bind", default="127.0.0.1", help="address the rendezvous listens on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=0, help="gRPC port of the rendezvous (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, help="port of the HTTP control API (default: a free one)")
@@ -80,6 +84,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
         command = command[1:]
     if not command:
         raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
     if args.hosts and args.host_discovery_script:
         raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
     if args.slots_per_host is not None and args.slots_per_host <= 0:
@@ -105,6 +111,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
             heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
+            crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None

@@ -79,6 +79,8 @@ class Coordinator:
         self._first_discovery_at: float | None = None
         self._short_since: float | None = None
         self._sent_to_agents: dict[str, tuple] = {}
+        self._generation_started = 0.0
+        self._quick_failures = 0  # consecutive generations that failed soon after forming
         self.outbox: list[tuple[str, str, object]] = []  # ("agent"|"worker", id, message)
 
     # ------------------------------------------------------------------ inputs: discovery
@@ -187,8 +189,7 @@ class Coordinator:
         if worker is None:
             return
         worker.last_heartbeat = now
-        worker.commits = max(worker.commits, commits)
-        self.summary.steps = max(self.summary.steps, worker.commits)
+        self._note_commits(worker, commits)
         if elastic and not worker.elastic:
             worker.elastic = True
             self._reconcile(now)
@@ -209,10 +210,11 @@ class Coordinator:
         self._reconcile(now)
         return None
 
-    def worker_done(self, worker_id: str, now: float) -> None:
+    def worker_done(self, worker_id: str, commits: int, now: float) -> None:
         worker = self.workers.get(worker_id)
         if worker is None or worker.done:
             return
+        self._note_commits(worker, commits)
         worker.done = True
         self._event(now, f"worker {worker_id} finished its training function")
         self._start_finishing(now)
@@ -270,6 +272,13 @@ class Coordinator:
         gen = self.generation
         return gen is not None and worker.worker_id in gen.member_ids
 
+    def _note_commits(self, worker: Worker, commits: int) -> None:
+        """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's."""
+        worker.commits = commits
+        gen = self.generation
+        if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
+            self.summary.steps = commits
+
     def _blacklist_host(self, host: str, now: float) -> None:
         if self.blacklist.is_blacklisted(host, now) or self.finishing:
             return
@@ -301,6 +310,17 @@ class Coordinator:
             return
         gen.over = reason
         self._event(now, f"generation {gen.number} is over: {reason}")
+        if now - self._generation_started < self.settings.crash_loop_window_s:
+            self._quick_failures += 1
+        else:
+            self._quick_failures = 0
+        if self._quick_failures >= self.settings.crash_loop_limit:
+            self._fail(
+                f"{self._quick_failures} generations in a row failed within {self.settings.crash_loop_window_s:g} s "
+                f"of forming; the last: {reason}. Fix the error the workers print above",
+                now,
+            )
+            return
         for worker_id in gen.member_ids:
             worker = self.workers[worker_id]
             if not worker.live:
@@ -352,6 +372,7 @@ class Coordinator:
             self.summary.resets += 1
         self.summary.generations += 1
         self.generation = gen
+        self._generation_started = now
         hosts: dict[str, int] = {}
         for a in members:
             hosts[a.host] = hosts.get(a.host, 0) + 1

@@ -100,5 +100,5 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
-        self.call(self.coordinator.worker_done, request.worker_id)
+        self.call(self.coordinator.worker_done, request.worker_id, request.commits)
         return pb.Ack(ok=True)

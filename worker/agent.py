@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
+
 import grpc
 
 from proto import ringmaster_pb2 as pb
@@ -49,6 +51,7 @@ class Agent:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.stop_grace_s = stop_grace_s
         self.children: dict[str, _Child] = {}
+        self._started: set[str] = set()  # a worker id is one process: never start it twice
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
 
@@ -111,7 +114,8 @@ class Agent:
             if worker_id not in wanted and child.kill_at is None:
                 self._terminate(child)
         for worker_id, spec in wanted.items():
-            if worker_id not in self.children:
+            if worker_id not in self._started:
+                self._started.add(worker_id)
                 self.children[worker_id] = _Child(spec, self._spawn(spec))
 
     def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:

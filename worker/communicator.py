@@ -1,0 +1,165 @@
+"""Collectives of one generation, each bounded so a dead or hung peer never hangs training.
+
+Every collective is issued with `async_op` and waited on through its future together with the
+rendezvous' "generation over" signal and a deadline (`--collective-timeout`): a killed peer
+fails the collective within milliseconds ("Connection closed by peer"), a stopped one ends the
+wait when the rendezvous declares the generation over or the deadline passes. Either way the
+caller gets `HorovodInternalError` and `hvd.elastic.run` rolls back and re-forms the ring.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from worker.errors import HorovodInternalError
+from worker.rendezvous_link import RendezvousLink
+
+ReduceOp = dist.ReduceOp
+
+
+class Communicator:
+    def __init__(
+        self,
+        pg: dist.ProcessGroup,
+        rank: int,
+        size: int,
+        generation: int,
+        link: RendezvousLink | None,
+        timeout_s: float,
+    ) -> None:
+        self.pg = pg
+        self.rank = rank
+        self.size = size
+        self.generation = generation
+        self.link = link
+        self.timeout_s = timeout_s
+
+    # ------------------------------------------------------------ collectives (in place)
+    def allreduce_(self, tensor: torch.Tensor, op: dist.ReduceOp = ReduceOp.SUM) -> torch.Tensor:
+        if self.size > 1:
+            options = dist.AllreduceOptions()
+            options.reduceOp = op
+            self._wait(lambda: self.pg.allreduce([tensor], options), "allreduce")
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
+        if self.size > 1:
+            options = dist.BroadcastOptions()
+            options.rootRank = root_rank
+            options.rootTensor = 0
+            self._wait(lambda: self.pg.broadcast([tensor], options), "broadcast")
+        return tensor
+
+    def allgather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Same-shaped tensors from every rank, in rank order."""
+        if self.size == 1:
+            return [tensor.clone()]
+        outputs = [torch.empty_like(tensor) for _ in range(self.size)]
+        self._wait(lambda: self.pg.allgather([outputs], [tensor]), "allgather")
+        return outputs
+
+    def barrier(self) -> None:
+        self.allreduce_(torch.zeros(1))
+
+    # ------------------------------------------------------------ bounded wait
+    def _wait(self, issue: Callable[[], dist.Work], what: str) -> None:
+        if self.link is None:
+            issue().wait()
+            return
+        self._raise_if_over(what)
+        done = threading.Event()
+        self.link.add_waiter(done)
+        try:
+            try:
+                future = issue().get_future()
+            except RuntimeError as exc:
+                raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
+            future.add_done_callback(lambda _: done.set())
+            if not _wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
+                raise HorovodInternalError(
+                    f"{what} did not complete within {self.timeout_s:g} s (--collective-timeout) in generation "
+                    f"{self.generation}: a peer is hung or stopped"
+                )
+        finally:
+            self.link.remove_waiter(done)
+        try:
+            future.wait()
+        except RuntimeError as exc:
+            raise HorovodInternalError(f"{what} failed in generation {self.generation}: {_first_line(exc)}") from exc
+
+    def _raise_if_over(self, what: str) -> None:
+        assert self.link is not None
+        reason = self.link.generation_over(self.generation)
+        if reason:
+            raise HorovodInternalError(f"{what} aborted: generation {self.generation} is over ({reason})")
+
+
+def build_process_group(
+    store: dist.Store, prefix: str, rank: int, size: int, timeout_s: float, backend: str,
+    is_over: Callable[[], str | None], link: RendezvousLink | None,
+) -> dist.ProcessGroup:
+    """Connect the ring of one generation on a fresh key prefix of the long-lived store.
+
+    Construction blocks until every member has connected; it runs in a helper thread so that a
+    member dying meanwhile (the rendezvous ends the generation) does not leave us waiting for
+    the full timeout. An abandoned half-built group is simply dropped.
+    """
+    scoped = dist.PrefixStore(prefix, store)
+    timeout = timedelta(seconds=timeout_s)
+
+    def construct() -> dist.ProcessGroup:
+        if backend == "nccl":
+            return dist.ProcessGroupNCCL(scoped, rank, size)
+        return dist.ProcessGroupGloo(scoped, rank, size, timeout)
+
+    if link is None or size == 1:
+        return construct()
+    result: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            result["pg"] = construct()
+        except Exception as exc:  # reported to the caller below
+            result["error"] = exc
+        done.set()
+
+    def check_over() -> None:
+        if is_over():
+            raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {is_over()}")
+
+    link.add_waiter(done)
+    try:
+        threading.Thread(target=target, name="ringmaster-pg-init", daemon=True).start()
+        _wait_until(done, lambda: bool(result), timeout_s, check_over)
+    finally:
+        link.remove_waiter(done)
+    if "pg" in result:
+        return result["pg"]  # type: ignore[return-value]
+    if "error" in result:
+        raise HorovodInternalError(f"building the ring of {prefix!r} failed: {_first_line(result['error'])}")
+    reason = is_over() or f"not every member connected within {timeout_s:g} s"
+    raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {reason}")
+
+
+def _wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
+    """Wait until `finished()`; `check()` may raise on each wake-up. False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not finished():
+        check()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        wake.wait(remaining)
+        wake.clear()
+    return True
+
+
+def _first_line(exc: object) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,184 @@
+"""The worker's place in the job: its current assignment and ring, and how it (re)joins.
+
+A worker started with its generation in its environment (the first generation, or a plain
+restart) joins that generation at `hvd.init()`. A newcomer started while others train only
+registers, builds its model, and reports ready when it enters `hvd.elastic.run`; survivors are
+interrupted only then, so they never wait for a newcomer's imports.
+
+Without Ringmaster's environment (`python train.py` on its own) the worker is a job of one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from proto import environment as env_names
+from proto import ringmaster_pb2 as pb
+from worker.communicator import Communicator, build_process_group
+from worker.errors import HorovodInternalError
+from worker.rendezvous_link import JobEnded, RendezvousLink, Retired
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+
+
+def _say(message: str) -> None:
+    print(f"ringmaster-worker[{os.environ.get(env_names.WORKER_ID, 'local')}]: {message}", file=sys.stderr, flush=True)
+
+
+class WorkerContext:
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if environ is None else environ)
+        self.address = env.get(env_names.RENDEZVOUS)
+        self.worker_id = env.get(env_names.WORKER_ID, "local")
+        self.host = env.get(env_names.HOST, "localhost")
+        self.start_generation = int(env.get(env_names.GENERATION, "0"))
+        self.timeout_s = float(env.get(env_names.COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_S))
+        self.backend = env.get("RINGMASTER_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+        self._tentative = (
+            int(env.get(env_names.TORCHRUN_RANK, "0")),
+            int(env.get(env_names.TORCHRUN_WORLD_SIZE, "1")),
+            int(env.get(env_names.TORCHRUN_LOCAL_RANK, "0")),
+        )
+        self.link: RendezvousLink | None = None
+        if self.address:
+            self.link = RendezvousLink(self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")))
+        self._store_address = env.get(env_names.STORE)
+        self.store: dist.Store | None = None
+        self.assignment: pb.Assignment | None = None
+        self.comm: Communicator | None = None
+        self._graveyard: list[dist.ProcessGroup] = []  # old rings; see _retire_ring
+        self.commits = 0
+
+    @property
+    def standalone(self) -> bool:
+        return self.link is None
+
+    # ------------------------------------------------------------ start
+    def init(self) -> None:
+        if self.link is None:
+            self._join_alone()
+            return
+        host, port = self._store_address.rsplit(":", 1)  # type: ignore[union-attr]
+        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(self.timeout_s, 60)))
+        self.link.start()
+        if self.start_generation > 0:
+            self._guard(lambda: self._join(self.start_generation - 1, first_ready=False))
+
+    def _join_alone(self) -> None:
+        store = dist.HashStore()
+        self.assignment = pb.Assignment(generation=1, rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
+        pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=self.timeout_s))
+        self.comm = Communicator(pg, 0, 1, 1, None, self.timeout_s)
+
+    # ------------------------------------------------------------ membership
+    @property
+    def is_member(self) -> bool:
+        return self.comm is not None
+
+    def enter_elastic(self) -> None:
+        """Called by `hvd.elastic.run`: from now on this worker can rejoin in place."""
+        if self.link is None:
+            return
+        if not self.link.elastic:
+            self.link.elastic = True
+            self._guard(self.link.heartbeat_now)
+        if self.comm is None:
+            self.rejoin("")
+
+    def rejoin(self, failure: str) -> None:
+        """Leave the current ring (if any) and join the next generation."""
+        if self.link is None:
+            return
+        after = self.assignment.generation if self.assignment else 0
+        self._guard(lambda: self._join(after, first_ready=True, failure=failure))
+
+    def _join(self, after: int, first_ready: bool, failure: str = "") -> None:
+        assert self.link is not None
+        self._retire_ring()
+        if first_ready:
+            self.link.ready(after, failure)
+        while True:
+            assignment = self.link.wait_assignment(after)
+            try:
+                self._build(assignment)
+                return
+            except HorovodInternalError as exc:
+                _say(f"could not join generation {assignment.generation}: {exc}")
+                after = assignment.generation
+                self.link.ready(after, str(exc))
+
+    def _build(self, a: pb.Assignment) -> None:
+        assert self.link is not None and self.store is not None
+        pg = build_process_group(
+            self.store, a.store_prefix, a.rank, a.size, self.timeout_s, self.backend,
+            lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
+        )
+        self.assignment = a
+        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s)
+
+    def _retire_ring(self) -> None:
+        """Drop the current ring. A Gloo group with a collective stuck on a hung peer would block
+        its destructor until the Gloo timeout, so old groups are kept, not destroyed; NCCL groups
+        are aborted so their kernels do not hang the device."""
+        if self.comm is None:
+            return
+        pg = self.comm.pg
+        if self.backend == "nccl":
+            try:
+                pg.abort()
+            except RuntimeError:
+                pass
+        self._graveyard.append(pg)
+        self.comm = None
+
+    def _guard(self, action) -> None:
+        """Turn the rendezvous' 'leave' verdicts into a clean process exit."""
+        try:
+            action()
+        except Retired as exc:
+            _say(f"leaving the job: {exc}")
+            raise SystemExit(0) from None
+        except JobEnded as exc:
+            _say(f"the job ended: {exc}")
+            raise SystemExit(0 if exc.success else 1) from None
+        except ConnectionError as exc:
+            _say(str(exc))
+            raise SystemExit(1) from None
+
+    # ------------------------------------------------------------ facts for the hvd API
+    def hosts_sequence_baseline(self) -> int:
+        return self.assignment.hosts_sequence if self.assignment else 0
+
+    def topology(self) -> tuple[int, int, int, int, int, int]:
+        """(rank, size, local_rank, local_size, cross_rank, cross_size); tentative for a newcomer."""
+        a = self.assignment
+        if a is None:
+            rank, size, local_rank = self._tentative
+            return rank, size, local_rank, 1, 0, 1
+        return a.rank, a.size, a.local_rank, a.local_size, a.cross_rank, a.cross_size
+
+    def communicator(self) -> Communicator:
+        if self.comm is None:
+            if self.link is not None:
+                self.rejoin("")
+        assert self.comm is not None
+        return self.comm
+
+    def note_commit(self, commits: int) -> None:
+        """The state's commit count (it goes back on a rollback), reported with heartbeats."""
+        self.commits = commits
+        if self.link is not None:
+            self.link.commits = self.commits
+
+    def report_done(self) -> None:
+        if self.link is not None:
+            self._guard(self.link.report_done)
+
+    def shutdown(self) -> None:
+        if self.link is not None:
+            self.link.close()

@@ -1,0 +1,163 @@
+"""A worker's line to the rendezvous: its session stream, heartbeats, and what it was told.
+
+Events arrive on a background thread and are kept as plain facts (latest assignment, which
+generation is over, the latest hosts-update sequence, retire/job-end). Threads that wait on a
+collective register an `threading.Event` here; any event that makes their wait pointless
+(generation over, rendezvous lost, retire) sets it, so nobody polls.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import grpc
+
+from proto import ringmaster_pb2 as pb
+from proto import ringmaster_pb2_grpc as pb_grpc
+
+
+class Retired(Exception):
+    """The rendezvous does not need this worker any more; it should exit 0."""
+
+
+class JobEnded(Exception):
+    def __init__(self, success: bool, reason: str) -> None:
+        super().__init__(reason)
+        self.success = success
+
+
+class RendezvousLink:
+    def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0) -> None:
+        self.address = address
+        self.worker_id = worker_id
+        self.host = host
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.commits = 0
+        self.elastic = False
+        self._cond = threading.Condition()
+        self._assignment: pb.Assignment | None = None
+        self._over: dict[int, str] = {}
+        self._hosts_sequence = 0
+        self._retired: str | None = None
+        self._ended: pb.JobEnded | None = None
+        self._lost: str | None = None
+        self._waiters: set[threading.Event] = set()
+        self._closed = threading.Event()
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.RendezvousStub(self._channel)
+        self._session = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid())
+        self._session = self._stub.WorkerSession(hello, wait_for_ready=True)
+        threading.Thread(target=self._read, name="ringmaster-session", daemon=True).start()
+        threading.Thread(target=self._beat, name="ringmaster-heartbeat", daemon=True).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._session is not None:
+            self._session.cancel()
+        self._channel.close()
+
+    # ------------------------------------------------------------ requests
+    def ready(self, after_generation: int, failure: str = "") -> None:
+        reply = self._stub.Ready(
+            pb.ReadyRequest(worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic),
+            timeout=30,
+        )
+        if not reply.ok:
+            raise Retired(reply.message)
+
+    def report_done(self) -> None:
+        self._stub.ReportDone(pb.DoneRequest(worker_id=self.worker_id, commits=self.commits), timeout=30)
+
+    def heartbeat_now(self) -> None:
+        self._stub.WorkerHeartbeat(
+            pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
+        )
+
+    # ------------------------------------------------------------ facts
+    def wait_assignment(self, after_generation: int, timeout_s: float | None = None) -> pb.Assignment:
+        """Block until an assignment newer than `after_generation` arrives."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                self._raise_if_finished()
+                if self._assignment is not None and self._assignment.generation > after_generation:
+                    return self._assignment
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no generation after {after_generation} within {timeout_s:g} s")
+                self._cond.wait(remaining)
+
+    def generation_over(self, generation: int) -> str | None:
+        """Why `generation` ended, or None while it stands."""
+        with self._cond:
+            if self._lost:
+                return f"lost the rendezvous: {self._lost}"
+            if self._retired is not None or self._ended is not None:
+                return "the worker is leaving the job"
+            return self._over.get(generation)
+
+    def hosts_sequence(self) -> int:
+        with self._cond:
+            return self._hosts_sequence
+
+    def add_waiter(self, event: threading.Event) -> None:
+        with self._cond:
+            self._waiters.add(event)
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._cond:
+            self._waiters.discard(event)
+
+    def _raise_if_finished(self) -> None:
+        if self._ended is not None:
+            raise JobEnded(self._ended.success, self._ended.reason)
+        if self._retired is not None:
+            raise Retired(self._retired)
+        if self._lost is not None:
+            raise ConnectionError(f"lost the rendezvous at {self.address}: {self._lost}")
+
+    # ------------------------------------------------------------ threads
+    def _read(self) -> None:
+        try:
+            for event in self._session:
+                self._on_event(event)
+            reason = "the rendezvous closed the session"
+        except grpc.RpcError as exc:
+            reason = f"{exc.code().name}: {exc.details()}"
+        with self._cond:
+            if not self._closed.is_set() and self._retired is None and self._ended is None:
+                self._lost = reason
+            self._wake()
+
+    def _on_event(self, event: pb.WorkerEvent) -> None:
+        kind = event.WhichOneof("event")
+        with self._cond:
+            if kind == "assignment":
+                self._assignment = event.assignment
+            elif kind == "generation_over":
+                self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
+            elif kind == "hosts_updated":
+                self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
+            elif kind == "retire":
+                self._retired = event.retire.reason or "retired"
+            elif kind == "job_ended":
+                self._ended = event.job_ended
+            self._wake()
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
+        self._cond.notify_all()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(self.heartbeat_interval_s):
+            try:
+                self.heartbeat_now()
+            except grpc.RpcError:
+                pass  # a lost rendezvous is noticed by the session reader

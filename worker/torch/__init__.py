@@ -1,0 +1,225 @@
+"""Horovod's PyTorch API on Ringmaster: `import worker.torch as hvd`.
+
+A Horovod elastic script runs with only its import line changed. Collectives go through
+`torch.distributed` (Gloo on CPU, NCCL on GPU) on the ring of the current generation; each is
+bounded, so a dead or hung peer raises `HorovodInternalError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterable, Mapping
+
+import torch
+import torch.distributed as dist
+
+from worker.context import WorkerContext
+from worker.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError
+from worker.torch.compression import Compression
+from worker.torch.optimizer import DistributedOptimizer
+
+# Reduction ops, as Horovod names them.
+Average = "average"
+Sum = "sum"
+Min = "min"
+Max = "max"
+_OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX}
+
+_context: WorkerContext | None = None
+
+
+def init() -> None:
+    """Join the job (idempotent). Outside `ringmaster run` this is a job of one worker."""
+    global _context
+    if _context is None:
+        context = WorkerContext()
+        context.init()
+        _context = context
+
+
+def shutdown() -> None:
+    global _context
+    if _context is not None:
+        _context.shutdown()
+        _context = None
+
+
+def is_initialized() -> bool:
+    return _context is not None
+
+
+def context() -> WorkerContext:
+    if _context is None:
+        raise ValueError("Ringmaster has not been initialized; call hvd.init() first")
+    return _context
+
+
+def rank() -> int:
+    return context().topology()[0]
+
+
+def size() -> int:
+    return context().topology()[1]
+
+
+def local_rank() -> int:
+    return context().topology()[2]
+
+
+def local_size() -> int:
+    return context().topology()[3]
+
+
+def cross_rank() -> int:
+    return context().topology()[4]
+
+
+def cross_size() -> int:
+    return context().topology()[5]
+
+
+def is_homogeneous() -> bool:
+    return True
+
+
+def gloo_enabled() -> bool:
+    return True
+
+
+def nccl_built() -> bool:
+    return torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------- collectives
+def _resolve_op(op: str | None, average: bool | None) -> str:
+    if op is None:
+        return Sum if average is False else Average
+    if op not in _OPS:
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, hvd.Sum, hvd.Min or hvd.Max")
+    return op
+
+
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduce `tensor` across all workers in place."""
+    comm = context().communicator()
+    op = _resolve_op(op, average)
+    if prescale_factor != 1.0:
+        tensor.mul_(prescale_factor)
+    comm.allreduce_(tensor, _OPS[op])
+    scale = postscale_factor / comm.size if op == Average else postscale_factor
+    if scale != 1.0:
+        if tensor.is_floating_point():
+            tensor.mul_(scale)
+        else:
+            tensor.copy_(torch.div(tensor, comm.size, rounding_mode="floor") if op == Average else tensor * scale)
+    return tensor
+
+
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
+              compression: type = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduce `tensor` across all workers and return the result (the input is left alone)."""
+    compressed, ctx = compression.compress(tensor.detach().clone())
+    allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(compressed, ctx)
+
+
+def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
+    """Concatenate every worker's `tensor` along dimension 0 (first dimensions may differ)."""
+    comm = context().communicator()
+    tensor = tensor.detach()
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    lengths = comm.allgather(torch.tensor([tensor.shape[0]], dtype=torch.int64))
+    longest = int(max(int(n) for n in lengths))
+    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype)
+    padded[: tensor.shape[0]] = tensor
+    parts = comm.allgather(padded)
+    return torch.cat([part[: int(n)] for part, n in zip(parts, lengths)])
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    context().communicator().broadcast_(tensor, root_rank)
+    return tensor
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    return broadcast_(tensor.detach().clone(), root_rank, name)
+
+
+def barrier() -> None:
+    context().communicator().barrier()
+
+
+def join() -> int:
+    """Horovod's join for uneven inputs is not needed here; this is a barrier returning rank 0."""
+    barrier()
+    return 0
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
+    """Send a Python object from `root_rank` to every worker (torch.save format, in the ring)."""
+    comm = context().communicator()
+    if comm.size == 1:
+        return obj
+    if comm.rank == root_rank:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        length = torch.zeros(1, dtype=torch.int64)
+    comm.broadcast_(length, root_rank)
+    if comm.rank != root_rank:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    comm.broadcast_(payload, root_rank)
+    if comm.rank == root_rank:
+        return obj
+    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
+
+
+def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
+    comm = context().communicator()
+    return [broadcast_object(obj if r == comm.rank else None, r) for r in range(comm.size)]
+
+
+def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], root_rank: int) -> None:
+    """Overwrite parameters (a state_dict or named_parameters) with `root_rank`'s, in place.
+
+    Tensors are sent as one flat buffer per dtype, not one collective each.
+    """
+    items = sorted(params.items()) if isinstance(params, Mapping) else list(params)
+    tensors = [t for _, t in items if isinstance(t, torch.Tensor)]
+    comm = context().communicator()
+    if comm.size == 1 or not tensors:
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for group in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group])
+        comm.broadcast_(flat, root_rank)
+        offset = 0
+        with torch.no_grad():
+            for t in group:
+                n = t.numel()
+                t.copy_(flat[offset: offset + n].view_as(t))
+                offset += n
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
+    """Give every worker `root_rank`'s optimizer state and hyperparameters."""
+    state = broadcast_object(optimizer.state_dict(), root_rank)
+    if context().communicator().rank != root_rank:
+        optimizer.load_state_dict(state)
+
+
+from worker.torch import elastic  # noqa: E402  (needs the functions above)
+
+__all__ = [
+    "Average", "Sum", "Min", "Max", "Compression", "DistributedOptimizer", "HorovodInternalError",
+    "HostsUpdatedInterrupt", "WorkersFailedError", "allgather", "allgather_object", "allreduce", "allreduce_",
+    "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
+    "cross_rank", "cross_size", "elastic", "init", "is_initialized", "join", "local_rank", "local_size", "rank",
+    "shutdown", "size",
+]

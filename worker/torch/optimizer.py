@@ -1,0 +1,94 @@
+"""`hvd.DistributedOptimizer`: average gradients across workers before each step.
+
+As in Horovod, the wrapper is an instance of the wrapped optimizer's own class (so LR
+schedulers and `isinstance` keep working) sharing its state. Gradients are reduced as one flat
+buffer per dtype at `step()` (or `synchronize()`); with `backward_passes_per_step=k` the user
+calls `step()` once per k backward passes and the accumulated gradients are reduced once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable
+
+import torch
+
+
+class _DistributedOptimizerMixin:
+    _hvd_op: str
+    _hvd_compression: type
+    _hvd_params: list[torch.Tensor]
+    _hvd_synchronized: bool
+    _hvd_should_sync: bool
+    backward_passes_per_step: int
+
+    def synchronize(self) -> None:
+        """Reduce gradients now (e.g. before clipping); `step()` then does not reduce again."""
+        from worker import torch as hvd
+
+        grads = [p.grad for p in self._hvd_params if p.grad is not None]
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for g in grads:
+            by_dtype.setdefault(g.dtype, []).append(g)
+        for group in by_dtype.values():
+            flat = torch.cat([g.reshape(-1) for g in group])
+            flat, ctx = self._hvd_compression.compress(flat)
+            hvd.allreduce_(flat, op=self._hvd_op)
+            flat = self._hvd_compression.decompress(flat, ctx)
+            offset = 0
+            for g in group:
+                n = g.numel()
+                g.copy_(flat[offset: offset + n].view_as(g))
+                offset += n
+        self._hvd_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside, `step()` does not reduce (use after an explicit `synchronize()`)."""
+        self._hvd_should_sync = False
+        try:
+            yield
+        finally:
+            self._hvd_should_sync = True
+
+    def step(self, closure=None):  # type: ignore[override]
+        if self._hvd_should_sync and not self._hvd_synchronized:
+            self.synchronize()
+        self._hvd_synchronized = False
+        return super().step(closure)  # type: ignore[misc]
+
+
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+    compression: type | None = None,
+    backward_passes_per_step: int = 1,
+    op: str = "average",
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups=None,
+    sparse_as_dense: bool = False,
+) -> torch.optim.Optimizer:
+    """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
+    from worker.torch.compression import Compression
+
+    if backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    if named_parameters is not None:
+        named = list(named_parameters)
+        names = [n for n, _ in named]
+        if len(set(names)) != len(names):
+            raise ValueError("named_parameters has duplicate names")
+        params = [p for _, p in named]
+    else:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizerMixin, optimizer.__class__), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._hvd_op = op
+    wrapped._hvd_compression = compression or Compression.none
+    wrapped._hvd_params = params
+    wrapped._hvd_synchronized = False
+    wrapped._hvd_should_sync = True
+    wrapped.backward_passes_per_step = backward_passes_per_step
+    return wrapped
