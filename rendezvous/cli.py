@@ -52,6 +52,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
+    parser.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S,
+                        help="seconds a ready newcomer waits for newcomers still warming up, to join in one reset (default: %(default)s)")
     parser.add_argument("--crash-loop-limit", type=int, default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
                         help="fail after this many generations in a row fail within --crash-loop-window (default: %(default)s)")
     parser.add_argument("--crash-loop-window", type=float, default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
@@ -111,7 +113,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
             heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
-            crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None

@@ -117,7 +117,7 @@ class Coordinator:
         if host in self.hosts:
             self.hosts[host].last_heartbeat = now
 
-    def agent_disconnected(self, host: str, now: float, reason: str = "its connection closed") -> None:
+    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection") -> None:
         record = self.hosts.get(host)
         if record is None or not record.agent_connected:
             return
@@ -125,7 +125,7 @@ class Coordinator:
         self._sent_to_agents.pop(host, None)
         if self.outcome is not None:
             return
-        self._event(now, f"host {host} lost: agent {reason}")
+        self._event(now, f"host {host} lost: its agent {reason}")
         self._pending_cause.append(f"host {host} lost")
         for worker in self._workers_on(host):
             if worker.live and not worker.stopping and not worker.done:
@@ -206,6 +206,7 @@ class Coordinator:
             self._end_generation(f"worker {worker_id} reported: {failure}", now)
         if worker.phase is not Phase.EXITED:
             worker.phase = Phase.READY
+            worker.ready_at = now
         worker.last_heartbeat = now
         self._reconcile(now)
         return None
@@ -330,6 +331,7 @@ class Coordinator:
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True
+                worker.stop_requested_at = now - self.settings.stop_grace_s
 
     def _start_finishing(self, now: float) -> None:
         if not self.finishing:
@@ -359,6 +361,7 @@ class Coordinator:
         if worker.stopping:
             return
         worker.stopping = True
+        worker.stop_requested_at = now
         self._event(now, f"worker {worker.worker_id} on {worker.host} retires: {reason}")
         if worker.registered:
             self._send_worker(worker.worker_id, pb.WorkerEvent(retire=pb.Retire(reason=reason)))
@@ -432,7 +435,7 @@ class Coordinator:
             else:
                 self._maybe_request_update(eligible, now)
             self._spawn_newcomers(eligible, now)
-        self._publish_agents()
+        self._publish_agents(now)
 
     def _retire_outcasts(self, eligible: set[str], now: float) -> None:
         gen = self.generation
@@ -490,8 +493,6 @@ class Coordinator:
         gen = self.generation
         assert gen is not None
         eligible = {h.name for h in self.eligible_hosts(now)}
-        if any(w.live and w.stopping for w in self.workers.values()):
-            return  # wait until stopped workers are gone, so nobody trains beside the new ring
         survivors = [self.workers[i] for i in gen.member_ids]
         survivors = [w for w in survivors if w.live and w.phase is Phase.READY and w.host in eligible]
         newcomers = [
@@ -570,6 +571,12 @@ class Coordinator:
             if w.live and w.phase is Phase.READY and not self._is_member(w) and w.host in eligible
         ]
         room = (self.settings.max_np or 1 << 30) - len(members)
+        warming = [
+            w for w in self.workers.values()
+            if w.live and not w.stopping and w.phase in (Phase.SPAWNING, Phase.WARMING) and w.host in eligible
+        ]
+        if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < self.settings.warmup_grace_s:
+            ready_newcomers = []  # let the others finish warming up and join in the same reset
         if ready_newcomers and room > 0:
             reasons.append("new worker(s) ready: " + ", ".join(w.worker_id for w in ready_newcomers[:room]))
         leaving = [w for w in members if w.live and w.host not in eligible]
@@ -612,13 +619,16 @@ class Coordinator:
                 self._event(now, f"starting worker {worker.worker_id} on {host.name} (joins after warming up)")
                 room -= 1
 
-    def _publish_agents(self) -> None:
+    def _publish_agents(self, now: float) -> None:
+        """Tell each agent which workers to run. A retiring worker that can hear the rendezvous
+        gets `stop_grace_s` to leave by itself before its agent sends SIGTERM."""
         for host in self.hosts.values():
             if not host.agent_connected:
                 continue
             specs = [
                 w for w in self.workers.values()
-                if w.host == host.name and w.live and not w.stopping
+                if w.host == host.name and w.live
+                and (not w.stopping or (w.registered and now - w.stop_requested_at < self.settings.stop_grace_s))
             ]
             key = tuple(sorted(w.worker_id for w in specs))
             if self._sent_to_agents.get(host.name) == key:

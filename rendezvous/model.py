@@ -42,6 +42,8 @@ class Worker:
     done: bool = False  # its training function returned
     generation: int = 0  # last generation it was a member of
     last_heartbeat: float = 0.0
+    ready_at: float = 0.0
+    stop_requested_at: float = 0.0
     commits: int = 0
     pid: int | None = None
 

@@ -25,6 +25,9 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
 DEFAULT_START_TIMEOUT_S = 30.0
 #: Seconds a stopped worker gets between SIGTERM and SIGKILL.
 DEFAULT_STOP_GRACE_S = 5.0
+#: Seconds a ready newcomer waits for the other newcomers still warming up, so that they join
+#: the ring together in one reset.
+DEFAULT_WARMUP_GRACE_S = 5.0
 #: A generation that fails sooner than this after it formed counts towards a crash loop.
 DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
 #: Consecutive quickly failing generations after which the job gives up.
@@ -49,6 +52,7 @@ class JobSettings(BaseModel):
     start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     blacklist_cooldown_s: Optional[tuple[float, float]] = None
+    warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
     crash_loop_limit: int = Field(DEFAULT_CRASH_LOOP_LIMIT, ge=1)
 

@@ -1,0 +1,27 @@
+"""Shared fixtures: jobs that are always reaped."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from harness import Job  # noqa: E402
+
+
+@pytest.fixture
+def run_job():
+    """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
+    jobs: list[Job] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Job:
+        job = Job([str(a) for a in args], env=env)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.kill()

@@ -1,0 +1,152 @@
+"""Running real `ringmaster run` jobs from tests: every process is reaped, even on failure.
+
+The launcher runs in its own session; agents run in sessions of their own (they are emulated
+hosts) and die with the launcher (PR_SET_PDEATHSIG), workers die with their agent. Teardown
+kills the launcher's group and every agent group it ever reported, so nothing outlives a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Callable, TypeVar
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+WORKLOADS = ROOT / "tests" / "workloads"
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll `condition` until it returns something truthy; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def write_hosts(path: pathlib.Path, hosts: dict[str, int]) -> None:
+    """Atomically replace the host file a discovery script prints."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{h}:{s}\n" for h, s in hosts.items()))
+    os.replace(tmp, path)
+
+
+def discovery_script(directory: pathlib.Path, hosts: dict[str, int]) -> tuple[pathlib.Path, pathlib.Path]:
+    """A discovery script printing a host file the test can rewrite."""
+    hosts_file = directory / "hosts.txt"
+    write_hosts(hosts_file, hosts)
+    script = directory / "hosts.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, hosts_file
+
+
+class Job:
+    """A `ringmaster run` process and what it printed."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        full_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rendezvous.cli", "run", *args],
+            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._agent_pids: set[int] = set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.api_url: str | None = None
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_api(self, timeout_s: float = 60) -> str:
+        def find() -> str | None:
+            for line in self.lines:
+                if "control API on " in line:
+                    return line.split("control API on ", 1)[1].strip()
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ringmaster exited early ({self.proc.returncode}):\n{self.output}")
+            return None
+
+        self.api_url = wait_for(find, timeout_s, "the control API address")
+        return self.api_url
+
+    def status(self) -> dict:
+        url = self.api_url or self.wait_api()
+        with urllib.request.urlopen(f"{url}/status", timeout=5) as response:
+            status = json.load(response)
+        self._agent_pids.update(h["agent_pid"] for h in status["hosts"] if h["agent_pid"])
+        return status
+
+    def wait_status(self, predicate: Callable[[dict], bool], timeout_s: float, what: str) -> dict:
+        def check() -> dict | None:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ringmaster exited ({self.proc.returncode}) while waiting for {what}:\n{self.output}")
+            try:
+                status = self.status()
+            except OSError:
+                return None
+            return status if predicate(status) else None
+
+        return wait_for(check, timeout_s, what, interval_s=0.1)
+
+    def kill_host(self, host: str) -> int:
+        """SIGKILL an emulated host: its agent's whole process group."""
+        pid = next(h["agent_pid"] for h in self.status()["hosts"] if h["name"] == host)
+        os.killpg(pid, signal.SIGKILL)
+        return pid
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ringmaster did not finish within {timeout_s:g} s:\n{self.output}") from None
+        self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        for pid in [self.proc.pid, *self._agent_pids]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait()
+
+
+def read_logs(log_dir: pathlib.Path) -> dict[str, list[dict]]:
+    """Per worker: the JSON lines the workload wrote."""
+    logs = {}
+    for path in sorted(log_dir.glob("*.jsonl")):
+        logs[path.stem] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return logs
+
+
+def events(logs: dict[str, list[dict]], kind: str) -> list[dict]:
+    return [dict(r, worker=w) for w, records in logs.items() for r in records if r["event"] == kind]
