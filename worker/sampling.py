@@ -1,7 +1,7 @@
 """Which samples of an epoch each rank reads: pure functions behind `ElasticSampler`.
 
 The order of an epoch is fixed by (seed, epoch). What is left of it (the epoch minus the
-samples already processed) is dealt out round-robin, padded with the first remaining samples so
+samples already processed) is dealt out round-robin, padded by repeating the first remaining samples so
 every rank has the same count (as torch's DistributedSampler does; this repeats at most
 size-1 samples, only when what is left does not divide by the world size). Because every rank
 can compute every other rank's share, each rank records the whole ring's batch at each step:
@@ -44,4 +44,4 @@ def batch_of_all_ranks(left: Sequence[int], size: int, batch_idx: int, batch_siz
 
 
 def _padded(left: Sequence[int], position: int) -> int:
-    return left[position] if position < len(left) else left[position - len(left)]
+    return left[position % len(left)]

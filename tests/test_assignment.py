@@ -1,0 +1,53 @@
+"""Rank assignment: survivors keep their order, newcomers go last, topology is consistent."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rendezvous.assignment import WorkerSlot, assign_ranks
+
+slots = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"])), max_size=20, unique_by=lambda t: t[0]
+)
+
+
+def _workers(pairs, prefix):
+    return [WorkerSlot(f"{prefix}{i}", host) for i, host in pairs]
+
+
+@given(slots, slots, st.one_of(st.none(), st.integers(1, 30)))
+def test_rank_rules(survivor_pairs, newcomer_pairs, max_np) -> None:
+    survivors = _workers(survivor_pairs, "s")
+    newcomers = _workers(newcomer_pairs, "n")
+    result = assign_ranks(survivors, newcomers, max_np)
+    expected = (survivors + newcomers)[: max_np if max_np is not None else None]
+    assert [a.worker_id for a in result] == [w.worker_id for w in expected]
+    assert [a.rank for a in result] == list(range(len(result)))
+    assert all(a.size == len(result) for a in result)
+    if survivors and (max_np is None or max_np >= 1):
+        assert result[0].worker_id == survivors[0].worker_id  # rank 0 stays rank 0
+    hosts = {a.host for a in result}
+    for host in hosts:
+        on_host = [a for a in result if a.host == host]
+        assert [a.local_rank for a in on_host] == list(range(len(on_host)))
+        assert all(a.local_size == len(on_host) for a in on_host)
+    for local in {a.local_rank for a in result}:
+        crossing = [a for a in result if a.local_rank == local]
+        assert sorted(a.cross_rank for a in crossing) == list(range(len(crossing)))
+        assert all(a.cross_size == len(crossing) for a in crossing)
+
+
+def test_survivor_order_after_a_failure() -> None:
+    before = assign_ranks([], [WorkerSlot(f"w{i}", "ab"[i // 2]) for i in range(4)])
+    alive = [WorkerSlot(a.worker_id, a.host) for a in before if a.worker_id != "w1"]
+    after = assign_ranks(alive, [WorkerSlot("w9", "c")])
+    assert [(a.worker_id, a.rank) for a in after] == [("w0", 0), ("w2", 1), ("w3", 2), ("w9", 3)]
+    assert [(a.local_rank, a.cross_rank, a.cross_size) for a in after] == [(0, 0, 3), (0, 1, 3), (1, 0, 1), (0, 2, 3)]
+
+
+def test_duplicate_worker_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="appears twice"):
+        assign_ranks([WorkerSlot("x", "a")], [WorkerSlot("x", "a")])

@@ -1,0 +1,126 @@
+"""Host discovery: parsing, diffing, blacklisting (pure) and running real scripts."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from discovery import (
+    Blacklist, CooldownRange, DiscoveryError, ScriptDiscovery, diff_hosts, parse_host_lines, parse_hosts_flag,
+)
+
+host_names = st.from_regex(r"[a-z][a-z0-9\-]{0,10}[a-z0-9]", fullmatch=True)
+
+
+@given(st.dictionaries(host_names, st.integers(1, 64), max_size=12))
+def test_printed_host_sets_parse_back(hosts: dict[str, int]) -> None:
+    text = "".join(f"{h}:{s}\n" for h, s in hosts.items())
+    assert parse_host_lines(text) == hosts
+
+
+def test_comments_blank_lines_and_default_slots() -> None:
+    text = "# cluster\n\nnode1:4\nnode2   # default slots\n"
+    assert parse_host_lines(text, default_slots=2) == {"node1": 4, "node2": 2}
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("node1:4\nnode2:x\n", "line 2: 'node2:x': slots 'x' is not an integer"),
+        ("node1:0\n", "line 1: 'node1:0': slots must be a positive integer, got 0"),
+        ("node1:-2\n", "slots must be a positive integer, got -2"),
+        ("node1\n", "line 1: 'node1' gives no slot count"),
+        ("node1:2\nnode1:3\n", "line 2: host 'node1' is listed twice"),
+        ("node 1:2\n", "line 1: 'node 1:2' has spaces"),
+        ("no$de:2\n", "'no$de' is not a valid host name"),
+    ],
+)
+def test_malformed_lines_are_named(text: str, fragment: str) -> None:
+    with pytest.raises(DiscoveryError, match=None) as info:
+        parse_host_lines(text, source="discovery")
+    assert fragment in str(info.value)
+
+
+def test_hosts_flag() -> None:
+    assert parse_hosts_flag("a:2,b:4,c") == {"a": 2, "b": 4, "c": 1}
+    with pytest.raises(DiscoveryError, match="names no host"):
+        parse_hosts_flag(",")
+    with pytest.raises(DiscoveryError, match="--hosts entry 2"):
+        parse_hosts_flag("a:2,b:0")
+
+
+def test_diff_names_added_removed_resized() -> None:
+    change = diff_hosts({"a": 2, "b": 2, "c": 1}, {"a": 2, "b": 4, "d": 1})
+    assert change.added == {"d": 1}
+    assert change.removed == {"c": 1}
+    assert change.resized == {"b": (2, 4)}
+    assert not diff_hosts({"a": 1, "b": 1}, {"b": 1, "a": 1})
+
+
+def test_blacklist_without_range_is_permanent() -> None:
+    blacklist = Blacklist()
+    assert blacklist.record_failure("a", now=100.0) == float("inf")
+    assert blacklist.is_blacklisted("a", now=1e9)
+    assert not blacklist.is_blacklisted("b", now=100.0)
+
+
+def test_cooldown_starts_at_lower_doubles_and_caps_with_jitter() -> None:
+    blacklist = Blacklist(CooldownRange(10, 60), rng=random.Random(3))
+    cooldowns = [blacklist.record_failure("a", now=0.0) for _ in range(6)]
+    assert 10 <= cooldowns[0] <= 11
+    assert 20 <= cooldowns[1] <= 22
+    assert 40 <= cooldowns[2] <= 44
+    assert cooldowns[3:] == [60, 60, 60]
+    blacklist2 = Blacklist(CooldownRange(10, 60), rng=random.Random(3))
+    first = blacklist2.record_failure("b", now=50.0)
+    assert blacklist2.is_blacklisted("b", now=50.0 + first - 0.01)
+    assert not blacklist2.is_blacklisted("b", now=50.0 + first)
+    assert blacklist2.next_release(now=51.0) == pytest.approx(50.0 + first)
+
+
+def test_cooldown_range_is_validated() -> None:
+    with pytest.raises(ValueError, match="0 < MIN <= MAX"):
+        CooldownRange(30, 10)
+
+
+def _script(tmp_path: pathlib.Path, body: str) -> str:
+    path = tmp_path / "hosts.sh"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_script_output_is_parsed(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(_script(tmp_path, "echo hostA:2\necho hostB\n"), default_slots=3)
+    assert discovery.find_hosts() == {"hostA": 2, "hostB": 3}
+
+
+def test_failing_script_reports_code_and_stderr(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(_script(tmp_path, "echo 'cannot reach the scheduler' >&2\nexit 3\n"))
+    with pytest.raises(DiscoveryError, match="exited with code 3: cannot reach the scheduler"):
+        discovery.find_hosts()
+
+
+def test_hanging_script_is_killed_at_its_timeout(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(_script(tmp_path, "sleep 30\n"), timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(DiscoveryError, match="did not finish within 0.5 s"):
+        discovery.find_hosts()
+    assert time.monotonic() - started < 5
+
+
+def test_garbage_output_names_the_line(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(_script(tmp_path, "echo hostA:2\necho 'hostB:lots'\n"))
+    with pytest.raises(DiscoveryError, match="line 2: 'hostB:lots'"):
+        discovery.find_hosts()
+
+
+def test_missing_script(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(str(tmp_path / "nope.sh"))
+    with pytest.raises(DiscoveryError, match="exited with code 127"):
+        discovery.find_hosts()
