@@ -1,0 +1,338 @@
+"""The rendezvous' decisions, driven without I/O: a manual clock and the coordinator's outbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from proto import ringmaster_pb2 as pb
+from rendezvous.coordinator import Coordinator, StoreAddress
+from rendezvous.model import Phase
+from rendezvous.settings import JobSettings
+
+
+class Rig:
+    """A coordinator plus what it said, per agent and per worker."""
+
+    def __init__(self, **settings) -> None:
+        settings.setdefault("command", ["python", "train.py"])
+        self.plain_stores: list[int] = []
+        self.coordinator = Coordinator(
+            JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store, log=lambda _: None
+        )
+        self.now = 0.0
+        self.agents: dict[str, pb.AgentCommand] = {}
+        self.worker_events: dict[str, list[pb.WorkerEvent]] = {}
+
+    def _plain_store(self, generation: int) -> tuple[str, int]:
+        self.plain_stores.append(generation)
+        return "127.0.0.1", 1000 + generation
+
+    def __getattr__(self, name):
+        method = getattr(self.coordinator, name)
+
+        def call(*args):
+            result = method(*args, self.now)
+            for kind, target, message in self.coordinator.drain():
+                if kind == "agent":
+                    self.agents[target] = message
+                else:
+                    self.worker_events.setdefault(target, []).append(message)
+            return result
+
+        return call
+
+    def specs(self, host: str) -> dict[str, pb.WorkerSpec]:
+        return {s.worker_id: s for s in self.agents[host].workers}
+
+    def kinds(self, worker_id: str) -> list[str]:
+        return [e.WhichOneof("event") for e in self.worker_events.get(worker_id, [])]
+
+    def last(self, worker_id: str, kind: str):
+        return [getattr(e, kind) for e in self.worker_events[worker_id] if e.WhichOneof("event") == kind][-1]
+
+    def start_elastic(self, hosts: dict[str, int]) -> list[str]:
+        """Discover, connect agents, register every planned worker as elastic."""
+        self.set_hosts(hosts)
+        for pid, host in enumerate(hosts, start=100):
+            self.agent_connected(host, pid)
+        ids = [a.worker_id for a in self.coordinator.generation.members]
+        for wid in ids:
+            self.worker_connected(wid, 1)
+            self.worker_heartbeat(wid, 0, True)
+        return ids
+
+
+def test_first_generation_waits_for_every_agent_then_plans_ranks_in_env() -> None:
+    rig = Rig(min_np=2)
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.agent_connected("a", 11)
+    assert rig.coordinator.generation is None
+    rig.agent_connected("b", 12)
+    gen = rig.coordinator.generation
+    assert gen.number == 1 and len(gen.members) == 4
+    env = {wid: spec.env for host in "ab" for wid, spec in rig.specs(host).items()}
+    assert sorted(int(e["RANK"]) for e in env.values()) == [0, 1, 2, 3]
+    assert {e["WORLD_SIZE"] for e in env.values()} == {"4"}
+    assert {e["MASTER_PORT"] for e in env.values()} == {"1001"}
+    assert all(e["RINGMASTER_GENERATION"] == "1" for e in env.values())
+    assert list(rig.specs("a")[gen.members[0].worker_id].argv) == ["python", "train.py"]
+
+
+def test_first_generation_starts_without_a_silent_host_after_the_start_timeout() -> None:
+    rig = Rig(min_np=2, start_timeout_s=5)
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.agent_connected("a", 11)
+    rig.now = 4.9
+    rig.tick()
+    assert rig.coordinator.generation is None
+    rig.now = 5.0
+    rig.tick()
+    assert [a.host for a in rig.coordinator.generation.members] == ["a", "a"]
+
+
+def test_a_dead_worker_ends_the_generation_and_survivors_keep_their_order() -> None:
+    rig = Rig(min_np=2)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    for wid in ids:
+        assert rig.last(wid, "assignment").generation == 1
+    rig.worker_disconnected(ids[1])
+    for wid in (ids[0], ids[2], ids[3]):
+        assert rig.last(wid, "generation_over").generation == 1
+    rig.worker_exited("a", ids[1], 1, 0, False)
+    assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
+    # a is blacklisted: its other worker must leave; b's two workers re-form
+    for wid in (ids[0], ids[2], ids[3]):
+        rig.worker_ready(wid, 1, "allreduce failed", True)
+    assert rig.kinds(ids[0])[-1] == "retire"
+    gen = rig.coordinator.generation
+    assert gen.number == 2
+    assert [a.worker_id for a in gen.members] == [ids[2], ids[3]]
+    assert rig.last(ids[2], "assignment").rank == 0
+    assert rig.coordinator.summary.resets == 1
+
+
+def test_rank_zero_stays_rank_zero_when_it_survives() -> None:
+    rig = Rig(min_np=2, max_np=8)
+    ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
+    rig.agent_disconnected("b")
+    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    rig.worker_ready(ids[2], 1, "allreduce failed", True)
+    rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    assert [(a.worker_id, a.rank) for a in rig.coordinator.generation.members] == [(ids[0], 0), (ids[2], 1)]
+
+
+def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
+    rig = Rig(min_np=2, max_np=8)
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.agent_connected("b", 13)
+    newcomers = sorted(rig.specs("b"))
+    assert len(newcomers) == 2
+    assert all(rig.specs("b")[w].env["RINGMASTER_GENERATION"] == "0" for w in newcomers)
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+    assert not any("hosts_updated" in rig.kinds(w) for w in ids)  # still warming up
+    rig.worker_ready(newcomers[0], 0, "", True)
+    assert not any("hosts_updated" in rig.kinds(w) for w in ids)  # the other one is close behind
+    rig.worker_ready(newcomers[1], 0, "", True)
+    update = rig.last(ids[0], "hosts_updated")
+    assert update.sequence == 1 and "new worker(s) ready" in update.reason
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    gen = rig.coordinator.generation
+    assert [a.worker_id for a in gen.members] == ids + newcomers
+    assert all(rig.last(w, "assignment").hosts_sequence == 1 for w in ids + newcomers)
+
+
+def test_a_lone_ready_newcomer_does_not_wait_past_the_grace() -> None:
+    rig = Rig(min_np=1, max_np=8, warmup_grace_s=3)
+    ids = rig.start_elastic({"a": 1})
+    rig.set_hosts({"a": 1, "b": 2})
+    rig.agent_connected("b", 13)
+    first, second = sorted(rig.specs("b"))
+    rig.worker_connected(first, 2)
+    rig.worker_ready(first, 0, "", True)
+    rig.now = 2.9
+    rig.tick()
+    assert "hosts_updated" not in rig.kinds(ids[0])
+    rig.now = 3.0
+    rig.tick()
+    assert "hosts_updated" in rig.kinds(ids[0])
+
+
+def test_removed_host_leaves_at_the_next_commit() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.set_hosts({"a": 1})
+    assert rig.last(ids[0], "hosts_updated").reason == "host(s) leaving: b"
+    assert ids[1] in rig.specs("b")  # not killed mid-step
+    rig.worker_ready(ids[0], 1, "", True)
+    rig.worker_ready(ids[1], 1, "", True)
+    assert rig.kinds(ids[1])[-1] == "retire"
+    assert [a.worker_id for a in rig.coordinator.generation.members] == [ids[0]]
+    rig.now += rig.coordinator.settings.stop_grace_s
+    rig.tick()
+    assert ids[1] not in rig.specs("b")  # did not leave by itself: the agent stops it now
+
+
+def test_below_min_np_fails_after_the_elastic_timeout_with_counts() -> None:
+    rig = Rig(min_np=3, elastic_timeout_s=60, heartbeat_timeout_s=1000)
+    ids = rig.start_elastic({"a": 2, "b": 1})
+    rig.agent_disconnected("b")
+    rig.now = 59
+    rig.tick()
+    assert rig.coordinator.outcome is None
+    rig.now = 61
+    rig.tick()
+    outcome = rig.coordinator.outcome
+    assert outcome is not None and not outcome.success
+    assert "needs at least 3 workers (--min-np) but had only 2" in outcome.message
+    assert rig.agents["a"].shutdown
+    assert rig.last(ids[0], "job_ended").success is False
+
+
+def test_host_needed_for_min_np_is_not_blacklisted_and_its_slot_is_refilled() -> None:
+    rig = Rig(min_np=2)
+    ids = rig.start_elastic({"localhost": 2})
+    rig.worker_disconnected(ids[1])
+    rig.worker_exited("localhost", ids[1], 1, 0, False)
+    assert not rig.coordinator.blacklist.is_blacklisted("localhost", rig.now)
+    replacement = [w for w in rig.specs("localhost") if w not in ids]
+    assert len(replacement) == 1
+    rig.worker_ready(ids[0], 1, "peer died", True)
+    rig.worker_connected(replacement[0], 3)
+    rig.worker_ready(replacement[0], 0, "", True)
+    assert [a.worker_id for a in rig.coordinator.generation.members] == [ids[0], replacement[0]]
+
+
+def test_exit_zero_without_returning_is_not_success() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.worker_exited("b", ids[1], 0, 0, False)
+    assert rig.coordinator.outcome is None
+    assert rig.coordinator.workers[ids[1]].failed == "exited with code 0"
+    assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.last(ids[0], "generation_over").generation == 1
+
+
+def test_job_succeeds_when_the_training_function_returned_everywhere() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 2})
+    for wid in ids:
+        rig.worker_done(wid, 42)
+    assert rig.coordinator.outcome is None  # still running until they exit
+    for wid in ids:
+        rig.worker_disconnected(wid)
+        rig.worker_exited("a", wid, 0, 0, False)
+    assert rig.coordinator.outcome.success
+    assert rig.coordinator.summary.steps == 42
+
+
+def test_reset_limit() -> None:
+    rig = Rig(min_np=1, reset_limit=1)
+    ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
+    rig.agent_disconnected("c")
+    rig.worker_ready(ids[0], 1, "x", True)
+    rig.worker_ready(ids[1], 1, "x", True)
+    assert rig.coordinator.generation.number == 2
+    rig.agent_disconnected("b")
+    rig.worker_ready(ids[0], 2, "x", True)
+    assert not rig.coordinator.outcome.success
+    assert "reset 1 times and --reset-limit is 1" in rig.coordinator.outcome.message
+
+
+def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> None:
+    rig = Rig(min_np=1, heartbeat_timeout_s=5)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.now = 4
+    rig.agent_heartbeat("a")
+    rig.agent_heartbeat("b")
+    rig.worker_heartbeat(ids[0], 3, True)
+    rig.now = 6
+    rig.tick()
+    assert "no heartbeat for 6.0 s" in rig.coordinator.workers[ids[1]].failed
+    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.last(ids[0], "generation_over").generation == 1
+    assert ids[1] not in rig.specs("b")  # its agent kills it
+
+
+def test_blacklisted_host_returns_after_its_cooldown() -> None:
+    rig = Rig(min_np=1, blacklist_cooldown_s=(10, 20))
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.agent_disconnected("b")
+    rig.worker_ready(ids[0], 1, "x", True)
+    assert rig.coordinator.capacity(rig.now) == 1
+    rig.now = 12
+    rig.agent_connected("b", 99)
+    assert rig.coordinator.capacity(rig.now) == 2
+    assert len(rig.specs("b")) == 1  # a newcomer starts there
+
+
+def test_plain_scripts_are_restarted_as_a_whole() -> None:
+    rig = Rig(min_np=2)
+    rig.set_hosts({"a": 2})
+    rig.agent_connected("a", 1)
+    first = sorted(rig.specs("a"))
+    rig.worker_exited("a", first[0], 1, 0, False)
+    assert rig.specs("a") == {} or set(rig.specs("a")) <= set(first)
+    assert rig.coordinator.workers[first[1]].stopping
+    rig.now = 1
+    rig.tick()
+    assert first[1] not in rig.specs("a")
+    rig.worker_exited("a", first[1], 0, 15, True)
+    second = sorted(rig.specs("a"))
+    assert len(second) == 2 and not set(second) & set(first)
+    assert rig.coordinator.generation.number == 2
+    assert rig.plain_stores == [1, 2]
+    assert {rig.specs("a")[w].env["TORCHELASTIC_RESTART_COUNT"] for w in second} == {"1"}
+
+
+def test_plain_job_finishes_when_workers_exit_zero() -> None:
+    rig = Rig(min_np=2)
+    rig.set_hosts({"a": 2})
+    rig.agent_connected("a", 1)
+    for wid in sorted(rig.specs("a")):
+        rig.worker_exited("a", wid, 0, 0, False)
+    assert rig.coordinator.outcome.success
+
+
+def test_crash_loop_stops_the_job() -> None:
+    rig = Rig(min_np=1, crash_loop_limit=3, crash_loop_window_s=10)
+    rig.set_hosts({"a": 1})
+    rig.agent_connected("a", 1)
+    for attempt in range(3):
+        (wid,) = rig.specs("a")
+        rig.now += 1
+        rig.worker_exited("a", wid, 1, 0, False)
+    assert not rig.coordinator.outcome.success
+    assert "3 generations in a row failed within 10 s" in rig.coordinator.outcome.message
+
+
+def test_unknown_worker_is_refused() -> None:
+    rig = Rig(min_np=1)
+    rig.start_elastic({"a": 1})
+    assert "not part of this job" in rig.worker_connected("ghost/1", 1)
+    assert "not part of this job" in rig.worker_ready("ghost/1", 0, "", True)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"min_np": 4, "max_np": 2}, "--max-np (2) must be at least --min-np (4)"),
+    ({"heartbeat_interval_s": 5, "heartbeat_timeout_s": 2}, "must exceed the heartbeat interval"),
+])
+def test_settings_are_validated(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        JobSettings(**kwargs)
+
+
+def test_phases_follow_the_lifecycle() -> None:
+    rig = Rig(min_np=1, max_np=4)
+    ids = rig.start_elastic({"a": 1})
+    assert rig.coordinator.workers[ids[0]].phase is Phase.MEMBER
+    rig.set_hosts({"a": 1, "b": 1})
+    rig.agent_connected("b", 2)
+    (newcomer,) = rig.specs("b")
+    assert rig.coordinator.workers[newcomer].phase is Phase.SPAWNING
+    rig.worker_connected(newcomer, 5)
+    assert rig.coordinator.workers[newcomer].phase is Phase.WARMING
+    rig.worker_ready(newcomer, 0, "", True)
+    assert rig.coordinator.workers[newcomer].phase is Phase.READY
