@@ -179,8 +179,10 @@ class Coordinator:
         worker = self.workers.get(worker_id)
         if worker is None or not worker.live or worker.stopping or worker.done:
             return
-        # The exit report (code, signal) usually follows within milliseconds; the host is
-        # blacklisted then, or when its agent is found dead.
+        if not worker.elastic:
+            return  # outside hvd.elastic.run an exit may be success: its agent reports the code
+        # An elastic worker that did not return from its training function died. Its exit code
+        # follows within milliseconds; the host is blacklisted then, or when its agent is found dead.
         self._worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False)
         self._reconcile(now)
 

@@ -123,7 +123,13 @@ class Agent:
         env.update(spec.env)
         log(self.host, f"starting worker {spec.worker_id} (slot {spec.slot}): {' '.join(spec.argv)}")
         parent = os.getpid()
-        return subprocess.Popen(list(spec.argv), env=env, preexec_fn=lambda: die_with_parent(parent))
+        proc = subprocess.Popen(
+            list(spec.argv), env=env, preexec_fn=lambda: die_with_parent(parent),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            threading.Thread(target=_forward, args=(pipe, sink, f"[{spec.worker_id}] "), daemon=True).start()
+        return proc
 
     def _terminate(self, child: _Child) -> None:
         child.kill_at = time.monotonic() + self.stop_grace_s
@@ -160,6 +166,17 @@ class Agent:
 
 
 _LOST = object()
+_OUTPUT_LOCK = threading.Lock()
+
+
+def _forward(pipe, sink, prefix: str) -> None:
+    """Copy a worker's output line by line, prefixed with its id, so workers never interleave mid-line."""
+    for raw in iter(pipe.readline, b""):
+        line = prefix + raw.decode(errors="replace").rstrip("\n") + "\n"
+        with _OUTPUT_LOCK:
+            sink.write(line)
+            sink.flush()
+    pipe.close()
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

@@ -1,0 +1,186 @@
+"""Whole elastic jobs: `ringmaster run` with emulated hosts, real workers, real Gloo rings.
+
+Hosts are emulated by name (one agent process group each, all on 127.0.0.1); killing an agent's
+group is a host dying. Every job and its hosts are killed at teardown by the `run_job` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import sys
+
+import pytest
+
+from harness import ROOT, WORKLOADS, discovery_script, events, read_logs, write_hosts
+
+pytestmark = pytest.mark.slow
+FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20"]
+
+
+def elastic_job(log_dir: pathlib.Path, epochs: int = 3, samples: int = 96, step_time: float = 0.08) -> list[str]:
+    log_dir.mkdir(exist_ok=True)
+    return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir),
+            "--epochs", str(epochs), "--samples", str(samples), "--step-time", str(step_time)]
+
+
+def assert_every_sample_once(logs: dict, epochs: int) -> None:
+    records = events(logs, "epoch")
+    assert sorted(r["epoch"] for r in records) == list(range(epochs)), records
+    for r in records:
+        assert r["min"] == r["max"] == 1.0, f"epoch {r['epoch']}: samples seen between {r['min']} and {r['max']} times"
+
+
+def assert_ranks_agree(logs: dict) -> None:
+    """In each generation, every rank started from the same step and the same parameters."""
+    by_generation: dict[int, list[dict]] = {}
+    for record in events(logs, "synced"):
+        by_generation.setdefault(record["generation"], []).append(record)
+    for generation, records in by_generation.items():
+        assert len({(r["step"], r["checksum"]) for r in records}) == 1, f"generation {generation}: {records}"
+        assert sorted(r["rank"] for r in records) == list(range(records[0]["size"]))
+
+
+def test_demo_job_trains_to_the_end(run_job) -> None:
+    job = run_job("-np", "2", "python", "examples/train.py", "--epochs", "2")
+    assert job.wait(180) == 0, job.output
+    assert "done: y = " in job.output
+    assert "[gen 1] generation 1 formed: world size 2 on localhost:2 (cause: job start)" in job.output
+    assert "job succeeded after" in job.output and "0 reset(s)" in job.output
+
+
+def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp_path) -> None:
+    script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 2})
+    logs_dir = tmp_path / "log"
+    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST, *elastic_job(logs_dir))
+    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+    job.kill_host("hostB")
+    assert job.wait(180) == 0, job.output
+    logs = read_logs(logs_dir)
+    survivors = [w for w in logs if w.startswith("hostA")]
+    assert len(survivors) == 2
+    for worker in survivors:
+        before = [r["step"] for r in logs[worker] if r["event"] == "commit" and r["generation"] == 1]
+        resumed = [r for r in logs[worker] if r["event"] == "synced" and r["generation"] == 2]
+        assert resumed, f"{worker} never rejoined:\n{job.output}"
+        assert resumed[0]["step"] >= max(before), f"{worker} lost committed steps: last commit {max(before)}, resumed at {resumed[0]['step']}"
+        assert resumed[0]["size"] == 2
+    done = events(logs, "done")
+    assert len(done) == 2 and all(r["size"] == 2 for r in done)
+    assert len({r["checksum"] for r in done}) == 1
+    assert_every_sample_once(logs, 3)
+    assert_ranks_agree(logs)
+    assert "host hostB lost" in job.output and "host hostB blacklisted permanently" in job.output
+    assert "rolled back to commit" in job.output
+    assert "generation 2 formed: world size 2 on hostA:2" in job.output
+
+
+def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
+    script, hosts = discovery_script(tmp_path, {"hostA": 2})
+    logs_dir = tmp_path / "log"
+    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
+                  *elastic_job(logs_dir, epochs=4, samples=128))
+    job.wait_status(lambda s: s["steps"] >= 3, 120, "training on hostA")
+    write_hosts(hosts, {"hostA": 2, "hostB": 2})
+    grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
+    assert grown["generation"] == 2, "both newcomers should join in one reset"
+    hosts.write_text("hostA:2\nhostB:2\nhostC:many\n")
+    job.wait_status(lambda s: any("hostC:many" in e for e in s["events"]), 60, "the bad discovery line to be reported")
+    steps = job.status()["steps"]
+    job.wait_status(lambda s: s["steps"] >= steps + 3 and s["world_size"] == 4, 60, "training to go on at size 4")
+    write_hosts(hosts, {"hostB": 2})
+    shrunk = job.wait_status(lambda s: s["world_size"] == 2, 120, "the world to shrink to 2")
+    assert {w["host"] for w in shrunk["workers"] if w["rank"] is not None} == {"hostB"}
+    assert job.wait(180) == 0, job.output
+    logs = read_logs(logs_dir)
+    assert_every_sample_once(logs, 4)
+    assert_ranks_agree(logs)  # newcomers started from rank 0's parameters
+    newcomer_sync = [r for r in events(logs, "synced") if r["worker"].startswith("hostB")]
+    assert newcomer_sync and newcomer_sync[0]["step"] > 0
+    assert "worker hostA/1 on hostA stopped (exited with code 0)" in job.output  # left by itself
+    assert "rolled back" not in job.output  # scaling never rolls back
+    assert "discovery failed, keeping the last good host set" in job.output
+
+
+def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path) -> None:
+    script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 1})
+    logs_dir = tmp_path / "log"
+    job = run_job("--min-np", "2", "--host-discovery-script", script, *FAST, "--heartbeat-timeout", "3",
+                  "--stop-grace", "1", *elastic_job(logs_dir, epochs=2))
+    status = job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 3, 120, "3 workers training")
+    victim = next(w for w in status["workers"] if w["host"] == "hostB")
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        job.wait_status(lambda s: s["generation"] >= 2 and s["world_size"] == 2, 60, "a ring without the stopped worker")
+    finally:
+        try:
+            os.kill(victim["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert job.wait(180) == 0, job.output
+    assert f"worker {victim['worker_id']} on hostB failed: sent no heartbeat" in job.output
+    assert_every_sample_once(read_logs(logs_dir), 2)
+
+
+def test_below_min_np_fails_after_the_elastic_timeout(run_job, tmp_path) -> None:
+    script, _ = discovery_script(tmp_path, {"hostA": 2})
+    job = run_job("--min-np", "3", "--host-discovery-script", script, "--elastic-timeout", "2", "--start-timeout", "1",
+                  *elastic_job(tmp_path / "log"))
+    assert job.wait(120) == 1
+    assert "the job needs at least 3 workers (--min-np) but had only 2 for 2 s (--elastic-timeout)" in job.output
+
+
+@pytest.mark.parametrize("body, message", [
+    ("echo hostA:2\necho hostB:two\n", "line 2: 'hostB:two': slots 'two' is not an integer"),
+    ("echo hostA:0\n", "slots must be a positive integer, got 0"),
+    ("echo 'no scheduler' >&2; exit 4\n", "exited with code 4: no scheduler"),
+])
+def test_bad_discovery_script_refuses_to_start(run_job, tmp_path, body, message) -> None:
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    job = run_job("--host-discovery-script", script, "python", "-c", "pass")
+    assert job.wait(60) == 2
+    assert message in job.output
+
+
+def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
+    job = run_job("-H", "hostA:2,hostB:1", "python", str(WORKLOADS / "collectives.py"), str(tmp_path))
+    assert job.wait(120) == 0, job.output
+    results = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(3)]
+    for r, result in enumerate(results):
+        assert result["rank"] == r and result["size"] == 3
+        assert result["average"] == [2.0, 4.0] and result["sum"] == [6.0, 12.0] and result["max"] == [3.0, 6.0]
+        assert result["input_untouched"] == [r + 1.0, 2.0 * (r + 1)]
+        assert result["allgather"] == [[0, 0], [1, 1], [1, 1], [2, 2], [2, 2], [2, 2]]
+        assert result["broadcast"] == [20.0]
+        assert result["object"] == {"from": 0, "text": "hi"}
+        assert result["gathered_objects"] == [0, 2, 4]
+        # d(sum(w.x))/dw = x = rank+1 per rank; averaged over 3 ranks = 2, lr 1
+        assert result["weight_delta"] == [[pytest.approx(2.0)] * 3]
+    assert len({json.dumps(r["weights"]) for r in results}) == 1
+    topology = [(r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) for r in results]
+    assert topology == [(0, 2, 0, 2), (1, 2, 0, 1), (0, 1, 1, 2)]
+
+
+def test_horovod_script_runs_alone_without_ringmaster(tmp_path) -> None:
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGMASTER_")}
+    proc = subprocess.run([sys.executable, str(WORKLOADS / "collectives.py"), str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "0.json").read_text())
+    assert result["size"] == 1 and result["sum"] == [1.0, 2.0] and result["allgather"] == [[0, 0]]
+
+
+def test_plain_torch_distributed_script_is_restarted_as_a_whole(run_job, tmp_path) -> None:
+    marker = tmp_path / "failed-once"
+    job = run_job("-np", "3", "python", str(WORKLOADS / "plain_ddp.py"), "--fail-once", marker)
+    assert job.wait(180) == 0, job.output
+    assert marker.exists()
+    lines = sorted(line.split("] ", 1)[1] for line in job.lines if "] plain rank" in line)
+    assert lines == [f"plain rank {r}/3 local {r}/3 restart 1 sum 3" for r in range(3)]
+    assert "generation 2 formed: world size 3" in job.output

@@ -1,0 +1,46 @@
+"""Checks the Horovod API's collectives on a real ring; writes what it saw to <out>/<rank>.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+import worker.torch as hvd
+
+
+def main() -> None:
+    out = sys.argv[1]
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    result: dict = {"rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+                    "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size()}
+    value = torch.tensor([float(rank + 1), 2.0 * (rank + 1)])
+    result["average"] = hvd.allreduce(value).tolist()
+    result["sum"] = hvd.allreduce(value, op=hvd.Sum).tolist()
+    result["max"] = hvd.allreduce(value, op=hvd.Max).tolist()
+    result["input_untouched"] = value.tolist()
+    result["allgather"] = hvd.allgather(torch.full((rank + 1, 2), rank)).tolist()
+    result["broadcast"] = hvd.broadcast(torch.tensor([rank * 10.0]), root_rank=size - 1).tolist()
+    result["object"] = hvd.broadcast_object({"from": rank, "text": "hi"}, root_rank=0)
+    result["gathered_objects"] = hvd.allgather_object(rank * 2)
+
+    torch.manual_seed(rank)  # different weights per rank, made equal by broadcast_parameters
+    model = torch.nn.Linear(3, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    before = model.weight.detach().clone()
+    x = torch.full((1, 3), float(rank + 1))
+    model(x).sum().backward()
+    optimizer.step()
+    result["weight_delta"] = (before - model.weight.detach()).tolist()
+    result["weights"] = model.weight.detach().tolist()
+    with open(os.path.join(out, f"{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
