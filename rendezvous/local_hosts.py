@@ -37,9 +37,8 @@ class LocalHosts:
     def _spawn(self, host: str) -> subprocess.Popen:
         argv = [
             sys.executable, "-m", "worker.agent", "--rendezvous", self._address, "--host", host,
-            "--heartbeat-interval", str(self._heartbeat), "--stop-grace", str(self._grace),
+            "--heartbeat-interval", str(self._heartbeat), "--stop-grace", str(self._grace), "--die-with-parent",
         ]
-        # The agent arranges to die with this process itself (see worker.processes).
         return subprocess.Popen(argv, start_new_session=True)
 
     def stop_all(self, timeout_s: float = 10.0) -> None:

@@ -192,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
     parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
     args = parser.parse_args(argv)
-    die_with_parent()
+    if args.die_with_parent:
+        die_with_parent(os.getppid())
     agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())

@@ -39,6 +39,12 @@ class Communicator:
         self.generation = generation
         self.link = link
         self.timeout_s = timeout_s
+        self._pending: torch.futures.Future | None = None  # the collective last issued
+
+    @property
+    def idle(self) -> bool:
+        """No collective is in flight, so the group can be destroyed without blocking."""
+        return self._pending is None or self._pending.done()
 
     # ------------------------------------------------------------ collectives (in place)
     def allreduce_(self, tensor: torch.Tensor, op: dist.ReduceOp = ReduceOp.SUM) -> torch.Tensor:
@@ -80,6 +86,7 @@ class Communicator:
                 future = issue().get_future()
             except RuntimeError as exc:
                 raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
+            self._pending = future
             future.add_done_callback(lambda _: done.set())
             if not _wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
                 raise HorovodInternalError(

@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
+    parser.add_argument("--timestamps", action="store_true", help="add wall-clock times (for benchmarks)")
     args = parser.parse_args()
 
     hvd.init()
@@ -40,6 +41,8 @@ def main() -> None:
     log_path = os.path.join(args.log_dir, f"{worker_id}.jsonl")
 
     def log(**record) -> None:
+        if args.timestamps:
+            record["time"] = time.time()
         with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -64,6 +67,8 @@ def main() -> None:
         log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, checksum=checksum(model))
         while state.epoch < args.epochs:
             for batch_idx, (data,) in enumerate(loader):
+                if args.timestamps:
+                    log(event="begin", step=state.step + 1)
                 optimizer.zero_grad()
                 loss = (model(data) ** 2).mean()
                 loss.backward()

@@ -1,0 +1,166 @@
+"""How fast Ringmaster recovers and rebuilds rings, next to the baseline, in one run.
+
+Part 1 (a real `ringmaster run`, 4 workers on 2 emulated hosts, a commit every step):
+  - seconds from SIGKILL of a host to the first completed step after it, and steps redone;
+  - seconds from a discovery change (a host added) to the first step at the new size.
+Part 2 (raw torch.distributed, N processes on this machine):
+  - ring rebuild as Ringmaster does it (a new Gloo group on a fresh key prefix of a long-lived
+    store) next to a fresh `init_process_group` (new TCP rendezvous, as a restart does),
+    for 2, 4 and 8 ranks: median of the slowest rank over several rounds, to the first allreduce.
+
+Run: python bench/recovery.py [--rounds 10] [--skip-job]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+
+# ----------------------------------------------------------------------------- part 1
+def job_figures() -> dict[str, float]:
+    from harness import WORKLOADS, Job, discovery_script, events, read_logs, write_hosts
+
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = pathlib.Path(tmp)
+        script, hosts = discovery_script(d, {"hostA": 2, "hostB": 2})
+        (d / "log").mkdir()
+        job = Job(["--min-np", "2", "--max-np", "8", "--host-discovery-script", str(script), "--discovery-interval", "0.2",
+                   "python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(d / "log"), "--epochs", "1000",
+                   "--samples", "256", "--step-time", "0.02", "--timestamps"])
+        try:
+            job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 20, 180, "4 workers training")
+            killed_at = time.time()
+            job.kill_host("hostB")
+            job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 1, 120, "recovery")
+            first_after = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 2 and r["time"] > killed_at)
+            logs = read_logs(d / "log")
+            survivors = [w for w in logs if w.startswith("hostA")]
+            began = max(r["step"] for w in survivors for r in logs[w] if r["event"] == "begin" and r["time"] < killed_at)
+            resumed = min(r["step"] for r in events(logs, "synced") if r["size"] == 2)
+            figures["kill_to_first_step_s"] = first_after["time"] - killed_at
+            figures["steps_redone"] = began - resumed
+            changed_at = time.time()
+            write_hosts(hosts, {"hostA": 2, "hostB": 2, "hostC": 2})
+            grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 4 and r["time"] > changed_at, 180)
+            figures["discovery_change_to_first_step_s"] = grown["time"] - changed_at
+        finally:
+            job.kill()
+    return figures
+
+
+def wait_record(directory: pathlib.Path, predicate, timeout_s: float = 120) -> dict:
+    from harness import read_logs, wait_for
+
+    def find():
+        matches = [r for records in read_logs(directory / "log").values() for r in records if predicate(r)]
+        return min(matches, key=lambda r: r["time"]) if matches else None
+
+    return wait_for(find, timeout_s, "a matching log record", interval_s=0.1)
+
+
+# ----------------------------------------------------------------------------- part 2
+def _rank_main(rank: int, size: int, store_port: int, rounds: int, results) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from worker.communicator import build_process_group
+
+    store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    timeout = datetime.timedelta(seconds=60)
+
+    def barrier(name: str) -> None:
+        store.add(name, 1)
+        store.wait([f"{name}/go"]) if rank else _release(store, name, size)
+
+    ours, fresh = [], []
+    for r in range(rounds):
+        barrier(f"ours{r}")
+        t0 = time.perf_counter()
+        pg = build_process_group(store, f"gen{r}/", rank, size, 60, "gloo", lambda: None, None)
+        pg.allreduce([torch.ones(1)]).wait()
+        ours.append(time.perf_counter() - t0)
+        del pg  # as Ringmaster drops an idle old ring before building the next
+
+        barrier(f"fresh{r}")
+        port = int(store.get(f"port{r}").decode())
+        t0 = time.perf_counter()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=timeout)
+        dist.all_reduce(torch.ones(1))
+        fresh.append(time.perf_counter() - t0)
+        dist.destroy_process_group()
+    results.put((rank, ours, fresh))
+
+
+def _release(store, name: str, size: int) -> None:
+    while int(store.add(name, 0)) < size:
+        time.sleep(0.0005)
+    store.set(f"{name}/go", "1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rebuild_figures(size: int, rounds: int) -> tuple[float, float]:
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    for r in range(rounds):
+        store.set(f"port{r}", str(_free_port()))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(rank, size, store.port, rounds, results)) for rank in range(size)]
+    for p in procs:
+        p.start()
+    try:
+        collected = [results.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)
+    ours = [max(c[1][r] for c in collected) for r in range(rounds)]
+    fresh = [max(c[2][r] for c in collected) for r in range(rounds)]
+    # the first round of each pays one-off costs (imports, first connections): skip it
+    return statistics.median(ours[1:] or ours), statistics.median(fresh[1:] or fresh)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--skip-job", action="store_true", help="only the ring rebuild figures")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores")
+    if not args.skip_job:
+        f = job_figures()
+        print("elastic job, 4 workers on 2 emulated hosts, commit every step:")
+        print(f"  SIGKILL of a host -> first completed step after it: {f['kill_to_first_step_s']:.3f} s")
+        print(f"  steps redone after the kill:                         {f['steps_redone']:.0f}")
+        print(f"  discovery change (host added) -> first step at 4+2: {f['discovery_change_to_first_step_s']:.3f} s")
+    print(f"ring rebuild to first allreduce (median of {args.rounds - 1} rounds, slowest rank):")
+    print(f"  {'ranks':>5}  {'ringmaster (prefix on long-lived store)':>40}  {'fresh init_process_group':>25}  speed-up")
+    for size in (2, 4, 8):
+        ours, fresh = rebuild_figures(size, args.rounds)
+        print(f"  {size:>5}  {ours * 1000:>37.2f} ms  {fresh * 1000:>22.2f} ms  {fresh / ours:>7.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
