@@ -59,6 +59,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crash-loop-window", type=float, default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
                         help="seconds after forming within which a failing generation counts as a crash (default: %(default)s)")
     parser.add_argument("--bind", default="127.0.0.1", help="address the rendezvous listens on (default: %(default)s)")
+    parser.add_argument("--advertise-address", default=None,
+                        help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0, help="gRPC port of the rendezvous (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, help="port of the HTTP control API (default: a free one)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
@@ -142,7 +144,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     except (UsageError, DiscoveryError) as exc:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return 2
-    server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port, local_hosts=local_hosts)
+    server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
+                              local_hosts=local_hosts, advertise=args.advertise_address)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
@@ -157,9 +160,10 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["agent"]:  # the agent has its own flags (python -m worker.agent --help)
+        os.execv(sys.executable, [sys.executable, "-m", "worker.agent", *argv[1:]])
     args = build_parser().parse_args(argv)
-    if args.verb == "agent":
-        os.execv(sys.executable, [sys.executable, "-m", "worker.agent", *args.agent_args])
     return _run_job(args, local_hosts=args.verb == "run")
 
 

@@ -53,10 +53,13 @@ class RendezvousServer:
         api_port: int | None = 0,
         local_hosts: bool = True,
         log: Callable[[str], None] = log_line,
+        advertise: str | None = None,
     ) -> None:
         self.settings = settings
         self.discovery = discovery
         self.bind = bind
+        # What agents and workers on other hosts dial: the bind address unless it is a wildcard.
+        self.advertise = advertise or (socket.gethostname() if bind in ("0.0.0.0", "::", "") else bind)
         self.port = port
         self.api_port = api_port
         self.use_local_hosts = local_hosts
@@ -74,10 +77,10 @@ class RendezvousServer:
             self.service.changed.set()
 
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
-        stores = StoreHost(self.bind)
+        stores = StoreHost(self.advertise)
         grpc_server = grpc.aio.server()
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
-        self.address = f"{self.bind}:{port}"
+        self.address = f"{self.advertise}:{port}"
         coordinator = Coordinator(
             self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log
         )

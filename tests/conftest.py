@@ -17,8 +17,8 @@ def run_job():
     """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
     jobs: list[Job] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Job:
-        job = Job([str(a) for a in args], env=env)
+    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run") -> Job:
+        job = Job([str(a) for a in args], env=env, verb=verb)
         jobs.append(job)
         return job
 

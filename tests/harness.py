@@ -63,11 +63,11 @@ def discovery_script(directory: pathlib.Path, hosts: dict[str, int]) -> tuple[pa
 class Job:
     """A `ringmaster run` process and what it printed."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run") -> None:
         full_env = dict(os.environ, PYTHONUNBUFFERED="1")
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rendezvous.cli", "run", *args],
+            [sys.executable, "-m", "rendezvous.cli", verb, *args],
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,
         )
@@ -86,16 +86,21 @@ class Job:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_api(self, timeout_s: float = 60) -> str:
+    def wait_line(self, marker: str, timeout_s: float = 60) -> str:
+        """What follows `marker` on the first output line that has it."""
+
         def find() -> str | None:
-            for line in self.lines:
-                if "control API on " in line:
-                    return line.split("control API on ", 1)[1].strip()
+            for line in list(self.lines):
+                if marker in line:
+                    return line.split(marker, 1)[1].strip()
             if self.proc.poll() is not None:
                 raise AssertionError(f"ringmaster exited early ({self.proc.returncode}):\n{self.output}")
             return None
 
-        self.api_url = wait_for(find, timeout_s, "the control API address")
+        return wait_for(find, timeout_s, f"a line with {marker!r}")
+
+    def wait_api(self, timeout_s: float = 60) -> str:
+        self.api_url = self.wait_line("control API on ", timeout_s)
         return self.api_url
 
     def status(self) -> dict:

@@ -184,3 +184,14 @@ def test_plain_torch_distributed_script_is_restarted_as_a_whole(run_job, tmp_pat
     lines = sorted(line.split("] ", 1)[1] for line in job.lines if "] plain rank" in line)
     assert lines == [f"plain rank {r}/3 local {r}/3 restart 1 sum 3" for r in range(3)]
     assert "generation 2 formed: world size 3" in job.output
+
+
+def test_serve_and_a_separately_started_agent_run_a_job(run_job, tmp_path) -> None:
+    """`ringmaster serve` runs the rendezvous alone; `ringmaster agent` joins it as a real host would."""
+    server = run_job("-H", "hostX:2", "--port", "0", "python", str(WORKLOADS / "collectives.py"), str(tmp_path), verb="serve")
+    address = server.wait_line("rendezvous listening on ").split(";")[0]
+    agent = run_job("--rendezvous", address, "--host", "hostX", verb="agent")
+    assert server.wait(120) == 0, server.output
+    assert agent.wait(30) == 0, agent.output
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json"]
+    assert "agent for host hostX connected" in server.output

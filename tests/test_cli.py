@@ -1,0 +1,60 @@
+"""The `ringmaster` command line: flags, defaults, and errors that say what to change."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness import ROOT
+from rendezvous.cli import UsageError, build_parser, main, settings_from_args
+
+
+def parse(*argv: str):
+    return settings_from_args(build_parser().parse_args(["run", *argv]))
+
+
+def test_help_documents_every_flag_and_its_default() -> None:
+    proc = subprocess.run([sys.executable, "-m", "rendezvous.cli", "run", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for flag in ["-np", "--min-np", "--max-np", "-H", "--host-discovery-script", "--slots-per-host", "--elastic-timeout",
+                 "--reset-limit", "--blacklist-cooldown-range", "--discovery-interval", "--heartbeat-timeout",
+                 "--collective-timeout", "--warmup-grace", "--stop-grace"]:
+        assert flag in text
+    assert "(default: 600.0)" in text  # --elastic-timeout, as Horovod
+    assert "(default: 1.0)" in text  # --discovery-interval
+
+
+def test_np_alone_runs_locally() -> None:
+    settings, discovery, hosts = parse("-np", "3", "python", "train.py")
+    assert hosts == {"localhost": 3}
+    assert (settings.min_np, settings.max_np) == (3, 3)
+    assert settings.command == [sys.executable, "train.py"]
+
+
+def test_hosts_flag_and_elastic_flags() -> None:
+    settings, _, hosts = parse("-H", "a:2,b", "--min-np", "2", "--max-np", "6", "--reset-limit", "3",
+                               "--blacklist-cooldown-range", "10", "100", "--slots-per-host", "4", "python", "t.py")
+    assert hosts == {"a": 2, "b": 4}
+    assert (settings.min_np, settings.max_np, settings.reset_limit) == (2, 6, 3)
+    assert settings.blacklist_cooldown_s == (10.0, 100.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["python", "t.py"], "say how many workers: -np N"),
+    (["-np", "2"], "no training command given"),
+    (["-np", "2", "--min-np", "4", "--max-np", "2", "python", "t.py"], "--max-np (2) must be at least --min-np (4)"),
+    (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "either -H/--hosts or --host-discovery-script"),
+    (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
+])
+def test_usage_errors_say_what_to_change(argv, message) -> None:
+    with pytest.raises(UsageError) as info:
+        parse(*argv)
+    assert message in str(info.value)
+
+
+def test_bad_flags_exit_2_with_the_message(capsys) -> None:
+    assert main(["run", "-H", "a:zero", "python", "t.py"]) == 2
+    assert "--hosts entry 1: 'a:zero': slots 'zero' is not an integer" in capsys.readouterr().err
