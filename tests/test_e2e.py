@@ -160,6 +160,7 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         assert result["gathered_objects"] == [0, 2, 4]
         # d(sum(w.x))/dw = x = rank+1 per rank; averaged over 3 ranks = 2, lr 1
         assert result["weight_delta"] == [[pytest.approx(2.0)] * 3]
+        assert result["accumulated_delta"] == [[pytest.approx(4.0)] * 3]  # two passes summed, then averaged
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     topology = [(r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) for r in results]
     assert topology == [(0, 2, 0, 2), (1, 2, 0, 1), (0, 1, 1, 2)]

@@ -24,6 +24,10 @@ ReduceOp = dist.ReduceOp
 
 
 class Communicator:
+    """`pg` is a Gloo ring for CPU tensors (always there: control traffic such as host-update
+    agreement and object broadcasts is on the CPU); `cuda_pg`, on GPU machines, an NCCL ring for
+    CUDA tensors. Each collective goes to the ring of its tensor's device."""
+
     def __init__(
         self,
         pg: dist.ProcessGroup,
@@ -32,8 +36,10 @@ class Communicator:
         generation: int,
         link: RendezvousLink | None,
         timeout_s: float,
+        cuda_pg: dist.ProcessGroup | None = None,
     ) -> None:
         self.pg = pg
+        self.cuda_pg = cuda_pg
         self.rank = rank
         self.size = size
         self.generation = generation
@@ -51,7 +57,7 @@ class Communicator:
         if self.size > 1:
             options = dist.AllreduceOptions()
             options.reduceOp = op
-            self._wait(lambda: self.pg.allreduce([tensor], options), "allreduce")
+            self._wait(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce")
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
@@ -59,7 +65,7 @@ class Communicator:
             options = dist.BroadcastOptions()
             options.rootRank = root_rank
             options.rootTensor = 0
-            self._wait(lambda: self.pg.broadcast([tensor], options), "broadcast")
+            self._wait(lambda: self._ring(tensor).broadcast([tensor], options), "broadcast")
         return tensor
 
     def allgather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -67,8 +73,23 @@ class Communicator:
         if self.size == 1:
             return [tensor.clone()]
         outputs = [torch.empty_like(tensor) for _ in range(self.size)]
-        self._wait(lambda: self.pg.allgather([outputs], [tensor]), "allgather")
+        self._wait(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather")
         return outputs
+
+    def _ring(self, tensor: torch.Tensor) -> dist.ProcessGroup:
+        if tensor.is_cuda:
+            if self.cuda_pg is None:
+                raise ValueError("a CUDA tensor was given but this job has no NCCL ring (RINGMASTER_BACKEND=gloo?)")
+            return self.cuda_pg
+        return self.pg
+
+    def abort(self) -> None:
+        """Abort the NCCL ring so no kernel of it can hang the device (Gloo needs nothing)."""
+        if self.cuda_pg is not None:
+            try:
+                self.cuda_pg.abort()
+            except RuntimeError:
+                pass
 
     def barrier(self) -> None:
         self.allreduce_(torch.zeros(1))
@@ -117,13 +138,14 @@ def build_process_group(
     member dying meanwhile (the rendezvous ends the generation) does not leave us waiting for
     the full timeout. An abandoned half-built group is simply dropped.
     """
-    scoped = dist.PrefixStore(prefix, store)
     timeout = timedelta(seconds=timeout_s)
 
     def construct() -> dist.ProcessGroup:
         if backend == "nccl":
-            return dist.ProcessGroupNCCL(scoped, rank, size)
-        return dist.ProcessGroupGloo(scoped, rank, size, timeout)
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            return dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "nccl/", store), rank, size, options)
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
 
     if link is None or size == 1:
         return construct()

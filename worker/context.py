@@ -38,6 +38,7 @@ class WorkerContext:
         self.host = env.get(env_names.HOST, "localhost")
         self.start_generation = int(env.get(env_names.GENERATION, "0"))
         self.timeout_s = float(env.get(env_names.COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_S))
+        #: "nccl" adds an NCCL ring for CUDA tensors beside the Gloo ring (default when CUDA is present).
         self.backend = env.get("RINGMASTER_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
         self._tentative = (
             int(env.get(env_names.TORCHRUN_RANK, "0")),
@@ -114,12 +115,19 @@ class WorkerContext:
 
     def _build(self, a: pb.Assignment) -> None:
         assert self.link is not None and self.store is not None
-        pg = build_process_group(
-            self.store, a.store_prefix, a.rank, a.size, self.timeout_s, self.backend,
-            lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
-        )
+        def ring(backend: str) -> dist.ProcessGroup:
+            return build_process_group(
+                self.store, a.store_prefix, a.rank, a.size, self.timeout_s, backend,  # type: ignore[arg-type]
+                lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
+            )
+
+        pg = ring("gloo")
+        cuda_pg = None
+        if self.backend == "nccl":
+            torch.cuda.set_device(a.local_rank % torch.cuda.device_count())
+            cuda_pg = ring("nccl")
         self.assignment = a
-        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s)
+        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg)
 
     def _retire_ring(self) -> None:
         """Drop the current ring before the next is built.
@@ -133,11 +141,7 @@ class WorkerContext:
         self._graveyard = [old for old in self._graveyard if not old.idle]
         if self.comm is None:
             return
-        if self.backend == "nccl":
-            try:
-                self.comm.pg.abort()
-            except RuntimeError:
-                pass
+        self.comm.abort()
         if not self.comm.idle:
             self._graveyard.append(self.comm)
         self.comm = None

@@ -38,6 +38,18 @@ def main() -> None:
     optimizer.step()
     result["weight_delta"] = (before - model.weight.detach()).tolist()
     result["weights"] = model.weight.detach().tolist()
+
+    # backward_passes_per_step=2: two backward passes, one reduction at step()
+    accumulate = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                          named_parameters=model.named_parameters(), backward_passes_per_step=2)
+    accumulate.zero_grad()
+    before = model.weight.detach().clone()
+    model(x).sum().backward()
+    model(x).sum().backward()
+    accumulate.step()
+    result["accumulated_delta"] = (before - model.weight.detach()).tolist()
+    if "--cuda" in sys.argv:
+        result["cuda_sum"] = hvd.allreduce(torch.tensor([float(rank + 1)], device="cuda"), op=hvd.Sum).cpu().tolist()
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
         json.dump(result, f)
 
