@@ -273,7 +273,7 @@ class Coordinator:
 
     def _is_member(self, worker: Worker) -> bool:
         gen = self.generation
-        return gen is not None and worker.worker_id in gen.member_ids
+        return gen is not None and worker.worker_id in gen.member_set
 
     def _note_commits(self, worker: Worker, commits: int) -> None:
         """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's."""
@@ -609,17 +609,22 @@ class Coordinator:
             return
         live = [w for w in self.live_workers() if not w.stopping]
         room = (self.settings.max_np or 1 << 30) - len(live)
+        started: list[Worker] = []
         for host in self.eligible_hosts(now):
             used = {w.slot for w in live if w.host == host.name}
             for slot in range(host.slots):
-                if room <= 0:
-                    return
+                if len(started) >= room:
+                    break
                 if slot in used:
                     continue
                 worker = self._make_worker(host.name, slot)
                 self.workers[worker.worker_id] = worker
                 self._event(now, f"starting worker {worker.worker_id} on {host.name} (joins after warming up)")
-                room -= 1
+                started.append(worker)
+        for position, worker in enumerate(started):
+            # Tentative: the rank it will most likely get (hvd.rank() before it joins).
+            worker.env[env_names.TORCHRUN_RANK] = str(len(live) + position)
+            worker.env[env_names.TORCHRUN_WORLD_SIZE] = str(len(live) + len(started))
 
     def _publish_agents(self, now: float) -> None:
         """Tell each agent which workers to run. A retiring worker that can hear the rendezvous

@@ -62,9 +62,9 @@ class Generation:
     update_sequence: int = 0  # the hosts-update sequence sent to its members, 0 if none
     hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
 
-    @property
-    def member_ids(self) -> list[str]:
-        return [a.worker_id for a in self.members]
+    def __post_init__(self) -> None:
+        self.member_ids: list[str] = [a.worker_id for a in self.members]
+        self.member_set: frozenset[str] = frozenset(self.member_ids)
 
 
 @dataclass
