@@ -92,6 +92,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
         command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
     if args.hosts and args.host_discovery_script:
         raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
+    for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be a positive integer, got {value}")
     if args.slots_per_host is not None and args.slots_per_host <= 0:
         raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
     if args.host_discovery_script:

@@ -123,6 +123,8 @@ class Coordinator:
             return
         record.agent_connected = False
         self._sent_to_agents.pop(host, None)
+        # If its session is still open (a missed heartbeat), tell it to stop its workers.
+        self.outbox.append(("agent", host, pb.AgentCommand(shutdown=True, reason=f"host {host} counted as lost: {reason}")))
         if self.outcome is not None:
             return
         self._event(now, f"host {host} lost: its agent {reason}")

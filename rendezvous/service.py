@@ -43,21 +43,29 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 queue.put_nowait(message)
         self.changed.set()
 
+    async def _pump(self, sessions: dict[str, asyncio.Queue], key: str, queue: asyncio.Queue,
+                    is_last: Callable[[object], bool], on_close: Callable) -> AsyncIterator:
+        """Stream a session's queue until its last message or until the peer goes away; a peer
+        that goes away (process died, host lost) is reported to the coordinator at once."""
+        try:
+            while True:
+                message = await queue.get()
+                yield message
+                if is_last(message):
+                    return
+        finally:
+            if sessions.get(key) is queue:
+                del sessions[key]
+                self.call(on_close, key)
+
     # ---------------------------------------------------------------- agents
     async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
         self.call(self.coordinator.agent_connected, request.host, request.pid)
-        try:
-            while True:
-                message = await queue.get()
-                yield message
-                if message.shutdown:
-                    return
-        finally:
-            if self._agents.get(request.host) is queue:
-                del self._agents[request.host]
-                self.call(self.coordinator.agent_disconnected, request.host)
+        async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
+                                        self.coordinator.agent_disconnected):
+            yield message
 
     async def AgentHeartbeat(self, request: pb.AgentHeartbeatRequest, context) -> pb.Ack:
         self.coordinator.agent_heartbeat(request.host, self.clock())
@@ -78,16 +86,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if error:
             del self._workers[request.worker_id]
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
-        try:
-            while True:
-                message = await queue.get()
-                yield message
-                if message.HasField("job_ended") or message.HasField("retire"):
-                    return
-        finally:
-            if self._workers.get(request.worker_id) is queue:
-                del self._workers[request.worker_id]
-                self.call(self.coordinator.worker_disconnected, request.worker_id)
+        async for message in self._pump(self._workers, request.worker_id, queue,
+                                        lambda m: m.HasField("job_ended") or m.HasField("retire"),
+                                        self.coordinator.worker_disconnected):
+            yield message
 
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
         error = self.call(

@@ -48,6 +48,7 @@ def test_hosts_flag_and_elastic_flags() -> None:
     (["-np", "2", "--min-np", "4", "--max-np", "2", "python", "t.py"], "--max-np (2) must be at least --min-np (4)"),
     (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "either -H/--hosts or --host-discovery-script"),
     (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
+    (["-np", "0", "python", "t.py"], "-np must be a positive integer, got 0"),
 ])
 def test_usage_errors_say_what_to_change(argv, message) -> None:
     with pytest.raises(UsageError) as info:

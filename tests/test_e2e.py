@@ -146,6 +146,14 @@ def test_bad_discovery_script_refuses_to_start(run_job, tmp_path, body, message)
     assert message in job.output
 
 
+def test_missing_training_program_fails_with_the_reason(run_job) -> None:
+    job = run_job("-np", "2", "--crash-loop-limit", "2", "no-such-training-program")
+    assert job.wait(120) == 1
+    assert "cannot start worker localhost/1: [Errno 2] No such file or directory" in job.output
+    assert "2 generations in a row failed within 10 s of forming" in job.output
+    assert "exited with code 127" in job.output
+
+
 def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
     job = run_job("-H", "hostA:2,hostB:1", "python", str(WORKLOADS / "collectives.py"), str(tmp_path))
     assert job.wait(120) == 0, job.output

@@ -52,6 +52,7 @@ class Agent:
         self.stop_grace_s = stop_grace_s
         self.children: dict[str, _Child] = {}
         self._started: set[str] = set()  # a worker id is one process: never start it twice
+        self._unstartable: list[str] = []  # could not be started: reported as exit code 127
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
 
@@ -116,7 +117,11 @@ class Agent:
         for worker_id, spec in wanted.items():
             if worker_id not in self._started:
                 self._started.add(worker_id)
-                self.children[worker_id] = _Child(spec, self._spawn(spec))
+                try:
+                    self.children[worker_id] = _Child(spec, self._spawn(spec))
+                except OSError as exc:
+                    log(self.host, f"cannot start worker {worker_id}: {exc}; check the training command")
+                    self._unstartable.append(worker_id)
 
     def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
         env = dict(os.environ)
@@ -136,6 +141,8 @@ class Agent:
         _signal(child.proc, signal.SIGTERM)
 
     def _reap(self, stub: pb_grpc.RendezvousStub) -> None:
+        while self._unstartable:
+            self._report(stub, pb.WorkerExit(host=self.host, worker_id=self._unstartable.pop(), exit_code=127))
         now = time.monotonic()
         for worker_id, child in list(self.children.items()):
             code = child.proc.poll()
@@ -145,12 +152,14 @@ class Agent:
                 continue
             del self.children[worker_id]
             exit_code, sig = (0, -code) if code < 0 else (code, 0)
-            report = pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
-                                   stopped_by_agent=child.kill_at is not None)
-            try:
-                stub.ReportWorkerExit(report, timeout=5)
-            except grpc.RpcError as exc:
-                log(self.host, f"could not report the exit of {worker_id}: {exc.code().name}")
+            self._report(stub, pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
+                                             stopped_by_agent=child.kill_at is not None))
+
+    def _report(self, stub: pb_grpc.RendezvousStub, report: pb.WorkerExit) -> None:
+        try:
+            stub.ReportWorkerExit(report, timeout=5)
+        except grpc.RpcError as exc:
+            log(self.host, f"could not report the exit of {report.worker_id}: {exc.code().name}")
 
     def _stop_all(self, stub: pb_grpc.RendezvousStub) -> None:
         for child in self.children.values():

@@ -94,10 +94,9 @@ class RendezvousLink:
                 self._cond.wait(remaining)
 
     def generation_over(self, generation: int) -> str | None:
-        """Why `generation` ended, or None while it stands."""
+        """Why `generation` ended, or None while it stands. Collectives do not need the
+        rendezvous, so losing it does not end a generation."""
         with self._cond:
-            if self._lost:
-                return f"lost the rendezvous: {self._lost}"
             if self._retired is not None or self._ended is not None:
                 return "the worker is leaving the job"
             return self._over.get(generation)
