@@ -1,0 +1,125 @@
+"""The training library in one process (a job of one: no Ringmaster environment).
+
+Commit/restore round trips for modules, optimizers, samplers and plain attributes; the
+optimizer wrapper keeps its class; `elastic.run` returns the function's result.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import worker.torch as hvd
+
+
+@pytest.fixture(autouse=True)
+def alone(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("RINGMASTER_"):
+            monkeypatch.delenv(name)
+    hvd.shutdown()
+    hvd.init()
+    yield
+    hvd.shutdown()
+
+
+def test_a_script_alone_is_a_job_of_one() -> None:
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_size()) == (0, 1, 0, 1)
+    assert hvd.allreduce(torch.tensor([3.0])).item() == 3.0
+    assert hvd.allgather(torch.ones(2, 2)).shape == (2, 2)
+    assert hvd.broadcast_object({"a": 1}) == {"a": 1}
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    lambda p: torch.optim.Adam(p, lr=0.01),
+])
+def test_restore_brings_back_the_committed_model_and_optimizer(make_optimizer) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = hvd.DistributedOptimizer(make_optimizer(model.parameters()), named_parameters=model.named_parameters())
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(torch.randn(8, 4)).pow(2).sum().backward()
+        optimizer.step()
+
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=3, notes={"lr": [0.1]})
+    step()
+    state.commit()
+    committed_model = {k: v.clone() for k, v in model.state_dict().items()}
+    committed_opt = optimizer.state_dict()
+    committed_buffers = {k: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)} for k, v in committed_opt["state"].items()}
+    for _ in range(3):
+        step()
+    state.epoch = 9
+    state.notes["lr"].append(0.5)
+    assert not torch.equal(model.weight, committed_model["weight"])
+    state.restore()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, committed_model[name])
+    for key, buffers in committed_buffers.items():
+        for name, tensor in buffers.items():
+            assert torch.equal(optimizer.state_dict()["state"][key][name], tensor)
+    assert state.epoch == 3 and state.notes == {"lr": [0.1]}
+    # the snapshot is not aliased by the restored optimizer: training on does not change it
+    step()
+    state.restore()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, committed_model[name])
+
+
+def test_sampler_state_rolls_back() -> None:
+    dataset = list(range(20))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=False)
+    state = hvd.elastic.TorchState(sampler=sampler)
+    sampler.record_batch(0, 4)
+    state.commit()
+    sampler.record_batch(1, 4)
+    assert len(sampler.processed_indices) == 8
+    state.restore()
+    assert sampler.processed_indices == {0, 1, 2, 3}
+    sampler.reset()
+    assert list(sampler) == list(range(4, 20))
+
+
+def test_commit_count_goes_back_with_a_restore() -> None:
+    state = hvd.elastic.ObjectState(step=0)
+    for _ in range(3):
+        state.step += 1
+        state.commit()
+    state.step += 1
+    state.restore()
+    assert (state.step, state.commits) == (3, 3)
+
+
+def test_distributed_optimizer_keeps_its_class_for_schedulers() -> None:
+    model = torch.nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), op=hvd.Sum)
+    assert isinstance(optimizer, torch.optim.SGD)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == 0.5
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), backward_passes_per_step=0)
+    with pytest.raises(ValueError, match="unknown reduction op"):
+        hvd.allreduce(torch.ones(1), op="median")
+
+
+def test_elastic_run_returns_the_result_and_calls_reset_callbacks_only_on_reset() -> None:
+    calls = []
+    state = hvd.elastic.ObjectState(value=1)
+    state.register_reset_callbacks([lambda: calls.append("reset")])
+
+    @hvd.elastic.run
+    def train(state, factor):
+        state.value *= factor
+        state.commit()
+        return state.value
+
+    assert train(state, 5) == 5
+    assert calls == []
