@@ -58,6 +58,16 @@ def job_figures() -> dict[str, float]:
             write_hosts(hosts, {"hostA": 2, "hostB": 2, "hostC": 2})
             grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 4 and r["time"] > changed_at, 180)
             figures["discovery_change_to_first_step_s"] = grown["time"] - changed_at
+            # What the survivors paid: their longest gap between two commits while the newcomers joined.
+            logs = read_logs(d / "log")
+            gaps = []
+            for worker in survivors:
+                times = [r["time"] for r in logs[worker] if r["event"] == "commit" and r["time"] > changed_at]
+                gaps += [b - a for a, b in zip(times, times[1:]) if b <= grown["time"] + 1]
+            figures["survivor_pause_during_grow_s"] = max(gaps)
+            figures["steps_while_newcomers_warmed_up"] = sum(
+                1 for r in logs[survivors[0]] if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
+            )
         finally:
             job.kill()
     return figures
@@ -153,7 +163,9 @@ def main() -> int:
         print("elastic job, 4 workers on 2 emulated hosts, commit every step:")
         print(f"  SIGKILL of a host -> first completed step after it: {f['kill_to_first_step_s']:.3f} s")
         print(f"  steps redone after the kill:                         {f['steps_redone']:.0f}")
-        print(f"  discovery change (host added) -> first step at 4+2: {f['discovery_change_to_first_step_s']:.3f} s")
+        print(f"  discovery change (host added) -> first step at 4:  {f['discovery_change_to_first_step_s']:.3f} s")
+        print(f"    steps the survivors trained while newcomers warmed up: {f['steps_while_newcomers_warmed_up']:.0f}")
+        print(f"    longest pause between two survivor steps meanwhile:    {f['survivor_pause_during_grow_s']:.3f} s")
     print(f"ring rebuild to first allreduce (median of {args.rounds - 1} rounds, slowest rank):")
     print(f"  {'ranks':>5}  {'ringmaster (prefix on long-lived store)':>40}  {'fresh init_process_group':>25}  speed-up")
     for size in (2, 4, 8):
