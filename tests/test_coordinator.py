@@ -300,7 +300,7 @@ def test_crash_loop_stops_the_job() -> None:
     rig = Rig(min_np=1, crash_loop_limit=3, crash_loop_window_s=10)
     rig.set_hosts({"a": 1})
     rig.agent_connected("a", 1)
-    for attempt in range(3):
+    for _ in range(3):
         (wid,) = rig.specs("a")
         rig.now += 1
         rig.worker_exited("a", wid, 1, 0, False)

@@ -204,3 +204,20 @@ def test_serve_and_a_separately_started_agent_run_a_job(run_job, tmp_path) -> No
     assert agent.wait(30) == 0, agent.output
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["0.json", "1.json"]
     assert "agent for host hostX connected" in server.output
+
+
+def test_killed_host_comes_back_after_its_blacklist_cooldown(run_job, tmp_path) -> None:
+    script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 2})
+    logs_dir = tmp_path / "log"
+    job = run_job("--min-np", "2", "--host-discovery-script", script, "--blacklist-cooldown-range", "2", "4", *FAST,
+                  *elastic_job(logs_dir, epochs=6, samples=128))
+    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 3, 120, "4 workers training")
+    job.kill_host("hostB")
+    job.wait_status(lambda s: s["world_size"] == 2, 60, "the ring without hostB")
+    back = job.wait_status(lambda s: s["world_size"] == 4, 120, "hostB back after its cooldown")
+    assert {h["name"]: h["blacklisted"] for h in back["hosts"]} == {"hostA": False, "hostB": False}
+    assert job.wait(240) == 0, job.output
+    assert "host hostB blacklisted for 2." in job.output
+    logs = read_logs(logs_dir)
+    assert_every_sample_once(logs, 6)
+    assert_ranks_agree(logs)
