@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from discovery import Blacklist, CooldownRange, diff_hosts
-from proto import environment as env_names
 from proto import ringmaster_pb2 as pb
 from rendezvous.assignment import RankAssignment, WorkerSlot, assign_ranks
 from rendezvous.model import Event, Generation, Host, JobOutcome, Phase, Summary, Worker
 from rendezvous.settings import JobSettings
+from rendezvous.worker_env import base_env, rank_env, tentative_rank_env
 
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
 StoreFactory = Callable[[int], tuple[str, int]]
@@ -540,22 +540,13 @@ class Coordinator:
         plain_host, plain_port = self._plain_store_factory(gen.number)
         for worker, a in zip(pending, members):
             worker.generation = gen.number
-            worker.env.update(_rank_env(a, gen.number, plain_host, plain_port))
+            worker.env.update(rank_env(a, gen.number, plain_host, plain_port))
             self.workers[worker.worker_id] = worker
 
     def _make_worker(self, host: str, slot: int) -> Worker:
         worker_id = f"{host}/{next(self._ids)}"
-        env = {
-            env_names.RENDEZVOUS: self.rendezvous_address,
-            env_names.WORKER_ID: worker_id,
-            env_names.HOST: host,
-            env_names.STORE: f"{self.store.host}:{self.store.port}",
-            env_names.GENERATION: "0",
-            env_names.COLLECTIVE_TIMEOUT: str(self.settings.collective_timeout_s),
-            env_names.HEARTBEAT_INTERVAL: str(self.settings.heartbeat_interval_s),
-            env_names.TORCHRUN_LOCAL_RANK: str(slot),
-        }
-        return Worker(worker_id, host, slot, env)
+        store = f"{self.store.host}:{self.store.port}"
+        return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, self.settings))
 
     def _maybe_request_update(self, eligible: set[str], now: float) -> None:
         """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
@@ -624,9 +615,7 @@ class Coordinator:
                 self._event(now, f"starting worker {worker.worker_id} on {host.name} (joins after warming up)")
                 started.append(worker)
         for position, worker in enumerate(started):
-            # Tentative: the rank it will most likely get (hvd.rank() before it joins).
-            worker.env[env_names.TORCHRUN_RANK] = str(len(live) + position)
-            worker.env[env_names.TORCHRUN_WORLD_SIZE] = str(len(live) + len(started))
+            worker.env.update(tentative_rank_env(len(live) + position, len(live) + len(started)))
 
     def _publish_agents(self, now: float) -> None:
         """Tell each agent which workers to run. A retiring worker that can hear the rendezvous
@@ -647,21 +636,6 @@ class Coordinator:
                 workers=[pb.WorkerSpec(worker_id=w.worker_id, slot=w.slot, argv=self.settings.command, env=w.env) for w in specs]
             )
             self.outbox.append(("agent", host.name, command))
-
-
-def _rank_env(a: RankAssignment, generation: int, master_host: str, master_port: int) -> dict[str, str]:
-    return {
-        env_names.GENERATION: str(generation),
-        env_names.TORCHRUN_RANK: str(a.rank),
-        env_names.TORCHRUN_WORLD_SIZE: str(a.size),
-        env_names.TORCHRUN_LOCAL_RANK: str(a.local_rank),
-        env_names.TORCHRUN_LOCAL_WORLD_SIZE: str(a.local_size),
-        env_names.TORCHRUN_GROUP_RANK: str(a.cross_rank),
-        env_names.TORCHRUN_MASTER_ADDR: master_host,
-        env_names.TORCHRUN_MASTER_PORT: str(master_port),
-        env_names.TORCHRUN_RESTART_COUNT: str(generation - 1),
-        env_names.TORCHRUN_USE_AGENT_STORE: "True",
-    }
 
 
 def _fmt_hosts(hosts: Mapping[str, int]) -> str:
