@@ -6,6 +6,11 @@ import pathlib
 import sys
 
 import pytest
+from hypothesis import settings
+
+# CI machines are small and busy: judge properties, not per-example speed.
+settings.register_profile("ringmaster", deadline=None)
+settings.load_profile("ringmaster")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 

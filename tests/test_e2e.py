@@ -51,15 +51,17 @@ def test_demo_job_trains_to_the_end(run_job) -> None:
     assert "job succeeded after" in job.output and "0 reset(s)" in job.output
 
 
-def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp_path) -> None:
+@pytest.mark.parametrize("victim, survivor", [("hostB", "hostA"), ("hostA", "hostB")], ids=["other-host", "rank-0-host"])
+def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp_path, victim, survivor) -> None:
     script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 2})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST, *elastic_job(logs_dir))
-    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
-    job.kill_host("hostB")
+    status = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+    assert next(w["host"] for w in status["workers"] if w["rank"] == 0) == "hostA"
+    job.kill_host(victim)
     assert job.wait(180) == 0, job.output
     logs = read_logs(logs_dir)
-    survivors = [w for w in logs if w.startswith("hostA")]
+    survivors = [w for w in logs if w.startswith(survivor)]
     assert len(survivors) == 2
     for worker in survivors:
         before = [r["step"] for r in logs[worker] if r["event"] == "commit" and r["generation"] == 1]
@@ -72,9 +74,9 @@ def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp
     assert len({r["checksum"] for r in done}) == 1
     assert_every_sample_once(logs, 3)
     assert_ranks_agree(logs)
-    assert "host hostB lost" in job.output and "host hostB blacklisted permanently" in job.output
+    assert f"host {victim} lost" in job.output and f"host {victim} blacklisted permanently" in job.output
     assert "rolled back to commit" in job.output
-    assert "generation 2 formed: world size 2 on hostA:2" in job.output
+    assert f"generation 2 formed: world size 2 on {survivor}:2" in job.output
 
 
 def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:

@@ -132,7 +132,7 @@ def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
         tensor = tensor.reshape(1)
     lengths = comm.allgather(torch.tensor([tensor.shape[0]], dtype=torch.int64))
     longest = int(max(int(n) for n in lengths))
-    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype)
+    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
     padded[: tensor.shape[0]] = tensor
     parts = comm.allgather(padded)
     return torch.cat([part[: int(n)] for part, n in zip(parts, lengths)])
