@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from pydantic import ValidationError
 
 from discovery import DiscoveryError, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
 from rendezvous import settings as defaults
 from rendezvous.model import JobOutcome, Summary
-from rendezvous.server import RendezvousServer, log_line
 from rendezvous.settings import JobSettings
 
 
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine",
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter))
     _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
+    scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
+    scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
+    scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m worker.agent --help")
     return parser
@@ -142,6 +147,8 @@ def format_summary(outcome: JobOutcome, summary: Summary) -> str:
 
 
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
+    from rendezvous.server import RendezvousServer, log_line  # heavy (torch, grpc): not for `scale`
+
     try:
         settings, discovery, initial = settings_from_args(args)
     except (UsageError, DiscoveryError) as exc:
@@ -162,11 +169,31 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     return 0 if outcome.success else 1
 
 
+def _scale(api: str, np: int) -> int:
+    """POST /scale and print the answer."""
+    request = urllib.request.Request(
+        f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            print(f"ringmaster: {json.load(response)['message']}")
+            return 0
+    except urllib.error.HTTPError as exc:
+        detail = json.load(exc).get("detail")
+        print(f"ringmaster: error: {detail if isinstance(detail, str) else json.dumps(detail)}", file=sys.stderr)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"ringmaster: error: cannot reach the control API at {api}: {exc}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["agent"]:  # the agent has its own flags (python -m worker.agent --help)
         os.execv(sys.executable, [sys.executable, "-m", "worker.agent", *argv[1:]])
     args = build_parser().parse_args(argv)
+    if args.verb == "scale":
+        return _scale(args.api, args.np)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

@@ -1,6 +1,8 @@
-"""The HTTP control API (FastAPI): what the job is doing, for people and scripts.
+"""The HTTP control API (FastAPI): what the job is doing, and scaling it.
 
-`GET /status` returns a `JobStatus`; `GET /healthz` answers while the rendezvous lives.
+`GET /status` returns a `JobStatus`; `POST /scale` with `{"np": N}` asks for N workers;
+`GET /healthz` answers while the rendezvous lives. Handlers are `async`, so they run on the
+rendezvous' event loop, the only thread that touches the coordinator.
 """
 
 from __future__ import annotations
@@ -8,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from fastapi import FastAPI
-from pydantic import BaseModel
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, Field
 
 from rendezvous.coordinator import Coordinator
 
@@ -35,11 +37,21 @@ class WorkerStatus(BaseModel):
     done: bool
 
 
+class ScaleRequest(BaseModel):
+    np: int = Field(ge=1, description="the number of workers wanted (within --min-np and --max-np)")
+
+
+class ScaleReply(BaseModel):
+    np: int
+    message: str
+
+
 class JobStatus(BaseModel):
     state: str  # "starting", "running", "succeeded", "failed"
     message: str
     generation: int
     world_size: int
+    target_np: Optional[int]
     resets: int
     steps: int
     hosts: list[HostStatus]
@@ -60,6 +72,7 @@ def job_status(coordinator: Coordinator, now: float) -> JobStatus:
         message=outcome.message if outcome else (gen.cause if gen else "waiting for hosts"),
         generation=gen.number if gen else 0,
         world_size=len(gen.members) if gen else 0,
+        target_np=coordinator.limit,
         resets=coordinator.summary.resets,
         steps=coordinator.summary.steps,
         hosts=[
@@ -81,15 +94,31 @@ def job_status(coordinator: Coordinator, now: float) -> JobStatus:
     )
 
 
-def create_app(coordinator: Coordinator, clock: Callable[[], float] = time.monotonic) -> FastAPI:
+def create_app(
+    coordinator: Coordinator,
+    clock: Callable[[], float] = time.monotonic,
+    call: Callable[..., object] | None = None,
+) -> FastAPI:
+    """`call(method, *args)` runs a coordinator method with the time and delivers what it says
+    (the gRPC service's `call`); by default it just runs it."""
+    call = call or (lambda method, *args: method(*args, clock()))
     app = FastAPI(title="Ringmaster control API")
 
     @app.get("/status", response_model=JobStatus)
-    def status() -> JobStatus:
+    async def status() -> JobStatus:
         return job_status(coordinator, clock())
 
+    @app.post("/scale", response_model=ScaleReply)
+    async def scale(request: ScaleRequest) -> ScaleReply:
+        error = call(coordinator.scale, request.np)
+        if error:
+            raise HTTPException(status_code=409, detail=error)
+        capacity = coordinator.capacity(clock())
+        note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
+        return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
+
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app

@@ -72,6 +72,7 @@ class Coordinator:
         self.outcome: JobOutcome | None = None
         self.summary = Summary()
         self.finishing = False  # some worker's training function returned: no new generations
+        self.target_np: int | None = None  # set by `ringmaster scale`; within [min_np, max_np]
 
         self._ids = itertools.count(1)
         self._hosts_sequence = 0
@@ -225,6 +226,26 @@ class Coordinator:
         self._start_finishing(now)
         self._reconcile(now)
 
+    def scale(self, np: int, now: float) -> str | None:
+        """Ask for a world size of `np` workers (as slots allow). Returns why not, or None."""
+        if self.outcome is not None:
+            return "the job has already ended"
+        if np < self.settings.min_np:
+            return f"cannot scale to {np} workers: --min-np is {self.settings.min_np}"
+        if self.settings.max_np is not None and np > self.settings.max_np:
+            return f"cannot scale to {np} workers: --max-np is {self.settings.max_np}"
+        self.target_np = np
+        self._event(now, f"scale to {np} workers requested")
+        self._pending_cause.append(f"scaled to {np}")
+        self._reconcile(now)
+        return None
+
+    @property
+    def limit(self) -> int | None:
+        """The most workers the job may have now: --max-np, or the scale target if lower."""
+        caps = [c for c in (self.settings.max_np, self.target_np) if c is not None]
+        return min(caps) if caps else None
+
     def abort(self, reason: str, now: float) -> None:
         """End the job as failed (the user interrupted it)."""
         self._fail(reason, now)
@@ -258,7 +279,7 @@ class Coordinator:
 
     def capacity(self, now: float) -> int:
         slots = sum(h.slots for h in self.eligible_hosts(now))
-        return min(slots, self.settings.max_np) if self.settings.max_np else slots
+        return min(slots, self.limit) if self.limit is not None else slots
 
     def drain(self) -> list[tuple[str, str, object]]:
         out, self.outbox = self.outbox, []
@@ -289,8 +310,6 @@ class Coordinator:
             return
         record = self.hosts.get(host)
         others = sum(h.slots for h in self.eligible_hosts(now) if h.name != host)
-        if self.settings.max_np:
-            others = min(others, self.settings.max_np)
         if record is not None and record.discovered and others < self.settings.min_np:
             self._event(now, f"host {host} is not blacklisted: without it fewer than --min-np {self.settings.min_np} slots remain")
             return
@@ -480,7 +499,7 @@ class Coordinator:
         all_connected = all(h.agent_connected for h in discovered)
         capacity = self.capacity(now)
         waited = now - self._first_discovery_at >= self.settings.start_timeout_s
-        full = self.settings.max_np is not None and capacity >= self.settings.max_np
+        full = self.limit is not None and capacity >= self.limit
         if capacity >= self.settings.min_np and (all_connected or full or waited):
             self._plan_generation(now)
 
@@ -512,12 +531,15 @@ class Coordinator:
         if self._exceeds_reset_limit(now):
             return
         slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
-        members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], self.settings.max_np)
+        members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], self.limit)
         new = self._new_generation(members, now)
         for a in members:
             worker = self.workers[a.worker_id]
             worker.phase, worker.generation = Phase.MEMBER, new.number
             self._send_assignment(worker)
+        for worker in (*survivors, *newcomers):
+            if worker.worker_id not in new.member_set:
+                self._retire(worker, f"the job is limited to {self.limit} workers", now)
 
     def _plan_generation(self, now: float) -> None:
         """Spawn a whole generation with ranks in the workers' environment."""
@@ -525,7 +547,7 @@ class Coordinator:
             return
         slots: list[WorkerSlot] = []
         pending: list[Worker] = []
-        limit = self.settings.max_np
+        limit = self.limit
         for host in self.eligible_hosts(now):
             for slot in range(host.slots):
                 if limit is not None and len(slots) >= limit:
@@ -565,7 +587,8 @@ class Coordinator:
             w for w in self.workers.values()
             if w.live and w.phase is Phase.READY and not self._is_member(w) and w.host in eligible
         ]
-        room = (self.settings.max_np or 1 << 30) - len(members)
+        limit = self.limit if self.limit is not None else 1 << 30
+        room = limit - len(members)
         warming = [
             w for w in self.workers.values()
             if w.live and not w.stopping and w.phase in (Phase.SPAWNING, Phase.WARMING) and w.host in eligible
@@ -577,6 +600,8 @@ class Coordinator:
         leaving = [w for w in members if w.live and w.host not in eligible]
         if leaving:
             reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+        if sum(1 for w in members if w.live) > limit:
+            reasons.append(f"scaling down to {limit} workers")
         if not reasons:
             return
         self._hosts_sequence += 1
@@ -594,6 +619,8 @@ class Coordinator:
         if self.capacity(now) > size:
             self._pending_cause.append(f"capacity grew to {self.capacity(now)}")
             self._end_generation(f"more slots available ({self.capacity(now)} > {size}); restarting all workers", now)
+        elif self.limit is not None and size > self.limit:
+            self._end_generation(f"scaled down to {self.limit} workers; restarting all workers", now)
 
     def _spawn_newcomers(self, eligible: set[str], now: float) -> None:
         """Elastic job: start workers on free slots; they join once warmed up."""
@@ -601,7 +628,7 @@ class Coordinator:
         if gen is None or not any(self.workers[i].elastic for i in gen.member_ids):
             return
         live = [w for w in self.live_workers() if not w.stopping]
-        room = (self.settings.max_np or 1 << 30) - len(live)
+        room = (self.limit if self.limit is not None else 1 << 30) - len(live)
         started: list[Worker] = []
         for host in self.eligible_hosts(now):
             used = {w.slot for w in live if w.host == host.name}

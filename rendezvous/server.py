@@ -94,7 +94,7 @@ class RendezvousServer:
         background: list[asyncio.Task] = []
         api = None
         if self.api_port is not None:
-            api, sock = self._make_api(coordinator)
+            api, sock = self._make_api(coordinator, service)
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
         local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s) if self.use_local_hosts else None
         try:
@@ -134,11 +134,11 @@ class RendezvousServer:
                     del local.agents[name]
             await asyncio.sleep(0.05)
 
-    def _make_api(self, coordinator: Coordinator) -> tuple[_ApiServer, socket.socket]:
+    def _make_api(self, coordinator: Coordinator, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
         self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
         self.log(f"control API on {self.api_url}")
-        config = uvicorn.Config(create_app(coordinator), log_level="warning", lifespan="off")
+        config = uvicorn.Config(create_app(coordinator, call=service.call), log_level="warning", lifespan="off")
         return _ApiServer(config), sock

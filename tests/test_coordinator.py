@@ -336,3 +336,39 @@ def test_phases_follow_the_lifecycle() -> None:
     assert rig.coordinator.workers[newcomer].phase is Phase.WARMING
     rig.worker_ready(newcomer, 0, "", True)
     assert rig.coordinator.workers[newcomer].phase is Phase.READY
+
+
+def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
+    rig = Rig(min_np=1, max_np=8)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    assert rig.scale(9) == "cannot scale to 9 workers: --max-np is 8"
+    assert rig.scale(0) == "cannot scale to 0 workers: --min-np is 1"
+    assert rig.scale(2) is None
+    assert rig.last(ids[0], "hosts_updated").reason == "scaling down to 2 workers"
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2]
+    assert rig.kinds(ids[2])[-1] == "retire" and rig.kinds(ids[3])[-1] == "retire"
+    for wid in ids[2:]:
+        rig.worker_exited("b", wid, 0, 0, False)
+    assert rig.specs("b") == {}  # no newcomer fills the freed slots
+    assert rig.scale(3) is None
+    (newcomer,) = rig.specs("b")
+    rig.worker_connected(newcomer, 9)
+    rig.worker_ready(newcomer, 0, "", True)
+    for wid in ids[:2]:
+        rig.worker_ready(wid, 2, "", True)
+    assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2] + [newcomer]
+
+
+def test_plain_job_scaled_down_restarts_smaller() -> None:
+    rig = Rig(min_np=1)
+    rig.set_hosts({"a": 3})
+    rig.agent_connected("a", 1)
+    first = sorted(rig.specs("a"))
+    rig.scale(2)
+    rig.now = 1
+    rig.tick()
+    for wid in first:
+        rig.worker_exited("a", wid, 0, 15, True)
+    assert len(rig.specs("a")) == 2 and rig.coordinator.generation.number == 2

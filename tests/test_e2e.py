@@ -223,3 +223,28 @@ def test_killed_host_comes_back_after_its_blacklist_cooldown(run_job, tmp_path) 
     logs = read_logs(logs_dir)
     assert_every_sample_once(logs, 6)
     assert_ranks_agree(logs)
+
+
+def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> None:
+    import subprocess
+
+    logs_dir = tmp_path / "log"
+    job = run_job("--min-np", "1", "--max-np", "4", "-H", "hostA:2,hostB:2", *FAST, *elastic_job(logs_dir, epochs=5, samples=192))
+    api = job.wait_api()
+    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 3, 120, "4 workers training")
+
+    def scale(n: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rendezvous.cli", "scale", "--api", api, "-np", str(n)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    refused = scale(5)
+    assert refused.returncode == 1 and "cannot scale to 5 workers: --max-np is 4" in refused.stderr
+    assert scale(2).returncode == 0
+    job.wait_status(lambda s: s["world_size"] == 2, 60, "the world to shrink to 2")
+    assert scale(4).returncode == 0
+    job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow back to 4")
+    assert job.wait(240) == 0, job.output
+    logs = read_logs(logs_dir)
+    assert_every_sample_once(logs, 5)
+    assert_ranks_agree(logs)
+    assert "rolled back" not in job.output
