@@ -144,6 +144,9 @@ class Coordinator:
         how = describe_exit(exit_code, signal_number)
         was_live = worker.live
         worker.phase = Phase.EXITED
+        if self._is_member(worker) and not worker.done:
+            # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
+            self._end_generation(f"member {worker_id} on {host} {how}", now)
         if worker.stopping or stopped_by_agent:
             self._event(now, f"worker {worker_id} on {host} stopped ({how})")
         elif worker.done or (not worker.elastic and exit_code == 0 and signal_number == 0 and self._is_member(worker)):
@@ -333,6 +336,7 @@ class Coordinator:
         if gen is None or gen.over is not None:
             return
         gen.over = reason
+        self._pending_cause.append(reason)
         self._event(now, f"generation {gen.number} is over: {reason}")
         if now - self._generation_started < self.settings.crash_loop_window_s:
             self._quick_failures += 1
@@ -517,11 +521,8 @@ class Coordinator:
         assert gen is not None
         eligible = {h.name for h in self.eligible_hosts(now)}
         survivors = [self.workers[i] for i in gen.member_ids]
-        survivors = [w for w in survivors if w.live and w.phase is Phase.READY and w.host in eligible]
-        newcomers = [
-            w for w in self.workers.values()
-            if w.live and w.phase is Phase.READY and w.host in eligible and w not in survivors
-        ]
+        survivors = [w for w in survivors if self._candidate(w, eligible)]
+        newcomers = [w for w in self.workers.values() if self._candidate(w, eligible) and w not in survivors]
         if not survivors and not newcomers:
             if not any(w.live for w in self.workers.values()):
                 self._plan_generation(now)  # nothing can rejoin in place: restart everything
@@ -540,6 +541,11 @@ class Coordinator:
         for worker in (*survivors, *newcomers):
             if worker.worker_id not in new.member_set:
                 self._retire(worker, f"the job is limited to {self.limit} workers", now)
+
+    @staticmethod
+    def _candidate(worker: Worker, eligible: set[str]) -> bool:
+        """Can join the next generation: alive, waiting for it, not leaving, on a usable host."""
+        return worker.live and worker.phase is Phase.READY and not worker.stopping and worker.host in eligible
 
     def _plan_generation(self, now: float) -> None:
         """Spawn a whole generation with ranks in the workers' environment."""
@@ -583,10 +589,7 @@ class Coordinator:
         if not all(w.elastic for w in members if w.live):
             return  # still starting up: not every member is inside hvd.elastic.run yet
         reasons = []
-        ready_newcomers = [
-            w for w in self.workers.values()
-            if w.live and w.phase is Phase.READY and not self._is_member(w) and w.host in eligible
-        ]
+        ready_newcomers = [w for w in self.workers.values() if self._candidate(w, eligible) and not self._is_member(w)]
         limit = self.limit if self.limit is not None else 1 << 30
         room = limit - len(members)
         warming = [

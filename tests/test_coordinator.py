@@ -372,3 +372,30 @@ def test_plain_job_scaled_down_restarts_smaller() -> None:
     for wid in first:
         rig.worker_exited("a", wid, 0, 15, True)
     assert len(rig.specs("a")) == 2 and rig.coordinator.generation.number == 2
+
+
+def test_retiring_workers_are_never_taken_back() -> None:
+    """Scale down then straight up again: the leaving workers are not counted as ready newcomers."""
+    rig = Rig(min_np=1, max_np=4)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    rig.scale(2)
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    rig.scale(4)  # before b's retiring workers have exited
+    fresh = sorted(set(rig.specs("b")) - set(ids))
+    assert len(fresh) == 2
+    assert "hosts_updated" not in rig.kinds(ids[0])[-1:]  # nobody ready to join yet
+    for wid in fresh:
+        rig.worker_connected(wid, 7)
+        rig.worker_ready(wid, 0, "", True)
+    for wid in ids[:2]:
+        rig.worker_ready(wid, 2, "", True)
+    assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2] + fresh
+
+
+def test_a_member_that_exits_ends_its_generation_even_when_stopped_on_purpose() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 2})
+    rig.worker_exited("a", ids[1], 0, 15, True)
+    assert rig.coordinator.generation.over == f"member {ids[1]} on a was killed by signal 15 (SIGTERM)"
+    assert rig.last(ids[0], "generation_over").generation == 1
