@@ -128,6 +128,10 @@ class Coordinator:
         self.outbox.append(("agent", host, pb.AgentCommand(shutdown=True, reason=f"host {host} counted as lost: {reason}")))
         if self.outcome is not None:
             return
+        if not record.discovered and not any(w.live for w in self._workers_on(host)):
+            self._event(now, f"agent for host {host} stopped: the host left the job")
+            self._reconcile(now)
+            return
         self._event(now, f"host {host} lost: its agent {reason}")
         self._pending_cause.append(f"host {host} lost")
         for worker in self._workers_on(host):

@@ -23,10 +23,15 @@ class LocalHosts:
         self.agents: dict[str, subprocess.Popen] = {}
 
     def reconcile(self, coordinator: Coordinator, now: float) -> None:
-        """Start agents for usable hosts that have none."""
+        """Start agents for usable hosts that have none; stop those of hosts that left."""
+        busy = {w.host for w in coordinator.live_workers()}
         for name, proc in list(self.agents.items()):
             if proc.poll() is not None:
                 del self.agents[name]
+                continue
+            host = coordinator.hosts.get(name)
+            if host is not None and not host.discovered and name not in busy:
+                _signal_group(proc, signal.SIGTERM)
         for host in coordinator.hosts.values():
             if not host.discovered or host.agent_connected or host.name in self.agents:
                 continue

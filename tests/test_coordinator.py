@@ -399,3 +399,15 @@ def test_a_member_that_exits_ends_its_generation_even_when_stopped_on_purpose() 
     rig.worker_exited("a", ids[1], 0, 15, True)
     assert rig.coordinator.generation.over == f"member {ids[1]} on a was killed by signal 15 (SIGTERM)"
     assert rig.last(ids[0], "generation_over").generation == 1
+
+
+def test_agent_of_a_departed_host_leaves_without_blame() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.set_hosts({"a": 1})
+    rig.worker_ready(ids[0], 1, "", True)
+    rig.worker_ready(ids[1], 1, "", True)
+    rig.worker_exited("b", ids[1], 0, 0, False)
+    rig.agent_disconnected("b")
+    assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.coordinator.summary.events[-1].message == "agent for host b stopped: the host left the job"

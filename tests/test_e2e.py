@@ -95,6 +95,9 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     write_hosts(hosts, {"hostB": 2})
     shrunk = job.wait_status(lambda s: s["world_size"] == 2, 120, "the world to shrink to 2")
     assert {w["host"] for w in shrunk["workers"] if w["rank"] is not None} == {"hostB"}
+    gone = job.wait_status(lambda s: not next(h for h in s["hosts"] if h["name"] == "hostA")["agent_connected"], 60,
+                           "hostA's agent to stop")
+    assert not next(h for h in gone["hosts"] if h["name"] == "hostA")["blacklisted"]
     assert job.wait(180) == 0, job.output
     logs = read_logs(logs_dir)
     assert_every_sample_once(logs, 4)
@@ -104,6 +107,7 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     assert "worker hostA/1 on hostA stopped (exited with code 0)" in job.output  # left by itself
     assert "rolled back" not in job.output  # scaling never rolls back
     assert "discovery failed, keeping the last good host set" in job.output
+    assert "agent for host hostA stopped: the host left the job" in job.output
 
 
 def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path) -> None:
