@@ -25,54 +25,53 @@ from rendezvous.settings import JobSettings
 
 
 def _add_job_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
-                        help="number of workers to start with; also the default of --min-np (and of --max-np without discovery)")
-    parser.add_argument("--min-np", type=int, default=None, help="fewest workers the job trains with (default: -np, else 1)")
-    parser.add_argument("--max-np", type=int, default=None,
+    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None, metavar="N",
+                        help="number of workers to start with; also the default of --min-np (and of --max-np without discovery) (default: none)")
+    parser.add_argument("--min-np", type=int, default=None, metavar="N", help="fewest workers the job trains with (default: -np, else 1)")
+    parser.add_argument("--max-np", type=int, default=None, metavar="N",
                         help="most workers (default: -np with fixed hosts; all discovered slots with a discovery script)")
-    parser.add_argument("-H", "--hosts", default=None, help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
-    parser.add_argument("--host-discovery-script", default=None,
-                        help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval")
-    parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None,
+    parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
+    parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
+                        help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval (default: none)")
+    parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None, metavar="N",
                         help="slots of a host listed without a count (default: none; then each line needs host:slots)")
-    parser.add_argument("--elastic-timeout", type=float, default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
+    parser.add_argument("--elastic-timeout", type=float, metavar="S", default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
                         help="seconds to wait below --min-np before failing (default: %(default)s)")
-    parser.add_argument("--reset-limit", type=int, default=None, help="most resets (ring re-formations) before the job fails (default: no limit)")
+    parser.add_argument("--reset-limit", type=int, default=None, metavar="N", help="most resets (ring re-formations) before the job fails (default: no limit)")
     parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                         help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
-    parser.add_argument("--discovery-interval", type=float, default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
+    parser.add_argument("--discovery-interval", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
                         help="seconds between discovery runs (default: %(default)s)")
-    parser.add_argument("--discovery-timeout", type=float, default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
+    parser.add_argument("--discovery-timeout", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
                         help="seconds a discovery script may run (default: %(default)s)")
-    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+    parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
                         help="seconds between agent and worker heartbeats (default: %(default)s)")
-    parser.add_argument("--heartbeat-timeout", type=float, default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
+    parser.add_argument("--heartbeat-timeout", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
                         help="seconds without a heartbeat before a host or worker counts as dead (default: %(default)s)")
-    parser.add_argument("--collective-timeout", type=float, default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
+    parser.add_argument("--collective-timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
                         help="seconds a collective may take before its generation is given up (default: %(default)s)")
-    parser.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S,
+    parser.add_argument("--start-timeout", type=float, metavar="S", default=defaults.DEFAULT_START_TIMEOUT_S,
                         help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
-    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
+    parser.add_argument("--stop-grace", type=float, metavar="S", default=defaults.DEFAULT_STOP_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
-    parser.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S,
+    parser.add_argument("--warmup-grace", type=float, metavar="S", default=defaults.DEFAULT_WARMUP_GRACE_S,
                         help="seconds a ready newcomer waits for newcomers still warming up, to join in one reset (default: %(default)s)")
-    parser.add_argument("--crash-loop-limit", type=int, default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
+    parser.add_argument("--crash-loop-limit", type=int, metavar="N", default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
                         help="fail after this many generations in a row fail within --crash-loop-window (default: %(default)s)")
-    parser.add_argument("--crash-loop-window", type=float, default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
+    parser.add_argument("--crash-loop-window", type=float, metavar="S", default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
                         help="seconds after forming within which a failing generation counts as a crash (default: %(default)s)")
-    parser.add_argument("--bind", default="127.0.0.1", help="address the rendezvous listens on (default: %(default)s)")
-    parser.add_argument("--advertise-address", default=None,
+    parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
+    parser.add_argument("--advertise-address", default=None, metavar="HOST",
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=0, help="gRPC port of the rendezvous (default: a free one)")
-    parser.add_argument("--api-port", type=int, default=0, help="port of the HTTP control API (default: a free one)")
+    parser.add_argument("--port", type=int, default=0, metavar="P", help="gRPC port of the rendezvous (default: a free one)")
+    parser.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the HTTP control API (default: a free one)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringmaster", description="Elastic training for PyTorch.")
     sub = parser.add_subparsers(dest="verb", required=True)
-    _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine",
-                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter))
+    _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine"))
     _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
     scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
     scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")

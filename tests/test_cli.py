@@ -25,6 +25,11 @@ def test_help_documents_every_flag_and_its_default() -> None:
         assert flag in text
     assert "(default: 600.0)" in text  # --elastic-timeout, as Horovod
     assert "(default: 1.0)" in text  # --discovery-interval
+    assert "(default: None)" not in text
+    run = next(a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith(" run"))
+    for action in run._actions:
+        if action.dest not in ("help", "command"):
+            assert "(default: " in action.help, f"{action.option_strings} does not state its default"
 
 
 def test_np_alone_runs_locally() -> None:
