@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -26,8 +27,9 @@ from worker.rendezvous_link import JobEnded, RendezvousLink, Retired
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
 
 
-def _say(message: str) -> None:
-    print(f"ringmaster-worker[{os.environ.get(env_names.WORKER_ID, 'local')}]: {message}", file=sys.stderr, flush=True)
+def say(message: str) -> None:
+    """One line on stderr; the agent prefixes it with the worker's id."""
+    print(f"ringmaster-worker: {message}", file=sys.stderr, flush=True)
 
 
 class WorkerContext:
@@ -54,6 +56,8 @@ class WorkerContext:
         self.comm: Communicator | None = None
         self._graveyard: list[Communicator] = []  # old rings with a collective stuck; see _retire_ring
         self.commits = 0
+        #: seconds of the last join: (waiting for the assignment, building the ring)
+        self.last_join_s: tuple[float, float] = (0.0, 0.0)
 
     @property
     def standalone(self) -> bool:
@@ -101,15 +105,18 @@ class WorkerContext:
     def _join(self, after: int, first_ready: bool, failure: str = "") -> None:
         assert self.link is not None
         self._retire_ring()
+        started = time.perf_counter()
         if first_ready:
             self.link.ready(after, failure)
         while True:
             assignment = self.link.wait_assignment(after)
+            assigned = time.perf_counter()
             try:
                 self._build(assignment)
+                self.last_join_s = (assigned - started, time.perf_counter() - assigned)
                 return
             except HorovodInternalError as exc:
-                _say(f"could not join generation {assignment.generation}: {exc}")
+                say(f"could not join generation {assignment.generation}: {exc}")
                 after = assignment.generation
                 self.link.ready(after, str(exc))
 
@@ -151,13 +158,13 @@ class WorkerContext:
         try:
             action()
         except Retired as exc:
-            _say(f"leaving the job: {exc}")
+            say(f"leaving the job: {exc}")
             raise SystemExit(0) from None
         except JobEnded as exc:
-            _say(f"the job ended: {exc}")
+            say(f"the job ended: {exc}")
             raise SystemExit(0 if exc.success else 1) from None
         except ConnectionError as exc:
-            _say(str(exc))
+            say(str(exc))
             raise SystemExit(1) from None
 
     # ------------------------------------------------------------ facts for the hvd API

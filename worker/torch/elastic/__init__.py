@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import functools
-import sys
+import time
 from typing import Callable, TypeVar
 
+from torch.profiler import record_function
+
+from worker.context import say
 from worker.errors import HorovodInternalError, HostsUpdatedInterrupt
 from worker.torch.elastic.sampler import ElasticSampler
 from worker.torch.elastic.state import ObjectState, State, TorchState
 
 T = TypeVar("T")
-
-
-def _say(message: str) -> None:
-    from worker import torch as hvd
-
-    print(f"ringmaster-worker[{hvd.context().worker_id}]: {message}", file=sys.stderr, flush=True)
 
 
 def run(func: Callable[..., T]) -> Callable[..., T]:
@@ -35,21 +32,35 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
         reset_required = False
         skip_sync = False
         failure = ""
+        joined = False
         while True:
             if reset_required:
-                context.rejoin(failure)
-                state.on_reset()
-                rank, size = context.topology()[:2]
-                _say(f"joined generation {context.assignment.generation} as rank {rank} of {size}")
+                with record_function("ringmaster.rejoin"):
+                    context.rejoin(failure)
+                    state.on_reset()
+                joined = True
             try:
                 if not skip_sync:
-                    state.sync()
-                    state.save()
+                    synced = time.perf_counter()
+                    with record_function("ringmaster.sync"):
+                        state.sync()
+                        state.save()
+                    synced = time.perf_counter() - synced
+                if joined:
+                    joined = False
+                    waited, built = context.last_join_s
+                    rank, size = context.topology()[:2]
+                    say(
+                        f"joined generation {context.assignment.generation} as rank {rank} of {size}: waited "
+                        f"{waited * 1e3:.0f} ms for the ring, built it in {built * 1e3:.0f} ms, synced state in "
+                        f"{0.0 if skip_sync else synced * 1e3:.0f} ms"
+                    )
                 result = func(state, *args, **kwargs)
             except HorovodInternalError as exc:
                 failure = str(exc)
-                state.restore()
-                _say(f"rolled back to commit {state.commits} after: {failure}")
+                with record_function("ringmaster.restore"):
+                    state.restore()
+                say(f"rolled back to commit {state.commits} after: {failure}")
                 skip_sync = False
             except HostsUpdatedInterrupt as exc:
                 failure = ""

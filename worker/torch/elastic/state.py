@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch.profiler import record_function
 
 from checkpoint import snapshot
 from worker.errors import HostsUpdatedInterrupt
@@ -41,10 +42,11 @@ class State:
 
     def commit(self) -> None:
         """Snapshot the state, then raise HostsUpdatedInterrupt if the ring must change."""
-        self._commits += 1
-        self.save()
-        _hvd().context().note_commit(self._commits)
-        self.check_host_updates()
+        with record_function("ringmaster.commit"):
+            self._commits += 1
+            self.save()
+            _hvd().context().note_commit(self._commits)
+            self.check_host_updates()
 
     @property
     def commits(self) -> int:
