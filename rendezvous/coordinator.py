@@ -417,7 +417,7 @@ class Coordinator:
         limit = self.settings.reset_limit
         if limit is not None and self.summary.resets >= limit:
             self._fail(
-                f"the job was reset {self.summary.resets} times and --reset-limit is {limit}; "
+                f"reset {self.summary.resets + 1} is needed but --reset-limit is {limit}; "
                 "raise --reset-limit or fix what keeps failing (see the events above)",
                 now,
             )

@@ -238,7 +238,7 @@ def test_reset_limit() -> None:
     rig.agent_disconnected("b")
     rig.worker_ready(ids[0], 2, "x", True)
     assert not rig.coordinator.outcome.success
-    assert "reset 1 times and --reset-limit is 1" in rig.coordinator.outcome.message
+    assert "reset 2 is needed but --reset-limit is 1" in rig.coordinator.outcome.message
 
 
 def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> None:
