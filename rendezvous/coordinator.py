@@ -148,12 +148,16 @@ class Coordinator:
         how = describe_exit(exit_code, signal_number)
         was_live = worker.live
         worker.phase = Phase.EXITED
-        if self._is_member(worker) and not worker.done:
+        clean = exit_code == 0 and signal_number == 0
+        stopped = worker.stopping or stopped_by_agent
+        # Outside hvd.elastic.run a clean exit of a member is its success (torchrun's rule).
+        finished = not stopped and (worker.done or (clean and not worker.elastic and self._is_member(worker)))
+        if self._is_member(worker) and not finished:
             # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
             self._end_generation(f"member {worker_id} on {host} {how}", now)
-        if worker.stopping or stopped_by_agent:
+        if stopped:
             self._event(now, f"worker {worker_id} on {host} stopped ({how})")
-        elif worker.done or (not worker.elastic and exit_code == 0 and signal_number == 0 and self._is_member(worker)):
+        elif finished:
             worker.done = True
             self._event(now, f"worker {worker_id} on {host} finished ({how})")
             self._start_finishing(now)
@@ -161,7 +165,7 @@ class Coordinator:
             self._event(now, f"worker {worker_id} on {host} {how}")
             if was_live:
                 self._worker_failed(worker, how, now, blame_host=False)
-            if not (exit_code == 0 and signal_number == 0):
+            if not clean:
                 self._blacklist_host(host, now)
         self._reconcile(now)
 

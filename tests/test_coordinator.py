@@ -411,3 +411,14 @@ def test_agent_of_a_departed_host_leaves_without_blame() -> None:
     rig.agent_disconnected("b")
     assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
     assert rig.coordinator.summary.events[-1].message == "agent for host b stopped: the host left the job"
+
+
+def test_a_plain_worker_finishing_first_does_not_stop_its_peers() -> None:
+    rig = Rig(min_np=2)
+    rig.set_hosts({"a": 3})
+    rig.agent_connected("a", 1)
+    first, *others = sorted(rig.specs("a"))
+    rig.worker_exited("a", first, 0, 0, False)
+    assert rig.coordinator.generation.over is None
+    assert not any(rig.coordinator.workers[w].stopping for w in others)
+    assert set(others) <= set(rig.specs("a"))  # still wanted: they finish in their own time
