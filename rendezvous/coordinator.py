@@ -216,6 +216,8 @@ class Coordinator:
             return f"worker {worker_id!r} is not part of this job"
         if not worker.live:
             return f"worker {worker_id} was already counted as failed ({worker.failed})"
+        if worker.stopping:
+            return f"worker {worker_id} is leaving the job"
         worker.elastic = worker.elastic or elastic
         gen = self.generation
         if failure and gen is not None and gen.number == after_generation and gen.over is None:
@@ -333,7 +335,8 @@ class Coordinator:
             return
         worker.failed = reason
         self._event(now, f"worker {worker.worker_id} on {worker.host} failed: {reason}")
-        self._pending_cause.append(f"worker {worker.worker_id} on {worker.host} failed ({reason})")
+        if not reason.startswith("its host"):  # a lost host is its own cause
+            self._pending_cause.append(f"worker {worker.worker_id} on {worker.host} failed ({reason})")
         if self._is_member(worker):
             self._end_generation(f"worker {worker.worker_id} on {worker.host} failed: {reason}", now)
         if blame_host:
@@ -344,7 +347,8 @@ class Coordinator:
         if gen is None or gen.over is not None:
             return
         gen.over = reason
-        self._pending_cause.append(reason)
+        if not self._pending_cause:
+            self._pending_cause.append(reason)
         self._event(now, f"generation {gen.number} is over: {reason}")
         if now - self._generation_started < self.settings.crash_loop_window_s:
             self._quick_failures += 1
@@ -408,6 +412,8 @@ class Coordinator:
         gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self._hosts_sequence)
         if self.generation is not None:
             self.summary.resets += 1
+        if now - self._generation_started >= self.settings.crash_loop_window_s:
+            self._quick_failures = 0  # the last generation lived: no crash loop
         self.summary.generations += 1
         self.generation = gen
         self._generation_started = now
@@ -516,13 +522,14 @@ class Coordinator:
             self._plan_generation(now)
 
     def _generation_finished(self) -> bool:
-        """True when no live member of the current generation is still training in it."""
+        """True when no live member of the current generation is still training in it (members
+        that are leaving do not hold up the next ring)."""
         gen = self.generation
         assert gen is not None
         members = [self.workers[i] for i in gen.member_ids]
         if gen.over is None and gen.update_sequence == 0:
             return all(not w.live for w in members)
-        return all(not w.live or w.phase is Phase.READY for w in members)
+        return all(not w.live or w.stopping or w.phase is Phase.READY for w in members)
 
     def _next_generation(self, now: float) -> None:
         gen = self.generation
