@@ -15,10 +15,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from discovery import DiscoveryError, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+from discovery import DiscoveryError, HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
 from rendezvous import settings as defaults
 from rendezvous.model import JobOutcome, Summary
 from rendezvous.settings import JobSettings
@@ -85,7 +86,7 @@ class UsageError(Exception):
     """A flag combination that cannot work; the message says what to change."""
 
 
-def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, dict[str, int]]:
+def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDiscovery, dict[str, int]]:
     """Turn flags into settings, a discovery source and the initial host set."""
     command = list(args.command)
     if command and command[0] == "--":
@@ -101,6 +102,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
             raise UsageError(f"{flag} must be a positive integer, got {value}")
     if args.slots_per_host is not None and args.slots_per_host <= 0:
         raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
+    discovery: HostDiscovery
     if args.host_discovery_script:
         discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
     elif args.hosts:
@@ -129,7 +131,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, object, d
     return settings, discovery, initial
 
 
-def _flag_error(error: dict) -> str:
+def _flag_error(error: Mapping[str, Any]) -> str:
     field = error["loc"][0] if error.get("loc") else ""
     flag = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout"}.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")

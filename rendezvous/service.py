@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 
@@ -44,7 +44,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.changed.set()
 
     async def _pump(self, sessions: dict[str, asyncio.Queue], key: str, queue: asyncio.Queue,
-                    is_last: Callable[[object], bool], on_close: Callable) -> AsyncIterator:
+                    is_last: Callable[[Any], bool], on_close: Callable) -> AsyncIterator:
         """Stream a session's queue until its last message or until the peer goes away; a peer
         that goes away (process died, host lost) is reported to the coordinator at once."""
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,8 @@ from worker.errors import HorovodInternalError
 from worker.rendezvous_link import RendezvousLink
 
 ReduceOp = dist.ReduceOp
+#: A c10d process group object (ProcessGroupGloo / ProcessGroupNCCL); the stubs type them apart.
+Ring = Any
 
 
 class Communicator:
@@ -30,13 +32,13 @@ class Communicator:
 
     def __init__(
         self,
-        pg: dist.ProcessGroup,
+        pg: Ring,
         rank: int,
         size: int,
         generation: int,
         link: RendezvousLink | None,
         timeout_s: float,
-        cuda_pg: dist.ProcessGroup | None = None,
+        cuda_pg: Ring | None = None,
     ) -> None:
         self.pg = pg
         self.cuda_pg = cuda_pg
@@ -53,7 +55,7 @@ class Communicator:
         return self._pending is None or self._pending.done()
 
     # ------------------------------------------------------------ collectives (in place)
-    def allreduce_(self, tensor: torch.Tensor, op: dist.ReduceOp = ReduceOp.SUM) -> torch.Tensor:
+    def allreduce_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> torch.Tensor:
         if self.size > 1:
             options = dist.AllreduceOptions()
             options.reduceOp = op
@@ -76,7 +78,7 @@ class Communicator:
         self._wait(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather")
         return outputs
 
-    def _ring(self, tensor: torch.Tensor) -> dist.ProcessGroup:
+    def _ring(self, tensor: torch.Tensor) -> Ring:
         if tensor.is_cuda:
             if self.cuda_pg is None:
                 raise ValueError("a CUDA tensor was given but this job has no NCCL ring (RINGMASTER_BACKEND=gloo?)")
@@ -131,7 +133,7 @@ class Communicator:
 def build_process_group(
     store: dist.Store, prefix: str, rank: int, size: int, timeout_s: float, backend: str,
     is_over: Callable[[], str | None], link: RendezvousLink | None,
-) -> dist.ProcessGroup:
+) -> Ring:
     """Connect the ring of one generation on a fresh key prefix of the long-lived store.
 
     Construction blocks until every member has connected; it runs in a helper thread so that a
@@ -140,7 +142,7 @@ def build_process_group(
     """
     timeout = timedelta(seconds=timeout_s)
 
-    def construct() -> dist.ProcessGroup:
+    def construct() -> Ring:
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout

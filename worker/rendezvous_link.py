@@ -123,6 +123,7 @@ class RendezvousLink:
 
     # ------------------------------------------------------------ threads
     def _read(self) -> None:
+        assert self._session is not None
         try:
             for event in self._session:
                 self._on_event(event)

@@ -117,7 +117,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
-              compression: type = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+              compression: Any = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduce `tensor` across all workers and return the result (the input is left alone)."""
     compressed, ctx = compression.compress(tensor.detach().clone())
     allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)

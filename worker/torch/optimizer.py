@@ -9,14 +9,14 @@ calls `step()` once per k backward passes and the accumulated gradients are redu
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 
 
 class _DistributedOptimizerMixin:
     _hvd_op: str
-    _hvd_compression: type
+    _hvd_compression: Any  # a compressor class, see worker.torch.compression
     _hvd_params: list[torch.Tensor]
     _hvd_synchronized: bool
     _hvd_should_sync: bool
@@ -61,7 +61,7 @@ class _DistributedOptimizerMixin:
 def DistributedOptimizer(
     optimizer: torch.optim.Optimizer,
     named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
-    compression: type | None = None,
+    compression: Any = None,
     backward_passes_per_step: int = 1,
     op: str = "average",
     gradient_predivide_factor: float = 1.0,
@@ -83,7 +83,7 @@ def DistributedOptimizer(
     else:
         params = [p for group in optimizer.param_groups for p in group["params"]]
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizerMixin, optimizer.__class__), {})
-    wrapped = cls.__new__(cls)
+    wrapped: Any = object.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._hvd_op = op
     wrapped._hvd_compression = compression or Compression.none

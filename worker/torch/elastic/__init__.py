@@ -50,8 +50,9 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                     joined = False
                     waited, built = context.last_join_s
                     rank, size = context.topology()[:2]
+                    generation = context.assignment.generation if context.assignment else 0
                     say(
-                        f"joined generation {context.assignment.generation} as rank {rank} of {size}: waited "
+                        f"joined generation {generation} as rank {rank} of {size}: waited "
                         f"{waited * 1e3:.0f} ms for the ring, built it in {built * 1e3:.0f} ms, synced state in "
                         f"{0.0 if skip_sync else synced * 1e3:.0f} ms"
                     )

@@ -108,8 +108,10 @@ class ObjectState(State):
 
 
 class _ModelHandler:
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.value = model
+    """Save, restore and sync one stateful object (a module here; subclasses for others)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
         self.save()
 
     def save(self) -> None:
