@@ -56,14 +56,3 @@ class Blacklist:
         entry = self._entries.get(host)
         return entry is not None and now < entry.until
 
-    def failures(self, host: str) -> int:
-        entry = self._entries.get(host)
-        return entry.failures if entry else 0
-
-    def blacklisted(self, now: float) -> list[str]:
-        return [h for h, e in self._entries.items() if now < e.until]
-
-    def next_release(self, now: float) -> float | None:
-        """When the next blacklisted host comes back (None if none will)."""
-        times = [e.until for e in self._entries.values() if now < e.until != float("inf")]
-        return min(times) if times else None

@@ -81,10 +81,6 @@ class WorkerContext:
         self.comm = Communicator(pg, 0, 1, 1, None, self.timeout_s)
 
     # ------------------------------------------------------------ membership
-    @property
-    def is_member(self) -> bool:
-        return self.comm is not None
-
     def enter_elastic(self) -> None:
         """Called by `hvd.elastic.run`: from now on this worker can rejoin in place."""
         if self.link is None:

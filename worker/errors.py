@@ -19,7 +19,3 @@ class HostsUpdatedInterrupt(RuntimeError):
     def __init__(self, skip_sync: bool = False) -> None:
         super().__init__("hosts updated")
         self.skip_sync = skip_sync
-
-
-class RendezvousLostError(RuntimeError):
-    """The rendezvous could not be reached for longer than allowed."""
