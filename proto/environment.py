@@ -12,6 +12,7 @@ STORE = "RINGMASTER_STORE"  # host:port of the long-lived TCPStore that elastic 
 GENERATION = "RINGMASTER_GENERATION"  # generation the worker starts in; 0 for a warming newcomer
 COLLECTIVE_TIMEOUT = "RINGMASTER_COLLECTIVE_TIMEOUT"  # seconds, see JobSettings
 HEARTBEAT_INTERVAL = "RINGMASTER_HEARTBEAT_INTERVAL"  # seconds
+BACKEND = "RINGMASTER_BACKEND"  # "gloo" or "nccl"; set by the user to override the default
 
 TORCHRUN_RANK = "RANK"
 TORCHRUN_WORLD_SIZE = "WORLD_SIZE"

@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import timedelta
 
+import grpc
 import torch
 import torch.distributed as dist
 
@@ -41,7 +42,7 @@ class WorkerContext:
         self.start_generation = int(env.get(env_names.GENERATION, "0"))
         self.timeout_s = float(env.get(env_names.COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_S))
         #: "nccl" adds an NCCL ring for CUDA tensors beside the Gloo ring (default when CUDA is present).
-        self.backend = env.get("RINGMASTER_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+        self.backend = env.get(env_names.BACKEND) or ("nccl" if torch.cuda.is_available() else "gloo")
         self._tentative = (
             int(env.get(env_names.TORCHRUN_RANK, "0")),
             int(env.get(env_names.TORCHRUN_WORLD_SIZE, "1")),
@@ -87,7 +88,7 @@ class WorkerContext:
             return
         if not self.link.elastic:
             self.link.elastic = True
-            self._guard(self.link.heartbeat_now)
+            self.link.heartbeat_now()
         if self.comm is None:
             self.rejoin("")
 
@@ -161,6 +162,9 @@ class WorkerContext:
             raise SystemExit(0 if exc.success else 1) from None
         except ConnectionError as exc:
             say(str(exc))
+            raise SystemExit(1) from None
+        except grpc.RpcError as exc:
+            say(f"cannot reach the rendezvous at {self.address}: {exc.code().name}; is `ringmaster run`/`serve` still running?")
             raise SystemExit(1) from None
 
     # ------------------------------------------------------------ facts for the hvd API

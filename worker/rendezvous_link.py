@@ -74,10 +74,16 @@ class RendezvousLink:
     def report_done(self) -> None:
         self._stub.ReportDone(pb.DoneRequest(worker_id=self.worker_id, commits=self.commits), timeout=30)
 
-    def heartbeat_now(self) -> None:
-        self._stub.WorkerHeartbeat(
-            pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
-        )
+    def heartbeat_now(self) -> bool:
+        """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
+        by the session reader, not here)."""
+        try:
+            self._stub.WorkerHeartbeat(
+                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
+            )
+            return True
+        except grpc.RpcError:
+            return False
 
     # ------------------------------------------------------------ facts
     def wait_assignment(self, after_generation: int, timeout_s: float | None = None) -> pb.Assignment:
@@ -157,7 +163,4 @@ class RendezvousLink:
 
     def _beat(self) -> None:
         while not self._closed.wait(self.heartbeat_interval_s):
-            try:
-                self.heartbeat_now()
-            except grpc.RpcError:
-                pass  # a lost rendezvous is noticed by the session reader
+            self.heartbeat_now()
