@@ -48,6 +48,9 @@ class WorkerContext:
             int(env.get(env_names.TORCHRUN_WORLD_SIZE, "1")),
             int(env.get(env_names.TORCHRUN_LOCAL_RANK, "0")),
         )
+        #: The GPU of this process for its whole life: its slot on the host (the LOCAL_RANK it was
+        #: started with). Its local rank may change between generations; its tensors do not move.
+        self.device_index = self._tentative[2]
         self.link: RendezvousLink | None = None
         if self.address:
             self.link = RendezvousLink(self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")))
@@ -128,7 +131,7 @@ class WorkerContext:
         pg = ring("gloo")
         cuda_pg = None
         if self.backend == "nccl":
-            torch.cuda.set_device(a.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device_index % torch.cuda.device_count())
             cuda_pg = ring("nccl")
         self.assignment = a
         self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg)
