@@ -178,22 +178,22 @@ class TorchState(ObjectState):
             object.__setattr__(self, name, handler.value)
         super().__init__(**plain)
 
-    def save(self) -> None:
+    def _each_handler(self, action: str) -> None:
         for handler in self._handlers.values():
-            handler.save()
+            getattr(handler, action)()
+
+    def save(self) -> None:
+        self._each_handler("save")
         super().save()
 
     def restore(self) -> None:
-        for handler in self._handlers.values():
-            handler.restore()
+        self._each_handler("restore")
         super().restore()
 
     def sync(self) -> None:
-        for handler in self._handlers.values():
-            handler.sync()
+        self._each_handler("sync")
         super().sync()
 
     def on_reset(self) -> None:
-        for handler in self._handlers.values():
-            handler.on_reset()
+        self._each_handler("on_reset")
         super().on_reset()
