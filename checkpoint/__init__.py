@@ -1,9 +1,8 @@
 """Commits and checkpoints of training state.
 
-`memory` holds in-memory commits: snapshots taken at `state.commit()` and copied back at
-`state.restore()`.
+- `tree`: split a state into its tensors and a tensor-free skeleton.
+- `memory`: in-memory commits in reused host buffers (`HostSnapshot`).
+- `manifest`, `directory`: durable checkpoints on disk (atomic, checksummed, kept K deep).
+- `writer`: writes checkpoints off the training thread.
+- `policy`: when a durable checkpoint is due.
 """
-
-from checkpoint.memory import restore_state_dict, snapshot
-
-__all__ = ["restore_state_dict", "snapshot"]

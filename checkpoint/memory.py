@@ -1,37 +1,165 @@
-"""In-memory commits: a snapshot of state that survives the state being changed or broken.
+"""In-memory commits: the last committed state in host buffers allocated once and reused.
 
-Tensors are copied to host memory (a snapshot never doubles GPU memory), everything else is
-deep-copied. Restoring copies back in place, so references held by the optimizer or by user
-code stay valid.
+Horovod deep-copies every `state_dict()` at each commit, on the tensors' own device (a GPU job
+doubles its GPU memory) into freshly allocated memory (first-touch page faults make a fresh
+1 GB copy ~20x slower than a copy into memory already touched, measured here). A
+`HostSnapshot` instead copies the state's tensors into one flat host buffer per dtype (pinned
+when the state lives on CUDA, so device-to-host copies run at full speed), allocated when the
+layout first appears and reused for every later commit. Plain objects are deep-copied (they are
+small: epoch counters, sampler positions, optimizer hyperparameters).
+
+The snapshot holds named entries (`{"model": model.state_dict(), "epoch": 3, ...}`); each entry
+can be copied back in place into a live tree of the same layout, or rebuilt as a fresh copy.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Mapping
 
+import numpy as np
 import torch
 
-
-def snapshot(value: Any) -> Any:
-    """A detached host-memory copy of `value` (tensors, and containers of them, and objects)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: snapshot(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [snapshot(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(snapshot(v) for v in value)
-    return copy.deepcopy(value)
+from checkpoint.tree import Layout, flatten, layout_of, tensor_refs, unflatten
 
 
-def restore_state_dict(target: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Copy `saved` tensors into `target`'s tensors in place where shapes agree."""
-    for key, value in saved.items():
-        current = target.get(key)
-        if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) and current.shape == value.shape:
-            with torch.no_grad():
-                current.copy_(value)
-        else:
-            target[key] = snapshot(value)
+class HostSnapshot:
+    """The committed copy of a state. `capture` overwrites it; nothing else changes it."""
+
+    def __init__(self) -> None:
+        self.skeleton: dict[str, Any] = {}
+        self.layout: Layout = ()
+        #: One flat buffer per dtype, in a fixed order (what sync sends and receives).
+        self.buffers: list[torch.Tensor] = []
+        #: Views into `buffers`, one per tensor of the state, in flatten order.
+        self.tensors: list[torch.Tensor] = []
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.devices: list[torch.device] = []
+        self.pinned = False
+        #: How often buffers were allocated: a steady state allocates once.
+        self.allocations = 0
+
+    # ------------------------------------------------------------ commit
+    def capture(self, entries: Mapping[str, Any]) -> None:
+        """Copy `entries` (live trees, not modified) into the snapshot."""
+        skeleton: dict[str, Any] = {}
+        live: list[torch.Tensor] = []
+        ranges: dict[str, tuple[int, int]] = {}
+        for name, tree in entries.items():
+            skeleton[name], tensors = flatten(tree, start=len(live))
+            ranges[name] = (len(live), len(live) + len(tensors))
+            live.extend(tensors)
+        on_cuda = any(t.is_cuda for t in live)
+        self._allocate(layout_of(live), pin=on_cuda)
+        copy_tensors(self.tensors, live)
+        self.skeleton = copy.deepcopy(skeleton)
+        self.ranges = ranges
+        self.devices = [t.device for t in live]
+
+    def adopt(self, skeleton: dict[str, Any]) -> None:
+        """Take another process' skeleton and make buffers of its layout, to receive its bytes."""
+        refs = sorted(tensor_refs(skeleton), key=lambda r: r.index)
+        layout = tuple((r.shape, r.dtype) for r in refs)
+        self._allocate(layout, pin=self.pinned)
+        self.skeleton = skeleton
+        self.ranges = {name: _range(sub) for name, sub in skeleton.items()}
+        if len(self.devices) != len(refs):
+            self.devices = [torch.device("cpu")] * len(refs)
+
+    def _allocate(self, layout: Layout, pin: bool) -> None:
+        pin = pin and torch.cuda.is_available()
+        if layout == self.layout and pin == self.pinned and self.allocations:
+            return
+        totals: dict[torch.dtype, int] = {}
+        for shape, dtype in layout:
+            totals[dtype] = totals.get(dtype, 0) + _numel(shape)
+        order = sorted(totals, key=str)
+        buffers = {dtype: torch.empty(totals[dtype], dtype=dtype, pin_memory=pin) for dtype in order}
+        offsets = dict.fromkeys(order, 0)
+        views = []
+        for shape, dtype in layout:
+            n = _numel(shape)
+            views.append(buffers[dtype][offsets[dtype]: offsets[dtype] + n].view(shape))
+            offsets[dtype] += n
+        self.buffers = [buffers[dtype] for dtype in order]
+        self.tensors = views
+        self.layout = layout
+        self.pinned = pin
+        self.allocations += 1
+
+    # ------------------------------------------------------------ restore
+    def names(self) -> list[str]:
+        return list(self.skeleton)
+
+    def copy_into(self, name: str, live: Any) -> bool:
+        """Copy entry `name`'s tensors into `live` (a tree of the same layout) in place.
+        False, and nothing copied, when the layouts differ."""
+        _, tensors = flatten(live)
+        start, stop = self.ranges[name]
+        if layout_of(tensors) != self.layout[start:stop]:
+            return False
+        with torch.no_grad():
+            copy_tensors(tensors, self.tensors[start:stop])
+        return True
+
+    def materialize(self, name: str) -> Any:
+        """A fresh copy of entry `name` that shares nothing with the snapshot (tensors go back to
+        the device they were committed from)."""
+        start, stop = self.ranges[name]
+        tensors: list[torch.Tensor] = list(self.tensors)
+        for i in range(start, stop):
+            tensors[i] = self.tensors[i].to(self.devices[i], copy=True)
+        return unflatten(copy.deepcopy(self.skeleton[name]), tensors)
+
+    def plain(self, name: str) -> Any:
+        """Entry `name`'s skeleton: its objects, with `TensorRef`s where its tensors are."""
+        return self.skeleton[name]
+
+    def export(self) -> dict[str, Any]:
+        """The whole snapshot as a tree whose tensors are views of the buffers (no copy): what
+        a durable checkpoint writes."""
+        return unflatten(self.skeleton, self.tensors)
+
+    # ------------------------------------------------------------ comparing
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers)
+
+    def data_digest(self) -> int:
+        """A 64-bit sum of the buffers' bytes (as signed int64): equal commits give equal
+        digests; it runs at memory speed. A fingerprint for skipping, not a cryptographic hash."""
+        total = np.uint64(len(self.buffers))
+        for buffer in self.buffers:
+            raw = buffer.view(torch.uint8).numpy() if buffer.numel() else np.zeros(0, np.uint8)
+            words = raw[: raw.size // 8 * 8].view(np.uint64)
+            with np.errstate(over="ignore"):
+                total = total * np.uint64(1099511628211) + words.sum(dtype=np.uint64)
+                total = total + np.uint64(int(raw[words.size * 8:].astype(np.uint64).sum()))
+        value = int(total)
+        return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def copy_tensors(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """dst[i].copy_(src[i]) for all i, in one foreach call where devices allow, then wait for
+    device-to-host copies."""
+    if not destinations:
+        return
+    try:
+        torch._foreach_copy_(destinations, sources, non_blocking=True)
+    except RuntimeError:
+        for dst, src in zip(destinations, sources):
+            dst.copy_(src, non_blocking=True)
+    if torch.cuda.is_available() and any(t.is_cuda for t in (*destinations, *sources)):
+        torch.cuda.synchronize()
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _range(skeleton: Any) -> tuple[int, int]:
+    indices = [r.index for r in tensor_refs(skeleton)]
+    return (min(indices), max(indices) + 1) if indices else (0, 0)

@@ -13,6 +13,10 @@ GENERATION = "RINGMASTER_GENERATION"  # generation the worker starts in; 0 for a
 COLLECTIVE_TIMEOUT = "RINGMASTER_COLLECTIVE_TIMEOUT"  # seconds, see JobSettings
 HEARTBEAT_INTERVAL = "RINGMASTER_HEARTBEAT_INTERVAL"  # seconds
 BACKEND = "RINGMASTER_BACKEND"  # "gloo" or "nccl"; set by the user to override the default
+CHECKPOINT_DIR = "RINGMASTER_CHECKPOINT_DIR"  # folder of durable checkpoints; unset: none
+CHECKPOINT_EVERY = "RINGMASTER_CHECKPOINT_EVERY"  # write one every N commits
+CHECKPOINT_INTERVAL = "RINGMASTER_CHECKPOINT_INTERVAL"  # or every T seconds
+CHECKPOINT_KEEP = "RINGMASTER_CHECKPOINT_KEEP"  # checkpoints kept on disk
 
 TORCHRUN_RANK = "RANK"
 TORCHRUN_WORLD_SIZE = "WORLD_SIZE"

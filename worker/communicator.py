@@ -78,6 +78,14 @@ class Communicator:
         self._wait(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather")
         return outputs
 
+    def send(self, tensor: torch.Tensor, dst_rank: int) -> None:
+        """Point-to-point: hand `tensor` to `dst_rank` (which calls `recv_`)."""
+        self._wait(lambda: self._ring(tensor).send([tensor], dst_rank, 0), f"send to rank {dst_rank}")
+
+    def recv_(self, tensor: torch.Tensor, src_rank: int) -> torch.Tensor:
+        self._wait(lambda: self._ring(tensor).recv([tensor], src_rank, 0), f"receive from rank {src_rank}")
+        return tensor
+
     def _ring(self, tensor: torch.Tensor) -> Ring:
         if tensor.is_cuda:
             if self.cuda_pg is None:
@@ -106,7 +114,7 @@ class Communicator:
         self.link.add_waiter(done)
         try:
             try:
-                future = issue().get_future()
+                future = _future_of(issue())
             except RuntimeError as exc:
                 raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
             self._pending = future
@@ -177,6 +185,24 @@ def build_process_group(
         raise HorovodInternalError(f"building the ring of {prefix!r} failed: {_first_line(result['error'])}")
     reason = is_over() or f"not every member connected within {timeout_s:g} s"
     raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {reason}")
+
+
+def _future_of(work: dist.Work) -> torch.futures.Future:
+    """The work's future; Gloo's point-to-point works have none, so a helper thread waits."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        future: torch.futures.Future = torch.futures.Future()
+
+        def wait() -> None:
+            try:
+                work.wait()
+                future.set_result(None)
+            except Exception as exc:  # handed to the waiting caller
+                future.set_exception(exc)
+
+        threading.Thread(target=wait, name="ringmaster-p2p-wait", daemon=True).start()
+        return future
 
 
 def _wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:

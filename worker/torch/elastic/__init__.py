@@ -33,6 +33,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
         skip_sync = False
         failure = ""
         joined = False
+        state.save()  # the live state as it enters training (it may have changed since construction)
         while True:
             if reset_required:
                 with record_function("ringmaster.rejoin"):
@@ -43,8 +44,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 if not skip_sync:
                     synced = time.perf_counter()
                     with record_function("ringmaster.sync"):
-                        state.sync()
-                        state.save()
+                        state.sync_committed()
                     synced = time.perf_counter() - synced
                 if joined:
                     joined = False
@@ -67,6 +67,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 failure = ""
                 skip_sync = exc.skip_sync
             else:
+                state.finish()
                 context.report_done()
                 return result
             reset_required = True

@@ -1,21 +1,34 @@
 """Training state that survives failures: `ObjectState` and `TorchState`, as in Horovod.
 
-`commit()` snapshots the state in memory and checks for host updates; `restore()` goes back
-to the last commit after a failure; `sync()` gives every worker rank 0's state after the ring
-was re-formed. Modules, optimizers and samplers get a handler each; any other keyword becomes
-an attribute saved, restored and broadcast as a Python object.
+`commit()` copies the state into a `HostSnapshot` (host buffers allocated once and reused,
+never a second copy on the GPU) and checks for host updates; every N commits rank 0 also hands
+the commit to the durable checkpoint writer. `restore()` copies the last commit back in place.
+After the ring was re-formed, `elastic.run` aligns every rank's commit with rank 0's, moving
+only what differs (see `worker.state_sync`); a job starting with no commit anywhere resumes
+from the newest durable checkpoint that verifies.
+
+Modules, optimizers and samplers get a handler each; any other keyword becomes an attribute
+saved, restored and broadcast as a Python object.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import torch
 from torch.profiler import record_function
 
-from checkpoint import snapshot
+from checkpoint.memory import HostSnapshot
+from checkpoint.tree import has_plain_leaves
+from worker.checkpointing import Checkpointing
+from worker.context import say
 from worker.errors import HostsUpdatedInterrupt
+from worker.state_sync import sync_snapshot
 from worker.torch.elastic.sampler import ElasticSampler
+
+#: Snapshot entry with the state's own bookkeeping (the commit count); also in checkpoints.
+RINGMASTER_ENTRY = "ringmaster"
 
 
 def _hvd():
@@ -25,12 +38,14 @@ def _hvd():
 
 
 class State:
-    """Base of all elastic state: commit bookkeeping, host-update checks, reset callbacks."""
+    """Base of all elastic state: commits, host-update checks, reset callbacks, durable checkpoints."""
 
     def __init__(self) -> None:
         self._reset_callbacks: list[Callable[[], None]] = []
         self._commits = 0
-        self._saved_commits = 0
+        self._snapshot = HostSnapshot()
+        self._durable = Checkpointing.from_environ(say)
+        self._tried_disk = False
 
     def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
         """Functions called after every reset (e.g. to scale the learning rate to the new size)."""
@@ -45,13 +60,23 @@ class State:
         with record_function("ringmaster.commit"):
             self._commits += 1
             self.save()
-            _hvd().context().note_commit(self._commits)
+            context = _hvd().context()
+            context.note_commit(self._commits)
+            if self._durable is not None:
+                rank, size = context.topology()[:2]
+                generation = context.assignment.generation if context.assignment else 0
+                self._durable.after_commit(self._snapshot, self._commits, rank, size, generation)
             self.check_host_updates()
 
     @property
     def commits(self) -> int:
         """Commits in this state's history (rolled back with it)."""
         return self._commits
+
+    @property
+    def snapshot(self) -> HostSnapshot:
+        """The last commit (read-only for callers)."""
+        return self._snapshot
 
     def check_host_updates(self) -> None:
         """Every rank raises at the same step: the newest update any rank has seen wins."""
@@ -64,84 +89,137 @@ class State:
         if int(seen.item()) > ctx.hosts_sequence_baseline():
             raise HostsUpdatedInterrupt(skip_sync=False)
 
+    # ------------------------------------------------------------ what a commit holds
+    def _entries(self) -> dict[str, Any]:
+        """Named live trees of this state; subclasses add theirs."""
+        return {RINGMASTER_ENTRY: {"commits": self._commits}}
+
+    def _load_entries(self, snapshot: HostSnapshot) -> None:
+        """Make the live state equal to `snapshot`; subclasses load theirs."""
+        if RINGMASTER_ENTRY in snapshot.skeleton:
+            self._commits = int(snapshot.plain(RINGMASTER_ENTRY)["commits"])
+
+    # ------------------------------------------------------------ Horovod's State API
     def save(self) -> None:
-        self._saved_commits = self._commits
+        """Copy the live state into the commit (no commit counted, no host check)."""
+        self._snapshot.capture(self._entries())
 
     def restore(self) -> None:
-        self._commits = self._saved_commits
+        """Go back to the last commit."""
+        self._load_entries(self._snapshot)
         _hvd().context().note_commit(self._commits)
 
     def sync(self) -> None:
+        """Give every worker rank 0's current state (commits it first)."""
+        self.save()
+        self.sync_committed()
+
+    def sync_committed(self) -> None:
+        """Give every worker rank 0's last commit, moving only what differs, and load it where
+        it changed. Called by `elastic.run` after each reset, when every live state equals its
+        commit. A rank 0 that never committed first looks for a durable checkpoint."""
         hvd = _hvd()
-        self._saved_commits = self._commits = int(hvd.broadcast_object(self._commits, 0))
+        comm = hvd.context().communicator()
+        if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:
+            self._tried_disk = True
+            self._resume_from_disk()
+        the_plan = sync_snapshot(self._snapshot, comm, hvd.broadcast_object)
+        if comm.rank in the_plan.skeleton_to:
+            self._load_entries(self._snapshot)
+        if self._durable is not None:
+            self._durable.resumed(self._commits)
         hvd.context().note_commit(self._commits)
+
+    def finish(self) -> None:
+        """Training returned: make the last commit durable (rank 0, when checkpoints are on)."""
+        if self._durable is not None:
+            context = _hvd().context()
+            rank, size = context.topology()[:2]
+            generation = context.assignment.generation if context.assignment else 0
+            self._durable.finish(self._snapshot, self._commits, rank, size, generation)
+
+    def _resume_from_disk(self) -> None:
+        assert self._durable is not None
+        found = self._durable.load_newest()
+        if found is None:
+            return
+        manifest, tree = found
+        if not isinstance(tree, dict):
+            say(f"checkpoint of step {manifest.step} in {self._durable.directory.path} holds no state dict; ignored")
+            return
+        live = self._entries()
+        missing = sorted(set(live) - set(tree) - {RINGMASTER_ENTRY})
+        if missing:
+            say(f"checkpoint of step {manifest.step} lacks {', '.join(missing)}: those keep their initial values")
+        merged = {name: tree.get(name, value) for name, value in live.items()}
+        merged[RINGMASTER_ENTRY] = {"commits": manifest.step}
+        self._snapshot.capture(merged)
+        self._load_entries(self._snapshot)
+        say(
+            f"resumed from the checkpoint of step {manifest.step} in {self._durable.directory.path} "
+            f"(written by {manifest.world_size} worker(s) in generation {manifest.generation})"
+        )
 
 
 class ObjectState(State):
-    """Plain Python attributes, saved by deep copy and broadcast from rank 0."""
+    """Plain Python attributes, saved by deep copy and broadcast from rank 0. (`bcast_object`
+    and `get_rank` are accepted for Horovod compatibility; the commit travels as one tree.)"""
 
     def __init__(self, bcast_object: Callable | None = None, get_rank: Callable | None = None, **kwargs: Any) -> None:
         super().__init__()
-        self._bcast_object = bcast_object
-        self._saved_state: dict[str, Any] = {}
         for name, value in kwargs.items():
+            if name == RINGMASTER_ENTRY:
+                raise ValueError(f"{RINGMASTER_ENTRY!r} is reserved in elastic state; rename that attribute")
             setattr(self, name, value)
         self._object_names = list(kwargs)
-        ObjectState.save(self)
+        State.save(self)
 
-    def save(self) -> None:
-        super().save()
-        self._saved_state = {name: snapshot(getattr(self, name)) for name in self._object_names}
+    def _entries(self) -> dict[str, Any]:
+        entries = super()._entries()
+        entries.update({name: getattr(self, name) for name in self._object_names})
+        return entries
 
-    def restore(self) -> None:
-        super().restore()
-        for name, value in self._saved_state.items():
-            setattr(self, name, snapshot(value))
-
-    def sync(self) -> None:
-        super().sync()
-        if self._object_names:
-            bcast = self._bcast_object or _hvd().broadcast_object
-            self._saved_state = bcast(self._saved_state, 0)
-            for name, value in self._saved_state.items():
-                setattr(self, name, snapshot(value))
+    def _load_entries(self, snapshot: HostSnapshot) -> None:
+        super()._load_entries(snapshot)
+        for name in self._object_names:
+            if name in snapshot.skeleton:
+                setattr(self, name, snapshot.materialize(name))
 
 
 class _ModelHandler:
-    """Save, restore and sync one stateful object (a module here; subclasses for others)."""
+    """Commit and restore one stateful object (a module here; subclasses for others)."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
-        self.save()
 
-    def save(self) -> None:
-        self.saved = snapshot(self.value.state_dict())
+    def state_dict(self) -> Any:
+        return self.value.state_dict()
 
-    def restore(self) -> None:
-        self.value.load_state_dict(self.saved)
-
-    def sync(self) -> None:
-        _hvd().broadcast_parameters(self.value.state_dict(), root_rank=0)
+    def load(self, snapshot: HostSnapshot, name: str) -> None:
+        """In place when the layout is unchanged (references held elsewhere stay valid)."""
+        if has_plain_leaves(snapshot.plain(name)) or not snapshot.copy_into(name, self.value.state_dict()):
+            self.value.load_state_dict(snapshot.materialize(name))
 
     def on_reset(self) -> None:
         pass
 
 
 class _OptimizerHandler(_ModelHandler):
-    def restore(self) -> None:
-        # load_state_dict may keep references to the tensors it is given: hand it a copy.
-        self.value.load_state_dict(snapshot(self.saved))
-
-    def sync(self) -> None:
-        _hvd().broadcast_optimizer_state(self.value, root_rank=0)
+    def load(self, snapshot: HostSnapshot, name: str) -> None:
+        saved = snapshot.plain(name)
+        if has_plain_leaves(saved.get("state", {})) or len(saved["param_groups"]) != len(self.value.param_groups) \
+                or not snapshot.copy_into(name, self.value.state_dict()):
+            # load_state_dict may keep references to what it is given: materialize() is a copy.
+            self.value.load_state_dict(snapshot.materialize(name))
+            return
+        # tensors are back in place; hyperparameters (a scheduled lr, ...) come from the commit
+        for group, committed in zip(self.value.param_groups, saved["param_groups"]):
+            group.update({k: copy.deepcopy(v) for k, v in committed.items() if k != "params"})
 
 
 class _SamplerHandler(_ModelHandler):
-    def restore(self) -> None:
-        self.value.load_state_dict(snapshot(self.saved))
-
-    def sync(self) -> None:
-        self.value.load_state_dict(_hvd().broadcast_object(self.value.state_dict(), 0))
+    def load(self, snapshot: HostSnapshot, name: str) -> None:
+        self.value.load_state_dict(snapshot.materialize(name))
 
     def on_reset(self) -> None:
         self.value.reset()
@@ -178,22 +256,18 @@ class TorchState(ObjectState):
             object.__setattr__(self, name, handler.value)
         super().__init__(**plain)
 
-    def _each_handler(self, action: str) -> None:
-        for handler in self._handlers.values():
-            getattr(handler, action)()
+    def _entries(self) -> dict[str, Any]:
+        entries = super()._entries()
+        entries.update({name: handler.state_dict() for name, handler in self._handlers.items()})
+        return entries
 
-    def save(self) -> None:
-        self._each_handler("save")
-        super().save()
-
-    def restore(self) -> None:
-        self._each_handler("restore")
-        super().restore()
-
-    def sync(self) -> None:
-        self._each_handler("sync")
-        super().sync()
+    def _load_entries(self, snapshot: HostSnapshot) -> None:
+        for name, handler in self._handlers.items():
+            if name in snapshot.skeleton:
+                handler.load(snapshot, name)
+        super()._load_entries(snapshot)
 
     def on_reset(self) -> None:
-        self._each_handler("on_reset")
+        for handler in self._handlers.values():
+            handler.on_reset()
         super().on_reset()

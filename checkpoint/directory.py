@@ -1,0 +1,183 @@
+"""A folder of durable checkpoints: atomic writes, verification, the newest good one, retention.
+
+Layout: `DIR/step-000000001234/{state.pt, manifest.json}`. A checkpoint is written into a
+hidden temporary folder, every file and the folder are fsynced, and only then is it renamed
+into place and the parent folder fsynced: a crash at any moment leaves either the complete
+checkpoint or no trace of it under its final name. `state.pt` is a plain `torch.save` file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+from typing import Any, BinaryIO, Callable
+
+import torch
+from pydantic import ValidationError
+
+from checkpoint.manifest import FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest
+
+#: Checkpoints kept when --checkpoint-keep is not given.
+DEFAULT_KEEP = 3
+_PREFIX = "step-"
+_TMP_PREFIX = ".tmp-"
+_CHUNK = 8 << 20
+
+
+class CheckpointDirectory:
+    def __init__(self, path: str | os.PathLike[str], keep: int = DEFAULT_KEEP) -> None:
+        if keep < 1:
+            raise ValueError(f"--checkpoint-keep must be at least 1, not {keep}")
+        self.path = pathlib.Path(path)
+        self.keep = keep
+
+    # ------------------------------------------------------------ writing
+    def write(self, tree: Any, step: int, world_size: int, generation: int, created: float) -> pathlib.Path:
+        """Write `tree` as the checkpoint of `step`; returns its folder. Raises OSError (disk
+        full, read-only, ...) with nothing left behind but the checkpoints already there."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        name = f"{_PREFIX}{step:012d}"
+        final = self.path / name
+        tmp = self.path / f"{_TMP_PREFIX}{name}-{os.getpid()}"
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            with open(tmp / STATE_NAME, "wb") as raw:
+                hashing = _HashingFile(raw)
+                torch.save(tree, hashing)
+                raw.flush()
+                os.fsync(raw.fileno())
+            manifest = Manifest(
+                step=step, world_size=world_size, generation=generation, created=created,
+                files={STATE_NAME: FileEntry(bytes=hashing.size, sha256=hashing.hexdigest())},
+            )
+            with open(tmp / MANIFEST_NAME, "w") as f:
+                f.write(manifest.model_dump_json(indent=2))
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(tmp)
+            if final.exists():  # the same step written before (or a corrupt leftover of it)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(self.path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.prune()
+        return final
+
+    def prune(self) -> None:
+        """Keep the `keep` newest checkpoints; remove older ones and unfinished temporary folders."""
+        for old in self.checkpoints()[self.keep:]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def remove_unfinished(self) -> None:
+        """Remove temporary folders left by a writer that died (call before writing starts)."""
+        if self.path.is_dir():
+            for entry in self.path.iterdir():
+                if entry.name.startswith(_TMP_PREFIX):
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    # ------------------------------------------------------------ reading
+    def checkpoints(self) -> list[pathlib.Path]:
+        """Checkpoint folders, newest step first."""
+        if not self.path.is_dir():
+            return []
+        found = []
+        for entry in self.path.iterdir():
+            if entry.name.startswith(_PREFIX) and entry.name[len(_PREFIX):].isdigit() and entry.is_dir():
+                found.append((int(entry.name[len(_PREFIX):]), entry))
+        return [entry for _, entry in sorted(found, reverse=True)]
+
+    def verify(self, folder: pathlib.Path) -> Manifest:
+        """The manifest of `folder` after checking every file's size and SHA-256."""
+        manifest = read_manifest(folder)
+        for name, entry in manifest.files.items():
+            path = folder / name
+            if not path.is_file():
+                raise CheckpointError(f"{name} is missing")
+            size = path.stat().st_size
+            if size != entry.bytes:
+                raise CheckpointError(f"{name} has {size} bytes, the manifest says {entry.bytes} (truncated?)")
+            if _sha256(path) != entry.sha256:
+                raise CheckpointError(f"{name} does not match its SHA-256 in the manifest (corrupted)")
+        return manifest
+
+    def load_newest(self, report: Callable[[str], None]) -> tuple[Manifest, Any] | None:
+        """The newest checkpoint that verifies, loaded; every one skipped on the way is reported
+        with its reason. None when there is none."""
+        for folder in self.checkpoints():
+            try:
+                manifest = self.verify(folder)
+                tree = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=False)
+            except CheckpointError as exc:
+                report(f"checkpoint {folder} skipped: {exc}; trying the one before")
+                continue
+            except Exception as exc:  # a file that verifies but does not load: still skip it
+                report(f"checkpoint {folder} skipped: it does not load ({type(exc).__name__}: {exc}); trying the one before")
+                continue
+            return manifest, tree
+        return None
+
+
+def read_manifest(folder: pathlib.Path) -> Manifest:
+    path = folder / MANIFEST_NAME
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"it has no {MANIFEST_NAME} (never finished)") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{MANIFEST_NAME} is unreadable ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{MANIFEST_NAME} is not a {FORMAT} manifest")
+    version = raw.get("version")
+    if version != VERSION:
+        raise CheckpointError(
+            f"it was written in checkpoint format version {version!r} and this Ringmaster reads version {VERSION}; "
+            "use the Ringmaster that wrote it or move the folder away"
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise CheckpointError(f"{MANIFEST_NAME} is invalid: {exc.errors()[0]['msg']}") from None
+
+
+class _HashingFile:
+    """A write-only file that hashes what goes through it (one pass for writing and checksum)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        self._hash.update(view)
+        self._raw.write(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

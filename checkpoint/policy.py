@@ -1,0 +1,44 @@
+"""When a durable checkpoint is due: every N commits, or every T seconds, whichever is asked.
+
+Pure: the caller passes the commit count and the time, so the rule is tested without clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Seconds between checkpoints when a folder is given without --checkpoint-every/-interval.
+DEFAULT_INTERVAL_S = 60.0
+
+
+@dataclass
+class CheckpointPolicy:
+    every: int | None = None
+    interval_s: float | None = None
+    _last_step: int | None = field(default=None, init=False)
+    _last_time: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.every is not None and self.every < 1:
+            raise ValueError(f"--checkpoint-every must be at least 1 commit, not {self.every}")
+        if self.interval_s is not None and self.interval_s <= 0:
+            raise ValueError(f"--checkpoint-interval must be positive, not {self.interval_s:g}")
+        if self.every is None and self.interval_s is None:
+            self.interval_s = DEFAULT_INTERVAL_S
+
+    def start(self, step: int, now: float) -> None:
+        """The state is at `step` (fresh, restored or loaded) at `now`: count from here."""
+        self._last_step, self._last_time = step, now
+
+    def due(self, step: int, now: float) -> bool:
+        if self._last_step is None or self._last_time is None:
+            self.start(step, now)
+        assert self._last_step is not None and self._last_time is not None
+        if step <= self._last_step:
+            return False
+        if self.every is not None and step - self._last_step >= self.every:
+            return True
+        return self.interval_s is not None and now - self._last_time >= self.interval_s
+
+    def written(self, step: int, now: float) -> None:
+        self.start(step, now)
