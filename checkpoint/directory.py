@@ -45,10 +45,14 @@ class CheckpointDirectory:
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            with open(tmp / STATE_NAME, "wb") as raw:
+            with open(tmp / STATE_NAME, "wb", buffering=0) as raw:
                 hashing = _HashingFile(raw)
-                torch.save(tree, hashing)
-                raw.flush()
+                try:
+                    torch.save(tree, hashing)
+                except Exception:
+                    if hashing.error is not None:  # torch re-wraps it; the OSError says what happened
+                        raise hashing.error from None
+                    raise
                 os.fsync(raw.fileno())
             manifest = Manifest(
                 step=step, world_size=world_size, generation=generation, created=created,
@@ -146,19 +150,27 @@ def read_manifest(folder: pathlib.Path) -> Manifest:
 
 
 class _HashingFile:
-    """A write-only file that hashes what goes through it (one pass for writing and checksum)."""
+    """A write-only file that hashes what goes through it (one pass for writing and checksum).
+    Short writes are retried, so a full disk surfaces as its OSError (kept in `error`)."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
         self._hash = hashlib.sha256()
         self.size = 0
+        self.error: OSError | None = None
 
     def write(self, data: bytes) -> int:
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
         self._hash.update(view)
-        self._raw.write(view)
-        self.size += view.nbytes
-        return view.nbytes
+        done = 0
+        try:
+            while done < view.nbytes:
+                done += self._raw.write(view[done:]) or 0
+        except OSError as exc:
+            self.error = exc
+            raise
+        self.size += done
+        return done
 
     def flush(self) -> None:
         self._raw.flush()

@@ -26,7 +26,7 @@ class BackgroundWriter:
         self._job: tuple[int, int, int, float] | None = None  # step, world size, generation, created
         self._busy = False
         self._thread: threading.Thread | None = None
-        self._failing = False
+        self._failing = ""  # the reason of the last failed write; "" after a success
         #: Steps written, oldest first (this process only).
         self.written: list[int] = []
         self.failures = 0
@@ -72,20 +72,22 @@ class BackgroundWriter:
                 folder = self.directory.write(self._staging.export(), step, world_size, generation, created)
             except Exception as exc:
                 self.failures += 1
-                self._failing = True
-                newest = self.written[-1] if self.written else None
-                kept = f"the newest checkpoint written is step {newest}" if newest is not None else "no checkpoint was written yet"
-                self._report(
-                    f"could not write the checkpoint of step {step} to {self.directory.path}: {_describe(exc)}; "
-                    f"training goes on with in-memory commits and {kept}"
-                )
+                reason = _describe(exc)
+                if reason != self._failing:  # once per cause, not at every due checkpoint
+                    newest = self.written[-1] if self.written else None
+                    kept = f"the newest checkpoint written is step {newest}" if newest is not None else "no checkpoint was written yet"
+                    self._report(
+                        f"could not write the checkpoint of step {step} to {self.directory.path}: {reason}; "
+                        f"training goes on with in-memory commits and {kept}"
+                    )
+                self._failing = reason
             else:
                 if not self.written or self._failing:
                     self._report(
                         f"checkpoint of step {step} written to {folder} "
                         f"({self._staging.nbytes / 1e6:.1f} MB of tensors in {time.perf_counter() - started:.2f} s)"
                     )
-                self._failing = False
+                self._failing = ""
                 self.written.append(step)
             with self._cond:
                 self._busy = False

@@ -61,6 +61,13 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="fail after this many generations in a row fail within --crash-loop-window (default: %(default)s)")
     parser.add_argument("--crash-loop-window", type=float, metavar="S", default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
                         help="seconds after forming within which a failing generation counts as a crash (default: %(default)s)")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                        help="folder where rank 0 writes durable checkpoints; a job started again on it resumes from the newest good one (default: none)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="write a checkpoint every N commits (default: see --checkpoint-interval)")
+    parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S",
+                        help=f"write a checkpoint every S seconds (default: {defaults.DEFAULT_CHECKPOINT_INTERVAL_S:g} without --checkpoint-every)")
+    parser.add_argument("--checkpoint-keep", type=int, default=defaults.DEFAULT_CHECKPOINT_KEEP, metavar="K",
+                        help="checkpoints kept on disk (default: %(default)s)")
     parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
     parser.add_argument("--advertise-address", default=None, metavar="HOST",
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
@@ -125,6 +132,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
             warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
+            checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+            checkpoint_keep=args.checkpoint_keep,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
@@ -133,7 +143,10 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
 
 def _flag_error(error: Mapping[str, Any]) -> str:
     field = error["loc"][0] if error.get("loc") else ""
-    flag = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout"}.get(str(field), str(field))
+    flags = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout",
+             "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
+             "checkpoint_keep": "--checkpoint-keep"}
+    flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message
 

@@ -32,6 +32,10 @@ DEFAULT_WARMUP_GRACE_S = 5.0
 DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
 #: Consecutive quickly failing generations after which the job gives up.
 DEFAULT_CRASH_LOOP_LIMIT = 5
+#: Durable checkpoints kept in --checkpoint-dir.
+DEFAULT_CHECKPOINT_KEEP = 3
+#: Seconds between durable checkpoints when --checkpoint-dir is given without -every/-interval.
+DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 
 
 class JobSettings(BaseModel):
@@ -55,6 +59,10 @@ class JobSettings(BaseModel):
     warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
     crash_loop_limit: int = Field(DEFAULT_CRASH_LOOP_LIMIT, ge=1)
+    checkpoint_dir: Optional[str] = Field(None, description="folder of durable checkpoints (absolute); None: in-memory commits only")
+    checkpoint_every: Optional[int] = Field(None, ge=1, description="write a checkpoint every N commits")
+    checkpoint_interval_s: Optional[float] = Field(None, gt=0, description="or every T seconds")
+    checkpoint_keep: int = Field(DEFAULT_CHECKPOINT_KEEP, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "JobSettings":
@@ -65,4 +73,6 @@ class JobSettings(BaseModel):
                 f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "
                 f"({self.heartbeat_interval_s:g} s)"
             )
+        if self.checkpoint_dir is None and (self.checkpoint_every is not None or self.checkpoint_interval_s is not None):
+            raise ValueError("--checkpoint-every and --checkpoint-interval need --checkpoint-dir DIR")
         return self

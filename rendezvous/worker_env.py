@@ -10,7 +10,7 @@ from rendezvous.settings import JobSettings
 def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, settings: JobSettings) -> dict[str, str]:
     """What every worker needs to find the rendezvous and the store. A newcomer (generation 0)
     gets its rank when it joins; LOCAL_RANK is its slot until then."""
-    return {
+    env = {
         env_names.RENDEZVOUS: rendezvous,
         env_names.WORKER_ID: worker_id,
         env_names.HOST: host,
@@ -20,6 +20,14 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
         env_names.HEARTBEAT_INTERVAL: str(settings.heartbeat_interval_s),
         env_names.TORCHRUN_LOCAL_RANK: str(slot),
     }
+    if settings.checkpoint_dir:
+        env[env_names.CHECKPOINT_DIR] = settings.checkpoint_dir
+        env[env_names.CHECKPOINT_KEEP] = str(settings.checkpoint_keep)
+        if settings.checkpoint_every is not None:
+            env[env_names.CHECKPOINT_EVERY] = str(settings.checkpoint_every)
+        if settings.checkpoint_interval_s is not None:
+            env[env_names.CHECKPOINT_INTERVAL] = str(settings.checkpoint_interval_s)
+    return env
 
 
 def rank_env(a: RankAssignment, generation: int, master_host: str, master_port: int) -> dict[str, str]:

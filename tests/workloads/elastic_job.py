@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 
 import torch
@@ -34,6 +35,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
     parser.add_argument("--timestamps", action="store_true", help="add wall-clock times (for benchmarks)")
+    parser.add_argument("--file-size-limit-at-step", type=int, default=None, metavar="N",
+                        help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
+                             "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
+    parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
     args = parser.parse_args()
 
     hvd.init()
@@ -53,7 +58,8 @@ def main() -> None:
     model = torch.nn.Linear(1, 1)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4), named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(
-        model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0, seen=torch.zeros(args.samples)
+        model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0, seen=torch.zeros(args.samples),
+        ballast=torch.zeros(int(args.ballast_mb * (1 << 18))),
     )
 
     def on_reset() -> None:
@@ -79,6 +85,9 @@ def main() -> None:
                 time.sleep(args.step_time)
                 state.step += 1
                 state.sampler.record_batch(batch_idx, args.batch_size)
+                if args.file_size_limit_at_step is not None and state.step == args.file_size_limit_at_step and hvd.rank() == 0:
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+                    log(event="fault", step=state.step)
                 state.commit()
                 log(event="commit", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step)
             if hvd.rank() == 0:

@@ -1,0 +1,167 @@
+"""Durable checkpoints in whole jobs: every worker dies, the job is started again (at another
+size), the newest checkpoint is damaged, the disk refuses writes.
+
+Real `ringmaster run` jobs with real workers; the faults are real too: SIGKILL of every worker,
+bytes truncated or flipped in the file on disk, a read-only bind mount (root) or a folder
+without write permission (other users), and the kernel's file-size limit (RLIMIT_FSIZE) for a
+disk that takes no more bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+
+import pytest
+import torch
+
+from checkpoint.directory import CheckpointDirectory
+from checkpoint.manifest import STATE_NAME
+from harness import events, read_logs, wait_for
+from test_e2e import FAST, assert_every_sample_once, elastic_job
+
+pytestmark = pytest.mark.slow
+
+
+def newest_step(folder: pathlib.Path) -> int:
+    steps = [int(p.name.split("-")[1]) for p in CheckpointDirectory(folder).checkpoints()]
+    return max(steps, default=0)
+
+
+def resumed_steps(output: str) -> list[int]:
+    marker = "resumed from the checkpoint of step "
+    return [int(line.split(marker, 1)[1].split()[0]) for line in output.splitlines() if marker in line]
+
+
+def assert_epochs_exactly_once(logs: dict, epochs: int) -> None:
+    """Every epoch ended with each sample seen exactly once by the committed model. An epoch may
+    end twice: work after the last durable checkpoint is redone after a whole-job restart."""
+    records = events(logs, "epoch")
+    assert {r["epoch"] for r in records} == set(range(epochs)), records
+    for r in records:
+        assert r["min"] == r["max"] == 1.0, f"epoch {r['epoch']}: samples seen between {r['min']} and {r['max']} times"
+
+
+def first_synced_after(logs: dict, generation: int) -> list[dict]:
+    return [r for r in events(logs, "synced") if r["generation"] == generation]
+
+
+def test_job_whose_workers_all_die_resumes_from_its_last_checkpoint(run_job, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "4",
+                  *elastic_job(tmp_path / "log", epochs=3))
+    job.wait_status(lambda s: s["steps"] >= 14 and newest_step(ckpt) >= 8, 120, "two checkpoints on disk")
+    status = job.status()
+    generation = status["generation"]
+    for worker in status["workers"]:
+        if worker["pid"] and worker["rank"] is not None:
+            os.kill(worker["pid"], signal.SIGKILL)
+    # what was durable when the last worker died (the next workers need seconds to start)
+    directory = CheckpointDirectory(ckpt)
+    newest = directory.checkpoints()[0]
+    manifest = directory.verify(newest)
+    saved_step = torch.load(newest / STATE_NAME, weights_only=False)["step"]
+    assert job.wait(240) == 0, job.output
+    logs = read_logs(tmp_path / "log")
+    assert resumed_steps(job.output) == [manifest.step], job.output
+    restarted = [r for r in events(logs, "synced") if r["generation"] > generation]
+    first = [r for r in restarted if r["generation"] == min(r["generation"] for r in restarted)]
+    assert len(first) == 2 and {r["step"] for r in first} == {saved_step}, first
+    assert len({r["checksum"] for r in first}) == 1, first
+    assert_epochs_exactly_once(logs, 3)
+    assert {r["size"] for r in events(logs, "done")} == {2}
+
+
+@pytest.mark.parametrize("damage", ["intact", "truncated", "flipped-byte"])
+def test_job_started_again_at_another_size_resumes_from_the_newest_good_checkpoint(run_job, tmp_path, damage) -> None:
+    ckpt = tmp_path / "ckpt"
+    first = run_job("-np", "3", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "3",
+                    *elastic_job(tmp_path / "log1", epochs=2))
+    first.wait_status(lambda s: len(CheckpointDirectory(ckpt).checkpoints()) >= 2 and s["steps"] >= 10, 120, "two checkpoints")
+    first.kill()  # the whole job: launcher, agents, workers
+    folders = CheckpointDirectory(ckpt).checkpoints()
+    newest, before = folders[0], folders[1]
+    state_file = newest / STATE_NAME
+    if damage == "truncated":
+        os.truncate(state_file, state_file.stat().st_size // 2)
+    elif damage == "flipped-byte":
+        with open(state_file, "r+b") as f:
+            f.seek(state_file.stat().st_size // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    expected = newest if damage == "intact" else before
+    expected_step = int(expected.name.split("-")[1])
+
+    second = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "3",
+                     *elastic_job(tmp_path / "log2", epochs=2))
+    assert second.wait(240) == 0, second.output
+    assert resumed_steps(second.output) == [expected_step], second.output
+    if damage != "intact":
+        assert f"checkpoint {newest} skipped" in second.output
+        reason = "truncated" if damage == "truncated" else "corrupted"
+        assert reason in second.output, second.output
+    logs = read_logs(tmp_path / "log2")
+    synced = first_synced_after(logs, 1)
+    assert len(synced) == 2 and len({(r["step"], r["checksum"]) for r in synced}) == 1, synced
+    assert {r["size"] for r in synced} == {2}
+    # the sampler's position and the seen-counter carried over: every epoch the second run
+    # finished saw each sample exactly once across both runs, and together they did every epoch
+    finished = events(logs, "epoch")
+    assert finished and all(r["min"] == r["max"] == 1.0 for r in finished), finished
+    all_epochs = {r["epoch"] for r in finished} | {r["epoch"] for r in events(read_logs(tmp_path / "log1"), "epoch")}
+    assert all_epochs == {0, 1}
+
+
+@pytest.fixture
+def read_only_later(tmp_path):
+    """Make a folder read-only for real: a read-only bind mount as root, no write bit otherwise."""
+    mounted: list[pathlib.Path] = []
+
+    def make(folder: pathlib.Path) -> None:
+        if os.geteuid() != 0:
+            for path in (folder, *folder.iterdir()):
+                path.chmod(0o555)
+            return
+        done = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"running as root without mount privileges, a read-only folder cannot be made: {done.stderr.strip()}")
+        mounted.append(folder)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_read_only_checkpoint_dir_is_reported_and_training_goes_on(run_job, tmp_path, read_only_later) -> None:
+    ckpt = tmp_path / "ckpt"
+    job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
+                  *elastic_job(tmp_path / "log", epochs=3))
+    wait_for(lambda: newest_step(ckpt) >= 4, 120, "a checkpoint on disk")
+    read_only_later(ckpt)
+    kept = CheckpointDirectory(ckpt).checkpoints()
+    manifests = {folder: CheckpointDirectory(ckpt).verify(folder) for folder in kept}
+    assert job.wait(240) == 0, job.output
+    assert "could not write the checkpoint of step" in job.output
+    assert "training goes on with in-memory commits" in job.output
+    assert CheckpointDirectory(ckpt).checkpoints() == kept
+    for folder, manifest in manifests.items():
+        assert CheckpointDirectory(ckpt).verify(folder) == manifest
+    assert_every_sample_once(read_logs(tmp_path / "log"), 3)
+
+
+def test_full_disk_is_reported_and_the_previous_checkpoint_stays_intact(run_job, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
+                  *elastic_job(tmp_path / "log", epochs=2), "--ballast-mb", "1", "--file-size-limit-at-step", "10")
+    assert job.wait(240) == 0, job.output
+    assert "could not write the checkpoint of step" in job.output and "File too large" in job.output, job.output
+    directory = CheckpointDirectory(ckpt)
+    newest = directory.checkpoints()[0]
+    assert directory.verify(newest).step <= 10
+    logs = read_logs(tmp_path / "log")
+    assert max(r["step"] for r in events(logs, "done")) > 20
+    assert_every_sample_once(logs, 2)
