@@ -15,7 +15,7 @@ DEFAULT_INTERVAL_S = 60.0
 class CheckpointPolicy:
     every: int | None = None
     interval_s: float | None = None
-    _last_step: int | None = field(default=None, init=False)
+    _last_step: int = field(default=0, init=False)
     _last_time: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -31,9 +31,8 @@ class CheckpointPolicy:
         self._last_step, self._last_time = step, now
 
     def due(self, step: int, now: float) -> bool:
-        if self._last_step is None or self._last_time is None:
-            self.start(step, now)
-        assert self._last_step is not None and self._last_time is not None
+        if self._last_time is None:
+            self._last_time = now  # the clock of --checkpoint-interval starts at the first commit
         if step <= self._last_step:
             return False
         if self.every is not None and step - self._last_step >= self.every:

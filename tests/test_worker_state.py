@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import worker.torch as hvd
+from checkpoint.directory import CheckpointDirectory
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +124,71 @@ def test_elastic_run_returns_the_result_and_calls_reset_callbacks_only_on_reset(
 
     assert train(state, 5) == 5
     assert calls == []
+
+
+def test_commits_reuse_host_buffers_and_restore_the_scheduled_learning_rate() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+
+    step()
+    state.commit()  # the optimizer now has momentum buffers: a new layout, allocated once
+    allocations = state.snapshot.allocations
+    momentum = optimizer.state[model.weight]["momentum_buffer"]
+    for _ in range(5):
+        step()
+        state.commit()
+    assert state.snapshot.allocations == allocations
+    committed_lr = optimizer.param_groups[0]["lr"]
+    committed_momentum = momentum.clone()
+    step()
+    step()
+    state.restore()
+    assert optimizer.param_groups[0]["lr"] == committed_lr
+    assert optimizer.state[model.weight]["momentum_buffer"] is momentum  # restored in place
+    assert torch.equal(momentum, committed_momentum)
+
+
+def test_a_job_of_one_resumes_from_its_durable_checkpoint(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RINGMASTER_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("RINGMASTER_CHECKPOINT_EVERY", "2")
+
+    def make():
+        torch.manual_seed(len(list(tmp_path.iterdir())))  # different initial weights per start
+        model = torch.nn.Linear(3, 1)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=False)
+        return model, optimizer, sampler, hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, step=0)
+
+    model, optimizer, sampler, state = make()
+
+    @hvd.elastic.run
+    def train(state, steps):
+        while state.step < steps:
+            optimizer.zero_grad()
+            model(torch.ones(2, 3)).sum().backward()
+            optimizer.step()
+            sampler.record_batch(state.step, 1)
+            state.step += 1
+            state.commit()
+
+    train(state, 5)  # checkpoints at commits 2 and 4; the end writes commit 5
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert [p.name for p in CheckpointDirectory(tmp_path).checkpoints()][0] == "step-000000000005"
+
+    model, optimizer, sampler, fresh = make()
+    assert not torch.equal(model.weight, saved["weight"])
+    train(fresh, 5)  # nothing left to do: it resumes at step 5
+    assert fresh.step == 5 and fresh.commits == 5
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, saved[name])
+    assert sampler.processed_indices == {0, 1, 2, 3, 4}
+    assert optimizer.state[model.weight]["step"] == 5

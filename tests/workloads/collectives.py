@@ -11,6 +11,32 @@ import torch
 import worker.torch as hvd
 
 
+def check_state_sync(rank: int) -> dict:
+    """Align snapshots with rank 0's in three situations; report what moved and what arrived."""
+    from checkpoint.memory import HostSnapshot
+    from worker.state_sync import sync_snapshot
+
+    comm = hvd.context().communicator()
+    seen: dict = {}
+
+    def run(name: str, entries: dict) -> None:
+        snapshot = HostSnapshot()
+        snapshot.capture(entries)
+        plan = sync_snapshot(snapshot, comm, hvd.broadcast_object)
+        tree = snapshot.export()
+        seen[name] = {"skeleton_to": list(plan.skeleton_to), "tensors_to": list(plan.tensors_to),
+                      "w": tree["model"]["w"].tolist(), "epoch": tree["epoch"],
+                      "optimizer": sorted(tree["optimizer"]["state"])}
+
+    same = {"model": {"w": torch.arange(4.0)}, "epoch": 3, "optimizer": {"state": {0: torch.ones(2)}}}
+    run("all-equal", same)  # survivors after a rollback: nothing moves
+    newcomer = {"model": {"w": torch.zeros(4)}, "epoch": 0, "optimizer": {"state": {}}}  # other layout
+    run("one-newcomer", newcomer if rank == 2 else same)
+    run("objects-only", dict(same, epoch=rank + 10))  # same tensors, other objects
+    run("all-differ", {"model": {"w": torch.full((4,), float(rank))}, "epoch": rank, "optimizer": {"state": {rank: torch.ones(1)}}})
+    return seen
+
+
 def main() -> None:
     out = sys.argv[1]
     hvd.init()
@@ -48,6 +74,7 @@ def main() -> None:
     model(x).sum().backward()
     accumulate.step()
     result["accumulated_delta"] = (before - model.weight.detach()).tolist()
+    result["sync"] = check_state_sync(rank)
     if "--cuda" in sys.argv:
         result["cuda_sum"] = hvd.allreduce(torch.tensor([float(rank + 1)], device="cuda"), op=hvd.Sum).cpu().tolist()
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
