@@ -48,7 +48,7 @@ class CheckpointDirectory:
             with open(tmp / STATE_NAME, "wb", buffering=0) as raw:
                 hashing = _HashingFile(raw)
                 try:
-                    torch.save(tree, hashing)
+                    torch.save(tree, hashing)  # type: ignore[arg-type]  # file-like: write() and flush()
                 except Exception:
                     if hashing.error is not None:  # torch re-wraps it; the OSError says what happened
                         raise hashing.error from None

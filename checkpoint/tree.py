@@ -27,6 +27,12 @@ class TensorRef:
     shape: tuple[int, ...]
     dtype: torch.dtype
 
+    def __deepcopy__(self, memo: dict) -> "TensorRef":
+        return self  # immutable: copying a skeleton need not rebuild its references
+
+    def __copy__(self) -> "TensorRef":
+        return self
+
 
 #: (shape, dtype) of every tensor in order: two trees with equal layouts can share buffers.
 Layout = tuple[tuple[tuple[int, ...], torch.dtype], ...]

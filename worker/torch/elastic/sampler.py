@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sized
 
+import torch
 import torch.utils.data
 
 from worker import sampling
@@ -23,17 +24,23 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
-        self.processed_indices: set[int] = set()
+        #: Which samples of this epoch the ring has processed: a bool tensor, so a commit copies
+        #: it as bytes (a set or list of indices would be deep-copied element by element).
+        self.processed = torch.zeros(len(dataset), dtype=torch.bool)
         self.num_replicas = 1
         self.rank = 0
         self.remaining_indices: list[int] = []
         self.indices: list[int] = []
         self.reset()
 
+    @property
+    def processed_indices(self) -> set[int]:
+        return set(torch.nonzero(self.processed).flatten().tolist())
+
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` afresh: nothing of it is processed yet."""
         self.epoch = epoch
-        self.processed_indices = set()
+        self.processed.zero_()
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
@@ -41,17 +48,32 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.record_indices(sampling.batch_of_all_ranks(self.remaining_indices, self.num_replicas, batch_idx, batch_size))
 
     def record_indices(self, indices) -> None:
-        self.processed_indices.update(int(i) for i in indices)
+        index = [int(i) for i in indices]
+        if index:
+            self.processed[index] = True
 
     def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
         return self.indices[batch_idx * batch_size: (batch_idx + 1) * batch_size]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+        """`{"epoch": int, "processed": bool tensor, one entry per sample}` (the live tensor:
+        callers copy it, as a commit does)."""
+        return {"epoch": self.epoch, "processed": self.processed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Accepts this sampler's state, or Horovod's `processed_indices` list."""
         self.epoch = int(state["epoch"])
-        self.processed_indices = set(state["processed_indices"])
+        if "processed" in state:
+            mask = torch.as_tensor(state["processed"], dtype=torch.bool)
+            if mask.shape != self.processed.shape:
+                raise ValueError(
+                    f"the sampler state covers {mask.numel()} samples but the data set has {len(self.processed)}; "
+                    "was the data set changed since the commit?"
+                )
+            self.processed.copy_(mask)
+        else:
+            self.processed.zero_()
+            self.record_indices(state.get("processed_indices", []))
         self.reset()
 
     def reset(self) -> None:
