@@ -13,7 +13,7 @@ import hashlib
 import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -38,26 +38,31 @@ class TensorRef:
 Layout = tuple[tuple[tuple[int, ...], torch.dtype], ...]
 
 
+def _map_tree(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """The tree rebuilt (dicts, ordered dicts, lists, tuples) with `leaf` applied to the rest."""
+    if isinstance(value, OrderedDict):
+        return OrderedDict((k, _map_tree(v, leaf)) for k, v in value.items())
+    if type(value) is dict:
+        return {k: _map_tree(v, leaf) for k, v in value.items()}
+    if type(value) is list:
+        return [_map_tree(v, leaf) for v in value]
+    if type(value) is tuple:
+        return tuple(_map_tree(v, leaf) for v in value)
+    return leaf(value)
+
+
 def flatten(tree: Any, start: int = 0) -> tuple[Any, list[torch.Tensor]]:
     """(skeleton, tensors): the tree with each tensor replaced by a `TensorRef` (numbered from
     `start`), and the tensors (detached, not copied). Non-tensor leaves are kept as they are."""
     tensors: list[torch.Tensor] = []
 
-    def walk(value: Any) -> Any:
+    def leaf(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             tensors.append(value.detach())
             return TensorRef(start + len(tensors) - 1, tuple(value.shape), value.dtype)
-        if isinstance(value, OrderedDict):
-            return OrderedDict((k, walk(v)) for k, v in value.items())
-        if type(value) is dict:
-            return {k: walk(v) for k, v in value.items()}
-        if type(value) is list:
-            return [walk(v) for v in value]
-        if type(value) is tuple:
-            return tuple(walk(v) for v in value)
         return value
 
-    return walk(tree), tensors
+    return _map_tree(tree, leaf), tensors
 
 
 def tensor_refs(skeleton: Any) -> list[TensorRef]:
@@ -92,21 +97,7 @@ def has_plain_leaves(skeleton: Any) -> bool:
 
 def unflatten(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
     """The tree with each `TensorRef` replaced by `tensors[ref.index]` (not copied)."""
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, TensorRef):
-            return tensors[value.index]
-        if isinstance(value, OrderedDict):
-            return OrderedDict((k, walk(v)) for k, v in value.items())
-        if type(value) is dict:
-            return {k: walk(v) for k, v in value.items()}
-        if type(value) is list:
-            return [walk(v) for v in value]
-        if type(value) is tuple:
-            return tuple(walk(v) for v in value)
-        return value
-
-    return walk(skeleton)
+    return _map_tree(skeleton, lambda value: tensors[value.index] if isinstance(value, TensorRef) else value)
 
 
 def layout_of(tensors: list[torch.Tensor]) -> Layout:
