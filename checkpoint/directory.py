@@ -19,9 +19,8 @@ import torch
 from pydantic import ValidationError
 
 from checkpoint.manifest import FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest
+from checkpoint.policy import DEFAULT_KEEP
 
-#: Checkpoints kept when --checkpoint-keep is not given.
-DEFAULT_KEEP = 3
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 8 << 20
@@ -74,7 +73,7 @@ class CheckpointDirectory:
         return final
 
     def prune(self) -> None:
-        """Keep the `keep` newest checkpoints; remove older ones and unfinished temporary folders."""
+        """Keep the `keep` newest checkpoints; remove older ones."""
         for old in self.checkpoints()[self.keep:]:
             shutil.rmtree(old, ignore_errors=True)
 

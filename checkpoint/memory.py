@@ -15,6 +15,7 @@ can be copied back in place into a live tree of the same layout, or rebuilt as a
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -56,6 +57,14 @@ class HostSnapshot:
         self.ranges = ranges
         self.devices = [t.device for t in live]
 
+    def copy_from(self, other: "HostSnapshot") -> None:
+        """Become a copy of `other`: its few flat buffers copied into ours (host to host, reused)."""
+        self._allocate(other.layout, pin=False)
+        copy_tensors(self.buffers, other.buffers)
+        self.skeleton = copy.deepcopy(other.skeleton)
+        self.ranges = dict(other.ranges)
+        self.devices = list(other.devices)
+
     def adopt(self, skeleton: dict[str, Any]) -> None:
         """Take another process' skeleton and make buffers of its layout, to receive its bytes."""
         refs = sorted(tensor_refs(skeleton), key=lambda r: r.index)
@@ -72,13 +81,13 @@ class HostSnapshot:
             return
         totals: dict[torch.dtype, int] = {}
         for shape, dtype in layout:
-            totals[dtype] = totals.get(dtype, 0) + _numel(shape)
+            totals[dtype] = totals.get(dtype, 0) + math.prod(shape)
         order = sorted(totals, key=str)
         buffers = {dtype: torch.empty(totals[dtype], dtype=dtype, pin_memory=pin) for dtype in order}
         offsets = dict.fromkeys(order, 0)
         views = []
         for shape, dtype in layout:
-            n = _numel(shape)
+            n = math.prod(shape)
             views.append(buffers[dtype][offsets[dtype]: offsets[dtype] + n].view(shape))
             offsets[dtype] += n
         self.buffers = [buffers[dtype] for dtype in order]
@@ -88,9 +97,6 @@ class HostSnapshot:
         self.allocations += 1
 
     # ------------------------------------------------------------ restore
-    def names(self) -> list[str]:
-        return list(self.skeleton)
-
     def copy_into(self, name: str, live: Any) -> bool:
         """Copy entry `name`'s tensors into `live` (a tree of the same layout) in place.
         False, and nothing copied, when the layouts differ."""
@@ -151,13 +157,6 @@ def copy_tensors(destinations: list[torch.Tensor], sources: list[torch.Tensor]) 
             dst.copy_(src, non_blocking=True)
     if torch.cuda.is_available() and any(t.is_cuda for t in (*destinations, *sources)):
         torch.cuda.synchronize()
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _range(skeleton: Any) -> tuple[int, int]:

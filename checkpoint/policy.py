@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 #: Seconds between checkpoints when a folder is given without --checkpoint-every/-interval.
 DEFAULT_INTERVAL_S = 60.0
+#: Checkpoints kept on disk when --checkpoint-keep is not given.
+DEFAULT_KEEP = 3
 
 
 @dataclass

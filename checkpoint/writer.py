@@ -37,7 +37,7 @@ class BackgroundWriter:
             if self._busy:
                 return False
             self._busy = True
-        self._staging.capture(snapshot.export())
+        self._staging.copy_from(snapshot)
         with self._cond:
             self._job = (step, world_size, generation, time.time())
             self._cond.notify_all()

@@ -9,6 +9,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from checkpoint.policy import DEFAULT_INTERVAL_S, DEFAULT_KEEP  # pure module: no torch import
+
 #: Seconds the job waits below --min-np before it fails (Horovod's default).
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 #: Seconds between two runs of the discovery script.
@@ -32,10 +34,10 @@ DEFAULT_WARMUP_GRACE_S = 5.0
 DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
 #: Consecutive quickly failing generations after which the job gives up.
 DEFAULT_CRASH_LOOP_LIMIT = 5
-#: Durable checkpoints kept in --checkpoint-dir.
-DEFAULT_CHECKPOINT_KEEP = 3
-#: Seconds between durable checkpoints when --checkpoint-dir is given without -every/-interval.
-DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
+#: Durable checkpoints kept in --checkpoint-dir, and seconds between them when --checkpoint-dir
+#: is given without --checkpoint-every/-interval: the checkpoint package's own defaults.
+DEFAULT_CHECKPOINT_KEEP = DEFAULT_KEEP
+DEFAULT_CHECKPOINT_INTERVAL_S = DEFAULT_INTERVAL_S
 
 
 class JobSettings(BaseModel):

@@ -13,10 +13,10 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
-from checkpoint.directory import DEFAULT_KEEP, CheckpointDirectory
+from checkpoint.directory import CheckpointDirectory
 from checkpoint.manifest import Manifest
 from checkpoint.memory import HostSnapshot
-from checkpoint.policy import CheckpointPolicy
+from checkpoint.policy import DEFAULT_KEEP, CheckpointPolicy
 from checkpoint.writer import BackgroundWriter
 from proto import environment as env_names
 
@@ -67,6 +67,6 @@ class Checkpointing:
         if rank != 0:
             return
         self.writer.flush(FINAL_WRITE_TIMEOUT_S)
-        if step > 0 and (not self.writer.written or self.writer.written[-1] < step):
-            if self.writer.submit(snapshot, step, size, generation):
-                self.writer.flush(FINAL_WRITE_TIMEOUT_S)
+        newer = step > 0 and (not self.writer.written or self.writer.written[-1] < step)
+        if newer and self.writer.submit(snapshot, step, size, generation):
+            self.writer.flush(FINAL_WRITE_TIMEOUT_S)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from checkpoint.memory import HostSnapshot
-from checkpoint.tree import layout_of, skeleton_digest
+from checkpoint.tree import skeleton_digest
 from worker.communicator import Communicator
 
 
@@ -42,7 +42,7 @@ def plan(fingerprints: list[tuple[int, int, int]], root: int) -> SyncPlan:
 
 
 def fingerprint(snapshot: HostSnapshot) -> tuple[int, int, int]:
-    return (skeleton_digest(snapshot.skeleton), skeleton_digest(layout_of(snapshot.tensors)), snapshot.data_digest())
+    return (skeleton_digest(snapshot.skeleton), skeleton_digest(snapshot.layout), snapshot.data_digest())
 
 
 def sync_snapshot(
@@ -64,11 +64,10 @@ def sync_snapshot(
             snapshot.adopt(skeleton)
         else:
             snapshot.skeleton = skeleton  # same tensors, new objects
-    if not the_plan.tensors_to:
+    if not the_plan.tensors_to or (comm.rank != root and not receiving):
         return the_plan
     everyone = len(the_plan.tensors_to) == comm.size - 1
-    for i in range(len(snapshot.buffers) if comm.rank == root or receiving else 0):
-        buffer = snapshot.buffers[i]
+    for buffer in snapshot.buffers:
         if everyone:
             comm.broadcast_(buffer, root)
         elif comm.rank == root:
