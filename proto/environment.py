@@ -5,7 +5,8 @@ The torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_A
 MASTER_PORT, ...) let a plain `torch.distributed` script run unchanged.
 """
 
-RENDEZVOUS = "RINGMASTER_RENDEZVOUS"  # host:port of the rendezvous gRPC service
+RENDEZVOUS = "RINGMASTER_RENDEZVOUS"  # host:port of the rendezvous gRPC service (comma-separated with standbys)
+RECONNECT_TIMEOUT = "RINGMASTER_RECONNECT_TIMEOUT"  # seconds a worker keeps trying to reach a lost rendezvous
 WORKER_ID = "RINGMASTER_WORKER_ID"  # this process' identity in the job
 HOST = "RINGMASTER_HOST"  # the (possibly emulated) host name the worker runs on
 STORE = "RINGMASTER_STORE"  # host:port of the long-lived TCPStore that elastic rebuilds use

@@ -23,6 +23,7 @@ from discovery import DiscoveryError, HostDiscovery, ScriptDiscovery, StaticDisc
 from rendezvous import settings as defaults
 from rendezvous.model import JobOutcome, Summary
 from rendezvous.settings import JobSettings
+from rendezvous.store_url import StoreUrlError, parse_store
 
 
 def _add_job_flags(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +69,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"write a checkpoint every S seconds (default: {defaults.DEFAULT_CHECKPOINT_INTERVAL_S:g} without --checkpoint-every)")
     parser.add_argument("--checkpoint-keep", type=int, default=defaults.DEFAULT_CHECKPOINT_KEEP, metavar="K",
                         help="checkpoints kept on disk (default: %(default)s)")
+    parser.add_argument("--store", default="memory", metavar="URL",
+                        help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
+                             "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]'; with etcd a restarted or standby `serve` "
+                             "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
     parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
     parser.add_argument("--advertise-address", default=None, metavar="HOST",
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
@@ -163,13 +168,18 @@ def format_summary(outcome: JobOutcome, summary: Summary) -> str:
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     from rendezvous.server import RendezvousServer, log_line  # heavy (torch, grpc): not for `scale`
 
+    from rendezvous.job_record import IncompatibleState
+    from rendezvous.kv_store import StoreFormatError, StoreUnavailable
+    from rendezvous.leadership import AnotherLeader
+
     try:
         settings, discovery, initial = settings_from_args(args)
-    except (UsageError, DiscoveryError) as exc:
+        store = parse_store(args.store)
+    except (UsageError, DiscoveryError, StoreUrlError) as exc:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return 2
     server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
-                              local_hosts=local_hosts, advertise=args.advertise_address)
+                              local_hosts=local_hosts, advertise=args.advertise_address, store=store)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
@@ -177,7 +187,16 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
             loop.add_signal_handler(sig, server.request_stop, f"interrupted by {signal.Signals(sig).name}")
         return await server.run(initial)
 
-    outcome = asyncio.run(main())
+    try:
+        outcome = asyncio.run(main())
+    except StoreUnavailable as exc:
+        print(f"ringmaster: error: cannot reach the store given by --store {args.store}: {exc}", file=sys.stderr)
+        return 2
+    except (AnotherLeader, IncompatibleState, StoreFormatError) as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return 2
+    if server.coordinator is None:
+        return 1
     assert server.coordinator is not None
     log_line(format_summary(outcome, server.coordinator.summary))
     return 0 if outcome.success else 1

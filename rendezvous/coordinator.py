@@ -16,13 +16,13 @@ How a generation comes about:
 
 from __future__ import annotations
 
-import itertools
 import signal
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from discovery import Blacklist, CooldownRange, diff_hosts
 from proto import ringmaster_pb2 as pb
+from rendezvous import job_record
 from rendezvous.assignment import RankAssignment, WorkerSlot, assign_ranks
 from rendezvous.model import Event, Generation, Host, JobOutcome, Phase, Summary, Worker
 from rendezvous.settings import JobSettings
@@ -74,7 +74,7 @@ class Coordinator:
         self.finishing = False  # some worker's training function returned: no new generations
         self.target_np: int | None = None  # set by `ringmaster scale`; within [min_np, max_np]
 
-        self._ids = itertools.count(1)
+        self._next_id = 1  # worker ids are host/N with N never reused in a job
         self._hosts_sequence = 0
         self._pending_cause: list[str] = []
         self._first_discovery_at: float | None = None
@@ -107,11 +107,22 @@ class Coordinator:
         self._event(now, f"discovery failed, keeping the last good host set: {message}")
 
     # ------------------------------------------------------------------ inputs: agents
-    def agent_connected(self, host: str, pid: int, now: float) -> None:
+    def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None) -> None:
+        """An agent opened its session; `running` names the workers it runs (a reconnecting
+        agent's workers that are not among them died while it was away)."""
         record = self.hosts.setdefault(host, Host(host, 0, discovered=False))
+        again = record.agent_connected and record.agent_pid == pid
         record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
         self._sent_to_agents.pop(host, None)  # a new session needs the full picture
-        self._event(now, f"agent for host {host} connected (pid {pid})")
+        self._event(now, f"agent for host {host} {'reconnected' if again else 'connected'} (pid {pid})")
+        alive = set(running or ())
+        for worker in self._workers_on(host):
+            if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in alive:
+                worker.phase = Phase.EXITED
+                if self._is_member(worker) and not worker.done:
+                    self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
+                if not worker.done:
+                    self._worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now, blame_host=False)
         self._reconcile(now)
 
     def agent_heartbeat(self, host: str, now: float) -> None:
@@ -143,7 +154,7 @@ class Coordinator:
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
         worker = self.workers.get(worker_id)
-        if worker is None:
+        if worker is None or worker.phase is Phase.EXITED:
             return
         how = describe_exit(exit_code, signal_number)
         was_live = worker.live
@@ -170,8 +181,10 @@ class Coordinator:
         self._reconcile(now)
 
     # ------------------------------------------------------------------ inputs: workers
-    def worker_connected(self, worker_id: str, pid: int, now: float) -> str | None:
-        """A worker opened its session. Returns an error message if it is unknown or gone."""
+    def worker_connected(self, worker_id: str, pid: int, now: float, waiting_after: int | None = None,
+                         failure: str = "", elastic: bool = False) -> str | None:
+        """A worker opened its session. Returns an error message if it is unknown or gone.
+        A reconnecting worker that waits for a new generation says so (`waiting_after`)."""
         worker = self.workers.get(worker_id)
         if worker is None:
             return f"worker {worker_id!r} is not part of this job"
@@ -186,6 +199,9 @@ class Coordinator:
                 self._send_worker(worker_id, pb.WorkerEvent(generation_over=pb.GenerationOver(generation=gen.number, reason=gen.over)))
             else:
                 self._send_assignment(worker)
+        placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
+        if waiting_after is not None and not placed:
+            return self.worker_ready(worker_id, waiting_after, failure, elastic, now)
         self._reconcile(now)
         return None
 
@@ -262,6 +278,51 @@ class Coordinator:
     def abort(self, reason: str, now: float) -> None:
         """End the job as failed (the user interrupted it)."""
         self._fail(reason, now)
+
+    # ------------------------------------------------------------------ the store
+    def record(self) -> dict[str, dict]:
+        """The job as the store keeps it (keys relative to the job's prefix)."""
+        job = job_record.JobRecord(
+            format=job_record.FORMAT, version=job_record.VERSION, next_id=self._next_id,
+            hosts_sequence=self._hosts_sequence, target_np=self.target_np, finishing=self.finishing,
+            generations=self.summary.generations, resets=self.summary.resets, steps=self.summary.steps,
+            outcome=(self.outcome.success, self.outcome.message) if self.outcome else None,
+        )
+        return job_record.job_values(job, self.hosts, self.workers, self.generation)
+
+    def resume(self, restored: job_record.Restored, now: float, agents_survive: bool = True) -> None:
+        """Carry on the job a previous rendezvous process kept in the store.
+
+        Hosts and workers get a fresh heartbeat window to reconnect (their last heartbeats were
+        on the old process's clock). Without `agents_survive` (`ringmaster run`, whose emulated
+        hosts died with it) every worker is gone, so the job restarts from its checkpoint.
+        """
+        job = restored.job
+        self.hosts, self.workers, self.generation = restored.hosts, restored.workers, restored.generation
+        self._next_id, self._hosts_sequence = job.next_id, job.hosts_sequence
+        self.target_np, self.finishing = job.target_np, job.finishing
+        self.summary.generations, self.summary.resets, self.summary.steps = job.generations, job.resets, job.steps
+        self.summary.started_at = now
+        self._first_discovery_at = now
+        self._generation_started = now - self.settings.crash_loop_window_s  # not a quick failure
+        for host in self.hosts.values():
+            host.agent_connected = host.agent_connected and agents_survive
+            host.last_heartbeat = now
+        for worker in self.workers.values():
+            worker.last_heartbeat = worker.ready_at = now
+            if not agents_survive and worker.live:
+                worker.phase = Phase.EXITED
+        number = self.generation.number if self.generation else 0
+        live = sum(1 for w in self.workers.values() if w.live)
+        self._event(now, f"resumed the job from the store: generation {number}, {live} live worker(s) on "
+                         f"{sum(1 for h in self.hosts.values() if h.agent_connected)} host(s) awaiting reconnection")
+        if not agents_survive and self.generation is not None:
+            self._pending_cause.append("the previous rendezvous and its hosts ended")
+            self._end_generation("the previous `ringmaster run` ended with its workers", now)
+        if job.outcome is not None:
+            self._end_job(JobOutcome(*job.outcome), now)
+            return
+        self._reconcile(now)
 
     # ------------------------------------------------------------------ the clock
     def tick(self, now: float) -> None:
@@ -587,7 +648,8 @@ class Coordinator:
             self.workers[worker.worker_id] = worker
 
     def _make_worker(self, host: str, slot: int) -> Worker:
-        worker_id = f"{host}/{next(self._ids)}"
+        worker_id = f"{host}/{self._next_id}"
+        self._next_id += 1
         store = f"{self.store.host}:{self.store.port}"
         return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, self.settings))
 

@@ -7,15 +7,33 @@ etcd itself when the lease expires on etcd's clock.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+import functools
+from typing import Any, AsyncIterator, Callable, Coroutine, ParamSpec, TypeVar
 
 import aetcd
 import aetcd.exceptions
 
 from rendezvous.kv_store import Change, Entry, RevisionCompacted, StoreUnavailable, decode, encode
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 #: Seconds one etcd request may take before the endpoint counts as unreachable.
 DEFAULT_REQUEST_TIMEOUT_S = 5
+
+
+def _unavailable_on_failure(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """A request that cannot reach etcd raises StoreUnavailable naming the endpoint, so callers
+    handle one exception whichever store they have."""
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError,
+                aetcd.exceptions.InternalError) as exc:
+            endpoint = getattr(args[0], "endpoint", "?")
+            raise StoreUnavailable(f"etcd at {endpoint} did not answer ({type(exc).__name__})") from None
+    return wrapper
 
 
 class EtcdStore:
@@ -38,15 +56,18 @@ class EtcdStore:
             return cls(client, f"{host}:{port}")
         raise StoreUnavailable(f"no etcd endpoint answered: tried {', '.join(failures)}; is etcd running there?")
 
+    @_unavailable_on_failure
     async def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
         result = await self._client.get_prefix(prefix.encode())
         entries = [Entry(kv.key.decode(), decode(kv.key.decode(), kv.value), kv.mod_revision) for kv in result.kvs]
         return sorted(entries, key=lambda e: e.key), result.header.revision
 
+    @_unavailable_on_failure
     async def put(self, key: str, value: dict[str, Any], lease: int | None = None) -> int:
         result = await self._client.put(key.encode(), encode(value), lease=lease)
         return result.header.revision
 
+    @_unavailable_on_failure
     async def put_if(self, key: str, value: dict[str, Any], mod_revision: int, lease: int | None = None) -> bool:
         tx = self._client.transactions
         succeeded, _ = await self._client.transaction(
@@ -56,17 +77,33 @@ class EtcdStore:
         )
         return bool(succeeded)
 
+    @_unavailable_on_failure
+    async def transact(self, guards: dict[str, int], puts: dict[str, dict[str, Any]], deletes: list[str],
+                       lease: int | None = None) -> bool:
+        tx = self._client.transactions
+        succeeded, _ = await self._client.transaction(
+            compare=[tx.mod(key.encode()) == revision for key, revision in guards.items()],
+            success=[tx.put(key.encode(), encode(value), lease=lease) for key, value in puts.items()]
+            + [tx.delete(key.encode()) for key in deletes],
+            failure=[],
+        )
+        return bool(succeeded)
+
+    @_unavailable_on_failure
     async def delete(self, key: str) -> None:
         await self._client.delete(key.encode())
 
+    @_unavailable_on_failure
     async def grant_lease(self, ttl_s: int) -> int:
         lease = await self._client.lease(ttl_s)
         return int(lease.id)
 
+    @_unavailable_on_failure
     async def refresh_lease(self, lease: int) -> bool:
         reply = await self._client.refresh_lease(lease)
         return reply is not None and reply.TTL > 0
 
+    @_unavailable_on_failure
     async def revoke_lease(self, lease: int) -> None:
         await self._client.revoke_lease(lease)
 
@@ -79,7 +116,11 @@ class EtcdStore:
                 yield Change(key, value, event.kv.mod_revision)
         except aetcd.exceptions.RevisionCompactedError as exc:
             raise RevisionCompacted(exc.compacted_revision) from None
+        except (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError,
+                aetcd.exceptions.InternalError) as exc:
+            raise StoreUnavailable(f"etcd at {self.endpoint} did not answer ({type(exc).__name__})") from None
 
+    @_unavailable_on_failure
     async def compact(self, revision: int) -> None:
         await self._client.compact(revision)
 

@@ -58,6 +58,11 @@ class KeyValueStore(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def transact(self, guards: dict[str, int], puts: dict[str, dict[str, Any]], deletes: list[str],
+                       lease: int | None = None) -> bool:
+        """All of `puts` (attached to `lease`) and `deletes` at once, only if every key in
+        `guards` has the given mod_revision (0: absent); False, changing nothing, otherwise."""
+
     async def grant_lease(self, ttl_s: int) -> int:
         """A lease that expires `ttl_s` seconds after its last refresh, with its keys."""
 

@@ -18,7 +18,7 @@ class MemoryStore:
         self._history: list[Change] = []
         self._leases: dict[int, tuple[float, int]] = {}  # id -> expiry, ttl
         self._lease_ids = itertools.count(1)
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()  # set, and replaced, on every change
         self._compacted = 0
 
     # ------------------------------------------------------------ keys
@@ -37,6 +37,20 @@ class MemoryStore:
         if (current[1] if current else 0) != mod_revision:
             return False
         await self._write(key, value, lease)
+        return True
+
+    async def transact(self, guards: dict[str, int], puts: dict[str, dict[str, Any]], deletes: list[str],
+                       lease: int | None = None) -> bool:
+        await self._expire()
+        for key, revision in guards.items():
+            current = self._data.get(key)
+            if (current[1] if current else 0) != revision:
+                return False
+        if lease is not None and lease not in self._leases:
+            raise ValueError(f"lease {lease} has expired or was never granted")
+        for key, value in puts.items():
+            await self._write(key, value, lease)
+        await self._remove([key for key in deletes if key in self._data])
         return True
 
     async def delete(self, key: str) -> None:
@@ -68,15 +82,14 @@ class MemoryStore:
         seen = start_revision
         while True:
             await self._expire()
+            changed = self._changed  # taken before reading, so no change slips between
             pending = [c for c in self._history if c.revision >= seen and c.key.startswith(prefix)]
             for change in pending:
                 yield change
                 seen = change.revision + 1
-            async with self._changed:
-                try:
-                    await asyncio.wait_for(self._changed.wait(), timeout=0.2)  # lease expiry needs no writer
-                except asyncio.TimeoutError:
-                    pass
+            deadline = time.monotonic() + 0.2  # lease expiry needs no writer: look again soon
+            while not changed.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
 
     async def compact(self, revision: int) -> None:
         """Drop history below `revision` (as etcd's compaction does), for watch resumption tests."""
@@ -103,8 +116,8 @@ class MemoryStore:
 
     async def _notify(self, change: Change) -> None:
         self._history.append(change)
-        async with self._changed:
-            self._changed.notify_all()
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _expire(self) -> None:
         now = self._clock()

@@ -19,17 +19,25 @@ import uvicorn
 
 from discovery import HostDiscovery
 from proto import ringmaster_pb2_grpc as pb_grpc
+from rendezvous.agent_leases import AgentLeases
 from rendezvous.control_api import create_app
 from rendezvous.coordinator import Coordinator, StoreAddress
 from rendezvous.discovery_poller import poll_discovery
+from rendezvous.journal import Deposed, Journal
+from rendezvous.kv_store import KeyValueStore
+from rendezvous.leadership import DEFAULT_LEADER_TTL_S, Leadership
 from rendezvous.local_hosts import LocalHosts
 from rendezvous.model import JobOutcome
 from rendezvous.service import RendezvousService
 from rendezvous.settings import JobSettings
+from rendezvous.store_open import open_store
+from rendezvous.store_url import StoreSpec
 from rendezvous.stores import StoreHost
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2
+#: Seconds the end of a job waits for its last state to reach the store.
+FINAL_SAVE_TIMEOUT_S = 10.0
 
 
 def log_line(message: str) -> None:
@@ -54,7 +62,11 @@ class RendezvousServer:
         local_hosts: bool = True,
         log: Callable[[str], None] = log_line,
         advertise: str | None = None,
+        store: StoreSpec = StoreSpec("memory"),
+        leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
     ) -> None:
+        self.store_spec = store
+        self.leader_ttl_s = leader_ttl_s
         self.settings = settings
         self.discovery = discovery
         self.bind = bind
@@ -77,6 +89,30 @@ class RendezvousServer:
             self.service.changed.set()
 
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
+        """Lead the job (or stand by until it can), then run it to its end. Raises
+        StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
+        store = await open_store(self.store_spec)
+        try:
+            return await self._lead(store, initial_hosts)
+        finally:
+            with contextlib.suppress(Exception):
+                await store.close()
+
+    async def _lead(self, store: KeyValueStore, initial_hosts: Mapping[str, int]) -> JobOutcome:
+        prefix = self.store_spec.prefix
+        wanted = f"{self.advertise}:{self.port}" if self.port else f"{self.advertise}:(a free port)"
+        leadership = Leadership(store, prefix, wanted, self.leader_ttl_s, self.log)
+        await leadership.acquire(wait=not self.use_local_hosts)
+        journal = Journal(store, prefix, leadership, log=self.log)
+        try:
+            restored = await journal.load()
+        except Exception:
+            await leadership.resign()
+            raise
+        if restored is not None and restored.job.outcome is not None:
+            self.log(f"the job last run under {prefix} has ended ({restored.job.outcome[1]}); starting a new one")
+            restored = None
+
         stores = StoreHost(self.advertise)
         grpc_server = grpc.aio.server()
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
@@ -85,11 +121,14 @@ class RendezvousServer:
             self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log
         )
         self.coordinator = coordinator
-        service = RendezvousService(coordinator)
+        service = RendezvousService(coordinator, journal=journal)
+        leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired, self.log)
+        service.leases = leases
         self.service = service
         pb_grpc.add_RendezvousServicer_to_server(service, grpc_server)
         await grpc_server.start()
-        self.log(f"rendezvous listening on {self.address}; discovery: {self.discovery.describe()}")
+        self.log(f"rendezvous listening on {self.address}; discovery: {self.discovery.describe()}; "
+                 f"store: {self.store_spec.describe()}")
 
         background: list[asyncio.Task] = []
         api = None
@@ -97,10 +136,27 @@ class RendezvousServer:
             api, sock = self._make_api(coordinator, service)
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
         local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s) if self.use_local_hosts else None
+        deposed: str | None = None
         try:
-            service.call(coordinator.set_hosts, dict(initial_hosts))
-            background.append(asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s)))
+            if restored is not None:
+                await leases.adopt()
+                service.call(lambda now: coordinator.resume(restored, now, agents_survive=local is None))
+            else:
+                service.call(coordinator.set_hosts, dict(initial_hosts))
+            journal_task = asyncio.create_task(service.keep_journal())
+            background += [
+                journal_task,
+                asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s)),
+                asyncio.create_task(leadership.keep(journal.trouble)),
+                asyncio.create_task(journal.keep_job_lease()),
+                asyncio.create_task(leases.watch()),
+            ]
             while coordinator.outcome is None:
+                if leadership.lost.is_set():
+                    deposed = leadership.lost_reason
+                    break
+                if journal_task.done():
+                    journal_task.result()  # an unexpected error surfaces here
                 if self._stop_reason:
                     service.call(coordinator.abort, self._stop_reason)
                     break
@@ -110,7 +166,13 @@ class RendezvousServer:
                 service.call(coordinator.tick)
                 if local is not None:
                     local.reconcile(coordinator, time.monotonic())
-            await self._wind_down(local)
+            if deposed is None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
+                await self._wind_down(local)
+                await journal.clear()
+        except Deposed as exc:
+            deposed = str(exc)
         finally:
             for task in background:
                 task.cancel()
@@ -119,6 +181,10 @@ class RendezvousServer:
             if local is not None:
                 await asyncio.to_thread(local.stop_all, 0.0)
             await grpc_server.stop(grace=0.5)
+            await leadership.resign()
+        if deposed is not None:
+            self.log(f"stopped leading the job: {deposed}")
+            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the new leader")
         assert coordinator.outcome is not None
         return coordinator.outcome
 

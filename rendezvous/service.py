@@ -16,18 +16,29 @@ import grpc
 
 from proto import ringmaster_pb2 as pb
 from proto import ringmaster_pb2_grpc as pb_grpc
+from rendezvous.agent_leases import AgentLeases
 from rendezvous.coordinator import Coordinator
+from rendezvous.journal import Journal
 
 Clock = Callable[[], float]
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
-    def __init__(self, coordinator: Coordinator, clock: Clock = time.monotonic) -> None:
+    """With a `journal`, what the coordinator says is held back until the state behind it is
+    in the store (write-ahead); with `leases`, agents' liveness is also kept as store leases."""
+
+    def __init__(self, coordinator: Coordinator, clock: Clock = time.monotonic, journal: Journal | None = None,
+                 leases: AgentLeases | None = None) -> None:
         self.coordinator = coordinator
         self.clock = clock
+        self.journal = journal
+        self.leases = leases
         self._agents: dict[str, asyncio.Queue] = {}
         self._workers: dict[str, asyncio.Queue] = {}
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
+        self._held: list[tuple[str, str, object]] = []
+        self._dirty = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
 
     # ---------------------------------------------------------------- plumbing
     def call(self, method: Callable, *args):
@@ -37,11 +48,43 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return result
 
     def flush(self) -> None:
-        for kind, target, message in self.coordinator.drain():
+        messages = self.coordinator.drain()
+        if self.journal is None:
+            self._deliver(messages)
+        else:
+            self._held.extend(messages)
+            self._dirty.set()
+        self.changed.set()
+
+    def _deliver(self, messages: list[tuple[str, str, object]]) -> None:
+        for kind, target, message in messages:
             queue = (self._agents if kind == "agent" else self._workers).get(target)
             if queue is not None:
                 queue.put_nowait(message)
-        self.changed.set()
+
+    async def keep_journal(self) -> None:
+        """Save the coordinator's record after every change, then release what it said.
+        Raises journal.Deposed when another rendezvous has taken the job over."""
+        assert self.journal is not None
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            batch, self._held = self._held, []
+            await self.journal.save(self.coordinator.record())
+            self._deliver(batch)
+
+    async def saved(self) -> None:
+        """Wait until everything changed so far is in the store and said (the job's end)."""
+        while self.journal is not None and (self._held or self._dirty.is_set()):
+            await asyncio.sleep(0.01)
+
+    def lease_expired(self, host: str) -> None:
+        self.call(lambda now: self.coordinator.agent_disconnected(host, now, "its lease in the store expired (no heartbeat)"))
+
+    def _background(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _pump(self, sessions: dict[str, asyncio.Queue], key: str, queue: asyncio.Queue,
                     is_last: Callable[[Any], bool], on_close: Callable) -> AsyncIterator:
@@ -62,13 +105,22 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
-        self.call(self.coordinator.agent_connected, request.host, request.pid)
+        if self.leases is not None:
+            self._background(self.leases.connected(request.host, request.pid))
+        self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running)))
         async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
-                                        self.coordinator.agent_disconnected):
+                                        self._agent_gone):
             yield message
+
+    def _agent_gone(self, host: str, now: float) -> None:
+        if self.leases is not None:
+            self._background(self.leases.disconnected(host))
+        self.coordinator.agent_disconnected(host, now)
 
     async def AgentHeartbeat(self, request: pb.AgentHeartbeatRequest, context) -> pb.Ack:
         self.coordinator.agent_heartbeat(request.host, self.clock())
+        if self.leases is not None:
+            self._background(self.leases.heartbeat(request.host))
         return pb.Ack(ok=True)
 
     async def ReportWorkerExit(self, request: pb.WorkerExit, context) -> pb.Ack:
@@ -82,7 +134,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     async def WorkerSession(self, request: pb.WorkerHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerEvent]:
         queue: asyncio.Queue = asyncio.Queue()
         self._workers[request.worker_id] = queue
-        error = self.call(self.coordinator.worker_connected, request.worker_id, request.pid)
+        error = self.call(lambda now: self.coordinator.worker_connected(
+            request.worker_id, request.pid, now, request.after_generation if request.waiting else None,
+            request.failure, request.elastic))
         if error:
             del self._workers[request.worker_id]
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)

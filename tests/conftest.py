@@ -14,7 +14,37 @@ settings.load_profile("ringmaster")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from etcd_server import ETCD, EtcdServer  # noqa: E402
 from harness import Job  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory):
+    """One real etcd on free loopback ports for the tests that share it (each uses its own prefix)."""
+    if ETCD is None:
+        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
+    server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture(params=["memory", "etcd"])
+def make_store(request):
+    """An async factory of fresh stores of one kind: the same tests run against both."""
+    from rendezvous.etcd_kv import EtcdStore
+    from rendezvous.memory_kv import MemoryStore
+
+    if request.param == "memory":
+        async def memory():
+            return MemoryStore()
+        return memory
+    server = request.getfixturevalue("etcd")
+
+    async def etcd_store():
+        return await EtcdStore.connect([server.endpoint])
+    return etcd_store
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ class Rig:
     def __getattr__(self, name):
         method = getattr(self.coordinator, name)
 
-        def call(*args):
-            result = method(*args, self.now)
+        def call(*args, **kwargs):
+            result = method(*args, self.now, **kwargs)
             for kind, target, message in self.coordinator.drain():
                 if kind == "agent":
                     self.agents[target] = message

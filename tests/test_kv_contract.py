@@ -8,35 +8,8 @@ import time
 
 import pytest
 
-from etcd_server import ETCD, EtcdServer
 from rendezvous.etcd_kv import EtcdStore
 from rendezvous.kv_store import RevisionCompacted, StoreFormatError, StoreUnavailable
-from rendezvous.memory_kv import MemoryStore
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    if ETCD is None:
-        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
-    server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
-@pytest.fixture(params=["memory", "etcd"])
-def make_store(request):
-    """An async factory of fresh stores of one kind, each test under its own prefix."""
-    if request.param == "memory":
-        async def memory():
-            return MemoryStore()
-        return memory
-    server = request.getfixturevalue("etcd")
-
-    async def etcd_store():
-        return await EtcdStore.connect([server.endpoint])
-    return etcd_store
 
 
 def run(coro):
@@ -83,6 +56,28 @@ def test_conditional_writes_compare_mod_revision(make_store, prefix) -> None:
         assert not await store.put_if(key, {"number": 3}, entry.mod_revision)  # stale
         [entry], _ = await store.get_prefix(key)
         assert entry.value == {"number": 2}
+    run_with(make_store, body)
+
+
+def test_a_transaction_applies_all_or_nothing_under_its_guards(make_store, prefix) -> None:
+    async def body(store):
+        await store.put(prefix + "leader", {"who": "a"})
+        await store.put(prefix + "workers/old", {"phase": "exited"})
+        [leader], _ = await store.get_prefix(prefix + "leader")
+        lease = await store.grant_lease(30)
+        puts = {prefix + "workers/1": {"phase": "member"}, prefix + "generation": {"number": 1}}
+        guards = {prefix + "leader": leader.mod_revision, prefix + "generation": 0}
+        assert await store.transact(guards, puts, [prefix + "workers/old"], lease=lease)
+        entries, _ = await store.get_prefix(prefix)
+        assert {e.key: e.value for e in entries} == {prefix + "leader": {"who": "a"}, **puts}
+        # A deposed leader (the leader key changed) writes nothing, not even the unguarded keys.
+        await store.put(prefix + "leader", {"who": "b"})
+        assert not await store.transact({prefix + "leader": leader.mod_revision}, {prefix + "workers/2": {"x": 1}},
+                                        [prefix + "workers/1"])
+        entries, _ = await store.get_prefix(prefix + "workers/")
+        assert [e.key for e in entries] == [prefix + "workers/1"]
+        await store.revoke_lease(lease)  # the job lease takes its keys along
+        assert [e.key for e in (await store.get_prefix(prefix))[0]] == [prefix + "leader"]
     run_with(make_store, body)
 
 

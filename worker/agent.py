@@ -5,7 +5,10 @@ rendezvous lists for this host, stops (SIGTERM, then SIGKILL after a grace) the 
 longer lists, and reports every exit with its code or signal. Workers stay in the agent's
 process group and die with it, so on one machine an agent's group is an emulated host.
 
-Run as `ringmaster agent --rendezvous HOST:PORT [--host NAME]` on a real host.
+Run as `ringmaster agent --rendezvous HOST:PORT[,HOST:PORT...] [--host NAME]` on a real host.
+When it loses the rendezvous (restarted, or failed over to a standby) it keeps its workers
+running and reconnects to the listed addresses in turn, with backoff, for up to
+`--reconnect-timeout` seconds; exits that happened meanwhile are reported once it is back.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import grpc
 
 from proto import ringmaster_pb2 as pb
 from proto import ringmaster_pb2_grpc as pb_grpc
+from proto import environment as env_names
 from worker.processes import die_with_parent
+from worker.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
@@ -45,62 +50,93 @@ class _Child:
 
 
 class Agent:
-    def __init__(self, rendezvous: str, host: str, heartbeat_interval_s: float = 1.0, stop_grace_s: float = 5.0) -> None:
-        self.rendezvous = rendezvous
+    def __init__(self, rendezvous: str, host: str, heartbeat_interval_s: float = 1.0, stop_grace_s: float = 5.0,
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
+        self.addresses = parse_addresses(rendezvous)
         self.host = host
         self.heartbeat_interval_s = heartbeat_interval_s
         self.stop_grace_s = stop_grace_s
+        self.reconnect_timeout_s = reconnect_timeout_s
         self.children: dict[str, _Child] = {}
+        self._running: tuple[str, ...] = ()  # ids of live children, readable from the session thread
         self._started: set[str] = set()  # a worker id is one process: never start it twice
         self._unstartable: list[str] = []  # could not be started: reported as exit code 127
+        self._unsent: list[pb.WorkerExit] = []  # exits not yet reported (rendezvous away)
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
+        self._stub: pb_grpc.RendezvousStub | None = None
+        self._session = None
 
     def run(self) -> int:
-        channel = grpc.insecure_channel(self.rendezvous)
-        stub = pb_grpc.RendezvousStub(channel)
-        session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid()), wait_for_ready=True, timeout=None)
-        threading.Thread(target=self._read_session, args=(session,), daemon=True).start()
-        threading.Thread(target=self._heartbeat, args=(stub,), daemon=True).start()
+        threading.Thread(target=self._read_sessions, daemon=True).start()
+        threading.Thread(target=self._heartbeat, daemon=True).start()
         exit_code = 0
         try:
             while True:
                 command = self._next_command()
                 if command is _LOST:
-                    log(self.host, "lost the rendezvous; stopping workers")
+                    log(self.host, f"could not reach the rendezvous at {', '.join(self.addresses)} for "
+                                   f"{self.reconnect_timeout_s:g} s (--reconnect-timeout); stopping workers")
                     exit_code = 1
                     break
                 if command is not None:
                     if command.shutdown:
                         break
                     self._apply(command.workers)
-                self._reap(stub)
+                self._reap()
         finally:
             self._stop.set()
-            self._stop_all(stub)
-            session.cancel()
-            channel.close()
+            self._stop_all()
+            if self._session is not None:
+                self._session.cancel()
         return exit_code
 
     def request_stop(self) -> None:
         self._commands.put(pb.AgentCommand(shutdown=True, reason="agent interrupted"))
 
     # -------------------------------------------------------------- threads
-    def _read_session(self, session) -> None:
-        try:
-            for command in session:
-                self._commands.put(command)
-        except grpc.RpcError:
-            pass
-        if not self._stop.is_set():
-            self._commands.put(_LOST)
+    def _read_sessions(self) -> None:
+        """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
+        backoff = Backoff(self.reconnect_timeout_s)
+        while not self._stop.is_set():
+            address = backoff.next_address(self.addresses)
+            if address is None:
+                self._commands.put(_LOST)
+                return
+            channel = grpc.insecure_channel(address)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=backoff.connect_timeout_s)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                continue
+            stub = pb_grpc.RendezvousStub(channel)
+            session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
+            self._session = session
+            try:
+                for command in session:
+                    if self._stub is not stub:
+                        self._stub = stub
+                        backoff.reset()
+                        log(self.host, f"session with the rendezvous at {address}")
+                    self._commands.put(command)
+                    if command.shutdown:
+                        return  # the job is over: nothing to reconnect to
+            except grpc.RpcError:
+                pass
+            channel.close()
+            if not self._stop.is_set() and self._stub is stub:
+                log(self.host, f"lost the rendezvous at {address}; workers keep running, reconnecting")
+            self._stub = None
 
-    def _heartbeat(self, stub: pb_grpc.RendezvousStub) -> None:
+    def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
+            stub = self._stub
+            if stub is None:
+                continue
             try:
                 stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
             except grpc.RpcError:
-                pass  # a lost session is noticed by _read_session
+                pass  # a lost session is noticed by _read_sessions
 
     def _next_command(self):
         try:
@@ -119,6 +155,7 @@ class Agent:
                 self._started.add(worker_id)
                 try:
                     self.children[worker_id] = _Child(spec, self._spawn(spec))
+                    self._running = tuple(self.children)
                 except OSError as exc:
                     log(self.host, f"cannot start worker {worker_id}: {exc}; check the training command")
                     self._unstartable.append(worker_id)
@@ -126,6 +163,9 @@ class Agent:
     def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
         env = dict(os.environ)
         env.update(spec.env)
+        # Workers reach the rendezvous wherever this agent can (a standby included).
+        known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
+        env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         log(self.host, f"starting worker {spec.worker_id} (slot {spec.slot}): {' '.join(spec.argv)}")
         parent = os.getpid()
         proc = subprocess.Popen(
@@ -140,9 +180,9 @@ class Agent:
         child.kill_at = time.monotonic() + self.stop_grace_s
         _signal(child.proc, signal.SIGTERM)
 
-    def _reap(self, stub: pb_grpc.RendezvousStub) -> None:
+    def _reap(self) -> None:
         while self._unstartable:
-            self._report(stub, pb.WorkerExit(host=self.host, worker_id=self._unstartable.pop(), exit_code=127))
+            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=self._unstartable.pop(), exit_code=127))
         now = time.monotonic()
         for worker_id, child in list(self.children.items()):
             code = child.proc.poll()
@@ -151,23 +191,28 @@ class Agent:
                     _signal(child.proc, signal.SIGKILL)
                 continue
             del self.children[worker_id]
+            self._running = tuple(self.children)
             exit_code, sig = (0, -code) if code < 0 else (code, 0)
-            self._report(stub, pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
-                                             stopped_by_agent=child.kill_at is not None))
+            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
+                                              stopped_by_agent=child.kill_at is not None))
+        self._report_exits()
 
-    def _report(self, stub: pb_grpc.RendezvousStub, report: pb.WorkerExit) -> None:
-        try:
-            stub.ReportWorkerExit(report, timeout=5)
-        except grpc.RpcError as exc:
-            log(self.host, f"could not report the exit of {report.worker_id}: {exc.code().name}")
+    def _report_exits(self) -> None:
+        """Report exits in order; what cannot be sent now waits for the next session."""
+        while self._unsent and self._stub is not None:
+            try:
+                self._stub.ReportWorkerExit(self._unsent[0], timeout=5)
+            except grpc.RpcError:
+                return
+            self._unsent.pop(0)
 
-    def _stop_all(self, stub: pb_grpc.RendezvousStub) -> None:
+    def _stop_all(self) -> None:
         for child in self.children.values():
             if child.kill_at is None:
                 self._terminate(child)
         deadline = time.monotonic() + self.stop_grace_s + 1.0
         while self.children and time.monotonic() < deadline:
-            self._reap(stub)
+            self._reap()
             time.sleep(POLL_S)
         for child in self.children.values():
             _signal(child.proc, signal.SIGKILL)
@@ -197,16 +242,19 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ringmaster agent", description=__doc__.splitlines()[0])
-    parser.add_argument("--rendezvous", required=True, help="HOST:PORT of the rendezvous")
+    parser.add_argument("--rendezvous", required=True,
+                        help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
     parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
     parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
+                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
     args = parser.parse_args(argv)
     if args.die_with_parent:
         die_with_parent(os.getppid())
-    agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace)
+    agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace, args.reconnect_timeout)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     return agent.run()

@@ -23,6 +23,7 @@ from proto import environment as env_names
 from proto import ringmaster_pb2 as pb
 from worker.communicator import Communicator, build_process_group
 from worker.errors import HorovodInternalError
+from worker.reconnect import DEFAULT_RECONNECT_TIMEOUT_S
 from worker.rendezvous_link import JobEnded, RendezvousLink, Retired
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
@@ -53,9 +54,13 @@ class WorkerContext:
         self.device_index = self._tentative[2]
         self.link: RendezvousLink | None = None
         if self.address:
-            self.link = RendezvousLink(self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")))
+            self.link = RendezvousLink(
+                self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
+                float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
+            )
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None
+        self._store_at: tuple[str, int] | None = None
         self.assignment: pb.Assignment | None = None
         self.comm: Communicator | None = None
         self._graveyard: list[Communicator] = []  # old rings with a collective stuck; see _retire_ring
@@ -73,8 +78,8 @@ class WorkerContext:
             self._join_alone()
             return
         host, port = self._store_address.rsplit(":", 1)  # type: ignore[union-attr]
-        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(self.timeout_s, 60)))
-        self.link.start()
+        self._connect_store(host, int(port))
+        self._guard(self.link.start)
         if self.start_generation > 0:
             self._guard(lambda: self._join(self.start_generation - 1, first_ready=False))
 
@@ -120,8 +125,14 @@ class WorkerContext:
                 after = assignment.generation
                 self.link.ready(after, str(exc))
 
+    def _connect_store(self, host: str, port: int) -> None:
+        self.store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(self.timeout_s, 60)))
+        self._store_at = (host, port)
+
     def _build(self, a: pb.Assignment) -> None:
         assert self.link is not None and self.store is not None
+        if a.store_port and (a.store_host, a.store_port) != self._store_at:
+            self._connect_store(a.store_host, a.store_port)  # a restarted or standby rendezvous hosts a new one
         def ring(backend: str) -> dist.ProcessGroup:
             return build_process_group(
                 self.store, a.store_prefix, a.rank, a.size, self.timeout_s, backend,  # type: ignore[arg-type]

@@ -4,11 +4,16 @@ Events arrive on a background thread and are kept as plain facts (latest assignm
 generation is over, the latest hosts-update sequence, retire/job-end). Threads that wait on a
 collective register an `threading.Event` here; any event that makes their wait pointless
 (generation over, rendezvous lost, retire) sets it, so nobody polls.
+
+A lost session (the rendezvous restarted or failed over) is reopened with the next listed
+address, with backoff; training goes on meanwhile. The hello of a reopened session says
+whether the worker waits for a new generation, so the new rendezvous needs no replay.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -16,6 +21,10 @@ import grpc
 
 from proto import ringmaster_pb2 as pb
 from proto import ringmaster_pb2_grpc as pb_grpc
+from worker.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
+
+#: gRPC codes that mean "the rendezvous is not there right now".
+_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
 class Retired(Exception):
@@ -29,8 +38,10 @@ class JobEnded(Exception):
 
 
 class RendezvousLink:
-    def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0) -> None:
-        self.address = address
+    def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
+        self.addresses = parse_addresses(address)
+        self.address = self.addresses[0]
         self.worker_id = worker_id
         self.host = host
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -45,14 +56,16 @@ class RendezvousLink:
         self._lost: str | None = None
         self._waiters: set[threading.Event] = set()
         self._closed = threading.Event()
-        self._channel = grpc.insecure_channel(address)
-        self._stub = pb_grpc.RendezvousStub(self._channel)
+        self._backoff = Backoff(reconnect_timeout_s)
+        self._channel: grpc.Channel | None = None
+        self._stub: pb_grpc.RendezvousStub | None = None
         self._session = None
+        self._waiting: tuple[int, str] | None = None  # (after_generation, failure) of the last Ready
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid())
-        self._session = self._stub.WorkerSession(hello, wait_for_ready=True)
+        if not self._open():
+            raise ConnectionError(f"cannot reach the rendezvous at {', '.join(self.addresses)}")
         threading.Thread(target=self._read, name="ringmaster-session", daemon=True).start()
         threading.Thread(target=self._beat, name="ringmaster-heartbeat", daemon=True).start()
 
@@ -60,25 +73,74 @@ class RendezvousLink:
         self._closed.set()
         if self._session is not None:
             self._session.cancel()
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
+
+    def _open(self) -> bool:
+        """Open a session with the first listed rendezvous that answers; False past the deadline."""
+        while not self._closed.is_set():
+            address = self._backoff.next_address(self.addresses)
+            if address is None:
+                return False
+            channel = grpc.insecure_channel(address)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self._backoff.connect_timeout_s)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                continue
+            with self._cond:
+                waiting = self._waiting
+            hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid(), elastic=self.elastic,
+                                   waiting=waiting is not None, after_generation=waiting[0] if waiting else 0,
+                                   failure=waiting[1] if waiting else "")
+            old = self._channel
+            self.address, self._channel, self._stub = address, channel, pb_grpc.RendezvousStub(channel)
+            self._session = self._stub.WorkerSession(hello)
+            if old is not None:
+                old.close()
+            return True
+        return False
 
     # ------------------------------------------------------------ requests
     def ready(self, after_generation: int, failure: str = "") -> None:
-        reply = self._stub.Ready(
-            pb.ReadyRequest(worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic),
-            timeout=30,
-        )
+        """Ask for a generation newer than `after_generation`. If the rendezvous is away, the
+        request goes with the hello of the next session instead."""
+        with self._cond:
+            self._waiting = (after_generation, failure)
+        try:
+            reply = self._call("Ready", pb.ReadyRequest(
+                worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic))
+        except grpc.RpcError as exc:
+            if exc.code() in _AWAY:
+                return
+            raise
         if not reply.ok:
             raise Retired(reply.message)
 
     def report_done(self) -> None:
-        self._stub.ReportDone(pb.DoneRequest(worker_id=self.worker_id, commits=self.commits), timeout=30)
+        """Say the training function returned; retried until a rendezvous has heard it."""
+        backoff = Backoff(self._backoff.timeout_s)
+        while True:
+            try:
+                self._call("ReportDone", pb.DoneRequest(worker_id=self.worker_id, commits=self.commits))
+                return
+            except grpc.RpcError as exc:
+                if exc.code() not in _AWAY or backoff.next_address(["retry"]) is None:
+                    raise
+
+    def _call(self, method: str, request):
+        stub = self._stub
+        assert stub is not None
+        return getattr(stub, method)(request, timeout=30)
 
     def heartbeat_now(self) -> bool:
         """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
         by the session reader, not here)."""
+        stub = self._stub
+        if stub is None:
+            return False
         try:
-            self._stub.WorkerHeartbeat(
+            stub.WorkerHeartbeat(
                 pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
             )
             return True
@@ -93,6 +155,7 @@ class RendezvousLink:
             while True:
                 self._raise_if_finished()
                 if self._assignment is not None and self._assignment.generation > after_generation:
+                    self._waiting = None
                     return self._assignment
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -129,17 +192,35 @@ class RendezvousLink:
 
     # ------------------------------------------------------------ threads
     def _read(self) -> None:
-        assert self._session is not None
-        try:
-            for event in self._session:
-                self._on_event(event)
-            reason = "the rendezvous closed the session"
-        except grpc.RpcError as exc:
-            reason = f"{exc.code().name}: {exc.details()}"
-        with self._cond:
-            if not self._closed.is_set() and self._retired is None and self._ended is None:
-                self._lost = reason
-            self._wake()
+        while True:
+            session = self._session
+            assert session is not None
+            try:
+                for event in session:
+                    self._on_event(event)
+                    self._backoff.reset()
+                reason = "the rendezvous closed the session"
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # this rendezvous does not know us
+                    with self._cond:
+                        self._retired = self._retired or exc.details()
+                        self._wake()
+                    return
+                reason = f"{exc.code().name}: {exc.details()}"
+            with self._cond:
+                finished = self._closed.is_set() or self._retired is not None or self._ended is not None
+            if finished:
+                with self._cond:
+                    self._wake()
+                return
+            print(f"ringmaster-worker: lost the rendezvous at {self.address} ({reason}); training goes on, reconnecting",
+                  file=sys.stderr, flush=True)
+            if not self._open():
+                with self._cond:
+                    if not self._closed.is_set():
+                        self._lost = f"{reason}; no rendezvous at {', '.join(self.addresses)} answered"
+                    self._wake()
+                return
 
     def _on_event(self, event: pb.WorkerEvent) -> None:
         kind = event.WhichOneof("event")

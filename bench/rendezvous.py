@@ -1,0 +1,205 @@
+"""Rendezvous benchmark: the cost of keeping the job's state in etcd, and what training sees
+when the rendezvous dies.
+
+1. New generation after a membership change, with 8, 64 and 512 simulated agents (each a host
+   with one worker; gRPC clients on loopback, all in this process), for `--store memory` and
+   `--store etcd://...`: a member's session closes (it died) and we time until every survivor
+   holds its assignment in the next generation. The rendezvous is a real `ringmaster serve`.
+2. Rendezvous-down window: a real job (2 emulated hosts, etcd store) whose `serve` is SIGKILLed
+   and started again; training's commits before, during and after, and the steps lost.
+
+Run: python bench/rendezvous.py [--agents 8,64,512] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from etcd_server import ETCD, EtcdServer  # noqa: E402
+from harness import free_port, wait_for  # noqa: E402
+from proto import ringmaster_pb2 as pb  # noqa: E402
+from proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
+
+
+def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Popen:
+    hosts_flag = ",".join(f"h{i}:1" for i in range(hosts))
+    return subprocess.Popen(
+        [sys.executable, "-m", "rendezvous.cli", "serve", "-H", hosts_flag, "--min-np", "1", "--port", str(port),
+         "--api-port", "0", "--store", store, "--heartbeat-interval", "5", "--heartbeat-timeout", "120",
+         "--start-timeout", "120", *extra, "python", "-c", "pass"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+class SimulatedHost:
+    """An agent and its one worker, speaking the real protocol."""
+
+    def __init__(self, stub: pb_grpc.RendezvousStub, name: str) -> None:
+        self.stub, self.name = stub, name
+        self.worker_id: str | None = None
+        self.generation = 0
+        self.assigned = asyncio.Event()
+        self.over = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.worker_call = None
+
+    async def run_agent(self) -> None:
+        async for command in self.stub.AgentSession(pb.AgentHello(host=self.name, pid=os.getpid()), wait_for_ready=True):
+            for spec in command.workers:
+                if self.worker_id is None:
+                    self.worker_id = spec.worker_id
+                    self.tasks.append(asyncio.create_task(self.run_worker()))
+
+    async def run_worker(self) -> None:
+        assert self.worker_id is not None
+        self.worker_call = self.stub.WorkerSession(pb.WorkerHello(worker_id=self.worker_id, host=self.name, pid=os.getpid()))
+        await self.stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=self.worker_id, elastic=True))
+        try:
+            async for event in self.worker_call:
+                kind = event.WhichOneof("event")
+                if kind == "assignment" and event.assignment.generation > self.generation:
+                    self.generation = event.assignment.generation
+                    self.assigned.set()
+                elif kind == "generation_over" and event.generation_over.generation == self.generation:
+                    self.over.set()
+                    await self.stub.Ready(pb.ReadyRequest(worker_id=self.worker_id, after_generation=self.generation,
+                                                          failure="peer died", elastic=True))
+        except grpc.aio.AioRpcError:
+            pass
+
+    async def die(self) -> None:
+        assert self.worker_call is not None and self.worker_id is not None
+        self.worker_call.cancel()
+        await self.stub.ReportWorkerExit(pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9))
+
+
+async def one_change(address: str, count: int) -> float:
+    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, count // 64))]
+    hosts = [SimulatedHost(pb_grpc.RendezvousStub(channels[i % len(channels)]), f"h{i}") for i in range(count)]
+    agents = [asyncio.create_task(h.run_agent()) for h in hosts]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(h.assigned.wait() for h in hosts)), 120)
+        for h in hosts:
+            h.assigned.clear()
+        victim, survivors = hosts[-1], hosts[:-1]
+        started = time.perf_counter()
+        await victim.die()
+        await asyncio.wait_for(asyncio.gather(*(h.assigned.wait() for h in survivors)), 120)
+        elapsed = time.perf_counter() - started
+        assert {h.generation for h in survivors} == {2}
+        return elapsed
+    finally:
+        for task in agents + [t for h in hosts for t in h.tasks]:
+            task.cancel()
+        for channel in channels:
+            await channel.close()
+
+
+def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:
+    print("## New generation after a member dies (survivors all assigned), median of runs")
+    print("| agents | memory store | etcd store |")
+    print("| --- | --- | --- |")
+    for count in agents:
+        row = []
+        for kind in ("memory", "etcd"):
+            if kind == "etcd" and etcd is None:
+                row.append("(no etcd)")
+                continue
+            times = []
+            for run in range(repeats):
+                port = free_port()
+                store = "memory" if kind == "memory" else f"etcd://127.0.0.1:{etcd.client_port}/bench/{count}/{run}/{time.time_ns()}"
+                proc = serve(port, count, store, [])
+                try:
+                    times.append(asyncio.run(one_change(f"127.0.0.1:{port}", count)))
+                finally:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            row.append(f"{statistics.median(times) * 1e3:.1f} ms ({', '.join(f'{t * 1e3:.1f}' for t in times)})")
+        print(f"| {count} | {row[0]} | {row[1]} |", flush=True)
+
+
+def down_window(etcd: EtcdServer, down_s: float) -> None:
+    print(f"\n## Rendezvous SIGKILLed and started again {down_s:g} s later (2 hosts, etcd store, step 50 ms)")
+    with tempfile.TemporaryDirectory() as tmp:
+        log_dir = pathlib.Path(tmp)
+        port = free_port()
+        args = [sys.executable, "-m", "rendezvous.cli", "serve", "-H", "hA:1,hB:1", "--port", str(port),
+                "--store", f"etcd://127.0.0.1:{etcd.client_port}/bench/down/{time.time_ns()}",
+                sys.executable, str(ROOT / "tests" / "workloads" / "elastic_job.py"), "--log-dir", tmp,
+                "--epochs", "3", "--samples", "128", "--step-time", "0.05", "--timestamps"]
+        procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+        try:
+            for host in ("hA", "hB"):
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "worker.agent", "--rendezvous", f"127.0.0.1:{port}", "--host", host],
+                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+            def commits() -> list[dict]:
+                records = []
+                for path in log_dir.glob("*.jsonl"):
+                    records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                return [r for r in records if r["event"] == "commit" and r["rank"] == 0]
+
+            wait_for(lambda: len(commits()) >= 20, 120, "training")
+            killed = time.time()
+            os.killpg(procs[0].pid, signal.SIGKILL)
+            procs[0].wait()
+            time.sleep(down_s)  # the outage itself: what is measured is training during it
+            restarted = time.time()
+            procs[0] = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            code = procs[0].wait(timeout=300)
+            records = sorted(commits(), key=lambda r: r["time"])
+            steps = [r["step"] for r in records]
+            during = [r for r in records if killed <= r["time"] <= restarted]
+            gaps = [b["time"] - a["time"] for a, b in zip(records, records[1:])]
+            lost = sum(1 for a, b in zip(steps, steps[1:]) if b <= a)
+            print(f"- job exit code: {code}; generations: {sorted({r['generation'] for r in records})}")
+            print(f"- steps committed while the rendezvous was down ({restarted - killed:.1f} s): {len(during)}")
+            print(f"- longest pause between two commits: {max(gaps) * 1e3:.0f} ms "
+                  f"(median step {statistics.median(gaps) * 1e3:.0f} ms)")
+            print(f"- steps lost (committed again after a rollback): {lost}")
+        finally:
+            for proc in procs:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="8,64,512")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--down", type=float, default=3.0, help="seconds the rendezvous stays dead")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        etcd = EtcdServer(pathlib.Path(tmp)).start() if ETCD else None
+        try:
+            generation_times([int(a) for a in args.agents.split(",")], args.repeats, etcd)
+            if etcd is not None:
+                down_window(etcd, args.down)
+        finally:
+            if etcd is not None:
+                etcd.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""The rendezvous' state in a store: its keys, taking a job over, leadership, agent leases.
+
+Store-backed tests run against both stores (in memory, and a real etcd on loopback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rendezvous import job_record
+from rendezvous.agent_leases import AgentLeases
+from rendezvous.journal import Deposed, Journal
+from rendezvous.leadership import AnotherLeader, Leadership
+from rendezvous.model import Phase
+from rendezvous.store_url import DEFAULT_PREFIX, StoreUrlError, parse_store
+from test_coordinator import Rig
+from worker.reconnect import Backoff, parse_addresses
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+@pytest.fixture
+def prefix(request) -> str:
+    return f"/test/{request.node.name}/{time.monotonic_ns()}/"
+
+
+def with_store(make_store, body) -> None:
+    async def main():
+        store = await make_store()
+        try:
+            await body(store)
+        finally:
+            await store.close()
+    run(main())
+
+
+# ---------------------------------------------------------------- --store
+@pytest.mark.parametrize("value, kind, endpoints, prefix", [
+    ("memory", "memory", (), DEFAULT_PREFIX),
+    ("etcd://127.0.0.1:2379", "etcd", (("127.0.0.1", 2379),), DEFAULT_PREFIX),
+    ("etcd://a:1,b:2/jobs/train-7", "etcd", (("a", 1), ("b", 2)), "/jobs/train-7/"),
+    ("etcd://a:1/x/", "etcd", (("a", 1),), "/x/"),
+])
+def test_store_urls(value, kind, endpoints, prefix) -> None:
+    spec = parse_store(value)
+    assert (spec.kind, spec.endpoints, spec.prefix) == (kind, endpoints, prefix)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("redis://a:1", "expected 'memory' or 'etcd://"),
+    ("etcd://a", "endpoint 'a' is not HOST:PORT"),
+    ("etcd://a:99999", "is not HOST:PORT"),
+    ("etcd://a:1,,b:2", "endpoint '' is not HOST:PORT"),
+    ("etcd://a:1/x//y", "has an empty part"),
+])
+def test_bad_store_urls_say_what_is_expected(value, message) -> None:
+    with pytest.raises(StoreUrlError, match=message):
+        parse_store(value)
+
+
+# ---------------------------------------------------------------- the job as keys
+def running_job() -> tuple[Rig, list[str]]:
+    rig = Rig(min_np=2, max_np=8)
+    ids = rig.start_elastic({"a": 2, "b": 1})
+    rig.worker_disconnected(ids[1])  # generation 1 over; the others wait for the next
+    rig.worker_exited("a", ids[1], 1, 0, False)
+    rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    rig.worker_ready(ids[2], 1, "allreduce failed", True)
+    return rig, ids
+
+
+def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
+    rig, ids = running_job()
+    values = rig.coordinator.record()
+    live = {f"workers/{w.worker_id}" for w in rig.coordinator.live_workers()}
+    assert {f"workers/{ids[0]}", f"workers/{ids[2]}"} <= live
+    # One key per host and per live worker; the dead worker of the last generation is history.
+    assert set(values) == {"job", "generation", "hosts/a", "hosts/b", *live} and f"workers/{ids[1]}" not in values
+    assert values["generation"]["number"] == 2 and values["job"]["version"] == job_record.VERSION
+    restored = job_record.read_job(values)
+    assert restored is not None and restored.generation is not None
+    assert [a.worker_id for a in restored.generation.members] == [ids[0], ids[2]]
+    assert restored.workers[ids[0]].phase is Phase.MEMBER and restored.workers[ids[0]].env == rig.coordinator.workers[ids[0]].env
+    again = Rig(min_np=2, max_np=8)
+    again.resume(restored)
+    assert again.coordinator.record() == values  # nothing lost or invented by the round trip
+
+
+def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
+    rig, ids = running_job()
+    restored = job_record.read_job(rig.coordinator.record())
+    new = Rig(min_np=2, max_np=8)
+    new.now = 100.0  # another process, another clock
+    new.resume(restored)
+    assert "resumed the job from the store: generation 2" in new.coordinator.summary.events[-1].message
+    # The agents reconnect naming the workers they still run: nothing is started or stopped.
+    new.agent_connected("a", 100, running=list(rig.specs("a")))
+    new.agent_connected("b", 101, running=list(rig.specs("b")))
+    assert set(new.specs("a")) == set(rig.specs("a")) and set(new.specs("b")) == set(rig.specs("b"))
+    # A worker reconnects still training in generation 2: it gets its assignment again.
+    new.worker_connected(ids[2], 1, elastic=True)
+    assert new.last(ids[2], "assignment").generation == 2
+    # Heartbeat windows start at the resume, on the new clock: nobody is timed out at once.
+    new.now += 1
+    new.tick()
+    assert all(w.live for w in (new.coordinator.workers[ids[0]], new.coordinator.workers[ids[2]]))
+    # Workers that die while the rendezvous was away are known when their agent reconnects.
+    later = Rig(min_np=1, max_np=8)
+    later.resume(job_record.read_job(new.coordinator.record()))
+    later.agent_connected("b", 101, running=[])
+    assert not later.coordinator.workers[ids[2]].live
+    assert later.coordinator.generation.over is not None
+
+
+def test_a_worker_that_waited_while_the_rendezvous_was_away_is_placed_by_its_hello() -> None:
+    rig, ids = running_job()
+    gen2 = rig.coordinator.generation
+    rig.worker_disconnected(ids[2])  # generation 2 ends too; ids[0] waits, its Ready was lost
+    new = Rig(min_np=1, max_np=8)
+    new.resume(job_record.read_job(rig.coordinator.record()))
+    new.agent_connected("a", 100, running=[ids[0]])
+    new.agent_connected("b", 101, running=[])
+    new.worker_connected(ids[0], 1, waiting_after=gen2.number, failure="allreduce failed", elastic=True)
+    assert new.coordinator.generation.number == 3
+    assert new.last(ids[0], "assignment").generation == 3
+
+
+def test_ringmaster_run_restarts_every_worker_when_its_hosts_died_with_it() -> None:
+    rig, ids = running_job()
+    new = Rig(min_np=2, max_np=8)
+    new.resume(job_record.read_job(rig.coordinator.record()), agents_survive=False)
+    assert not any(w.live for w in new.coordinator.workers.values())
+    assert new.coordinator.generation.over is not None
+    assert not any(h.agent_connected for h in new.coordinator.hosts.values())
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"job": {"format": "ringmaster-rendezvous", "version": 99}}, "version 99; this ringmaster reads"),
+    ({"job": {"format": "other"}}, "format 'other'"),
+    ({"config": {"a": 1}}, "not written by ringmaster"),
+    ({"job": {**running_job()[0].coordinator.record()["job"], "next_id": "x"}}, "damaged or from another version"),
+])
+def test_a_store_written_by_something_else_is_refused_not_misread(values, message) -> None:
+    with pytest.raises(job_record.IncompatibleState, match=message):
+        job_record.read_job(values)
+
+
+def test_diff_writes_what_changed_and_deletes_what_went() -> None:
+    puts, deletes = job_record.diff({"a": {"x": 1}, "b": {"x": 2}}, {"a": {"x": 1}, "c": {"x": 3}})
+    assert puts == {"c": {"x": 3}} and deletes == ["b"]
+
+
+# ---------------------------------------------------------------- journal and leadership
+def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothing(make_store, prefix) -> None:
+    async def body(store):
+        leader = Leadership(store, prefix, "a:1", ttl_s=5, log=lambda _: None)
+        await leader.acquire(wait=False)
+        journal = Journal(store, prefix, leader, job_ttl_s=30, log=lambda _: None)
+        assert await journal.load() is None
+        rig, ids = running_job()
+        await journal.save(rig.coordinator.record())
+        entries, revision = await store.get_prefix(prefix + "state/")
+        assert {e.key.removeprefix(prefix + "state/") for e in entries} == set(rig.coordinator.record())
+        rig.worker_heartbeat(ids[0], 7, True)  # a heartbeat is no state change
+        rig.worker_disconnected(ids[2])  # one worker fails: its key and the generation's change
+        await journal.save(rig.coordinator.record())
+        after, _ = await store.get_prefix(prefix + "state/")
+        changed = sorted(e.key.removeprefix(prefix + "state/") for e in after if e.mod_revision > revision)
+        # The failed worker's key and the generation change (and a replacement is started);
+        # the keys of the hosts and of the worker that is still training are not rewritten.
+        assert {"generation", f"workers/{ids[2]}"} <= set(changed)
+        assert not {"hosts/a", "hosts/b", f"workers/{ids[0]}"} & set(changed)
+        # Another process took the leader key: this one may not write any more.
+        await leader.resign()
+        usurper = Leadership(store, prefix, "b:2", ttl_s=5, log=lambda _: None)
+        await usurper.acquire(wait=False)
+        rig.worker_ready(ids[0], 2, "allreduce failed", True)
+        with pytest.raises(Deposed):
+            await journal.save(rig.coordinator.record())
+        assert leader.lost.is_set()
+        assert await store.get_prefix(prefix + "state/") == (after, (await store.get_prefix(prefix + "state/"))[1])
+        # The new leader reads the job exactly as the old one left it, and clears it at the end.
+        journal2 = Journal(store, prefix, usurper, job_ttl_s=30, log=lambda _: None)
+        restored = await journal2.load()
+        assert restored is not None and restored.generation.over is not None
+        await journal2.clear()
+        assert (await store.get_prefix(prefix + "state/"))[0] == []
+        await usurper.resign()
+    with_store(make_store, body)
+
+
+def test_one_leader_a_standby_takes_over_when_its_lease_expires(make_store, prefix) -> None:
+    async def body(store):
+        first = Leadership(store, prefix, "a:1", ttl_s=2, log=lambda _: None)
+        await first.acquire(wait=False)
+        with pytest.raises(AnotherLeader, match="led by the rendezvous at a:1"):
+            await Leadership(store, prefix, "b:2", ttl_s=2, log=lambda _: None).acquire(wait=False)
+        said: list[str] = []
+        standby = Leadership(store, prefix, "b:2", ttl_s=2, log=said.append)
+        waiting = asyncio.create_task(standby.acquire(wait=True))
+        await asyncio.sleep(0.5)
+        assert not waiting.done() and "standing by: the rendezvous at a:1 leads this job" in said[0]
+        started = time.monotonic()  # the leader dies: nobody refreshes its lease
+        await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - started < 6
+        assert standby.revision > first.revision
+        await standby.resign()
+    with_store(make_store, body)
+
+
+def test_an_agent_whose_lease_expires_is_reported_and_its_key_removed(make_store, prefix) -> None:
+    async def body(store):
+        expired: list[str] = []
+        leases = AgentLeases(store, prefix, 2, expired.append, log=lambda _: None)
+        watch = asyncio.create_task(leases.watch())
+        await leases.connected("alive", 1)
+        await leases.connected("silent", 2)
+        await leases.connected("leaving", 3)
+        await leases.disconnected("leaving")  # a clean goodbye is no expiry
+        deadline = time.monotonic() + 10
+        while not expired:
+            assert time.monotonic() < deadline, "the silent agent's lease did not expire"
+            leases._refreshed["alive"] = 0.0  # refresh at every heartbeat here
+            await leases.heartbeat("alive")
+            await asyncio.sleep(0.2)
+        assert expired == ["silent"]
+        entries, _ = await store.get_prefix(prefix + "agents/")
+        assert [e.key.removeprefix(prefix + "agents/") for e in entries] == ["alive"]
+        # A new leader adopts the lease that is left.
+        assert await AgentLeases(store, prefix, 2, expired.append).adopt() == {"alive"}
+        watch.cancel()
+    with_store(make_store, body)
+
+
+# ---------------------------------------------------------------- reconnecting clients
+def test_backoff_goes_round_the_addresses_then_waits_longer_up_to_a_deadline() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    backoff = Backoff(5.0, clock=lambda: now[0], sleep=sleep)
+    tried = []
+    while (address := backoff.next_address(["a:1", "b:2"])) is not None:
+        tried.append(address)
+        now[0] += 0.5  # each attempt takes a while
+    assert tried[:4] == ["a:1", "b:2", "a:1", "b:2"]
+    assert slept[:3] == [0.1, 0.2, 0.4] and now[0] >= 5.0
+    backoff.reset()
+    assert backoff.next_address(["a:1", "b:2"]) is not None
+    assert parse_addresses(" a:1, ,b:2 ") == ["a:1", "b:2"]

@@ -1,0 +1,48 @@
+"""Finding the rendezvous again: a list of addresses tried in turn, with backoff and a deadline.
+
+A rendezvous with standbys has several addresses; only the leader listens, so a client tries
+each, waits a little longer after every full round (0.1 s doubling up to 2 s), and gives up
+after the reconnect timeout. Pure logic apart from the clock and the sleep.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+#: Seconds an agent or worker keeps trying to reach a lost rendezvous (env RINGMASTER_RECONNECT_TIMEOUT).
+DEFAULT_RECONNECT_TIMEOUT_S = 300.0
+FIRST_DELAY_S = 0.1
+MAX_DELAY_S = 2.0
+
+
+def parse_addresses(value: str) -> list[str]:
+    """'h1:1,h2:2' -> ['h1:1', 'h2:2'] (blanks dropped, order kept)."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class Backoff:
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._sleep = sleep
+        self.connect_timeout_s = 1.0
+        self._tried = 0  # never reset: after a loss the round goes on from the next address
+        self.reset()
+
+    def reset(self) -> None:
+        """Connected: the next loss starts a fresh deadline and short delays."""
+        self._deadline = self._clock() + self.timeout_s
+        self._delay = FIRST_DELAY_S
+
+    def next_address(self, addresses: list[str]) -> str | None:
+        """The address to try now (after sleeping between rounds); None past the deadline."""
+        if self._tried and self._tried % len(addresses) == 0:
+            if self._clock() >= self._deadline:
+                return None
+            self._sleep(min(self._delay, max(0.0, self._deadline - self._clock())))
+            self._delay = min(self._delay * 2, MAX_DELAY_S)
+        address = addresses[self._tried % len(addresses)]
+        self._tried += 1
+        return address
