@@ -79,6 +79,16 @@ class Leadership:
             if not alive:
                 self.depose("its leader lease expired in the store (the store was unreachable too long)")
 
+    async def announce(self, address: str) -> None:
+        """Publish the address we listen on (known once the port is bound)."""
+        self.address = address
+        value = {"address": address, "pid": os.getpid()}
+        if not await self.store.put_if(self.key, value, self.revision, lease=self.lease):
+            self.depose("the leader key changed before the rendezvous started")
+            return
+        entries, _ = await self.store.get_prefix(self.key)
+        self.revision = next(e.mod_revision for e in entries if e.key == self.key)
+
     def depose(self, reason: str) -> None:
         if not self.lost.is_set():
             self.lost_reason = reason

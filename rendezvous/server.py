@@ -117,6 +117,8 @@ class RendezvousServer:
         grpc_server = grpc.aio.server()
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
+        if self.address != leadership.address:
+            await leadership.announce(self.address)
         coordinator = Coordinator(
             self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log
         )
