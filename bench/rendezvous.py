@@ -90,7 +90,8 @@ class SimulatedHost:
 
 
 async def one_change(address: str, count: int) -> float:
-    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, count // 64))]
+    # Each host holds two streams; HTTP/2 allows about 100 concurrent streams per connection.
+    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, count // 32))]
     hosts = [SimulatedHost(pb_grpc.RendezvousStub(channels[i % len(channels)]), f"h{i}") for i in range(count)]
     agents = [asyncio.create_task(h.run_agent()) for h in hosts]
     try:
@@ -111,7 +112,8 @@ async def one_change(address: str, count: int) -> float:
             await channel.close()
 
 
-def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:
+async def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:
+    """One event loop for all runs: grpc.aio binds itself to the first loop it sees."""
     print("## New generation after a member dies (survivors all assigned), median of runs")
     print("| agents | memory store | etcd store |")
     print("| --- | --- | --- |")
@@ -127,7 +129,7 @@ def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -
                 store = "memory" if kind == "memory" else f"etcd://127.0.0.1:{etcd.client_port}/bench/{count}/{run}/{time.time_ns()}"
                 proc = serve(port, count, store, [])
                 try:
-                    times.append(asyncio.run(one_change(f"127.0.0.1:{port}", count)))
+                    times.append(await one_change(f"127.0.0.1:{port}", count))
                 finally:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
@@ -193,7 +195,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         etcd = EtcdServer(pathlib.Path(tmp)).start() if ETCD else None
         try:
-            generation_times([int(a) for a in args.agents.split(",")], args.repeats, etcd)
+            asyncio.run(generation_times([int(a) for a in args.agents.split(",")], args.repeats, etcd))
             if etcd is not None:
                 down_window(etcd, args.down)
         finally:

@@ -710,8 +710,11 @@ class Coordinator:
         live = [w for w in self.live_workers() if not w.stopping]
         room = (self.limit if self.limit is not None else 1 << 30) - len(live)
         started: list[Worker] = []
+        used_slots: dict[str, set[int]] = {}
+        for w in live:
+            used_slots.setdefault(w.host, set()).add(w.slot)
         for host in self.eligible_hosts(now):
-            used = {w.slot for w in live if w.host == host.name}
+            used = used_slots.get(host.name, set())
             for slot in range(host.slots):
                 if len(started) >= room:
                     break
@@ -727,14 +730,14 @@ class Coordinator:
     def _publish_agents(self, now: float) -> None:
         """Tell each agent which workers to run. A retiring worker that can hear the rendezvous
         gets `stop_grace_s` to leave by itself before its agent sends SIGTERM."""
+        by_host: dict[str, list[Worker]] = {}
+        for w in self.workers.values():
+            if w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < self.settings.stop_grace_s)):
+                by_host.setdefault(w.host, []).append(w)
         for host in self.hosts.values():
             if not host.agent_connected:
                 continue
-            specs = [
-                w for w in self.workers.values()
-                if w.host == host.name and w.live
-                and (not w.stopping or (w.registered and now - w.stop_requested_at < self.settings.stop_grace_s))
-            ]
+            specs = by_host.get(host.name, [])
             key = tuple(sorted(w.worker_id for w in specs))
             if self._sent_to_agents.get(host.name) == key:
                 continue

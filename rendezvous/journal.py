@@ -23,6 +23,8 @@ from rendezvous.leadership import Leadership
 DEFAULT_JOB_TTL_S = 600
 #: Seconds between two attempts to reach an unreachable store.
 RETRY_S = 0.5
+#: Most writes in one transaction (etcd refuses more than 128 by default: --max-txn-ops).
+MAX_TXN_OPS = 100
 
 
 class Deposed(Exception):
@@ -53,16 +55,28 @@ class Journal:
         return restored
 
     async def save(self, values: dict[str, dict[str, Any]]) -> None:
-        """Write what changed; retried until the store answers. Raises Deposed."""
+        """Write what changed; retried until the store answers. Raises Deposed.
+
+        A large change goes in several transactions of at most MAX_TXN_OPS writes, each guarded
+        by the leader key; the generation and the job's counters go in the last one, so a
+        reader never sees a generation whose members' records are not written yet."""
         puts, deletes = job_record.diff(self._written, values)
         if not puts and not deletes:
             return
+        last = {job_record.GENERATION_KEY, job_record.JOB_KEY}
+        ops: list[tuple[str, dict[str, Any] | None]] = [(k, v) for k, v in puts.items() if k not in last]
+        ops += [(k, None) for k in deletes] + [(k, v) for k, v in puts.items() if k in last]
+        for start in range(0, len(ops), MAX_TXN_OPS):
+            chunk = ops[start:start + MAX_TXN_OPS]
+            await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
+                                 [self.state_prefix + k for k, v in chunk if v is None])
+        self._written = dict(values)
+        self.saves += 1
+
+    async def _transact(self, puts: dict[str, dict[str, Any]], deletes: list[str]) -> None:
         while True:
             try:
-                ok = await self.store.transact(
-                    self.leadership.guard, {self.state_prefix + k: v for k, v in puts.items()},
-                    [self.state_prefix + k for k in deletes], lease=self.lease,
-                )
+                ok = await self.store.transact(self.leadership.guard, puts, deletes, lease=self.lease)
                 break
             except StoreUnavailable as exc:
                 self.trouble(str(exc))
@@ -71,8 +85,6 @@ class Journal:
         if not ok:
             self.leadership.depose("another rendezvous took the job over (the leader key changed)")
             raise Deposed(self.leadership.lost_reason)
-        self._written = dict(values)
-        self.saves += 1
 
     async def keep_job_lease(self) -> None:
         assert self.lease is not None
@@ -92,8 +104,8 @@ class Journal:
             if self.lease is not None:
                 await self.store.revoke_lease(self.lease)
             entries, _ = await self.store.get_prefix(self.state_prefix)
-            if entries:
-                await self.store.transact(self.leadership.guard, {}, [e.key for e in entries])
+            for start in range(0, len(entries), MAX_TXN_OPS):
+                await self.store.transact(self.leadership.guard, {}, [e.key for e in entries[start:start + MAX_TXN_OPS]])
         except StoreUnavailable as exc:
             self.log(f"could not remove the finished job's keys: {exc}; they expire within {self.job_ttl_s} s")
 

@@ -2,7 +2,10 @@
 discovery polling and the coordinator's clock.
 
 `RendezvousServer` is used by `ringmaster run` (with emulated local hosts) and by
-`ringmaster serve` (agents connect from other machines).
+`ringmaster serve` (agents connect from other machines). It first becomes the job's leader in
+its state store (a `serve` stands by while another leads), carries on the job the store holds
+if there is one, and keeps the store up to date (write-ahead) until the job ends, when the
+job's keys are removed. A leader that loses its leader key stops without touching the job.
 """
 
 from __future__ import annotations

@@ -256,3 +256,22 @@ def test_backoff_goes_round_the_addresses_then_waits_longer_up_to_a_deadline() -
     backoff.reset()
     assert backoff.next_address(["a:1", "b:2"]) is not None
     assert parse_addresses(" a:1, ,b:2 ") == ["a:1", "b:2"]
+
+
+def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -> None:
+    """etcd refuses transactions of more than 128 writes: 300 hosts and workers still save."""
+    async def body(store):
+        leader = Leadership(store, prefix, "a:1", ttl_s=5, log=lambda _: None)
+        await leader.acquire(wait=False)
+        journal = Journal(store, prefix, leader, job_ttl_s=30, log=lambda _: None)
+        await journal.load()
+        rig = Rig(min_np=2)
+        rig.start_elastic({f"h{i}": 1 for i in range(300)})
+        values = rig.coordinator.record()
+        assert len(values) > 600
+        await journal.save(values)
+        entries, _ = await store.get_prefix(prefix + "state/")
+        assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == values
+        await journal.clear()
+        assert (await store.get_prefix(prefix + "state/"))[0] == []
+    with_store(make_store, body)
