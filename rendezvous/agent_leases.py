@@ -5,8 +5,12 @@ Each connected agent has a key `agents/HOST` bound to its own lease; the rendezv
 the lease on the agent's heartbeats. An agent that stops heartbeating (stopped, partitioned)
 loses its key when the lease expires on the store's clock; a watch on `agents/` reports that,
 and the watch is resumed from the last revision it saw (re-reading the keys if the store
-compacted that history). A new leader adopts the leases the old one left, so an agent that
-died while no rendezvous was running is gone from the store by the time one is back.
+compacted that history).
+
+Only a running rendezvous refreshes leases, so while none runs every agent's lease runs out,
+the living ones' too. A new leader therefore adopts the leases the old one left only to revoke
+them when their agents reconnect; their expiry says nothing, and the coordinator's reconnect
+window (a fresh heartbeat timeout from the resume) decides which hosts are gone.
 """
 
 from __future__ import annotations
@@ -33,18 +37,23 @@ class AgentLeases:
         self.leases: dict[str, int] = {}
         self._refreshed: dict[str, float] = {}
         self._written: dict[str, int] = {}  # revision of each host's current key
+        self._inherited: dict[str, int] = {}  # leases a previous leader granted: revoked, never watched
 
     async def adopt(self) -> set[str]:
-        """Take over the leases a previous leader granted; returns the hosts that still have one."""
+        """Take over the leases a previous leader granted; returns the hosts that still have one.
+
+        Their expiry is not reported (nobody refreshed them while no rendezvous ran): the
+        agent's reconnection replaces its lease, and a host whose agent does not come back is
+        lost by the coordinator's heartbeat timeout."""
         entries, _ = await self.store.get_prefix(self.prefix)
         for entry in entries:
             lease = entry.value.get("lease")
             if isinstance(lease, int):
-                self.leases[entry.key.removeprefix(self.prefix)] = lease
-        return set(self.leases)
+                self._inherited[entry.key.removeprefix(self.prefix)] = lease
+        return set(self._inherited)
 
     async def connected(self, host: str, pid: int) -> None:
-        old = self.leases.pop(host, None)
+        old = self.leases.pop(host, None) or self._inherited.pop(host, None)
         try:
             if old is not None:
                 await self.store.revoke_lease(old)

@@ -148,13 +148,14 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_its_host(run_job, 
 
 def test_two_jobs_on_one_etcd_are_kept_apart_by_their_prefixes(run_job, own_etcd, tmp_path) -> None:
     jobs = {name: run_job("-np", "2", "--store", store_url(own_etcd, f"team/{name}"), *FAST,
-                          *elastic_job(tmp_path / name, epochs=2, samples=48)) for name in ("one", "two")}
+                          *elastic_job(tmp_path / name, epochs=2, samples=192)) for name in ("one", "two")}
     for name in jobs:
         wait_for(lambda: commits(tmp_path / name) >= 4, 120, f"job {name} to train")
     one, two = keys(own_etcd, "/team/one/"), keys(own_etcd, "/team/two/")
     assert one["leader"]["address"] != two["leader"]["address"]
     assert all(v["host"] == "localhost" for k, v in one.items() if k.startswith("state/workers/"))
-    # A third `run` on a prefix in use is refused, naming the leader.
+    # A third `run` on a prefix in use is refused, naming the leader (long before job one ends).
+    assert jobs["one"].proc.poll() is None, "job one ended before the intruder came: " + jobs["one"].output
     intruder = run_job("-np", "1", "--store", store_url(own_etcd, "team/one"), "python", "-c", "pass")
     assert intruder.wait(60) == 2
     assert f"led by the rendezvous at {one['leader']['address']}" in intruder.output

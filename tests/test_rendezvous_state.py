@@ -237,6 +237,34 @@ def test_an_agent_whose_lease_expires_is_reported_and_its_key_removed(make_store
     with_store(make_store, body)
 
 
+def test_a_new_leader_ignores_inherited_leases_running_out_and_replaces_them_on_reconnection(make_store, prefix) -> None:
+    """While no rendezvous runs nobody refreshes leases, so their expiry is no sign of death."""
+    async def body(store):
+        old = AgentLeases(store, prefix, 2, lambda host: None, log=lambda _: None)
+        await old.connected("back", 1)
+        await old.connected("gone", 2)
+        expired: list[str] = []
+        new = AgentLeases(store, prefix, 2, expired.append, log=lambda _: None)
+        assert await new.adopt() == {"back", "gone"}
+        watch = asyncio.create_task(new.watch())
+        await asyncio.sleep(0.3)  # the watch is running before the agent reconnects
+        await new.connected("back", 1)  # replaces (revokes) the inherited lease
+        assert new.leases["back"] != old.leases["back"]
+        deadline = time.monotonic() + 10
+        while True:  # the lease nobody replaced runs out in the store
+            entries, _ = await store.get_prefix(prefix + "agents/")
+            if [e.key.removeprefix(prefix + "agents/") for e in entries] == ["back"]:
+                break
+            assert time.monotonic() < deadline, "the inherited lease of 'gone' did not run out"
+            new._refreshed["back"] = 0.0
+            await new.heartbeat("back")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)  # a report would arrive right after the deletion
+        assert expired == [], "an inherited lease's expiry was reported as a lost agent"
+        watch.cancel()
+    with_store(make_store, body)
+
+
 # ---------------------------------------------------------------- reconnecting clients
 def test_backoff_goes_round_the_addresses_then_waits_longer_up_to_a_deadline() -> None:
     now = [0.0]
