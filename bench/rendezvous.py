@@ -89,7 +89,14 @@ class SimulatedHost:
         await self.stub.ReportWorkerExit(pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9))
 
 
-async def one_change(address: str, count: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (Linux /proc)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def one_change(address: str, count: int, server_pid: int) -> tuple[float, float]:
+    """Seconds until every survivor holds its new assignment, and the server's CPU seconds meanwhile."""
     # Each host holds two streams; HTTP/2 allows about 100 concurrent streams per connection.
     channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, count // 32))]
     hosts = [SimulatedHost(pb_grpc.RendezvousStub(channels[i % len(channels)]), f"h{i}") for i in range(count)]
@@ -99,12 +106,12 @@ async def one_change(address: str, count: int) -> float:
         for h in hosts:
             h.assigned.clear()
         victim, survivors = hosts[-1], hosts[:-1]
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_seconds(server_pid)
         await victim.die()
         await asyncio.wait_for(asyncio.gather(*(h.assigned.wait() for h in survivors)), 120)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu_before
         assert {h.generation for h in survivors} == {2}
-        return elapsed
+        return elapsed, cpu
     finally:
         for task in agents + [t for h in hosts for t in h.tasks]:
             task.cancel()
@@ -114,7 +121,7 @@ async def one_change(address: str, count: int) -> float:
 
 async def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:
     """One event loop for all runs: grpc.aio binds itself to the first loop it sees."""
-    print("## New generation after a member dies (survivors all assigned), median of runs")
+    print("## New generation after a member dies (survivors all assigned): median (each run; the server's CPU time, median)")
     print("| agents | memory store | etcd store |")
     print("| --- | --- | --- |")
     for count in agents:
@@ -123,17 +130,20 @@ async def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | N
             if kind == "etcd" and etcd is None:
                 row.append("(no etcd)")
                 continue
-            times = []
+            times, cpus = [], []
             for run in range(repeats):
                 port = free_port()
                 store = "memory" if kind == "memory" else f"etcd://127.0.0.1:{etcd.client_port}/bench/{count}/{run}/{time.time_ns()}"
                 proc = serve(port, count, store, [])
                 try:
-                    times.append(await one_change(f"127.0.0.1:{port}", count))
+                    elapsed, cpu = await one_change(f"127.0.0.1:{port}", count, proc.pid)
+                    times.append(elapsed)
+                    cpus.append(cpu)
                 finally:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-            row.append(f"{statistics.median(times) * 1e3:.1f} ms ({', '.join(f'{t * 1e3:.1f}' for t in times)})")
+            row.append(f"{statistics.median(times) * 1e3:.1f} ms ({', '.join(f'{t * 1e3:.1f}' for t in times)}; "
+                       f"server CPU {statistics.median(cpus) * 1e3:.0f} ms)")
         print(f"| {count} | {row[0]} | {row[1]} |", flush=True)
 
 

@@ -5,6 +5,11 @@ given the time (`now`, monotonic seconds on the rendezvous' own clock). It does 
 it wants said to agents and workers goes into an outbox that the gRPC layer drains after every
 call. So every rule here is tested by calling methods with chosen times, without processes.
 
+Inputs only record facts; `settle` (and `tick`) then acts on them. The caller settles once per
+batch of inputs (the gRPC layer: once per turn of its event loop), because acting looks at
+every host and worker: settling after each of the N `Ready` calls that end a generation would
+cost O(N^2), with it the whole batch costs O(N).
+
 How a generation comes about:
 - *planned*: the first generation, and every generation of a job whose workers cannot rejoin in
   place (plain `torch.distributed` scripts, restarted as a whole like torchrun). Workers are
@@ -83,6 +88,8 @@ class Coordinator:
         self._generation_started = 0.0
         self._quick_failures = 0  # consecutive generations that failed soon after forming
         self.outbox: list[tuple[str, str, object]] = []  # ("agent"|"worker", id, message)
+        self._unsettled = False  # inputs arrived that `settle` has not acted on yet
+        self._snapshots = job_record.Snapshots()  # so `record` rebuilds only what changed
 
     # ------------------------------------------------------------------ inputs: discovery
     def set_hosts(self, hosts: Mapping[str, int], now: float) -> None:
@@ -101,7 +108,7 @@ class Coordinator:
             host.slots, host.discovered = slots, True
         for name in change.removed:
             self.hosts[name].discovered = False
-        self._reconcile(now)
+        self._unsettled = True
 
     def discovery_failed(self, message: str, now: float) -> None:
         self._event(now, f"discovery failed, keeping the last good host set: {message}")
@@ -123,7 +130,7 @@ class Coordinator:
                     self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
                 if not worker.done:
                     self._worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now, blame_host=False)
-        self._reconcile(now)
+        self._unsettled = True
 
     def agent_heartbeat(self, host: str, now: float) -> None:
         if host in self.hosts:
@@ -141,7 +148,7 @@ class Coordinator:
             return
         if not record.discovered and not any(w.live for w in self._workers_on(host)):
             self._event(now, f"agent for host {host} stopped: the host left the job")
-            self._reconcile(now)
+            self._unsettled = True
             return
         self._event(now, f"host {host} lost: its agent {reason}")
         self._pending_cause.append(f"host {host} lost")
@@ -150,7 +157,7 @@ class Coordinator:
                 self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False)
             worker.phase = Phase.EXITED
         self._blacklist_host(host, now)
-        self._reconcile(now)
+        self._unsettled = True
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
         worker = self.workers.get(worker_id)
@@ -178,7 +185,7 @@ class Coordinator:
                 self._worker_failed(worker, how, now, blame_host=False)
             if not clean:
                 self._blacklist_host(host, now)
-        self._reconcile(now)
+        self._unsettled = True
 
     # ------------------------------------------------------------------ inputs: workers
     def worker_connected(self, worker_id: str, pid: int, now: float, waiting_after: int | None = None,
@@ -202,7 +209,7 @@ class Coordinator:
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         if waiting_after is not None and not placed:
             return self.worker_ready(worker_id, waiting_after, failure, elastic, now)
-        self._reconcile(now)
+        self._unsettled = True
         return None
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
@@ -214,7 +221,7 @@ class Coordinator:
         # An elastic worker that did not return from its training function died. Its exit code
         # follows within milliseconds; the host is blacklisted then, or when its agent is found dead.
         self._worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False)
-        self._reconcile(now)
+        self._unsettled = True
 
     def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float) -> None:
         worker = self.workers.get(worker_id)
@@ -224,7 +231,7 @@ class Coordinator:
         self._note_commits(worker, commits)
         if elastic and not worker.elastic:
             worker.elastic = True
-            self._reconcile(now)
+            self._unsettled = True
 
     def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> str | None:
         worker = self.workers.get(worker_id)
@@ -242,7 +249,7 @@ class Coordinator:
             worker.phase = Phase.READY
             worker.ready_at = now
         worker.last_heartbeat = now
-        self._reconcile(now)
+        self._unsettled = True
         return None
 
     def worker_done(self, worker_id: str, commits: int, now: float) -> None:
@@ -253,7 +260,7 @@ class Coordinator:
         worker.done = True
         self._event(now, f"worker {worker_id} finished its training function")
         self._start_finishing(now)
-        self._reconcile(now)
+        self._unsettled = True
 
     def scale(self, np: int, now: float) -> str | None:
         """Ask for a world size of `np` workers (as slots allow). Returns why not, or None."""
@@ -266,7 +273,7 @@ class Coordinator:
         self.target_np = np
         self._event(now, f"scale to {np} workers requested")
         self._pending_cause.append(f"scaled to {np}")
-        self._reconcile(now)
+        self._unsettled = True
         return None
 
     @property
@@ -288,7 +295,7 @@ class Coordinator:
             generations=self.summary.generations, resets=self.summary.resets, steps=self.summary.steps,
             outcome=(self.outcome.success, self.outcome.message) if self.outcome else None,
         )
-        return job_record.job_values(job, self.hosts, self.workers, self.generation)
+        return job_record.job_values(job, self.hosts, self.workers, self.generation, self._snapshots)
 
     def resume(self, restored: job_record.Restored, now: float, agents_survive: bool = True) -> None:
         """Carry on the job a previous rendezvous process kept in the store.
@@ -322,9 +329,16 @@ class Coordinator:
         if job.outcome is not None:
             self._end_job(JobOutcome(*job.outcome), now)
             return
-        self._reconcile(now)
+        self._unsettled = True
 
-    # ------------------------------------------------------------------ the clock
+    # ------------------------------------------------------------------ acting
+    def settle(self, now: float) -> bool:
+        """Act on the inputs recorded since the last `settle` or `tick`. False: there were none."""
+        if not self._unsettled:
+            return False
+        self._reconcile(now)
+        return True
+
     def tick(self, now: float) -> None:
         """Called every few hundred milliseconds: timeouts that no message announces."""
         if self.outcome is not None:
@@ -514,6 +528,7 @@ class Coordinator:
     # ------------------------------------------------------------------ reconcile
     def _reconcile(self, now: float) -> None:
         """Bring the job one step closer to what the current facts call for."""
+        self._unsettled = False
         if self.outcome is not None:
             return
         eligible = {h.name for h in self.eligible_hosts(now)}

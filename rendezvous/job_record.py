@@ -12,12 +12,14 @@ to the next one, which gives every host and worker a fresh heartbeat window inst
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rendezvous.assignment import RankAssignment
-from rendezvous.model import Generation, Host, Phase, Worker
+from rendezvous.model import Generation, Host, Phase, Revised, Worker
+
+R = TypeVar("R", bound=Revised)
 
 FORMAT = "ringmaster-rendezvous"
 VERSION = 1
@@ -90,30 +92,56 @@ class Restored(BaseModel):
     generation: Optional[Generation]
 
 
+class Snapshots:
+    """The value last built for each key, with the object and revision it came from, so that
+    `job_values` rebuilds only the keys whose object changed since (see `model.Revised`)."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+
+    def add(self, values: dict[str, dict[str, Any]], objects: Iterable[tuple[str, R]],
+            build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any]]]) -> None:
+        """Put each (key, object)'s value in `values`, reusing the last one where it still holds."""
+        built = self.built
+        for key, obj in objects:
+            entry = built.get(key)
+            if entry is None or entry[0] is not obj or entry[1] != obj.revision:
+                entry = (obj, obj.revision, build(obj))
+            fresh[key] = entry
+            values[key] = entry[2]
+
+
+def _host_value(host: Host) -> dict[str, Any]:
+    return {"slots": host.slots, "discovered": host.discovered, "agent_connected": host.agent_connected,
+            "agent_pid": host.agent_pid}
+
+
+def _worker_value(w: Worker) -> dict[str, Any]:
+    return {"host": w.host, "slot": w.slot, "env": w.env, "phase": w.phase.value, "registered": w.registered,
+            "elastic": w.elastic, "stopping": w.stopping, "failed": w.failed, "done": w.done, "generation": w.generation}
+
+
+def _generation_value(g: Generation) -> dict[str, Any]:
+    return {"number": g.number, "members": [vars(a) for a in g.members], "cause": g.cause,
+            "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
+            "hosts_baseline": g.hosts_baseline}
+
+
 def job_values(job: JobRecord, hosts: dict[str, Host], workers: dict[str, Worker],
-               generation: Generation | None) -> dict[str, dict[str, Any]]:
+               generation: Generation | None, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
     """The job's keys (relative to its prefix) and values. Workers that exited and are not
-    members of the current generation are history: their keys go."""
+    members of the current generation are history: their keys go. With `snapshots`, values of
+    unchanged objects are the very objects returned last time."""
+    snap = snapshots or Snapshots()
+    fresh: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
     values: dict[str, dict[str, Any]] = {JOB_KEY: job.model_dump()}
-    for name, host in hosts.items():
-        values[HOSTS + name] = {
-            "slots": host.slots, "discovered": host.discovered,
-            "agent_connected": host.agent_connected, "agent_pid": host.agent_pid,
-        }
+    snap.add(values, ((HOSTS + name, host) for name, host in hosts.items()), _host_value, fresh)
     members = generation.member_set if generation is not None else frozenset()
-    for worker_id, w in workers.items():
-        if not w.live and worker_id not in members:
-            continue
-        values[WORKERS + worker_id] = {
-            "host": w.host, "slot": w.slot, "env": w.env, "phase": w.phase.value, "registered": w.registered,
-            "elastic": w.elastic, "stopping": w.stopping, "failed": w.failed, "done": w.done, "generation": w.generation,
-        }
+    kept = ((WORKERS + i, w) for i, w in workers.items() if w.live or i in members)
+    snap.add(values, kept, _worker_value, fresh)
     if generation is not None:
-        values[GENERATION_KEY] = {
-            "number": generation.number, "members": [vars(a) for a in generation.members], "cause": generation.cause,
-            "store_prefix": generation.store_prefix, "over": generation.over,
-            "update_sequence": generation.update_sequence, "hosts_baseline": generation.hosts_baseline,
-        }
+        snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
+    snap.built = fresh  # keys not asked for this time are forgotten
     return values
 
 
@@ -155,7 +183,7 @@ def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
 
 def diff(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """What to write and what to delete to turn `old` into `new`."""
-    puts = {key: value for key, value in new.items() if old.get(key) != value}
+    puts = {key: value for key, value in new.items() if (was := old.get(key)) is not value and was != value}
     deletes = [key for key in old if key not in new]
     return puts, deletes
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import time
 from typing import Any, AsyncIterator, Callable
@@ -83,7 +84,8 @@ class MemoryStore:
         while True:
             await self._expire()
             changed = self._changed  # taken before reading, so no change slips between
-            pending = [c for c in self._history if c.revision >= seen and c.key.startswith(prefix)]
+            newer = self._history[bisect.bisect_left(self._history, seen, key=lambda c: c.revision):]
+            pending = [c for c in newer if c.key.startswith(prefix)]
             for change in pending:
                 yield change
                 seen = change.revision + 1

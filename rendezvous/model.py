@@ -18,8 +18,22 @@ class Phase(enum.Enum):
     EXITED = "exited"  # the process is gone
 
 
+class Revised:
+    """Counts assignments to its attributes. A record built from it at one count is still true
+    while the count stands, so the job's record is rebuilt only for what changed since the last
+    save (`job_record.Snapshots`): with 512 hosts, rebuilding every key on every change cost more
+    than everything else the rendezvous does. Values held inside (a worker's `env`) are never
+    changed in place after the object is first recorded."""
+
+    revision = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
+
+
 @dataclass
-class Host:
+class Host(Revised):
     name: str
     slots: int
     discovered: bool = True
@@ -29,11 +43,11 @@ class Host:
 
 
 @dataclass
-class Worker:
+class Worker(Revised):
     worker_id: str
     host: str
     slot: int
-    env: dict[str, str]
+    env: dict[str, str]  # complete before the worker is first recorded; replaced, never edited, after
     phase: Phase = Phase.SPAWNING
     registered: bool = False  # opened a worker session (called hvd.init)
     elastic: bool = False  # runs inside hvd.elastic.run, so it rejoins in place
@@ -53,7 +67,7 @@ class Worker:
 
 
 @dataclass
-class Generation:
+class Generation(Revised):
     number: int
     members: list[RankAssignment]
     cause: str

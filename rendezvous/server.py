@@ -156,6 +156,7 @@ class RendezvousServer:
                 asyncio.create_task(journal.keep_job_lease()),
                 asyncio.create_task(leases.watch()),
             ]
+            next_tick = time.monotonic() + TICK_S
             while coordinator.outcome is None:
                 if leadership.lost.is_set():
                     deposed = leadership.lost_reason
@@ -166,9 +167,11 @@ class RendezvousServer:
                     service.call(coordinator.abort, self._stop_reason)
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(service.changed.wait(), TICK_S)
+                    await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
                 service.changed.clear()
-                service.call(coordinator.tick)
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + TICK_S
+                    service.call(coordinator.tick)
                 if local is not None:
                     local.reconcile(coordinator, time.monotonic())
             if deposed is None:

@@ -39,13 +39,29 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._held: list[tuple[str, str, object]] = []
         self._dirty = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        self._settle_scheduled = False
+        self._settle_cost = 0.0  # seconds the last settling pass took
 
     # ---------------------------------------------------------------- plumbing
     def call(self, method: Callable, *args):
-        """Run a coordinator method with the current time, then deliver its outbox."""
+        """Run a coordinator method with the current time, then deliver its outbox. The
+        coordinator acts on the inputs in batches (`_settle`): a pass looks at every host and
+        worker, so the next waits as long as the last one took, and inputs gather meanwhile.
+        With 8 hosts that is microseconds; with 512 it keeps a generation change (512 inputs)
+        from costing 512 passes over 512 workers."""
         result = method(*args, self.clock())
         self.flush()
+        if not self._settle_scheduled:
+            self._settle_scheduled = True
+            asyncio.get_running_loop().call_later(self._settle_cost, self._settle)
         return result
+
+    def _settle(self) -> None:
+        self._settle_scheduled = False
+        started = time.perf_counter()
+        if self.coordinator.settle(self.clock()):
+            self._settle_cost = time.perf_counter() - started
+        self.flush()
 
     def flush(self) -> None:
         messages = self.coordinator.drain()
@@ -63,15 +79,19 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 queue.put_nowait(message)
 
     async def keep_journal(self) -> None:
-        """Save the coordinator's record after every change, then release what it said.
+        """Save the coordinator's record after changes (gathered, see `call`), then release what it said.
         Raises journal.Deposed when another rendezvous has taken the job over."""
         assert self.journal is not None
         while True:
             await self._dirty.wait()
             self._dirty.clear()
             batch, self._held = self._held, []
-            await self.journal.save(self.coordinator.record())
+            started = time.perf_counter()
+            values = self.coordinator.record()
+            cost = time.perf_counter() - started
+            await self.journal.save(values)
             self._deliver(batch)
+            await asyncio.sleep(cost)  # as in `call`: let changes gather for as long as a record takes
 
     async def saved(self) -> None:
         """Wait until everything changed so far is in the store and said (the job's end)."""

@@ -17,6 +17,7 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     assert client.get("/status").json()["state"] == "starting"
     coordinator.set_hosts({"a": 2}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
+    coordinator.settle(0.0)
     body = client.get("/status").json()
     assert body["state"] == "running" and body["generation"] == 1 and body["world_size"] == 2
     assert body["hosts"] == [{"name": "a", "slots": 2, "discovered": True, "agent_connected": True,
@@ -31,6 +32,7 @@ def test_scale_endpoint_validates_and_applies() -> None:
                               lambda g: ("127.0.0.1", 3), log=lambda _: None)
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
+    coordinator.settle(0.0)
     client = TestClient(create_app(coordinator, clock=lambda: 0.0))
     reply = client.post("/scale", json={"np": 3})
     assert reply.status_code == 200 and reply.json()["message"].startswith("scaling to 3 workers")

@@ -11,7 +11,7 @@ from rendezvous.settings import JobSettings
 
 
 class Rig:
-    """A coordinator plus what it said, per agent and per worker."""
+    """A coordinator plus what it said, per agent and per worker; settles after every call."""
 
     def __init__(self, **settings) -> None:
         settings.setdefault("command", ["python", "train.py"])
@@ -32,6 +32,7 @@ class Rig:
 
         def call(*args, **kwargs):
             result = method(*args, self.now, **kwargs)
+            self.coordinator.settle(self.now)  # as the gRPC layer does after each batch of calls
             for kind, target, message in self.coordinator.drain():
                 if kind == "agent":
                     self.agents[target] = message

@@ -155,6 +155,21 @@ def test_diff_writes_what_changed_and_deletes_what_went() -> None:
     assert puts == {"c": {"x": 3}} and deletes == ["b"]
 
 
+def test_a_record_rebuilds_only_what_changed_and_matches_a_fresh_build() -> None:
+    rig, ids = running_job()
+    first = rig.coordinator.record()
+    rig.worker_heartbeat(ids[0], 7, True)  # a timer and a counter change: not part of the record
+    rig.worker_done(ids[2], 9)  # a recorded field changes
+    second = rig.coordinator.record()
+    c = rig.coordinator
+    fresh = job_record.job_values(job_record.read_job(second).job, c.hosts, c.workers, c.generation)
+    assert second == fresh  # reusing snapshots never hides a change
+    assert first[f"workers/{ids[2]}"]["done"] is False and second[f"workers/{ids[2]}"]["done"] is True
+    assert second["hosts/a"] is first["hosts/a"] and second[f"workers/{ids[0]}"] == first[f"workers/{ids[0]}"]
+    puts, deletes = job_record.diff(first, second)
+    assert set(puts) == {f"workers/{ids[2]}", "job"} and deletes == []
+
+
 # ---------------------------------------------------------------- journal and leadership
 def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothing(make_store, prefix) -> None:
     async def body(store):

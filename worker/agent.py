@@ -66,9 +66,10 @@ class Agent:
         self._stop = threading.Event()
         self._stub: pb_grpc.RendezvousStub | None = None
         self._session = None
+        self._reader = threading.Thread(target=self._read_sessions, daemon=True)
 
     def run(self) -> int:
-        threading.Thread(target=self._read_sessions, daemon=True).start()
+        self._reader.start()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         exit_code = 0
         try:
@@ -81,14 +82,16 @@ class Agent:
                     break
                 if command is not None:
                     if command.shutdown:
+                        log(self.host, f"stopping: {command.reason or 'the rendezvous ended the job'}")
                         break
                     self._apply(command.workers)
                 self._reap()
         finally:
-            self._stop.set()
             self._stop_all()
+            self._stop.set()  # after the last exit report: the session thread then closes its channel
             if self._session is not None:
                 self._session.cancel()
+            self._reader.join(timeout=5.0)
         return exit_code
 
     def request_stop(self) -> None:
@@ -112,6 +115,7 @@ class Agent:
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
             self._session = session
+            over = False
             try:
                 for command in session:
                     if self._stub is not stub:
@@ -120,13 +124,19 @@ class Agent:
                         log(self.host, f"session with the rendezvous at {address}")
                     self._commands.put(command)
                     if command.shutdown:
-                        return  # the job is over: nothing to reconnect to
+                        over = True  # the job is over: nothing to reconnect to
+                        break
             except grpc.RpcError:
                 pass
-            channel.close()
-            if not self._stop.is_set() and self._stub is stub:
+            if not over and not self._stop.is_set() and self._stub is stub:
                 log(self.host, f"lost the rendezvous at {address}; workers keep running, reconnecting")
+            if over:
+                self._stop.wait()  # the main thread still reports its workers' exits on this channel
             self._stub = None
+            session.cancel()
+            channel.close()  # an open channel can hold up the interpreter's exit
+            if over:
+                return
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
@@ -135,8 +145,8 @@ class Agent:
                 continue
             try:
                 stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
-            except grpc.RpcError:
-                pass  # a lost session is noticed by _read_sessions
+            except (grpc.RpcError, ValueError):
+                pass  # a lost session is noticed by _read_sessions (ValueError: its channel closed)
 
     def _next_command(self):
         try:
@@ -202,7 +212,7 @@ class Agent:
         while self._unsent and self._stub is not None:
             try:
                 self._stub.ReportWorkerExit(self._unsent[0], timeout=5)
-            except grpc.RpcError:
+            except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
                 return
             self._unsent.pop(0)
 
