@@ -7,6 +7,8 @@ when the rendezvous dies.
    holds its assignment in the next generation. The rendezvous is a real `ringmaster serve`.
 2. Rendezvous-down window: a real job (2 emulated hosts, etcd store) whose `serve` is SIGKILLed
    and started again; training's commits before, during and after, and the steps lost.
+3. etcd member lost: a three-member etcd cluster; the member the store talks to is SIGKILLed
+   (a follower, then the raft leader) and the next write is timed: it goes to another member.
 
 Run: python bench/rendezvous.py [--agents 8,64,512] [--repeats 3]
 """
@@ -31,7 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from etcd_server import ETCD, EtcdServer  # noqa: E402
+from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from harness import free_port, wait_for  # noqa: E402
 from proto import ringmaster_pb2 as pb  # noqa: E402
 from proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
@@ -196,6 +198,42 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
                 proc.wait()
 
 
+async def write_after_member_loss(root: pathlib.Path, kill_raft_leader: bool) -> tuple[float, float]:
+    """Seconds of the first write after the member in use dies, and of a write before it."""
+    from rendezvous.etcd_kv import EtcdStore
+
+    cluster = EtcdCluster(root).start()
+    try:
+        victim = cluster.raft_leader() if kill_raft_leader else next(m for m in cluster.members if not m.is_raft_leader())
+        others = [m.endpoint for m in cluster.members if m is not victim]
+        store = await EtcdStore.connect([victim.endpoint, *others])
+        try:
+            started = time.perf_counter()
+            await store.put("/bench/member-loss/a", {"n": 1})
+            before = time.perf_counter() - started
+            victim.kill()
+            started = time.perf_counter()
+            await store.put("/bench/member-loss/b", {"n": 2})
+            return time.perf_counter() - started, before
+        finally:
+            await store.close()
+    finally:
+        cluster.kill()
+
+
+def member_loss(repeats: int) -> None:
+    print("\n## etcd member in use SIGKILLed (3-member cluster): the next write, sent on to another member")
+    for kill_raft_leader, what in ((False, "a follower"), (True, "the raft leader")):
+        after, before = [], []
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                took, usual = asyncio.run(write_after_member_loss(pathlib.Path(tmp), kill_raft_leader))
+            after.append(took)
+            before.append(usual)
+        print(f"- {what}: {', '.join(f'{t * 1e3:.0f}' for t in after)} ms "
+              f"(a write before the kill: {statistics.median(before) * 1e3:.1f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", default="8,64,512")
@@ -208,6 +246,7 @@ def main() -> None:
             asyncio.run(generation_times([int(a) for a in args.agents.split(",")], args.repeats, etcd))
             if etcd is not None:
                 down_window(etcd, args.down)
+                member_loss(args.repeats)
         finally:
             if etcd is not None:
                 etcd.kill()

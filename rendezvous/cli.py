@@ -71,7 +71,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="checkpoints kept on disk (default: %(default)s)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
-                             "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]'; with etcd a restarted or standby `serve` "
+                             "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]' (list every member of an etcd cluster: when one "
+                             "stops answering the next is used); with etcd a restarted or standby `serve` "
                              "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
     parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
     parser.add_argument("--advertise-address", default=None, metavar="HOST",

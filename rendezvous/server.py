@@ -94,7 +94,7 @@ class RendezvousServer:
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
         """Lead the job (or stand by until it can), then run it to its end. Raises
         StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
-        store = await open_store(self.store_spec)
+        store = await open_store(self.store_spec, self.log)
         try:
             return await self._lead(store, initial_hosts)
         finally:

@@ -14,7 +14,7 @@ settings.load_profile("ringmaster")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from etcd_server import ETCD, EtcdServer  # noqa: E402
+from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from harness import Job  # noqa: E402
 
 
@@ -28,6 +28,18 @@ def etcd(tmp_path_factory):
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """A three-member etcd cluster of the test's own (tests kill members of it)."""
+    if ETCD is None:
+        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
+    cluster = EtcdCluster(tmp_path / "etcd-cluster")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.kill()
 
 
 @pytest.fixture(params=["memory", "etcd"])

@@ -1,7 +1,12 @@
-"""A real etcd for tests: free loopback ports, a temporary data folder, its own process group."""
+"""A real etcd for tests: free loopback ports, a temporary data folder, its own process group.
+
+`EtcdServer` is one member (a cluster of one by default); `EtcdCluster` is several members that
+form one cluster, so a test can kill a member and see the others carry on.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -15,25 +20,37 @@ ETCD = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd
 
 
 class EtcdServer:
-    def __init__(self, data_dir: pathlib.Path) -> None:
+    def __init__(self, data_dir: pathlib.Path, name: str = "test") -> None:
         self.data_dir = data_dir
+        self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
+        self.initial_cluster = f"{name}={self.peer_url}"
         self.proc: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> tuple[str, int]:
         return ("127.0.0.1", self.client_port)
 
-    def start(self) -> "EtcdServer":
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def launch(self) -> None:
+        """Start the process without waiting (the members of a cluster wait for each other).
+        Started again on the same folder it comes back with its data."""
         assert ETCD is not None
-        client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://127.0.0.1:{self.client_port}"
         self.proc = subprocess.Popen(
-            [ETCD, "--name", "test", "--data-dir", str(self.data_dir), "--listen-client-urls", client,
-             "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"test={peer}", "--heartbeat-interval", "10", "--election-timeout", "100"],
+            [ETCD, "--name", self.name, "--data-dir", str(self.data_dir), "--listen-client-urls", client,
+             "--advertise-client-urls", client, "--listen-peer-urls", self.peer_url,
+             "--initial-advertise-peer-urls", self.peer_url, "--initial-cluster", self.initial_cluster,
+             "--heartbeat-interval", "10", "--election-timeout", "100"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
+
+    def start(self) -> "EtcdServer":
+        self.launch()
         wait_for(self.healthy, 20, f"etcd on 127.0.0.1:{self.client_port} to be healthy")
         return self
 
@@ -51,3 +68,45 @@ class EtcdServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+    def is_raft_leader(self) -> bool:
+        """Whether this member leads the cluster's raft (etcd's JSON gateway, maintenance status)."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.client_port}/v3/maintenance/status", data=b"{}")
+        with urllib.request.urlopen(request, timeout=2) as response:
+            status = json.loads(response.read())
+        return bool(status["leader"] == status["header"]["member_id"])
+
+
+class EtcdCluster:
+    """`size` members on loopback forming one cluster (quorum: a majority of them)."""
+
+    def __init__(self, root: pathlib.Path, size: int = 3) -> None:
+        self.members = [EtcdServer(root / f"member{i}", name=f"member{i}") for i in range(size)]
+        cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for member in self.members:
+            member.initial_cluster = cluster
+
+    @property
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [m.endpoint for m in self.members]
+
+    def url(self, prefix: str) -> str:
+        """A --store value naming every member."""
+        return "etcd://" + ",".join(f"{h}:{p}" for h, p in self.endpoints) + f"/{prefix}"
+
+    def member(self, endpoint: str) -> EtcdServer:
+        return next(m for m in self.members if f"{m.endpoint[0]}:{m.endpoint[1]}" == endpoint)
+
+    def raft_leader(self) -> EtcdServer:
+        return next(m for m in self.members if m.proc is not None and m.proc.poll() is None and m.is_raft_leader())
+
+    def start(self) -> "EtcdCluster":
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            wait_for(member.healthy, 30, f"etcd member {member.name} to join a healthy cluster")
+        return self
+
+    def kill(self) -> None:
+        for member in self.members:
+            member.kill()
