@@ -54,6 +54,7 @@ class EtcdStore:
         self.log = log
         self._index = 0
         self._client = self._new_client()
+        self._closing: set[asyncio.Task] = set()  # clients left behind, being closed
 
     @property
     def endpoint(self) -> str:
@@ -83,7 +84,9 @@ class EtcdStore:
         left = self.endpoint
         self._index = (self._index + 1) % len(self.endpoints)
         self._client = self._new_client()
-        asyncio.get_running_loop().create_task(self._close_quietly(failed))
+        closing = asyncio.get_running_loop().create_task(self._close_quietly(failed))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
         if self.log is not None and len(self.endpoints) > 1:
             self.log(f"etcd at {left} did not answer ({why}); now using etcd at {self.endpoint}")
 
@@ -174,4 +177,5 @@ class EtcdStore:
         await self._request(lambda c: c.compact(revision))
 
     async def close(self) -> None:
+        await asyncio.gather(*self._closing)
         await self._client.close()
