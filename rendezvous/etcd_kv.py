@@ -68,7 +68,7 @@ class EtcdStore:
         every endpoint tried when none does."""
         store = cls(endpoints, timeout_s)
         await store._request(lambda client: client.status())
-        store.log = log
+        store.log = log  # from here on: endpoints skipped while connecting are not news
         return store
 
     # ------------------------------------------------------------ endpoints

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from typing import Iterator
 
 import pytest
 from hypothesis import settings
@@ -18,28 +19,32 @@ from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from harness import Job  # noqa: E402
 
 
+def _running(etcd: EtcdServer | EtcdCluster) -> Iterator[EtcdServer | EtcdCluster]:
+    """Start `etcd`, hand it to the test, kill it afterwards; skip where the binary is missing."""
+    if ETCD is None:
+        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
+    try:
+        yield etcd.start()
+    finally:
+        etcd.kill()
+
+
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory):
     """One real etcd on free loopback ports for the tests that share it (each uses its own prefix)."""
-    if ETCD is None:
-        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
-    server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
-    try:
-        yield server
-    finally:
-        server.kill()
+    yield from _running(EtcdServer(tmp_path_factory.mktemp("etcd")))
+
+
+@pytest.fixture
+def own_etcd(tmp_path):
+    """An etcd of the test's own (tests kill and restart it)."""
+    yield from _running(EtcdServer(tmp_path / "etcd"))
 
 
 @pytest.fixture
 def etcd_cluster(tmp_path):
     """A three-member etcd cluster of the test's own (tests kill members of it)."""
-    if ETCD is None:
-        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
-    cluster = EtcdCluster(tmp_path / "etcd-cluster")
-    try:
-        yield cluster.start()
-    finally:
-        cluster.kill()
+    yield from _running(EtcdCluster(tmp_path / "etcd-cluster"))
 
 
 @pytest.fixture(params=["memory", "etcd"])

@@ -33,6 +33,11 @@ class EtcdServer:
         return ("127.0.0.1", self.client_port)
 
     @property
+    def address(self) -> str:
+        """HOST:PORT of the client endpoint, as the store and its messages name it."""
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
 
@@ -40,7 +45,7 @@ class EtcdServer:
         """Start the process without waiting (the members of a cluster wait for each other).
         Started again on the same folder it comes back with its data."""
         assert ETCD is not None
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"http://{self.address}"
         self.proc = subprocess.Popen(
             [ETCD, "--name", self.name, "--data-dir", str(self.data_dir), "--listen-client-urls", client,
              "--advertise-client-urls", client, "--listen-peer-urls", self.peer_url,
@@ -51,7 +56,7 @@ class EtcdServer:
 
     def start(self) -> "EtcdServer":
         self.launch()
-        wait_for(self.healthy, 20, f"etcd on 127.0.0.1:{self.client_port} to be healthy")
+        wait_for(self.healthy, 20, f"etcd on {self.address} to be healthy")
         return self
 
     def healthy(self) -> bool:
@@ -59,7 +64,7 @@ class EtcdServer:
         if self.proc.poll() is not None:
             raise AssertionError(f"etcd exited with {self.proc.returncode}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.client_port}/health", timeout=1) as response:
+            with urllib.request.urlopen(f"http://{self.address}/health", timeout=1) as response:
                 return b'"true"' in response.read()
         except OSError:
             return False
@@ -71,7 +76,7 @@ class EtcdServer:
 
     def is_raft_leader(self) -> bool:
         """Whether this member leads the cluster's raft (etcd's JSON gateway, maintenance status)."""
-        request = urllib.request.Request(f"http://127.0.0.1:{self.client_port}/v3/maintenance/status", data=b"{}")
+        request = urllib.request.Request(f"http://{self.address}/v3/maintenance/status", data=b"{}")
         with urllib.request.urlopen(request, timeout=2) as response:
             status = json.loads(response.read())
         return bool(status["leader"] == status["header"]["member_id"])
@@ -85,17 +90,6 @@ class EtcdCluster:
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for member in self.members:
             member.initial_cluster = cluster
-
-    @property
-    def endpoints(self) -> list[tuple[str, int]]:
-        return [m.endpoint for m in self.members]
-
-    def url(self, prefix: str) -> str:
-        """A --store value naming every member."""
-        return "etcd://" + ",".join(f"{h}:{p}" for h, p in self.endpoints) + f"/{prefix}"
-
-    def member(self, endpoint: str) -> EtcdServer:
-        return next(m for m in self.members if f"{m.endpoint[0]}:{m.endpoint[1]}" == endpoint)
 
     def raft_leader(self) -> EtcdServer:
         return next(m for m in self.members if m.proc is not None and m.proc.poll() is None and m.is_raft_leader())

@@ -21,10 +21,6 @@ from test_e2e import assert_every_sample_once, elastic_job
 PREFIX = "/failover/"
 
 
-def name(member: EtcdServer) -> str:
-    return f"{member.endpoint[0]}:{member.endpoint[1]}"
-
-
 def raft_leader_first(cluster: EtcdCluster) -> list[EtcdServer]:
     """The members with etcd's raft leader first: a client connects to it, and it is killed."""
     leader = cluster.raft_leader()
@@ -57,14 +53,14 @@ def test_the_store_moves_to_another_member_and_its_watch_resumes_there(etcd_clus
                     await asyncio.sleep(0.05)
 
         try:
-            assert store.endpoint == name(victim)
+            assert store.endpoint == victim.address
             revision = await store.put(PREFIX + "a", {"n": 1})
             watcher = asyncio.create_task(follow(revision))
             await until(lambda: seen == ["a"], 10, "the watch to see 'a'")
             victim.kill()
             await store.put(PREFIX + "b", {"n": 2})  # no error reaches the caller: the store moved on
-            assert store.endpoint != name(victim)
-            assert said[0].startswith(f"etcd at {name(victim)} did not answer"), said
+            assert store.endpoint != victim.address
+            assert said[0].startswith(f"etcd at {victim.address} did not answer"), said
             lease = await store.grant_lease(5)
             assert await store.refresh_lease(lease)
             entries, _ = await store.get_prefix(PREFIX)
@@ -78,7 +74,7 @@ def test_the_store_moves_to_another_member_and_its_watch_resumes_there(etcd_clus
             with pytest.raises(StoreUnavailable) as caught:
                 await store.put(PREFIX + "c", {"n": 3})
             for member in members:
-                assert name(member) in str(caught.value)
+                assert member.address in str(caught.value)
         finally:
             await store.close()
     asyncio.run(asyncio.wait_for(main(), 60))
@@ -87,14 +83,14 @@ def test_the_store_moves_to_another_member_and_its_watch_resumes_there(etcd_clus
 @pytest.mark.slow
 def test_a_job_carries_on_when_the_etcd_member_its_rendezvous_uses_dies(run_job, etcd_cluster, tmp_path) -> None:
     members = raft_leader_first(etcd_cluster)
-    url = "etcd://" + ",".join(name(m) for m in members) + "/jobs/cluster"
+    url = "etcd://" + ",".join(m.address for m in members) + "/jobs/cluster"
     script, hosts_file = discovery_script(tmp_path, {"hostA": 1, "hostB": 1})
     job = run_job("--min-np", "1", "--host-discovery-script", script, "--store", url,
                   "--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20",
                   *elastic_job(tmp_path / "log", epochs=4, samples=96))
     wait_for(lambda: len(events(read_logs(tmp_path / "log"), "commit")) >= 10, 120, "training to commit steps")
     members[0].kill()
-    job.wait_line(f"etcd at {name(members[0])} did not answer", 30)
+    job.wait_line(f"etcd at {members[0].address} did not answer", 30)
     # Membership still changes, through the members that are left: a host leaves discovery.
     write_hosts(hosts_file, {"hostA": 1})
     job.wait_line("generation 2 formed: world size 1", 60)

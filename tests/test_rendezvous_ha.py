@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from etcd_server import ETCD, EtcdServer
+from etcd_server import EtcdServer
 from harness import Job, events, free_port, read_logs, wait_for
 from rendezvous.etcd_kv import EtcdStore
 from rendezvous.job_record import FORMAT
@@ -25,19 +25,8 @@ pytestmark = pytest.mark.slow
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20", "--heartbeat-timeout", "4"]
 
 
-@pytest.fixture
-def own_etcd(tmp_path):
-    if ETCD is None:
-        pytest.skip("the etcd binary is missing (Debian package etcd-server; .ci/run installs it)")
-    server = EtcdServer(tmp_path / "etcd").start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 def store_url(etcd: EtcdServer, prefix: str) -> str:
-    return f"etcd://127.0.0.1:{etcd.client_port}/{prefix}"
+    return f"etcd://{etcd.address}/{prefix}"
 
 
 def keys(etcd: EtcdServer, prefix: str) -> dict[str, dict]:
