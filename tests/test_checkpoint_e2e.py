@@ -20,7 +20,8 @@ import torch
 from checkpoint.directory import CheckpointDirectory
 from checkpoint.manifest import STATE_NAME
 from harness import events, read_logs, wait_for
-from test_e2e import FAST, assert_every_sample_once, elastic_job
+from job_checks import assert_every_sample_once
+from test_e2e import FAST, elastic_job
 
 pytestmark = pytest.mark.slow
 

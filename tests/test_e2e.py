@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from harness import ROOT, WORKLOADS, discovery_script, events, read_logs, write_hosts
+from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20"]
@@ -24,23 +25,6 @@ def elastic_job(log_dir: pathlib.Path, epochs: int = 3, samples: int = 96, step_
     log_dir.mkdir(exist_ok=True)
     return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir),
             "--epochs", str(epochs), "--samples", str(samples), "--step-time", str(step_time)]
-
-
-def assert_every_sample_once(logs: dict, epochs: int) -> None:
-    records = events(logs, "epoch")
-    assert sorted(r["epoch"] for r in records) == list(range(epochs)), records
-    for r in records:
-        assert r["min"] == r["max"] == 1.0, f"epoch {r['epoch']}: samples seen between {r['min']} and {r['max']} times"
-
-
-def assert_ranks_agree(logs: dict) -> None:
-    """In each generation, every rank started from the same step and the same parameters."""
-    by_generation: dict[int, list[dict]] = {}
-    for record in events(logs, "synced"):
-        by_generation.setdefault(record["generation"], []).append(record)
-    for generation, records in by_generation.items():
-        assert len({(r["step"], r["checksum"]) for r in records}) == 1, f"generation {generation}: {records}"
-        assert sorted(r["rank"] for r in records) == list(range(records[0]["size"]))
 
 
 def test_demo_job_trains_to_the_end(run_job) -> None:

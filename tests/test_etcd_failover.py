@@ -16,7 +16,8 @@ from etcd_server import EtcdCluster, EtcdServer
 from harness import discovery_script, events, read_logs, wait_for, write_hosts
 from rendezvous.etcd_kv import EtcdStore
 from rendezvous.kv_store import StoreUnavailable
-from test_e2e import assert_every_sample_once, elastic_job
+from job_checks import assert_every_sample_once
+from test_e2e import elastic_job
 
 PREFIX = "/failover/"
 

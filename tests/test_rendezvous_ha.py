@@ -19,7 +19,8 @@ from etcd_server import EtcdServer
 from harness import Job, events, free_port, read_logs, wait_for
 from rendezvous.etcd_kv import EtcdStore
 from rendezvous.job_record import FORMAT
-from test_e2e import assert_every_sample_once, elastic_job
+from job_checks import assert_every_sample_once
+from test_e2e import elastic_job
 
 pytestmark = pytest.mark.slow
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20", "--heartbeat-timeout", "4"]

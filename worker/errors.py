@@ -14,8 +14,19 @@ WorkersFailedError = HorovodInternalError
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised at `commit()`/`check_host_updates()` on every rank at the same step when the ring
-    should change (hosts added or removed). Nothing is rolled back."""
+    should change (hosts added or removed). Nothing is rolled back.
 
-    def __init__(self, skip_sync: bool = False) -> None:
+    `committed` is true when it was raised by `commit()`, right after the commit: the live state
+    is then the commit. Raised by a bare `check_host_updates()`, the live state is newer than
+    the commit, and `hvd.elastic.run` makes it the commit that the next ring starts from."""
+
+    def __init__(self, skip_sync: bool = False, committed: bool = False) -> None:
         super().__init__("hosts updated")
         self.skip_sync = skip_sync
+        self.committed = committed
+
+
+class ReplicasDivergedError(RuntimeError):
+    """After a reset, some rank's live state still differed from rank 0's after a second sync:
+    something makes the state depend on the rank (a reset callback, most often). Training on
+    would silently train different models, so the worker stops."""

@@ -1,30 +1,73 @@
 """Training workload for the end-to-end tests: a Horovod elastic script with a log.
 
+Written in Horovod's documented elastic style: the learning rate scales with the world size and
+a reset callback registered with `state.register_reset_callbacks` sets it again after every
+reset (`--lr-callback`); momentum SGD or Adam (`--optimizer`); a learning-rate scheduler stepped
+per epoch and kept in the state (`--scheduler`); `ElasticSampler`; a commit every
+`--commit-every` steps; plain attributes.
+
 Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
-  {"event": "synced", "generation", "rank", "size", "step", "checksum"}  after each (re)sync
+  {"event": "synced", "generation", "rank", "size", "step", "epoch", "left", "checksum", "digest", "lr"}
+      each time training (re-)enters, after the sync and the reset callbacks (`left`: samples of
+      the epoch still to deal out)
   {"event": "commit", "generation", "rank", "size", "step"}              after each commit
-  {"event": "epoch", "epoch", "min", "max"}  rank 0, at the end of each epoch: how often each
-      sample of the epoch reached the committed model (exactly once means min == max == 1)
-  {"event": "done", "step", "checksum", "size"}  when the training function returned
+  {"event": "epoch", "epoch", "min", "max", "total", "samples"}  rank 0, at the end of each epoch:
+      how often each sample of the epoch reached the committed model (exactly once means
+      min == max == 1), and how many reached it in all
+  {"event": "done", "step", "checksum", "digest", "loss", "size", "rank"}  when training returned
 `seen` counts samples through an allreduce into the state, so it records exactly what the
-committed model has seen, across rollbacks and resizes.
+committed model has seen, across rollbacks and resizes. `digest` is a SHA-256 of the whole
+training state (module tensors, optimizer state and every hyperparameter, scheduler, sampler
+progress, plain attributes), computed here independently of Ringmaster: equal digests mean
+bit-identical replicas. `loss` is the final model's loss over the whole data set.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
 import time
+from typing import Any
 
 import torch
 
 import worker.torch as hvd
 
+BASE_LR = 0.01
+GAMMA = 0.7  # the scheduler's decay per epoch
+
 
 def checksum(model: torch.nn.Module) -> float:
     return float(sum(p.detach().double().sum() for p in model.state_dict().values()))
+
+
+def _canonical(value: Any) -> Any:
+    """Plain, exactly comparable form: tensors as (dtype, shape, values), dicts sorted."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        return ("tensor", str(t.dtype), tuple(t.shape), t.double().flatten().tolist() if t.is_floating_point() else t.flatten().tolist())
+    if isinstance(value, dict):
+        return ("dict", sorted((repr(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_canonical(v) for v in value])
+    return (type(value).__name__, repr(value))
+
+
+def state_digest(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(repr(_canonical(parts)).encode()).hexdigest()[:16]
+
+
+class RankStamp:
+    """Takes the rank of the process that loads it: state that no sync can make equal."""
+
+    def __init__(self) -> None:
+        self.rank = hvd.rank()
+
+    def __setstate__(self, state: dict) -> None:
+        self.rank = hvd.rank()
 
 
 def main() -> None:
@@ -34,6 +77,15 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
+    parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="sgd")
+    parser.add_argument("--lr-callback", action="store_true",
+                        help="lr = base lr x world size, set again by a reset callback after every reset (Horovod's style)")
+    parser.add_argument("--scheduler", action="store_true", help="StepLR stepped per epoch, kept in the state")
+    parser.add_argument("--commit-every", type=int, default=1, help="steps between commits")
+    parser.add_argument("--skew-callback", action="store_true",
+                        help="fault injection: the reset callback makes the lr depend on the rank (the replica guard heals it)")
+    parser.add_argument("--rank-stamp", action="store_true",
+                        help="fault injection: a plain attribute that takes the rank of whoever loads it (cannot be synced)")
     parser.add_argument("--timestamps", action="store_true", help="add wall-clock times (for benchmarks)")
     parser.add_argument("--file-size-limit-at-step", type=int, default=None, metavar="N",
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
@@ -51,36 +103,67 @@ def main() -> None:
         with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
-    torch.manual_seed(1234)
-    dataset = torch.utils.data.TensorDataset(torch.arange(args.samples, dtype=torch.float32).unsqueeze(1))
+    data = torch.Generator().manual_seed(99)
+    features = torch.randn(args.samples, 4, generator=data)
+    targets = features @ torch.tensor([[1.5], [-2.0], [0.5], [1.0]]) + 0.3 + 0.05 * torch.randn(args.samples, 1, generator=data)
+    dataset = torch.utils.data.TensorDataset(torch.arange(args.samples), features, targets)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
-    model = torch.nn.Linear(1, 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4), named_parameters=model.named_parameters())
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    lr = BASE_LR * (hvd.size() if args.lr_callback else 1)
+    if args.optimizer == "adam":
+        base = torch.optim.Adam(model.parameters(), lr=lr)
+    else:
+        base = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if args.optimizer == "momentum" else 0.0)
+    optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    extra: dict[str, Any] = {}
+    if args.scheduler:
+        extra["scheduler"] = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=GAMMA)
+    if args.rank_stamp:
+        extra["stamp"] = RankStamp()
     state = hvd.elastic.TorchState(
         model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0, seen=torch.zeros(args.samples),
-        ballast=torch.zeros(int(args.ballast_mb * (1 << 18))),
+        ballast=torch.zeros(int(args.ballast_mb * (1 << 18))), **extra,
     )
 
+    def digest() -> str:
+        parts: dict[str, Any] = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                 "sampler": sampler.state_dict(), "epoch": state.epoch, "step": state.step, "seen": state.seen}
+        if args.scheduler:
+            parts["scheduler"] = state.scheduler.state_dict()
+        return state_digest(parts)
+
     def on_reset() -> None:
+        if args.lr_callback:
+            for group in optimizer.param_groups:
+                group["lr"] = BASE_LR * hvd.size() * (GAMMA ** state.epoch if args.scheduler else 1.0)
+        if args.skew_callback:
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] * (1 + 0.01 * hvd.rank())
         log(event="reset", size=hvd.size(), rank=hvd.rank())
 
     state.register_reset_callbacks([on_reset])
 
+    def full_loss() -> float:
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(model(features), targets))
+
     @hvd.elastic.run
     def train(state) -> None:
         generation = hvd.context().assignment.generation
-        log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, checksum=checksum(model))
+        log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, epoch=state.epoch,
+            left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"])
         while state.epoch < args.epochs:
-            for batch_idx, (data,) in enumerate(loader):
+            for batch_idx, (index, x, y) in enumerate(loader):
                 if args.timestamps:
                     log(event="begin", step=state.step + 1)
                 optimizer.zero_grad()
-                loss = (model(data) ** 2).mean()
+                loss = torch.nn.functional.mse_loss(model(x), y)
                 loss.backward()
                 optimizer.step()
                 counts = torch.zeros(args.samples)
-                counts[data.squeeze(1).long()] += 1
+                counts[index] += 1
                 state.seen += hvd.allreduce(counts, op=hvd.Sum)
                 time.sleep(args.step_time)
                 state.step += 1
@@ -88,17 +171,22 @@ def main() -> None:
                 if args.file_size_limit_at_step is not None and state.step == args.file_size_limit_at_step and hvd.rank() == 0:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
                     log(event="fault", step=state.step)
-                state.commit()
-                log(event="commit", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step)
+                if state.step % args.commit_every == 0:
+                    state.commit()
+                    log(event="commit", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step)
             if hvd.rank() == 0:
-                log(event="epoch", epoch=state.epoch, min=float(state.seen.min()), max=float(state.seen.max()))
+                log(event="epoch", epoch=state.epoch, min=float(state.seen.min()), max=float(state.seen.max()),
+                    total=float(state.seen.sum()), samples=args.samples)
             state.epoch += 1
             state.seen = torch.zeros(args.samples)
             state.sampler.set_epoch(state.epoch)
+            if args.scheduler:
+                state.scheduler.step()
             state.commit()
 
     train(state)
-    log(event="done", step=state.step, checksum=checksum(model), size=hvd.size(), rank=hvd.rank())
+    log(event="done", step=state.step, checksum=checksum(model), digest=digest(), loss=full_loss(), size=hvd.size(),
+        rank=hvd.rank())
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ never a second copy on the GPU) and checks for host updates; every N commits ran
 the commit to the durable checkpoint writer. `restore()` copies the last commit back in place.
 After the ring was re-formed, `elastic.run` aligns every rank's commit with rank 0's, moving
 only what differs (see `worker.state_sync`); a job starting with no commit anywhere resumes
-from the newest durable checkpoint that verifies.
+from the newest durable checkpoint that verifies. Then every rank runs the reset callbacks on
+that same state, and the replica guard (`verify_replicas`) proves the ranks identical.
 
-Modules, optimizers and samplers get a handler each; any other keyword becomes an attribute
-saved, restored and broadcast as a Python object.
+Modules, optimizers, learning-rate schedulers and samplers get a handler each; any other
+keyword becomes an attribute saved, restored and broadcast as a Python object.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from checkpoint.memory import HostSnapshot
 from checkpoint.tree import has_plain_leaves
 from worker.checkpointing import Checkpointing
 from worker.context import say
-from worker.errors import HostsUpdatedInterrupt
-from worker.state_sync import sync_snapshot
+from worker.errors import HostsUpdatedInterrupt, ReplicasDivergedError
+from worker.replica_guard import compare_live_state, describe
+from worker.state_sync import SyncPlan, sync_snapshot
 from worker.torch.elastic.sampler import ElasticSampler
 
 #: Snapshot entry with the state's own bookkeeping (the commit count); also in checkpoints.
@@ -46,14 +48,25 @@ class State:
         self._snapshot = HostSnapshot()
         self._durable = Checkpointing.from_environ(say)
         self._tried_disk = False
+        self._resumed = False  # loaded a durable checkpoint that the ring has not synced yet
 
     def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
-        """Functions called after every reset (e.g. to scale the learning rate to the new size)."""
+        """Functions called after every reset (e.g. to scale the learning rate to the new size).
+
+        They run on every rank of the new ring, newcomers included, after the ring was formed
+        and every rank holds rank 0's state, so `hvd.size()`/`hvd.rank()` are the new ones and
+        each rank applies them to the same state (also after resuming from a durable
+        checkpoint, which another ring wrote)."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self) -> None:
+        """After a reset: re-align objects with the new ring (`reset`), then the callbacks."""
+        self.reset()
         for callback in self._reset_callbacks:
             callback()
+
+    def reset(self) -> None:
+        """Re-align objects with the current ring (TorchState re-deals its samplers)."""
 
     def commit(self) -> None:
         """Snapshot the state, then raise HostsUpdatedInterrupt if the ring must change."""
@@ -66,7 +79,11 @@ class State:
                 rank, size = context.topology()[:2]
                 generation = context.assignment.generation if context.assignment else 0
                 self._durable.after_commit(self._snapshot, self._commits, rank, size, generation)
-            self.check_host_updates()
+            try:
+                self.check_host_updates()
+            except HostsUpdatedInterrupt as exc:
+                exc.committed = True  # the live state is this commit: nothing to save before the sync
+                raise
 
     @property
     def commits(self) -> int:
@@ -114,21 +131,53 @@ class State:
         self.save()
         self.sync_committed()
 
-    def sync_committed(self) -> None:
+    def sync_committed(self, after_reset: bool = False) -> SyncPlan:
         """Give every worker rank 0's last commit, moving only what differs, and load it where
         it changed. Called by `elastic.run` after each reset, when every live state equals its
-        commit. A rank 0 that never committed first looks for a durable checkpoint."""
+        commit. A rank 0 that never committed first looks for a durable checkpoint.
+
+        `after_reset` says this rank went through a reset; the plan returned says whether any
+        rank did (or rank 0 resumed from a checkpoint): then reset callbacks are due everywhere."""
         hvd = _hvd()
         comm = hvd.context().communicator()
         if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:
             self._tried_disk = True
             self._resume_from_disk()
-        the_plan = sync_snapshot(self._snapshot, comm, hvd.broadcast_object)
+        the_plan = sync_snapshot(self._snapshot, comm, hvd.broadcast_object, after_reset=after_reset or self._resumed)
+        self._resumed = False
         if comm.rank in the_plan.skeleton_to:
             self._load_entries(self._snapshot)
         if self._durable is not None:
             self._durable.resumed(self._commits)
         hvd.context().note_commit(self._commits)
+        return the_plan
+
+    def verify_replicas(self) -> None:
+        """The replica guard: prove that every rank's live state equals rank 0's (one small
+        allgather of per-entry digests; see `worker.replica_guard`). A difference is never
+        trained on: it is logged with the entries and ranks, every rank's live state is synced
+        from rank 0 once more, and if that does not make them equal the worker stops with
+        `ReplicasDivergedError`."""
+        context = _hvd().context()
+        comm = context.communicator()
+        found = compare_live_state(self._entries(), comm)
+        if not found:
+            return
+        generation = context.assignment.generation if context.assignment else 0
+        if comm.rank == 0 or comm.rank in found:
+            say(f"replica guard: in generation {generation} the live state differs from rank 0's after the sync "
+                f"({describe(found)}); syncing every rank from rank 0's live state")
+        self.save()
+        self.sync_committed()
+        still = compare_live_state(self._entries(), comm)
+        if still:
+            raise ReplicasDivergedError(
+                f"in generation {generation} the live state still differs from rank 0's after a second sync "
+                f"({describe(still)}): something makes it depend on the rank, most often a reset callback "
+                "(callbacks run on every rank and must compute the same values everywhere)"
+            )
+        if comm.rank == 0 or comm.rank in found:
+            say(f"replica guard: every rank holds rank 0's state again in generation {generation}")
 
     def finish(self) -> None:
         """Training returned: make the last commit durable (rank 0, when checkpoints are on)."""
@@ -155,6 +204,7 @@ class State:
         merged[RINGMASTER_ENTRY] = {"commits": manifest.step}
         self._snapshot.capture(merged)
         self._load_entries(self._snapshot)
+        self._resumed = True
         say(
             f"resumed from the checkpoint of step {manifest.step} in {self._durable.directory.path} "
             f"(written by {manifest.world_size} worker(s) in generation {manifest.generation})"
@@ -217,12 +267,21 @@ class _OptimizerHandler(_ModelHandler):
             group.update({k: copy.deepcopy(v) for k, v in committed.items() if k != "params"})
 
 
-class _SamplerHandler(_ModelHandler):
+class _SchedulerHandler(_ModelHandler):
+    """A learning-rate scheduler: its counters (`last_epoch`, `base_lrs`, ...) are committed,
+    restored and synced like the optimizer whose lr it sets; kept as a plain attribute it would
+    be deep-copied together with its optimizer."""
+
     def load(self, snapshot: HostSnapshot, name: str) -> None:
         self.value.load_state_dict(snapshot.materialize(name))
 
+
+class _SamplerHandler(_SchedulerHandler):
     def on_reset(self) -> None:
         self.value.reset()
+
+
+_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
 def _handler_for(value: Any):
@@ -230,13 +289,16 @@ def _handler_for(value: Any):
         return _ModelHandler(value)
     if isinstance(value, torch.optim.Optimizer):
         return _OptimizerHandler(value)
+    if isinstance(value, _SCHEDULERS):
+        return _SchedulerHandler(value)
     if isinstance(value, ElasticSampler):
         return _SamplerHandler(value)
     return None
 
 
 class TorchState(ObjectState):
-    """State of a PyTorch job: `TorchState(model=model, optimizer=opt, sampler=s, epoch=0, batch=0)`."""
+    """State of a PyTorch job: `TorchState(model=model, optimizer=opt, scheduler=sched, sampler=s,
+    epoch=0, batch=0)`."""
 
     def __init__(self, model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, **kwargs: Any) -> None:
         if model is not None:
@@ -267,7 +329,13 @@ class TorchState(ObjectState):
                 handler.load(snapshot, name)
         super()._load_entries(snapshot)
 
-    def on_reset(self) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
+        """`state.model = other_model` hands the new object to its handler (as in Horovod)."""
+        handlers = self.__dict__.get("_handlers")
+        if handlers and name in handlers:
+            handlers[name].value = value
+        super().__setattr__(name, value)
+
+    def reset(self) -> None:
         for handler in self._handlers.values():
             handler.on_reset()
-        super().on_reset()
