@@ -211,5 +211,16 @@ class WorkerContext:
             self._guard(self.link.report_done)
 
     def shutdown(self) -> None:
+        """Leave the job's rings and the rendezvous cleanly. Runs at interpreter exit too
+        (`hvd.init` registers it with `atexit`, which runs before the interpreter finalizes):
+        a gRPC stream torn down or a collective completing after that point wakes a thread that
+        can no longer enter Python, and the process dies by SIGABRT ("terminate called without
+        an active exception") instead of exiting with its script's status."""
+        self._retire_ring()
+        deadline = time.monotonic() + self.timeout_s
+        while self._graveyard and time.monotonic() < deadline:  # collectives stuck on a hung peer end by its timeout
+            self._graveyard = [old for old in self._graveyard if not old.idle]
+            time.sleep(0.01)
+        self._graveyard = []
         if self.link is not None:
             self.link.close()

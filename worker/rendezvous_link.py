@@ -61,20 +61,29 @@ class RendezvousLink:
         self._stub: pb_grpc.RendezvousStub | None = None
         self._session = None
         self._waiting: tuple[int, str] | None = None  # (after_generation, failure) of the last Ready
+        self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         if not self._open():
             raise ConnectionError(f"cannot reach the rendezvous at {', '.join(self.addresses)}")
-        threading.Thread(target=self._read, name="ringmaster-session", daemon=True).start()
-        threading.Thread(target=self._beat, name="ringmaster-heartbeat", daemon=True).start()
+        self._threads = [threading.Thread(target=self._read, name="ringmaster-session", daemon=True),
+                         threading.Thread(target=self._beat, name="ringmaster-heartbeat", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
-    def close(self) -> None:
+    def close(self, join_timeout_s: float = 2.0) -> None:
+        """End the session and wait (bounded) for its threads: a thread woken by the channel's
+        teardown after the interpreter began to finalize would abort the process."""
         self._closed.set()
         if self._session is not None:
             self._session.cancel()
         if self._channel is not None:
             self._channel.close()
+        deadline = time.monotonic() + join_timeout_s
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _open(self) -> bool:
         """Open a session with the first listed rendezvous that answers; False past the deadline."""

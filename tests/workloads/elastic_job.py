@@ -14,7 +14,7 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "epoch", "epoch", "min", "max", "total", "samples"}  rank 0, at the end of each epoch:
       how often each sample of the epoch reached the committed model (exactly once means
       min == max == 1), and how many reached it in all
-  {"event": "done", "step", "checksum", "digest", "loss", "size", "rank"}  when training returned
+  {"event": "done", "step", "epochs", "checksum", "digest", "loss", "size", "rank"}  when training returned
 `seen` counts samples through an allreduce into the state, so it records exactly what the
 committed model has seen, across rollbacks and resizes. `digest` is a SHA-256 of the whole
 training state (module tensors, optimizer state and every hyperparameter, scheduler, sampler
@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="sgd")
+    parser.add_argument("--base-lr", type=float, default=BASE_LR, help="learning rate of a ring of one")
     parser.add_argument("--lr-callback", action="store_true",
                         help="lr = base lr x world size, set again by a reset callback after every reset (Horovod's style)")
     parser.add_argument("--scheduler", action="store_true", help="StepLR stepped per epoch, kept in the state")
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--rank-stamp", action="store_true",
                         help="fault injection: a plain attribute that takes the rank of whoever loads it (cannot be synced)")
     parser.add_argument("--timestamps", action="store_true", help="add wall-clock times (for benchmarks)")
+    parser.add_argument("--stop-file", default=None, help="end training at the end of the epoch in which this file appears")
     parser.add_argument("--file-size-limit-at-step", type=int, default=None, metavar="N",
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
                              "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
@@ -111,7 +113,7 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     torch.manual_seed(1234)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    lr = BASE_LR * (hvd.size() if args.lr_callback else 1)
+    lr = args.base_lr * (hvd.size() if args.lr_callback else 1)
     if args.optimizer == "adam":
         base = torch.optim.Adam(model.parameters(), lr=lr)
     else:
@@ -123,7 +125,7 @@ def main() -> None:
     if args.rank_stamp:
         extra["stamp"] = RankStamp()
     state = hvd.elastic.TorchState(
-        model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0, seen=torch.zeros(args.samples),
+        model=model, optimizer=optimizer, sampler=sampler, epoch=0, last_epoch=args.epochs, step=0, seen=torch.zeros(args.samples),
         ballast=torch.zeros(int(args.ballast_mb * (1 << 18))), **extra,
     )
 
@@ -137,7 +139,7 @@ def main() -> None:
     def on_reset() -> None:
         if args.lr_callback:
             for group in optimizer.param_groups:
-                group["lr"] = BASE_LR * hvd.size() * (GAMMA ** state.epoch if args.scheduler else 1.0)
+                group["lr"] = args.base_lr * hvd.size() * (GAMMA ** state.epoch if args.scheduler else 1.0)
         if args.skew_callback:
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * (1 + 0.01 * hvd.rank())
@@ -154,7 +156,7 @@ def main() -> None:
         generation = hvd.context().assignment.generation
         log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, epoch=state.epoch,
             left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"])
-        while state.epoch < args.epochs:
+        while state.epoch < state.last_epoch:
             for batch_idx, (index, x, y) in enumerate(loader):
                 if args.timestamps:
                     log(event="begin", step=state.step + 1)
@@ -182,11 +184,15 @@ def main() -> None:
             state.sampler.set_epoch(state.epoch)
             if args.scheduler:
                 state.scheduler.step()
+            if args.stop_file is not None:
+                stop = hvd.allreduce(torch.tensor([float(os.path.exists(args.stop_file))]), op=hvd.Max)
+                if stop.item() > 0:
+                    state.last_epoch = state.epoch  # every rank agrees (and commits it): this was the last epoch
             state.commit()
 
     train(state)
-    log(event="done", step=state.step, checksum=checksum(model), digest=digest(), loss=full_loss(), size=hvd.size(),
-        rank=hvd.rank())
+    log(event="done", step=state.step, epochs=state.epoch, checksum=checksum(model), digest=digest(), loss=full_loss(),
+        size=hvd.size(), rank=hvd.rank())
 
 
 if __name__ == "__main__":

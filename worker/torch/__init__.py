@@ -7,6 +7,7 @@ bounded, so a dead or hung peer raises `HorovodInternalError` instead of hanging
 
 from __future__ import annotations
 
+import atexit
 import io
 from typing import Any, Iterable, Mapping
 
@@ -35,13 +36,16 @@ def init() -> None:
         context = WorkerContext()
         context.init()
         _context = context
+        atexit.register(shutdown)  # leave before the interpreter finalizes: see WorkerContext.shutdown
 
 
 def shutdown() -> None:
+    """Leave the job's rings and the rendezvous (also done at interpreter exit)."""
     global _context
     if _context is not None:
         _context.shutdown()
         _context = None
+        atexit.unregister(shutdown)
 
 
 def is_initialized() -> bool:
