@@ -395,7 +395,7 @@ def assert_no_committed_step_lost(logs: dict[str, list[dict]]) -> None:
 def goodput(logs: dict[str, list[dict]]) -> tuple[int, int, float]:
     """(steps kept, steps computed, fraction of wall time with progress), from the ring's rank 0
     of each generation: a step begun and not kept was redone; a pause between two commits longer
-    than five median steps is time without progress."""
+    than three median steps is time without progress."""
     leaders = {(r["generation"], r["worker"]) for r in events(logs, "synced") if r["rank"] == 0}
     begun = 0
     commit_times: list[float] = []
@@ -412,7 +412,7 @@ def goodput(logs: dict[str, list[dict]]) -> tuple[int, int, float]:
     if not gaps:
         return kept, begun, 1.0
     typical = statistics.median(gaps)
-    stalled = sum(g - typical for g in gaps if g > 5 * typical)
+    stalled = sum(g - typical for g in gaps if g > 3 * typical)
     span = commit_times[-1] - commit_times[0]
     return kept, max(begun, kept), 1.0 - stalled / span if span else 1.0
 
