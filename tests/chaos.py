@@ -83,6 +83,9 @@ class Injected:
     target: str
     absorbed_at: float | None = None
     cleanup: Callable[[], None] | None = None
+    #: The fault must form a new generation (False: training only has to go on, e.g. a host
+    #: added while `scale` caps the world, or a rendezvous restart).
+    new_generation: bool = True
 
     @property
     def recovery_s(self) -> float | None:
@@ -222,8 +225,8 @@ class ChaosRun:
         active = sorted({w["host"] for w in ranked})
         now = time.time()
 
-        def fault(target: str, cleanup: Callable[[], None] | None = None) -> Injected:
-            return Injected(kind, now, generation, target, cleanup=cleanup)
+        def fault(target: str, cleanup: Callable[[], None] | None = None, new_generation: bool = True) -> Injected:
+            return Injected(kind, now, generation, target, cleanup=cleanup, new_generation=new_generation)
 
         if kind == "kill_worker" and len(ranked) > self.min_np:
             victim = self.rng.choice(ranked)
@@ -251,13 +254,13 @@ class ChaosRun:
                 return fault(victim["name"])
         if kind == "add_host":
             spare = [h for h in self.pool if h not in self.in_discovery]
-            if spare and len(ranked) < self.max_np and (status["target_np"] or self.max_np) > len(ranked):
+            if spare:
                 host = self.rng.choice(spare)
                 self.in_discovery.append(host)
                 write_hosts(self.hosts_file, {h: SLOTS for h in self.in_discovery})
                 if self.store == "etcd":
                     self._start_agent(host)
-                return fault(host)
+                return fault(host, new_generation=min(status["target_np"] or self.max_np, self.max_np) > len(ranked))
         if kind == "remove_host":
             candidates = [h for h in self.in_discovery if h in active]
             if len(self.in_discovery) > 1 and candidates:
@@ -272,9 +275,8 @@ class ChaosRun:
             return fault(f"np {target}")
         if kind == "scale_up" and status["target_np"] is not None and status["target_np"] < self.max_np:
             capacity = SLOTS * len([h for h in status["hosts"] if h["agent_connected"] and not h["blacklisted"]])
-            if capacity > len(ranked):
-                self._scale(self.max_np)
-                return fault(f"np {self.max_np}")
+            self._scale(self.max_np)
+            return fault(f"np {self.max_np}", new_generation=capacity > len(ranked))
         if kind == "restart_serve" and self.store == "etcd":
             assert self.job is not None
             os.killpg(self.job.proc.pid, signal.SIGKILL)
@@ -297,7 +299,7 @@ class ChaosRun:
 
     def absorbed(self, fault: Injected) -> float | None:
         """When the job committed a step after `fault` (in a newer generation where one is due)."""
-        new_generation = fault.kind not in ("restart_serve", "kill_etcd_member")
+        new_generation = fault.new_generation and fault.kind not in ("restart_serve", "kill_etcd_member")
         times = [r["time"] for w, records in read_logs(self.log_dir).items() for r in records
                  if r["event"] == "commit" and r["time"] > fault.at and (not new_generation or r["generation"] > fault.generation)]
         return min(times) if times else None
@@ -323,11 +325,14 @@ class ChaosRun:
         skipped: list[str] = []
         pending = list(self.plan)
         deferred: list[Planned] = []
+        retries = 3 * len(self.plan)  # tries left for faults that found no target at their moment
         try:
             self.start()
             assert self.job is not None
             wait_for(lambda: len(events(read_logs(self.log_dir), "commit")) >= 8, 180, "training to begin")
-            while pending and self.job.proc.poll() is None:
+            while (pending or (deferred and retries > 0)) and self.job.proc.poll() is None:
+                if not pending:  # only faults that found no target are left: try them again
+                    pending, deferred, retries = deferred, [], retries - len(deferred)
                 planned = pending.pop(0)
                 deadline = time.monotonic() + planned.after_s
                 while time.monotonic() < deadline and self.job.proc.poll() is None:

@@ -134,6 +134,9 @@ class Job:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"ringmaster did not finish within {timeout_s:g} s:\n{self.output}") from None
         self._reader.join(timeout=5)
+        # A worker's exit status is its script's: SIGABRT at exit (a thread woken during the
+        # interpreter's finalization) never passes unnoticed.
+        assert "was killed by signal 6 (SIGABRT)" not in self.output, f"a worker died by SIGABRT:\n{self.output}"
         return code
 
     def kill(self) -> None:

@@ -57,9 +57,9 @@ def differences(vectors: list[list[int]], names: list[str], root: int = 0) -> di
 def compare_live_state(entries: Mapping[str, Any], comm: Communicator, root: int = 0) -> dict[int, tuple[str, ...]]:
     """Every rank: digest `entries` (the live state) and compare with the root's. Returns the
     same verdict on every rank: which ranks differ, and in which entries."""
-    digests = entry_digests(entries)
     if comm.size == 1:
         return {}
+    digests = entry_digests(entries)
     gathered = comm.allgather(torch.tensor(pack(digests), dtype=torch.int64))
     return differences([[int(x) for x in g.tolist()] for g in gathered], list(digests), root)
 
