@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 from typing import Iterator
@@ -77,3 +78,17 @@ def run_job():
     yield start
     for job in jobs:
         job.kill()
+
+
+@pytest.fixture
+def alone(monkeypatch):
+    """The training library as a job of one: no Ringmaster environment, a fresh `hvd.init()`."""
+    import worker.torch as hvd
+
+    for name in list(os.environ):
+        if name.startswith("RINGMASTER_"):
+            monkeypatch.delenv(name)
+    hvd.shutdown()
+    hvd.init()
+    yield
+    hvd.shutdown()

@@ -4,7 +4,6 @@ plan's reset flag; and the state handlers in one process (a job of one)."""
 from __future__ import annotations
 
 import math
-import os
 from collections import OrderedDict
 
 import pytest
@@ -68,17 +67,6 @@ def test_sync_plan_says_whether_any_rank_went_through_a_reset() -> None:
     assert plan([(*same, 0), (*same, 1)], 0).after_reset  # a survivor tells the newcomer
     the_plan = plan([(*same, 1), (9, 2, 3, 0)], 0)
     assert the_plan.after_reset and the_plan.skeleton_to == (1,) and the_plan.tensors_to == ()
-
-
-@pytest.fixture
-def alone(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RINGMASTER_"):
-            monkeypatch.delenv(name)
-    hvd.shutdown()
-    hvd.init()
-    yield
-    hvd.shutdown()
 
 
 def test_a_scheduler_in_the_state_rolls_back_with_its_optimizer(alone) -> None:

@@ -6,7 +6,6 @@ optimizer wrapper keeps its class; `elastic.run` returns the function's result.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -15,15 +14,7 @@ import worker.torch as hvd
 from checkpoint.directory import CheckpointDirectory
 
 
-@pytest.fixture(autouse=True)
-def alone(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RINGMASTER_"):
-            monkeypatch.delenv(name)
-    hvd.shutdown()
-    hvd.init()
-    yield
-    hvd.shutdown()
+pytestmark = pytest.mark.usefixtures("alone")
 
 
 def test_a_script_alone_is_a_job_of_one() -> None:
