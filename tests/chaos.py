@@ -163,11 +163,11 @@ class ChaosRun:
         self.in_discovery = self.pool[:3]
         self.script, self.hosts_file = discovery_script(workdir, {h: SLOTS for h in self.in_discovery})
         self.min_np, self.max_np = 2, 8
-        self.processes: list[Job] = []
-        self.agents: dict[str, Job] = {}
-        self.job: Job | None = None
+        self.processes: list[Job] = []  # everything started, killed at the end
+        self.job: Job | None = None  # `run`, or the current `serve`
         self.etcd: Any = None
         self.serve_args: list[str] = []
+        self.rendezvous = ""  # HOST:PORT of `serve`, for the agents
 
     # ------------------------------------------------------------------ the job
     def workload(self) -> list[str]:
@@ -202,8 +202,8 @@ class ChaosRun:
         return job
 
     def _start_agent(self, host: str) -> None:
-        self.agents[host] = self._spawn(Job(["--rendezvous", self.rendezvous, "--host", host, "--stop-grace", "1",
-                                             "--reconnect-timeout", "60"], verb="agent"))
+        self._spawn(Job(["--rendezvous", self.rendezvous, "--host", host, "--stop-grace", "1", "--reconnect-timeout", "60"],
+                        verb="agent"))
 
     def status(self) -> dict:
         assert self.job is not None
