@@ -382,6 +382,8 @@ class ChaosRun:
             assert final_loss <= 2 * reference + 0.01, \
                 f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults"
             checks["loss"] = f"{final_loss:.4f} after {epochs} epochs; fault-free {reference:.4f}"
+        slowest = max((f.recovery_s or 0.0 for f in injected), default=0.0)
+        checks["no hang"] = f"every fault absorbed within {self.recovery_bound_s:g} s (slowest {slowest:.2f} s)"
         kept, computed, progress = goodput(logs)
         return Report(self.seed, self.store, injected, skipped, wall_s, kept, computed, progress, final_loss, reference, checks)
 
