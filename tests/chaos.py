@@ -305,15 +305,18 @@ class ChaosRun:
         return min(times) if times else None
 
     def wait_absorbed(self, fault: Injected) -> None:
+        """Wait (bounded) for the job to absorb `fault`; the caller reports a fault left unabsorbed."""
         assert self.job is not None
-        deadline = time.monotonic() + self.recovery_bound_s
-        while time.monotonic() < deadline:
+        job = self.job
+
+        def settled() -> bool:
             fault.absorbed_at = self.absorbed(fault)
-            if fault.absorbed_at is not None:
-                return
-            if self.job.proc.poll() is not None and self.job.proc.returncode is not None and fault.kind != "restart_serve":
-                return
-            time.sleep(0.1)
+            return fault.absorbed_at is not None or (job.proc.poll() is not None and fault.kind != "restart_serve")
+
+        try:
+            wait_for(settled, self.recovery_bound_s, f"{fault.kind} to be absorbed", interval_s=0.1)
+        except AssertionError:
+            pass
 
     # ------------------------------------------------------------------ the run
     def run(self, compare_loss: bool = True) -> Report:
