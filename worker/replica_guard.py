@@ -23,17 +23,22 @@ from worker.communicator import Communicator
 SLOTS = 64
 
 
+def _split(names: list[str]) -> tuple[list[str], list[str]]:
+    """Sorted entry names: those with a slot of their own, and those folded into the last."""
+    ordered = sorted(names)
+    return ordered[: SLOTS - 2], ordered[SLOTS - 2:]
+
+
 def slot_names(names: list[str]) -> list[str]:
-    """What each digest slot after the first stands for, given the sorted entry names."""
-    head, rest = names[: SLOTS - 2], names[SLOTS - 2:]
+    """What each digest slot after the first stands for."""
+    head, rest = _split(names)
     return head + ([", ".join(rest)] if rest else [])
 
 
 def pack(digests: Mapping[str, int]) -> list[int]:
     """Pure: the fixed-size vector a rank sends for its per-entry digests."""
-    names = sorted(digests)
-    head, rest = names[: SLOTS - 2], names[SLOTS - 2:]
-    vector = [tree_digest(names)] + [digests[name] for name in head]
+    head, rest = _split(list(digests))
+    vector = [tree_digest(head + rest)] + [digests[name] for name in head]
     if rest:
         vector.append(tree_digest([digests[name] for name in rest]))
     return vector + [0] * (SLOTS - len(vector))
@@ -42,7 +47,7 @@ def pack(digests: Mapping[str, int]) -> list[int]:
 def differences(vectors: list[list[int]], names: list[str], root: int = 0) -> dict[int, tuple[str, ...]]:
     """Pure: for each rank whose vector differs from the root's, the entries that differ."""
     reference = vectors[root]
-    labels = slot_names(sorted(names))
+    labels = slot_names(names)
     found: dict[int, tuple[str, ...]] = {}
     for rank, vector in enumerate(vectors):
         if rank == root or vector == reference:
