@@ -1,6 +1,9 @@
 """The environment a worker process is started with: part of the contract, like the .proto.
 
 Ringmaster's own variables tell the worker library where the rendezvous and the store are.
+Horovod's worker variables (HOROVOD_RANK, HOROVOD_SIZE, ..., HOROVOD_HOSTNAME) are set as
+horovodrun sets them: the slot's place when the process starts (a newcomer's is where it is
+expected to join); `hvd.rank()` and friends give the current values after every reset.
 The torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, ...) let a plain `torch.distributed` script run unchanged.
 """
@@ -28,3 +31,11 @@ TORCHRUN_MASTER_ADDR = "MASTER_ADDR"
 TORCHRUN_MASTER_PORT = "MASTER_PORT"
 TORCHRUN_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 TORCHRUN_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+
+HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
+HOROVOD_RANK = "HOROVOD_RANK"
+HOROVOD_SIZE = "HOROVOD_SIZE"
+HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"
+HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
+HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
+HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"

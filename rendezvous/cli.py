@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -25,13 +26,17 @@ from rendezvous.model import JobOutcome, Summary
 from rendezvous.settings import JobSettings
 from rendezvous.store_url import StoreUrlError, parse_store
 
+#: horovodrun's --log-level choices.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None, metavar="N",
                         help="number of workers to start with; also the default of --min-np (and of --max-np without discovery) (default: none)")
-    parser.add_argument("--min-np", type=int, default=None, metavar="N", help="fewest workers the job trains with (default: -np, else 1)")
-    parser.add_argument("--max-np", type=int, default=None, metavar="N",
-                        help="most workers (default: -np with fixed hosts; all discovered slots with a discovery script)")
+    parser.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None, metavar="N", help="fewest workers the job trains with (default: -np, else 1)")
+    parser.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None, metavar="N",
+                        help="most workers (default: all slots with a discovery script or with -H and --min-np, as "
+                             "horovodrun's elastic mode; else -np)")
     parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
     parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
                         help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval (default: none)")
@@ -42,6 +47,16 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reset-limit", type=int, default=None, metavar="N", help="most resets (ring re-formations) before the job fails (default: no limit)")
     parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                         help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
+    parser.add_argument("--spare-last-hosts", action=argparse.BooleanOptionalAction, default=True,
+                        help="keep a host whose worker was killed by a signal (or that was lost) when blacklisting it would "
+                             "leave fewer than --min-np slots: the job restarts there from its last commit or checkpoint; "
+                             "--no-spare-last-hosts blacklists it as Horovod does (default: spare)")
+    parser.add_argument("--exit-report-timeout", type=float, metavar="S", default=defaults.DEFAULT_EXIT_REPORT_TIMEOUT_S,
+                        help="seconds the next ring waits for a crashed worker's exit status before re-forming without it (default: %(default)s)")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                        help="which of the job's events the rendezvous prints: DEBUG adds workers' connections and ready calls, "
+                             "INFO every event, WARNING failures and blacklisting, ERROR and CRITICAL only a failed job's end "
+                             "(default: %(default)s)")
     parser.add_argument("--discovery-interval", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
                         help="seconds between discovery runs (default: %(default)s)")
     parser.add_argument("--discovery-timeout", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
@@ -127,7 +142,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
     initial = discovery.find_hosts()  # a bad script refuses to start here
     min_np = args.min_np or args.np or 1
     max_np = args.max_np
-    if max_np is None and not args.host_discovery_script and args.np is not None:
+    elastic_hosts = bool(args.hosts) and args.min_np is not None  # horovodrun: -H with --min-np is elastic
+    if max_np is None and not args.host_discovery_script and not elastic_hosts and args.np is not None:
         max_np = args.np
     try:
         settings = JobSettings(
@@ -138,6 +154,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
             warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
             checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
             checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_keep=args.checkpoint_keep,
@@ -180,7 +197,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return 2
     server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
-                              local_hosts=local_hosts, advertise=args.advertise_address, store=store)
+                              local_hosts=local_hosts, advertise=args.advertise_address, store=store,
+                              log_level=logging.getLevelName(args.log_level))
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()

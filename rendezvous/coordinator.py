@@ -21,6 +21,7 @@ How a generation comes about:
 
 from __future__ import annotations
 
+import logging
 import signal
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -62,6 +63,7 @@ class Coordinator:
         plain_store_factory: StoreFactory,
         blacklist: Blacklist | None = None,
         log: Callable[[str], None] = print,
+        log_level: int = logging.INFO,
     ) -> None:
         self.settings = settings
         self.rendezvous_address = rendezvous_address
@@ -70,6 +72,7 @@ class Coordinator:
         cooldown = CooldownRange(*settings.blacklist_cooldown_s) if settings.blacklist_cooldown_s else None
         self.blacklist = blacklist or Blacklist(cooldown)
         self._log = log
+        self.log_level = log_level  # events below it are recorded but not printed (--log-level)
 
         self.hosts: dict[str, Host] = {}
         self.workers: dict[str, Worker] = {}
@@ -87,6 +90,9 @@ class Coordinator:
         self._sent_to_agents: dict[str, tuple] = {}
         self._generation_started = 0.0
         self._quick_failures = 0  # consecutive generations that failed soon after forming
+        self._host_order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
+        self._exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
+        self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
         self.outbox: list[tuple[str, str, object]] = []  # ("agent"|"worker", id, message)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._snapshots = job_record.Snapshots()  # so `record` rebuilds only what changed
@@ -108,10 +114,11 @@ class Coordinator:
             host.slots, host.discovered = slots, True
         for name in change.removed:
             self.hosts[name].discovered = False
+        self._host_order = [n for n in self._host_order if n in hosts] + [n for n in hosts if n not in self._host_order]
         self._unsettled = True
 
     def discovery_failed(self, message: str, now: float) -> None:
-        self._event(now, f"discovery failed, keeping the last good host set: {message}")
+        self._event(now, f"discovery failed, keeping the last good host set: {message}", logging.WARNING)
 
     # ------------------------------------------------------------------ inputs: agents
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None) -> None:
@@ -126,6 +133,7 @@ class Coordinator:
         for worker in self._workers_on(host):
             if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in alive:
                 worker.phase = Phase.EXITED
+                self._exit_awaited.pop(worker.worker_id, None)
                 if self._is_member(worker) and not worker.done:
                     self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
                 if not worker.done:
@@ -150,13 +158,14 @@ class Coordinator:
             self._event(now, f"agent for host {host} stopped: the host left the job")
             self._unsettled = True
             return
-        self._event(now, f"host {host} lost: its agent {reason}")
+        self._event(now, f"host {host} lost: its agent {reason}", logging.WARNING)
         self._pending_cause.append(f"host {host} lost")
         for worker in self._workers_on(host):
             if worker.live and not worker.stopping and not worker.done:
                 self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False)
             worker.phase = Phase.EXITED
-        self._blacklist_host(host, now)
+            self._exit_awaited.pop(worker.worker_id, None)
+        self._blacklist_host(host, f"its agent {reason}", now, by_itself=False)
         self._unsettled = True
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
@@ -166,8 +175,11 @@ class Coordinator:
         how = describe_exit(exit_code, signal_number)
         was_live = worker.live
         worker.phase = Phase.EXITED
+        self._exit_awaited.pop(worker_id, None)
         clean = exit_code == 0 and signal_number == 0
-        stopped = worker.stopping or stopped_by_agent
+        # The agent's word counts only for a worker still counted live: one already counted failed
+        # (its connection closed) and stopped by its agent is a crash that the agent tidied up.
+        stopped = worker.stopping or (stopped_by_agent and was_live)
         # Outside hvd.elastic.run a clean exit of a member is its success (torchrun's rule).
         finished = not stopped and (worker.done or (clean and not worker.elastic and self._is_member(worker)))
         if self._is_member(worker) and not finished:
@@ -180,11 +192,11 @@ class Coordinator:
             self._event(now, f"worker {worker_id} on {host} finished ({how})")
             self._start_finishing(now)
         else:
-            self._event(now, f"worker {worker_id} on {host} {how}")
+            self._event(now, f"worker {worker_id} on {host} {how}", logging.WARNING)
             if was_live:
                 self._worker_failed(worker, how, now, blame_host=False)
             if not clean:
-                self._blacklist_host(host, now)
+                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=signal_number == 0)
         self._unsettled = True
 
     # ------------------------------------------------------------------ inputs: workers
@@ -198,6 +210,7 @@ class Coordinator:
         if not worker.live or worker.stopping:
             return f"worker {worker_id} is being stopped"
         worker.registered, worker.pid, worker.last_heartbeat = True, pid, now
+        self._event(now, f"worker {worker_id} connected (pid {pid})", logging.DEBUG)
         if worker.phase is Phase.SPAWNING:
             worker.phase = Phase.MEMBER if self._is_member(worker) else Phase.WARMING
         gen = self.generation
@@ -219,8 +232,11 @@ class Coordinator:
         if not worker.elastic:
             return  # outside hvd.elastic.run an exit may be success: its agent reports the code
         # An elastic worker that did not return from its training function died. Its exit code
-        # follows within milliseconds; the host is blacklisted then, or when its agent is found dead.
+        # follows (a crashing interpreter takes up to a second to exit); the next ring waits for
+        # it, so that a blacklisted host is left out at once: one failure, one reset (Horovod too
+        # waits for every worker's status).
         self._worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False)
+        self._exit_awaited[worker_id] = now
         self._unsettled = True
 
     def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float) -> None:
@@ -242,6 +258,8 @@ class Coordinator:
         if worker.stopping:
             return f"worker {worker_id} is leaving the job"
         worker.elastic = worker.elastic or elastic
+        self._event(now, f"worker {worker_id} ready for the generation after {after_generation}"
+                         + (f" ({failure})" if failure else ""), logging.DEBUG)
         gen = self.generation
         if failure and gen is not None and gen.number == after_generation and gen.over is None:
             self._end_generation(f"worker {worker_id} reported: {failure}", now)
@@ -358,12 +376,29 @@ class Coordinator:
     def live_workers(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.live]
 
+    def ordered_hosts(self) -> list[Host]:
+        """Discovered hosts in discovery's order: hosts known longer first, new ones in the order
+        listed (Horovod's rule), so rank 0 follows `-H` and a host that joins takes the last ranks."""
+        order = self._host_order or [h.name for h in self.hosts.values()]
+        return [self.hosts[n] for n in order if n in self.hosts and self.hosts[n].discovered]
+
     def eligible_hosts(self, now: float) -> list[Host]:
-        """Hosts the job may use now: discovered, agent connected, not blacklisted."""
-        return [
-            h for h in self.hosts.values()
-            if h.discovered and h.agent_connected and not self.blacklist.is_blacklisted(h.name, now)
-        ]
+        """Hosts the job may use now: discovered, agent connected, not blacklisted (in order)."""
+        return [h for h in self.ordered_hosts() if h.agent_connected and not self.blacklist.is_blacklisted(h.name, now)]
+
+    def awaiting_exits(self, now: float) -> set[str]:
+        """Hosts of failed workers whose exit status has not come yet (bounded by
+        `exit_report_timeout_s`): the next ring waits for it to know whether the host is blacklisted."""
+        hosts = set()
+        for worker_id, since in list(self._exit_awaited.items()):
+            worker = self.workers.get(worker_id)
+            host = self.hosts.get(worker.host) if worker else None
+            if worker is None or host is None or not host.agent_connected or worker.phase is Phase.EXITED \
+                    or now - since >= self.settings.exit_report_timeout_s:
+                del self._exit_awaited[worker_id]
+            else:
+                hosts.add(worker.host)
+        return hosts
 
     def capacity(self, now: float) -> int:
         slots = sum(h.slots for h in self.eligible_hosts(now))
@@ -374,10 +409,12 @@ class Coordinator:
         return out
 
     # ------------------------------------------------------------------ internals
-    def _event(self, now: float, message: str) -> None:
+    def _event(self, now: float, message: str, level: int = logging.INFO) -> None:
         number = self.generation.number if self.generation else 0
-        self.summary.events.append(Event(now, number, message))
-        self._log(f"[gen {number}] {message}")
+        if level > logging.DEBUG:
+            self.summary.events.append(Event(now, number, message))
+        if level >= self.log_level:
+            self._log(f"[gen {number}] {message}")
 
     def _workers_on(self, host: str) -> list[Worker]:
         return [w for w in self.workers.values() if w.host == host]
@@ -393,29 +430,45 @@ class Coordinator:
         if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
             self.summary.steps = commits
 
-    def _blacklist_host(self, host: str, now: float) -> None:
+    def _blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
+        """Horovod's rule: the host of a failed worker is blacklisted. A worker that exited by
+        itself with an error is the script's doing, blacklisted whatever is left. A worker killed
+        by a signal (OOM killer, preemption, kill -9) or a lost host is spared when the job
+        would otherwise fall below --min-np (`--spare-last-hosts`, the default): the job then
+        restarts there from its last commit or checkpoint instead of failing."""
         if self.blacklist.is_blacklisted(host, now) or self.finishing:
             return
         record = self.hosts.get(host)
         others = sum(h.slots for h in self.eligible_hosts(now) if h.name != host)
-        if record is not None and record.discovered and others < self.settings.min_np:
-            self._event(now, f"host {host} is not blacklisted: without it fewer than --min-np {self.settings.min_np} slots remain")
+        if (not by_itself and self.settings.spare_last_hosts and record is not None and record.discovered
+                and others < self.settings.min_np):
+            self._event(now, f"host {host} is not blacklisted: without it fewer than --min-np {self.settings.min_np} "
+                             "slots remain (--spare-last-hosts)")
             return
         cooldown = self.blacklist.record_failure(host, now)
+        self._blacklisted_for[host] = why
         when = "permanently" if cooldown == float("inf") else f"for {cooldown:.1f} s"
-        self._event(now, f"host {host} blacklisted {when} after a failure")
+        self._event(now, f"host {host} blacklisted {when} after a failure ({why})", logging.WARNING)
+        discovered = [h for h in self.hosts.values() if h.discovered]
+        if discovered and all(self.blacklist.is_blacklisted(h.name, now) for h in discovered):
+            reasons = "; ".join(f"{h.name}: {self._blacklisted_for.get(h.name, 'failed')}" for h in discovered)
+            self._fail(
+                f"every host is blacklisted after failures ({reasons}): one or more processes exited with "
+                "non-zero status; fix the error the workers print above",
+                now,
+            )
 
     def _worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool) -> None:
         if worker.failed is not None:
             return
         worker.failed = reason
-        self._event(now, f"worker {worker.worker_id} on {worker.host} failed: {reason}")
+        self._event(now, f"worker {worker.worker_id} on {worker.host} failed: {reason}", logging.WARNING)
         if not reason.startswith("its host"):  # a lost host is its own cause
             self._pending_cause.append(f"worker {worker.worker_id} on {worker.host} failed ({reason})")
         if self._is_member(worker):
             self._end_generation(f"worker {worker.worker_id} on {worker.host} failed: {reason}", now)
         if blame_host:
-            self._blacklist_host(worker.host, now)
+            self._blacklist_host(worker.host, f"worker {worker.worker_id} {reason}", now, by_itself=False)
 
     def _end_generation(self, reason: str, now: float) -> None:
         gen = self.generation
@@ -517,7 +570,8 @@ class Coordinator:
             return
         self.outcome = outcome
         self.summary.ended_at = now
-        self._event(now, ("job succeeded: " if outcome.success else "job failed: ") + outcome.message)
+        self._event(now, ("job succeeded: " if outcome.success else "job failed: ") + outcome.message,
+                    logging.INFO if outcome.success else logging.ERROR)
         for worker in self.live_workers():
             if worker.registered:
                 self._send_worker(worker.worker_id, pb.WorkerEvent(job_ended=pb.JobEnded(success=outcome.success, reason=outcome.message)))
@@ -578,7 +632,8 @@ class Coordinator:
             return
         if self._short_since is None:
             self._short_since = now
-            self._event(now, f"only {capacity} slot(s) available, --min-np is {self.settings.min_np}; waiting up to {self.settings.elastic_timeout_s:g} s")
+            self._event(now, f"only {capacity} slot(s) available, --min-np is {self.settings.min_np}; "
+                             f"waiting up to {self.settings.elastic_timeout_s:g} s", logging.WARNING)
         elif now - self._short_since >= self.settings.elastic_timeout_s:
             self._fail(
                 f"the job needs at least {self.settings.min_np} workers (--min-np) but had only {capacity} "
@@ -587,14 +642,22 @@ class Coordinator:
             )
 
     def _maybe_plan_first(self, now: float) -> None:
+        """Plan the first generation once the hosts that get its ranks are connected: the first
+        hosts in discovery order up to --max-np (all of them without a limit), so rank 0 is on
+        the first host listed; after --start-timeout, with whoever is there."""
         if self._first_discovery_at is None:
             return
-        discovered = [h for h in self.hosts.values() if h.discovered and not self.blacklist.is_blacklisted(h.name, now)]
-        all_connected = all(h.agent_connected for h in discovered)
-        capacity = self.capacity(now)
+        wanted, slots = [], 0
+        for host in self.ordered_hosts():
+            if self.blacklist.is_blacklisted(host.name, now):
+                continue
+            if self.limit is not None and slots >= self.limit:
+                break
+            wanted.append(host)
+            slots += host.slots
+        ready = all(h.agent_connected for h in wanted)
         waited = now - self._first_discovery_at >= self.settings.start_timeout_s
-        full = self.limit is not None and capacity >= self.limit
-        if capacity >= self.settings.min_np and (all_connected or full or waited):
+        if self.capacity(now) >= self.settings.min_np and (ready or waited):
             self._plan_generation(now)
 
     def _generation_finished(self) -> bool:
@@ -610,6 +673,8 @@ class Coordinator:
     def _next_generation(self, now: float) -> None:
         gen = self.generation
         assert gen is not None
+        if self.awaiting_exits(now):
+            return  # a failed worker's status decides whether its host stays: wait for it
         eligible = {h.name for h in self.eligible_hosts(now)}
         survivors = [self.workers[i] for i in gen.member_ids]
         survivors = [w for w in survivors if self._candidate(w, eligible)]
@@ -728,7 +793,10 @@ class Coordinator:
         used_slots: dict[str, set[int]] = {}
         for w in live:
             used_slots.setdefault(w.host, set()).add(w.slot)
+        undecided = self.awaiting_exits(now)  # may be blacklisted in a moment: do not refill yet
         for host in self.eligible_hosts(now):
+            if host.name in undecided:
+                continue
             used = used_slots.get(host.name, set())
             for slot in range(host.slots):
                 if len(started) >= room:
@@ -739,8 +807,13 @@ class Coordinator:
                 self.workers[worker.worker_id] = worker
                 self._event(now, f"starting worker {worker.worker_id} on {host.name} (joins after warming up)")
                 started.append(worker)
-        for position, worker in enumerate(started):
-            worker.env.update(tentative_rank_env(len(live) + position, len(live) + len(started)))
+        if started:
+            gen_order = {wid: i for i, wid in enumerate(gen.member_ids)}
+            staying = sorted(live, key=lambda w: gen_order.get(w.worker_id, len(gen_order)))
+            expected = assign_ranks([WorkerSlot(w.worker_id, w.host) for w in staying],
+                                    [WorkerSlot(w.worker_id, w.host) for w in started])
+            for worker, a in zip(started, expected[len(staying):]):
+                worker.env.update(tentative_rank_env(a))
 
     def _publish_agents(self, now: float) -> None:
         """Tell each agent which workers to run. A retiring worker that can hear the rendezvous

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 import time
@@ -67,7 +68,9 @@ class RendezvousServer:
         advertise: str | None = None,
         store: StoreSpec = StoreSpec("memory"),
         leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
+        log_level: int = logging.INFO,
     ) -> None:
+        self.log_level = log_level
         self.store_spec = store
         self.leader_ttl_s = leader_ttl_s
         self.settings = settings
@@ -123,7 +126,8 @@ class RendezvousServer:
         if self.address != leadership.address:
             await leadership.announce(self.address)
         coordinator = Coordinator(
-            self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log
+            self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store, log=self.log,
+            log_level=self.log_level,
         )
         self.coordinator = coordinator
         service = RendezvousService(coordinator, journal=journal)

@@ -34,6 +34,9 @@ DEFAULT_WARMUP_GRACE_S = 5.0
 DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
 #: Consecutive quickly failing generations after which the job gives up.
 DEFAULT_CRASH_LOOP_LIMIT = 5
+#: Seconds the next ring waits for the exit status of a worker whose connection closed, so that
+#: a crashed worker's host is blacklisted before the ring re-forms (one failure, one reset).
+DEFAULT_EXIT_REPORT_TIMEOUT_S = 5.0
 #: Durable checkpoints kept in --checkpoint-dir, and seconds between them when --checkpoint-dir
 #: is given without --checkpoint-every/-interval: the checkpoint package's own defaults.
 DEFAULT_CHECKPOINT_KEEP = DEFAULT_KEEP
@@ -61,6 +64,10 @@ class JobSettings(BaseModel):
     warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
     crash_loop_limit: int = Field(DEFAULT_CRASH_LOOP_LIMIT, ge=1)
+    exit_report_timeout_s: float = Field(DEFAULT_EXIT_REPORT_TIMEOUT_S, ge=0)
+    spare_last_hosts: bool = Field(
+        True, description="a host whose worker was killed by a signal, or that was lost, stays when blacklisting "
+                          "it would leave fewer than min_np slots (the job restarts there); False: Horovod's rule")
     checkpoint_dir: Optional[str] = Field(None, description="folder of durable checkpoints (absolute); None: in-memory commits only")
     checkpoint_every: Optional[int] = Field(None, ge=1, description="write a checkpoint every N commits")
     checkpoint_interval_s: Optional[float] = Field(None, gt=0, description="or every T seconds")

@@ -19,6 +19,8 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
         env_names.COLLECTIVE_TIMEOUT: str(settings.collective_timeout_s),
         env_names.HEARTBEAT_INTERVAL: str(settings.heartbeat_interval_s),
         env_names.TORCHRUN_LOCAL_RANK: str(slot),
+        env_names.HOROVOD_HOSTNAME: host,
+        env_names.HOROVOD_LOCAL_RANK: str(slot),
     }
     if settings.checkpoint_dir:
         env[env_names.CHECKPOINT_DIR] = settings.checkpoint_dir
@@ -47,9 +49,21 @@ def rank_env(a: RankAssignment, generation: int, master_host: str, master_port: 
         env_names.TORCHRUN_MASTER_PORT: str(master_port),
         env_names.TORCHRUN_RESTART_COUNT: str(generation - 1),
         env_names.TORCHRUN_USE_AGENT_STORE: "True",
+        env_names.HOROVOD_RANK: str(a.rank),
+        env_names.HOROVOD_SIZE: str(a.size),
+        env_names.HOROVOD_LOCAL_RANK: str(a.local_rank),
+        env_names.HOROVOD_LOCAL_SIZE: str(a.local_size),
+        env_names.HOROVOD_CROSS_RANK: str(a.cross_rank),
+        env_names.HOROVOD_CROSS_SIZE: str(a.cross_size),
     }
 
 
-def tentative_rank_env(rank: int, size: int) -> dict[str, str]:
-    """A newcomer's likely rank and size, for `hvd.rank()`/`hvd.size()` before it joins."""
-    return {env_names.TORCHRUN_RANK: str(rank), env_names.TORCHRUN_WORLD_SIZE: str(size)}
+def tentative_rank_env(a: RankAssignment) -> dict[str, str]:
+    """A newcomer's likely place in the ring it is expected to join: `hvd.rank()`/`hvd.size()`
+    before it joins, and Horovod's HOROVOD_* start values."""
+    return {
+        env_names.TORCHRUN_RANK: str(a.rank), env_names.TORCHRUN_WORLD_SIZE: str(a.size),
+        env_names.HOROVOD_RANK: str(a.rank), env_names.HOROVOD_SIZE: str(a.size),
+        env_names.HOROVOD_LOCAL_RANK: str(a.local_rank), env_names.HOROVOD_LOCAL_SIZE: str(a.local_size),
+        env_names.HOROVOD_CROSS_RANK: str(a.cross_rank), env_names.HOROVOD_CROSS_SIZE: str(a.cross_size),
+    }

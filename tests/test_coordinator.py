@@ -192,11 +192,11 @@ def test_below_min_np_fails_after_the_elastic_timeout_with_counts() -> None:
     assert rig.last(ids[0], "job_ended").success is False
 
 
-def test_host_needed_for_min_np_is_not_blacklisted_and_its_slot_is_refilled() -> None:
+def test_a_killed_worker_on_the_last_host_spares_it_and_its_slot_is_refilled() -> None:
     rig = Rig(min_np=2)
     ids = rig.start_elastic({"localhost": 2})
     rig.worker_disconnected(ids[1])
-    rig.worker_exited("localhost", ids[1], 1, 0, False)
+    rig.worker_exited("localhost", ids[1], 0, 9, False)
     assert not rig.coordinator.blacklist.is_blacklisted("localhost", rig.now)
     replacement = [w for w in rig.specs("localhost") if w not in ids]
     assert len(replacement) == 1
@@ -204,6 +204,96 @@ def test_host_needed_for_min_np_is_not_blacklisted_and_its_slot_is_refilled() ->
     rig.worker_connected(replacement[0], 3)
     rig.worker_ready(replacement[0], 0, "", True)
     assert [a.worker_id for a in rig.coordinator.generation.members] == [ids[0], replacement[0]]
+
+
+@pytest.mark.parametrize("exit_code, signal_number, spare", [(1, 0, True), (0, 9, False)])
+def test_the_last_host_is_blacklisted_as_horovod_does_and_the_job_fails(exit_code, signal_number, spare) -> None:
+    """A worker that exits with an error (or any failure with --no-spare-last-hosts) blacklists
+    its host whatever is left: with every host blacklisted the job fails at once, naming why."""
+    rig = Rig(min_np=2, spare_last_hosts=spare)
+    ids = rig.start_elastic({"localhost": 2})
+    rig.worker_disconnected(ids[1])
+    rig.worker_exited("localhost", ids[1], exit_code, signal_number, False)
+    outcome = rig.coordinator.outcome
+    assert outcome is not None and not outcome.success
+    assert "every host is blacklisted" in outcome.message and f"worker {ids[1]}" in outcome.message
+    assert "non-zero status" in outcome.message
+    assert rig.last(ids[0], "job_ended").success is False
+
+
+def test_blacklisting_below_min_np_waits_the_elastic_timeout_then_fails() -> None:
+    rig = Rig(min_np=4, elastic_timeout_s=3)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    rig.worker_disconnected(ids[0])
+    rig.worker_exited("a", ids[0], 1, 0, False)
+    assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
+    assert rig.coordinator.outcome is None  # b is still usable: wait for slots
+    rig.now = 3.5
+    rig.tick()
+    assert "needs at least 4 workers (--min-np) but had only 2" in rig.coordinator.outcome.message
+
+
+def test_a_crashed_worker_stopped_by_its_agent_still_blacklists_its_host() -> None:
+    """The agent may SIGTERM a worker the rendezvous already dropped (it crashed): what counts
+    is that the rendezvous did not ask for the stop (the race of an agent tidying up)."""
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.worker_disconnected(ids[1])
+    assert ids[1] not in rig.specs("b")  # dropped: its agent stops whatever is left of it
+    rig.worker_exited("b", ids[1], 1, 0, True)
+    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+
+
+def test_one_failure_is_one_reset_the_ring_waits_for_the_exit_status() -> None:
+    rig = Rig(min_np=2, max_np=4)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    rig.worker_disconnected(ids[0])  # rank 0 crashed; its exit status is still on its way
+    for wid in ids[1:]:
+        rig.worker_ready(wid, 1, "peer closed the connection", True)
+    assert rig.coordinator.generation.number == 1  # no ring yet: is host a to be blacklisted?
+    assert [w for w in rig.specs("a") if w not in ids] == []  # and its slot is not refilled meanwhile
+    rig.now = 0.8
+    rig.worker_exited("a", ids[0], 1, 0, False)
+    gen = rig.coordinator.generation
+    assert gen.number == 2 and [a.worker_id for a in gen.members] == [ids[2], ids[3]]
+    assert rig.kinds(ids[1])[-1] == "retire"
+    assert rig.coordinator.summary.resets == 1
+
+
+def test_an_exit_status_that_never_comes_holds_the_ring_back_only_for_a_while() -> None:
+    rig = Rig(min_np=2, max_np=4, exit_report_timeout_s=2)
+    ids = rig.start_elastic({"a": 2, "b": 2})
+    rig.worker_disconnected(ids[3])
+    for wid in ids[:3]:
+        rig.worker_ready(wid, 1, "x", True)
+    assert rig.coordinator.generation.number == 1
+    rig.now = 2.5
+    rig.tick()
+    assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:3]
+
+
+def test_rank_zero_is_on_the_first_listed_host_whichever_agent_connects_first() -> None:
+    rig = Rig(min_np=2, max_np=2)
+    rig.set_hosts({"first": 2, "second": 2})
+    rig.agent_connected("second", 2)
+    assert rig.coordinator.generation is None  # second alone could hold max_np, but rank 0 belongs on first
+    rig.agent_connected("first", 1)
+    assert {a.host for a in rig.coordinator.generation.members} == {"first"}
+    ids = [a.worker_id for a in rig.coordinator.generation.members]
+    env = rig.specs("first")[ids[0]].env
+    assert (env["HOROVOD_RANK"], env["HOROVOD_SIZE"], env["HOROVOD_HOSTNAME"]) == ("0", "2", "first")
+    assert (env["HOROVOD_LOCAL_RANK"], env["HOROVOD_LOCAL_SIZE"], env["HOROVOD_CROSS_RANK"]) == ("0", "2", "0")
+
+
+def test_a_newcomer_starts_with_horovods_variables_for_its_expected_place() -> None:
+    rig = Rig(min_np=1, max_np=4)
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.agent_connected("b", 7)
+    newcomers = sorted(rig.specs("b").values(), key=lambda s: s.slot)
+    assert [(s.env["HOROVOD_RANK"], s.env["HOROVOD_SIZE"], s.env["HOROVOD_LOCAL_RANK"], s.env["HOROVOD_CROSS_RANK"])
+            for s in newcomers] == [("2", "4", "0", "1"), ("3", "4", "1", "1")]
+    assert all(s.env["HOROVOD_HOSTNAME"] == "b" for s in newcomers) and len(ids) == 2
 
 
 def test_exit_zero_without_returning_is_not_success() -> None:
@@ -274,7 +364,7 @@ def test_plain_scripts_are_restarted_as_a_whole() -> None:
     rig.set_hosts({"a": 2})
     rig.agent_connected("a", 1)
     first = sorted(rig.specs("a"))
-    rig.worker_exited("a", first[0], 1, 0, False)
+    rig.worker_exited("a", first[0], 0, 9, False)  # killed: the host is spared, the job restarts
     assert rig.specs("a") == {} or set(rig.specs("a")) <= set(first)
     assert rig.coordinator.workers[first[1]].stopping
     rig.now = 1
@@ -304,7 +394,7 @@ def test_crash_loop_stops_the_job() -> None:
     for _ in range(3):
         (wid,) = rig.specs("a")
         rig.now += 1
-        rig.worker_exited("a", wid, 1, 0, False)
+        rig.worker_exited("a", wid, 0, 9, False)  # killed each time: the last host is spared
     assert not rig.coordinator.outcome.success
     assert "3 generations in a row failed within 10 s" in rig.coordinator.outcome.message
 

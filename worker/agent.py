@@ -187,6 +187,8 @@ class Agent:
         return proc
 
     def _terminate(self, child: _Child) -> None:
+        if child.proc.poll() is not None:
+            return  # it died by itself: its exit is its own, reported as such
         child.kill_at = time.monotonic() + self.stop_grace_s
         _signal(child.proc, signal.SIGTERM)
 
@@ -203,8 +205,10 @@ class Agent:
             del self.children[worker_id]
             self._running = tuple(self.children)
             exit_code, sig = (0, -code) if code < 0 else (code, 0)
+            # Stopped by us only if our signal ended it (it may have crashed just before it came).
+            ours = child.kill_at is not None and sig in (signal.SIGTERM, signal.SIGKILL)
             self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
-                                              stopped_by_agent=child.kill_at is not None))
+                                              stopped_by_agent=ours))
         self._report_exits()
 
     def _report_exits(self) -> None:
