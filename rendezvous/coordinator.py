@@ -196,7 +196,10 @@ class Coordinator:
             if was_live:
                 self._worker_failed(worker, how, now, blame_host=False)
             if not clean:
-                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=signal_number == 0)
+                # An elastic worker's own error is Horovod's case; a plain script is torchrun's,
+                # restarted as a whole without a blacklist for its last hosts.
+                by_itself = signal_number == 0 and worker.elastic
+                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=by_itself)
         self._unsettled = True
 
     # ------------------------------------------------------------------ inputs: workers
@@ -431,8 +434,8 @@ class Coordinator:
             self.summary.steps = commits
 
     def _blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
-        """Horovod's rule: the host of a failed worker is blacklisted. A worker that exited by
-        itself with an error is the script's doing, blacklisted whatever is left. A worker killed
+        """Horovod's rule: the host of a failed worker is blacklisted. An elastic worker that
+        exited by itself with an error is the script's doing, blacklisted whatever is left. A worker killed
         by a signal (OOM killer, preemption, kill -9) or a lost host is spared when the job
         would otherwise fall below --min-np (`--spare-last-hosts`, the default): the job then
         restarts there from its last commit or checkpoint instead of failing."""

@@ -159,7 +159,11 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         # d(sum(w.x))/dw = x = rank+1 per rank; averaged over 3 ranks = 2, lr 1
         assert result["weight_delta"] == [[pytest.approx(2.0)] * 3]
         assert result["accumulated_delta"] == [[pytest.approx(4.0)] * 3]  # two passes summed, then averaged
+        # Adasum of parallel vectors is their mean, pairwise up the tree: ((1, 2) -> 1.5, (1.5, 3)) -> 2.25
+        assert result["adasum"] == [pytest.approx(2.25), pytest.approx(4.5)]
+        assert result["adasum_delta"] == [[pytest.approx(2.25)] * 3]
     assert len({json.dumps(r["weights"]) for r in results}) == 1
+    assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1
     # state sync moves only what differs, and leaves every rank with rank 0's commit
     plans = {name: (seen["skeleton_to"], seen["tensors_to"]) for name, seen in results[0]["sync"].items()}
     assert plans == {"all-equal": ([], []), "one-newcomer": ([2], [2]), "objects-only": ([1, 2], []),

@@ -84,7 +84,7 @@ def test_commit_count_goes_back_with_a_restore() -> None:
         state.commit()
     state.step += 1
     state.restore()
-    assert (state.step, state.commits) == (3, 3)
+    assert (state.step, state.commit_count) == (3, 3)
 
 
 def test_distributed_optimizer_keeps_its_class_for_schedulers() -> None:
@@ -178,7 +178,7 @@ def test_a_job_of_one_resumes_from_its_durable_checkpoint(tmp_path, monkeypatch)
     model, optimizer, sampler, fresh = make()
     assert not torch.equal(model.weight, saved["weight"])
     train(fresh, 5)  # nothing left to do: it resumes at step 5
-    assert fresh.step == 5 and fresh.commits == 5
+    assert fresh.step == 5 and fresh.commit_count == 5
     for name, value in model.state_dict().items():
         assert torch.equal(value, saved[name])
     assert sampler.processed_indices == {0, 1, 2, 3, 4}

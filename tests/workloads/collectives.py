@@ -47,6 +47,7 @@ def main() -> None:
     result["average"] = hvd.allreduce(value).tolist()
     result["sum"] = hvd.allreduce(value, op=hvd.Sum).tolist()
     result["max"] = hvd.allreduce(value, op=hvd.Max).tolist()
+    result["adasum"] = hvd.allreduce(value, op=hvd.Adasum).tolist()
     result["input_untouched"] = value.tolist()
     result["allgather"] = hvd.allgather(torch.full((rank + 1, 2), rank)).tolist()
     result["broadcast"] = hvd.broadcast(torch.tensor([rank * 10.0]), root_rank=size - 1).tolist()
@@ -74,6 +75,16 @@ def main() -> None:
     model(x).sum().backward()
     accumulate.step()
     result["accumulated_delta"] = (before - model.weight.detach()).tolist()
+
+    # op=hvd.Adasum: local steps, then the parameter deltas combined with Adasum
+    adasum = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                      named_parameters=model.named_parameters(), op=hvd.Adasum)
+    adasum.zero_grad()
+    before = model.weight.detach().clone()
+    model(x).sum().backward()
+    adasum.step()
+    result["adasum_delta"] = (before - model.weight.detach()).tolist()
+    result["adasum_weights"] = model.weight.detach().tolist()
     result["sync"] = check_state_sync(rank)
     if "--cuda" in sys.argv:
         result["cuda_sum"] = hvd.allreduce(torch.tensor([float(rank + 1)], device="cuda"), op=hvd.Sum).cpu().tolist()

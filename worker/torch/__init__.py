@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from worker.context import WorkerContext
 from worker.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError
+from worker.torch import adasum
 from worker.torch.compression import Compression
 from worker.torch.optimizer import DistributedOptimizer
 
@@ -24,7 +25,8 @@ Average = "average"
 Sum = "sum"
 Min = "min"
 Max = "max"
-_OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX}
+Adasum = "adasum"  # see worker.torch.adasum
+_OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX, Adasum: None}
 
 _context: WorkerContext | None = None
 
@@ -99,7 +101,7 @@ def _resolve_op(op: str | None, average: bool | None) -> str:
     if op is None:
         return Sum if average is False else Average
     if op not in _OPS:
-        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, hvd.Sum, hvd.Min or hvd.Max")
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Adasum")
     return op
 
 
@@ -110,7 +112,13 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
     op = _resolve_op(op, average)
     if prescale_factor != 1.0:
         tensor.mul_(prescale_factor)
-    comm.allreduce_(tensor, _OPS[op])
+    if op == Adasum:
+        if not tensor.is_floating_point():
+            raise ValueError(f"hvd.Adasum reduces floating-point tensors, got {tensor.dtype}; use hvd.Sum or hvd.Average")
+        flat = tensor.reshape(-1)
+        tensor.copy_(adasum.reduce_slices(comm.allgather(flat.contiguous()), [flat.numel()]).view_as(tensor))
+    else:
+        comm.allreduce_(tensor, _OPS[op])
     scale = postscale_factor / comm.size if op == Average else postscale_factor
     if scale != 1.0:
         if tensor.is_floating_point():
@@ -221,7 +229,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) 
 from worker.torch import elastic  # noqa: E402  (needs the functions above)
 
 __all__ = [
-    "Average", "Sum", "Min", "Max", "Compression", "DistributedOptimizer", "HorovodInternalError",
+    "Average", "Sum", "Min", "Max", "Adasum", "Compression", "DistributedOptimizer", "HorovodInternalError",
     "HostsUpdatedInterrupt", "WorkersFailedError", "allgather", "allgather_object", "allreduce", "allreduce_",
     "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
     "cross_rank", "cross_size", "elastic", "init", "is_initialized", "join", "local_rank", "local_size", "rank",

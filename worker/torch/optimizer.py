@@ -4,6 +4,10 @@ As in Horovod, the wrapper is an instance of the wrapped optimizer's own class (
 schedulers and `isinstance` keep working) sharing its state. Gradients are reduced as one flat
 buffer per dtype at `step()` (or `synchronize()`); with `backward_passes_per_step=k` the user
 calls `step()` once per k backward passes and the accumulated gradients are reduced once.
+
+With `op=hvd.Adasum` it works as Horovod's Adasum optimizer: each worker takes its optimizer
+step on its own gradients, and the parameter deltas are combined with Adasum (one gather of a
+flat buffer, each tensor combined on its own), so every worker applies the same update.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class _DistributedOptimizerMixin:
         """Reduce gradients now (e.g. before clipping); `step()` then does not reduce again."""
         from worker import torch as hvd
 
+        if self._hvd_op == "adasum":
+            self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
+            return
         grads = [p.grad for p in self._hvd_params if p.grad is not None]
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for g in grads:
@@ -52,10 +59,37 @@ class _DistributedOptimizerMixin:
             self._hvd_should_sync = True
 
     def step(self, closure=None):  # type: ignore[override]
+        if self._hvd_op == "adasum":
+            return self._adasum_step(closure)
         if self._hvd_should_sync and not self._hvd_synchronized:
             self.synchronize()
         self._hvd_synchronized = False
         return super().step(closure)  # type: ignore[misc]
+
+
+    def _adasum_step(self, closure=None):
+        from worker import torch as hvd
+        from worker.torch import adasum
+
+        params = [p for p in self._hvd_params if p.grad is not None]
+        start = [p.detach().clone() for p in params]
+        loss = super().step(closure)  # type: ignore[misc]
+        self._hvd_synchronized = False
+        if not params:
+            return loss
+        with torch.no_grad():
+            by_dtype: dict[torch.dtype, list[int]] = {}
+            for i, p in enumerate(params):
+                by_dtype.setdefault(p.dtype, []).append(i)
+            for indices in by_dtype.values():
+                flat = torch.cat([(params[i].detach() - start[i]).reshape(-1) for i in indices])
+                sizes = [params[i].numel() for i in indices]
+                reduced = adasum.reduce_slices(hvd.context().communicator().allgather(flat), sizes)
+                offset = 0
+                for i, n in zip(indices, sizes):
+                    params[i].copy_(start[i] + reduced[offset: offset + n].view_as(params[i]))
+                    offset += n
+        return loss
 
 
 def DistributedOptimizer(
@@ -72,6 +106,8 @@ def DistributedOptimizer(
     """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
     from worker.torch.compression import Compression
 
+    if op == "adasum" and backward_passes_per_step != 1:
+        raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     if named_parameters is not None:

@@ -48,7 +48,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 failure = str(exc)
                 with record_function("ringmaster.restore"):
                     state.restore()
-                say(f"rolled back to commit {state.commits} after: {failure}")
+                say(f"rolled back to commit {state.commit_count} after: {failure}")
                 skip_sync = False
             except HostsUpdatedInterrupt as exc:
                 failure = ""

@@ -86,9 +86,23 @@ class State:
                 raise
 
     @property
-    def commits(self) -> int:
-        """Commits in this state's history (rolled back with it)."""
+    def commit_count(self) -> int:
+        """Commits in this state's history (rolled back with it). Not called `commits`: Horovod
+        scripts keep a counter of their own by that name (`TorchState(..., commits=0)`)."""
         return self._commits
+
+    def host_update_pending(self) -> bool:
+        """True when the rendezvous announced a new ring that this worker has not joined yet:
+        the next `commit()`/`check_host_updates()` raises `HostsUpdatedInterrupt`. A local look,
+        no collective (so ranks may see it at different moments; the interrupt itself is agreed)."""
+        ctx = _hvd().context()
+        return not ctx.standalone and ctx.link.hosts_sequence() > ctx.hosts_sequence_baseline()
+
+    @property
+    def _host_messages(self) -> "_PendingHostUpdates":
+        """Horovod's private queue of host-update notices, as scripts poll it
+        (`while state._host_messages.empty(): ...`); `host_update_pending()` is the public form."""
+        return _PendingHostUpdates(self)
 
     @property
     def snapshot(self) -> HostSnapshot:
@@ -209,6 +223,19 @@ class State:
             f"resumed from the checkpoint of step {manifest.step} in {self._durable.directory.path} "
             f"(written by {manifest.world_size} worker(s) in generation {manifest.generation})"
         )
+
+
+class _PendingHostUpdates:
+    """The part of a `queue.Queue` that Horovod scripts use on `state._host_messages`."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+
+    def empty(self) -> bool:
+        return not self._state.host_update_pending()
+
+    def qsize(self) -> int:
+        return int(self._state.host_update_pending())
 
 
 class ObjectState(State):
