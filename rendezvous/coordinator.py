@@ -820,10 +820,14 @@ class Coordinator:
 
     def _publish_agents(self, now: float) -> None:
         """Tell each agent which workers to run. A retiring worker that can hear the rendezvous
-        gets `stop_grace_s` to leave by itself before its agent sends SIGTERM."""
+        gets `stop_grace_s` to leave by itself before its agent sends SIGTERM; a crashed one
+        whose exit status is awaited is left to exit by itself (for `exit_report_timeout_s`)."""
         by_host: dict[str, list[Worker]] = {}
+        self.awaiting_exits(now)  # drops those waited for long enough
+        awaited = self._exit_awaited  # crashed, still exiting: its agent must not stop it and hide its status
         for w in self.workers.values():
-            if w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < self.settings.stop_grace_s)):
+            if (w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < self.settings.stop_grace_s))) \
+                    or (w.worker_id in awaited and w.phase is not Phase.EXITED):
                 by_host.setdefault(w.host, []).append(w)
         for host in self.hosts.values():
             if not host.agent_connected:

@@ -239,9 +239,20 @@ def test_a_crashed_worker_stopped_by_its_agent_still_blacklists_its_host() -> No
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.worker_disconnected(ids[1])
-    assert ids[1] not in rig.specs("b")  # dropped: its agent stops whatever is left of it
     rig.worker_exited("b", ids[1], 1, 0, True)
     assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+
+
+def test_a_crashing_worker_is_left_to_exit_by_itself_for_a_while() -> None:
+    """Its agent is not told to stop it (a SIGTERM would hide the exit status that decides the
+    blacklist) until `exit_report_timeout_s` has passed."""
+    rig = Rig(min_np=1, exit_report_timeout_s=3)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.worker_disconnected(ids[1])
+    assert ids[1] in rig.specs("b")
+    rig.now = 3.5
+    rig.tick()
+    assert ids[1] not in rig.specs("b")
 
 
 def test_one_failure_is_one_reset_the_ring_waits_for_the_exit_status() -> None:
