@@ -168,7 +168,7 @@ def _flag_error(error: Mapping[str, Any]) -> str:
     field = error["loc"][0] if error.get("loc") else ""
     flags = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout",
              "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
-             "checkpoint_keep": "--checkpoint-keep"}
+             "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout"}
     flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message

@@ -47,6 +47,21 @@ def test_hosts_flag_and_elastic_flags() -> None:
     assert settings.blacklist_cooldown_s == (10.0, 100.0)
 
 
+def test_horovodrun_spellings_and_defaults() -> None:
+    """-H with --min-np is elastic over every slot (horovodrun's elastic mode); -H with -np alone
+    is a fixed job of -np workers; --min-num-proc/--max-num-proc are aliases."""
+    settings, _, _ = parse("-np", "2", "--min-num-proc", "2", "-H", "localhost:2,127.0.0.1:2", "python", "t.py")
+    assert (settings.min_np, settings.max_np) == (2, None)
+    settings, _, _ = parse("-np", "2", "-H", "a:2,b:2", "python", "t.py")
+    assert (settings.min_np, settings.max_np) == (2, 2)
+    settings, _, _ = parse("-np", "1", "--min-num-proc", "1", "--max-num-proc", "3", "-H", "a:4", "python", "t.py")
+    assert (settings.min_np, settings.max_np) == (1, 3)
+    args = build_parser().parse_args(["run", "-np", "2", "--log-level", "debug", "--no-spare-last-hosts", "python", "t.py"])
+    assert args.log_level == "DEBUG"
+    assert settings_from_args(args)[0].spare_last_hosts is False
+    assert parse("-np", "2", "python", "t.py")[0].spare_last_hosts is True
+
+
 @pytest.mark.parametrize("argv, message", [
     (["python", "t.py"], "say how many workers: -np N"),
     (["-np", "2"], "no training command given"),
@@ -54,6 +69,7 @@ def test_hosts_flag_and_elastic_flags() -> None:
     (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "either -H/--hosts or --host-discovery-script"),
     (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
     (["-np", "0", "python", "t.py"], "-np must be a positive integer, got 0"),
+    (["-np", "2", "--exit-report-timeout", "-1", "python", "t.py"], "--exit-report-timeout: "),
 ])
 def test_usage_errors_say_what_to_change(argv, message) -> None:
     with pytest.raises(UsageError) as info:
@@ -64,3 +80,7 @@ def test_usage_errors_say_what_to_change(argv, message) -> None:
 def test_bad_flags_exit_2_with_the_message(capsys) -> None:
     assert main(["run", "-H", "a:zero", "python", "t.py"]) == 2
     assert "--hosts entry 1: 'a:zero': slots 'zero' is not an integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["run", "-np", "2", "--log-level", "LOUD", "python", "t.py"])
+    assert info.value.code == 2
+    assert "--log-level: invalid choice: 'LOUD'" in capsys.readouterr().err
