@@ -47,10 +47,10 @@ def write_discovery_script(path: pathlib.Path, logfile: pathlib.Path, schedule: 
 def run_scenario(run_job, tmp_path: pathlib.Path, *, schedule: Schedule | None = None, hosts: str | None = None,
                  exit_schedule: dict | None = None, exit_mode: str = "exception", np: int = 2, min_np: int = 2,
                  max_np: int = 4, extra: list[str] | None = None, epochs: int | None = None,
-                 epoch_wait: float | None = None, timeout_s: float = 150) -> tuple[int, list[dict], str]:
+                 epoch_wait: float | None = None, log_level: str = "DEBUG", timeout_s: float = 150) -> tuple[int, list[dict], str]:
     """Run one scenario as horovodrun's flags would; returns (exit status, rank 0's epoch lines, output)."""
     logfile = tmp_path / "log.jsonl"
-    args = ["-np", np, "--min-num-proc", min_np, "--log-level", "DEBUG", *FLAGS, *(extra or [])]
+    args = ["-np", np, "--min-num-proc", min_np, "--log-level", log_level, *FLAGS, *(extra or [])]
     if hosts is not None:
         args += ["-H", hosts]
     else:
@@ -98,6 +98,7 @@ def test_single_rank_failure(run_job, tmp_path, exit_mode) -> None:
     assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], output
     assert "host localhost blacklisted permanently" in output
     assert "1 reset(s)" in output, output
+    assert "worker 127.0.0.1/3 ready for the generation after 1" in output  # --log-level DEBUG
 
 
 def test_fault_tolerance_without_scaling(run_job, tmp_path) -> None:
@@ -122,9 +123,11 @@ def test_every_host_blacklisted_fails_the_job(run_job, tmp_path, failing) -> Non
 
 def test_min_hosts_timeout(run_job, tmp_path) -> None:
     code, _, output = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
-                                   exit_schedule={str((1, 0)): [0]}, np=4, min_np=4, extra=["--elastic-timeout", "1"])
+                                   exit_schedule={str((1, 0)): [0]}, np=4, min_np=4, extra=["--elastic-timeout", "1"],
+                                   log_level="WARNING")
     assert code == 1, output
     assert "host localhost blacklisted" in output
+    assert "generation 1 formed" not in output  # an INFO event, not printed at --log-level WARNING
     assert "needs at least 4 workers (--min-np) but had only 2 for 1 s (--elastic-timeout)" in output
 
 
