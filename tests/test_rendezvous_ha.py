@@ -69,6 +69,7 @@ def test_training_survives_sigkill_and_restart_of_the_rendezvous(run_job, own_et
     second = run_job(*serve, verb="serve")
     second.wait_line("resumed the job from the store: generation 1")
     assert second.wait(240) == 0, second.output
+    print(first.output, second.output, *(a.output for a in agents), sep="\n")  # shown if a check below fails
     logs = read_logs(tmp_path / "log")
     assert_every_sample_once(logs, 3)
     assert started_workers(*agents) == 2, "a worker was restarted"

@@ -68,7 +68,7 @@ def running_job() -> tuple[Rig, list[str]]:
     rig = Rig(min_np=2, max_np=8)
     ids = rig.start_elastic({"a": 2, "b": 1})
     rig.worker_disconnected(ids[1])  # generation 1 over; the others wait for the next
-    rig.worker_exited("a", ids[1], 1, 0, False)
+    rig.worker_exited("a", ids[1], 0, 9, False)  # killed: host a is spared (b alone is below --min-np)
     rig.worker_ready(ids[0], 1, "allreduce failed", True)
     rig.worker_ready(ids[2], 1, "allreduce failed", True)
     return rig, ids
