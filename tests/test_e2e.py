@@ -250,14 +250,3 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
     assert_every_sample_once(logs, 5)
     assert_ranks_agree(logs)
     assert "rolled back" not in job.output
-
-
-def test_reset_limit_stops_the_job_with_its_reason(run_job, tmp_path) -> None:
-    script, _ = discovery_script(tmp_path, {"hostA": 1, "hostB": 1, "hostC": 1})
-    job = run_job("--min-np", "1", "--host-discovery-script", script, "--reset-limit", "0", *FAST,
-                  *elastic_job(tmp_path / "log", epochs=50))
-    job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 3, 120, "3 workers training")
-    job.kill_host("hostC")
-    assert job.wait(120) == 1
-    assert "reset 1 is needed but --reset-limit is 0" in job.output
-    assert "job failed after" in job.output

@@ -88,12 +88,12 @@ def test_hosts_added_and_removed(run_job, tmp_path, slots, np, min_np, max_np) -
     assert "0 reset" not in output and "2 reset(s)" in output
 
 
-@pytest.mark.parametrize("exit_mode", ["exception", "kill"])
-def test_single_rank_failure(run_job, tmp_path, exit_mode) -> None:
-    """Rank 0 fails in epoch 1: its host is blacklisted (its other worker leaves too), the two
-    workers of the other host go on in one reset."""
+def test_single_rank_failure(run_job, tmp_path) -> None:
+    """Rank 0 raises in epoch 1: its host is blacklisted (its other worker leaves too), the two
+    workers of the other host go on in one reset. (Horovod runs this and the next scenario with
+    an exception and with a kill; here this one raises and the next one is killed.)"""
     code, results, output = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
-                                         exit_schedule={str((1, 0)): [0]}, exit_mode=exit_mode)
+                                         exit_schedule={str((1, 0)): [0]}, exit_mode="exception")
     assert code == 0, output
     assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], output
     assert "host localhost blacklisted permanently" in output
