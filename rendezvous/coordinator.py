@@ -592,7 +592,8 @@ class Coordinator:
         self._retire_outcasts(eligible, now)
         if self.finishing:
             for worker in self.live_workers():
-                if worker.phase is Phase.READY and not worker.done:
+                # A newcomer still starting up can never join now: it is not waited for.
+                if not worker.done and (worker.phase is Phase.READY or not self._is_member(worker)):
                     self._retire(worker, "the job finished while this worker waited for a new ring", now)
             if not self.live_workers():
                 done = sum(1 for w in self.workers.values() if w.done)

@@ -330,6 +330,24 @@ def test_job_succeeds_when_the_training_function_returned_everywhere() -> None:
     assert rig.coordinator.summary.steps == 42
 
 
+def test_a_finished_job_does_not_wait_for_newcomers_still_starting() -> None:
+    rig = Rig(min_np=1, max_np=4)
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.agent_connected("b", 7)
+    newcomers = list(rig.specs("b"))
+    assert len(newcomers) == 2  # spawned, still importing torch
+    for wid in ids:
+        rig.worker_done(wid, 5)
+    assert all(rig.coordinator.workers[w].stopping for w in newcomers)
+    assert rig.specs("b") == {}  # their agent stops them now
+    for wid in ids:
+        rig.worker_exited("a", wid, 0, 0, False)
+    for wid in newcomers:
+        rig.worker_exited("b", wid, 0, 15, True)
+    assert rig.coordinator.outcome.success
+
+
 def test_reset_limit() -> None:
     rig = Rig(min_np=1, reset_limit=1)
     ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
