@@ -222,21 +222,30 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
 
 
 def _scale(api: str, np: int) -> int:
-    """POST /scale and print the answer."""
+    """POST /scale and print the answer (or what went wrong, whatever the server sent)."""
     request = urllib.request.Request(
         f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST",
         headers={"Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            print(f"ringmaster: {json.load(response)['message']}")
+            print(f"ringmaster: {_answer(response.read(), 'message')}")
             return 0
     except urllib.error.HTTPError as exc:
-        detail = json.load(exc).get("detail")
-        print(f"ringmaster: error: {detail if isinstance(detail, str) else json.dumps(detail)}", file=sys.stderr)
+        print(f"ringmaster: error: {api} answered HTTP {exc.code}: {_answer(exc.read(), 'detail')}", file=sys.stderr)
     except (urllib.error.URLError, OSError) as exc:
         print(f"ringmaster: error: cannot reach the control API at {api}: {exc}", file=sys.stderr)
     return 1
+
+
+def _answer(raw: bytes, field: str) -> str:
+    """The `field` of a JSON answer, or the start of whatever else came (not a traceback)."""
+    try:
+        value = json.loads(raw)[field]
+    except (ValueError, TypeError, KeyError, IndexError):
+        text = raw[:300].decode(errors="replace").strip()
+        return f"(not a Ringmaster answer) {text}" if text else "(empty answer)"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def main(argv: list[str] | None = None) -> int:

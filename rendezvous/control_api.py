@@ -10,10 +10,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, Field
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from rendezvous.body_limit import BodyLimit
 from rendezvous.coordinator import Coordinator
+
+#: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
+MAX_SCALE_NP = 1_000_000
 
 
 class HostStatus(BaseModel):
@@ -38,7 +44,10 @@ class WorkerStatus(BaseModel):
 
 
 class ScaleRequest(BaseModel):
-    np: int = Field(ge=1, description="the number of workers wanted (within --min-np and --max-np)")
+    """Strict: `true`, `2.0`, `"2"` or `1e400` are refused (422), not coerced."""
+
+    model_config = ConfigDict(extra="forbid")
+    np: StrictInt = Field(ge=1, le=MAX_SCALE_NP, description="the number of workers wanted (within --min-np and --max-np)")
 
 
 class ScaleReply(BaseModel):
@@ -103,6 +112,13 @@ def create_app(
     (the gRPC service's `call`); by default it just runs it."""
     call = call or (lambda method, *args: method(*args, clock()))
     app = FastAPI(title="Ringmaster control API")
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Where and why, without echoing the input back (it may not even be JSON-encodable: 1e400).
+        detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.get("/status", response_model=JobStatus)
     async def status() -> JobStatus:

@@ -84,3 +84,38 @@ def test_bad_flags_exit_2_with_the_message(capsys) -> None:
         main(["run", "-np", "2", "--log-level", "LOUD", "python", "t.py"])
     assert info.value.code == 2
     assert "--log-level: invalid choice: 'LOUD'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (502, b"<html><body>Bad Gateway</body></html>", "answered HTTP 502: (not a Ringmaster answer) <html><body>Bad Gateway"),
+    (200, b"ok", "(not a Ringmaster answer) ok"),
+    (409, b'{"detail": "cannot scale to 9 workers: --max-np is 4"}', "answered HTTP 409: cannot scale to 9 workers"),
+])
+def test_scale_reports_any_answer_as_a_line_not_a_traceback(capsys, status, body, expected) -> None:
+    """A proxy or another service on the port answers what it likes: a real HTTP server here."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code = main(["scale", "--api", f"http://127.0.0.1:{server.server_port}", "-np", "9"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    captured = capsys.readouterr()
+    assert code == (0 if status == 200 else 1)
+    assert expected in captured.out + captured.err
+    assert "Traceback" not in captured.out + captured.err

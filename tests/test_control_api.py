@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
 from fastapi.testclient import TestClient
+
+from harness import free_port, wait_for
 
 from rendezvous.control_api import create_app
 from rendezvous.coordinator import Coordinator, StoreAddress
@@ -41,3 +50,73 @@ def test_scale_endpoint_validates_and_applies() -> None:
     assert refused.status_code == 409 and refused.json()["detail"] == "cannot scale to 5 workers: --max-np is 4"
     assert client.post("/scale", json={"np": 0}).status_code == 422
     assert client.post("/scale", json={"workers": 2}).status_code == 422
+
+
+@pytest.fixture
+def served_api():
+    """The control API on a real uvicorn server on a free loopback port."""
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", StoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3), log=lambda _: None)
+    coordinator.set_hosts({"a": 4}, 0.0)
+    coordinator.agent_connected("a", 77, 0.0)
+    coordinator.settle(0.0)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(coordinator, clock=lambda: 0.0), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 10, "the API server to start")
+    try:
+        yield port, coordinator
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def raw_post(port: int, head: bytes, body_chunks: list[bytes] = (), timeout_s: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(head)
+        for chunk in body_chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break  # the server answered and closed: what we want
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            part = sock.recv(65536)
+            if not part:
+                break
+            data += part
+        return data
+
+
+def test_a_huge_declared_body_is_refused_before_it_is_read(served_api) -> None:
+    port, coordinator = served_api
+    head = (b"POST /scale HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1200000000\r\n\r\n")
+    started = time.monotonic()
+    reply = raw_post(port, head)  # not one byte of the body is sent: the answer must not wait for it
+    assert time.monotonic() - started < 2.0
+    assert reply.startswith(b"HTTP/1.1 413") and b"over the limit of 65536 bytes" in reply
+    assert coordinator.target_np is None
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(served_api) -> None:
+    port, coordinator = served_api
+    head = b"POST /scale HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunk = b"x" * 16384
+    chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * 16 + [b"0\r\n\r\n"]
+    reply = raw_post(port, head, chunks)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert coordinator.target_np is None
+
+
+@pytest.mark.parametrize("body", ['{"np": true}', '{"np": 1e400}', '{"np": 2.0}', '{"np": "2"}', '{"np": 10000000}',
+                                  '{"np": 2, "extra": 1}', "not json"])
+def test_scale_takes_only_a_json_integer(served_api, body) -> None:
+    port, coordinator = served_api
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        reply = client.post("/scale", content=body, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["detail"]  # says which field and why
+    assert coordinator.target_np is None
