@@ -9,7 +9,7 @@ from discovery.blacklist import Blacklist, CooldownRange
 from discovery.diff import HostDiff, diff_hosts
 from discovery.errors import DiscoveryError
 from discovery.interface import HostDiscovery, Hosts
-from discovery.parse import parse_host_lines, parse_hosts_flag
+from discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem, parse_host_lines, parse_hosts_flag
 from discovery.script import ScriptDiscovery
 from discovery.static import StaticDiscovery
 
@@ -18,11 +18,14 @@ __all__ = [
     "CooldownRange",
     "DiscoveryError",
     "HostDiff",
+    "MAX_HOSTS",
+    "MAX_SLOTS_PER_HOST",
     "HostDiscovery",
     "Hosts",
     "ScriptDiscovery",
     "StaticDiscovery",
     "diff_hosts",
+    "host_name_problem",
     "parse_host_lines",
     "parse_hosts_flag",
 ]

@@ -6,8 +6,30 @@ import re
 
 from discovery.errors import DiscoveryError
 
-# Host names as DNS allows them, plus IPv4 addresses; no spaces, no colons.
-_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.\-]*[A-Za-z0-9_])?$")
+# Host names as DNS allows them (RFC 1123 labels; `_` too, as real clusters use it), which
+# covers IPv4 literals; no spaces, no colons (IPv6 literals cannot be told from host:slots).
+_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_\-]{0,61}[A-Za-z0-9_])?$")
+#: Longest host name DNS allows.
+MAX_HOST_NAME = 253
+#: Most slots one host may offer (far above any machine's GPUs or sensible CPU workers).
+MAX_SLOTS_PER_HOST = 1024
+#: Most hosts one discovery output or -H may list.
+MAX_HOSTS = 4096
+
+
+def host_name_problem(host: str) -> str | None:
+    """Why `host` is not a usable host name, or None. Used wherever a name enters: discovery
+    output, -H, an agent's hello."""
+    if not host:
+        return "the host name is empty"
+    if len(host) > MAX_HOST_NAME:
+        return f"a host name of {len(host)} characters is over DNS's limit of {MAX_HOST_NAME}"
+    if ":" in host:
+        return f"{host[:80]!r} looks like an IPv6 address; give the host's name instead"
+    if not all(_LABEL.match(label) for label in host.split(".")):
+        return (f"{host[:80]!r} is not a valid host name (letters, digits, '-', '_' in dot-separated labels "
+                "of at most 63 characters)")
+    return None
 
 
 def _parse_entry(entry: str, default_slots: int | None, where: str) -> tuple[str, int]:
@@ -16,7 +38,7 @@ def _parse_entry(entry: str, default_slots: int | None, where: str) -> tuple[str
         host = host.strip()
         slots_text = slots_text.strip()
         try:
-            slots = int(slots_text)
+            slots = int(slots_text) if len(slots_text) <= 12 else MAX_SLOTS_PER_HOST + 1
         except ValueError:
             raise DiscoveryError(
                 f"{where}: {entry!r}: slots {slots_text!r} is not an integer; write 'host:slots', e.g. 'node1:4'"
@@ -28,10 +50,14 @@ def _parse_entry(entry: str, default_slots: int | None, where: str) -> tuple[str
                 f"{where}: {entry!r} gives no slot count; write 'host:slots' or pass --slots-per-host"
             )
         slots = default_slots
-    if not _HOST.match(host):
-        raise DiscoveryError(f"{where}: {entry!r}: {host!r} is not a valid host name")
+    shown = entry if len(entry) <= 100 else entry[:100] + "..."
+    problem = host_name_problem(host)
+    if problem:
+        raise DiscoveryError(f"{where}: {shown!r}: {problem}")
     if slots <= 0:
-        raise DiscoveryError(f"{where}: {entry!r}: slots must be a positive integer, got {slots}")
+        raise DiscoveryError(f"{where}: {shown!r}: slots must be a positive integer, got {slots}")
+    if slots > MAX_SLOTS_PER_HOST:
+        raise DiscoveryError(f"{where}: {shown!r}: slots must be at most {MAX_SLOTS_PER_HOST} per host")
     return host, slots
 
 
@@ -48,11 +74,13 @@ def parse_host_lines(text: str, default_slots: int | None = None, source: str = 
             continue
         where = f"{source} line {number}"
         if any(c.isspace() for c in line):
-            raise DiscoveryError(f"{where}: {raw.strip()!r} has spaces; write one 'host:slots' per line")
+            raise DiscoveryError(f"{where}: {raw.strip()[:100]!r} has spaces; write one 'host:slots' per line")
         host, slots = _parse_entry(line, default_slots, where)
         if host in hosts:
             raise DiscoveryError(f"{where}: host {host!r} is listed twice")
         hosts[host] = slots
+        if len(hosts) > MAX_HOSTS:
+            raise DiscoveryError(f"{where}: more than {MAX_HOSTS} hosts listed; a job takes at most {MAX_HOSTS}")
     return hosts
 
 
@@ -64,6 +92,8 @@ def parse_hosts_flag(value: str, default_slots: int | None = 1) -> dict[str, int
         if host in hosts:
             raise DiscoveryError(f"--hosts entry {position}: host {host!r} is listed twice")
         hosts[host] = slots
+        if len(hosts) > MAX_HOSTS:
+            raise DiscoveryError(f"--hosts lists more than {MAX_HOSTS} hosts")
     if not hosts:
         raise DiscoveryError(f"--hosts {value!r} names no host; write e.g. -H node1:2,node2:2")
     return hosts

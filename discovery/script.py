@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
+import time
 
 from discovery.errors import DiscoveryError
 from discovery.parse import parse_host_lines
@@ -33,29 +35,87 @@ class ScriptDiscovery:
             proc = subprocess.Popen(
                 self.command,
                 shell=True,
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                text=True,
                 start_new_session=True,  # so a timeout kills the script's children too
             )
         except OSError as exc:
             raise DiscoveryError(f"host discovery script {self.command!r} could not be started: {exc}") from None
         try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
+            outcome, stdout, stderr = _read_bounded(proc, self.timeout_s)
+        finally:
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
+        if outcome == "timeout":
             _kill_group(proc.pid)
-            proc.communicate()
+            proc.wait()
             raise DiscoveryError(
                 f"host discovery script {self.command!r} did not finish within {self.timeout_s:g} s; "
                 "make it return faster (it runs every --discovery-interval)"
-            ) from None
+            )
+        if outcome == "too-much":
+            _kill_group(proc.pid)
+            proc.wait()
+            raise DiscoveryError(
+                f"host discovery script {self.command!r} printed more than {MAX_OUTPUT_BYTES} bytes; "
+                "it should print one 'host:slots' line per host"
+            )
         if proc.returncode != 0:
-            tail = stderr.strip().splitlines()[-3:]
-            detail = f": {' | '.join(tail)}" if tail else ""
+            tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+            detail = f": {' | '.join(line[:200] for line in tail)}" if tail else ""
             raise DiscoveryError(
                 f"host discovery script {self.command!r} exited with code {proc.returncode}{detail}"
             )
-        return parse_host_lines(stdout, self.default_slots, source=f"host discovery script {self.command!r}")
+        return parse_host_lines(stdout.decode(errors="replace"), self.default_slots,
+                                source=f"host discovery script {self.command!r}")
+
+
+#: Most bytes of output read from a discovery script (4096 hosts of long names fit).
+MAX_OUTPUT_BYTES = 1 << 20
+#: Seconds to keep reading after the script exited, for output still in the pipe; a child it
+#: left running with the pipe open is not waited for.
+_DRAIN_S = 0.2
+
+
+def _read_bounded(proc: subprocess.Popen, timeout_s: float) -> tuple[str, bytes, bytes]:
+    """Read the script's stdout and stderr until both close, or until shortly after the script
+    itself exited (its children may hold the pipes), or the deadline. Returns ("done" |
+    "timeout" | "too-much", stdout, stderr); "done" means `proc` has exited."""
+    deadline = time.monotonic() + timeout_s
+    out, err = bytearray(), bytearray()
+    assert proc.stdout is not None and proc.stderr is not None
+    sinks: dict = {proc.stdout: out, proc.stderr: err}
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        for pipe in sinks:
+            selector.register(pipe, selectors.EVENT_READ)
+        while selector.get_map():
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at >= _DRAIN_S:
+                break
+            if now >= deadline:
+                return "timeout", bytes(out), bytes(err)
+            wait = min(deadline - now, 0.05)
+            for key, _ in selector.select(wait):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                sink = sinks[key.fileobj]
+                sink += chunk
+                if len(out) > MAX_OUTPUT_BYTES:
+                    return "too-much", bytes(out), bytes(err)
+                if len(err) > MAX_OUTPUT_BYTES:
+                    del err[: len(err) - MAX_OUTPUT_BYTES]  # only its tail is reported
+    remaining = deadline - time.monotonic()
+    try:
+        proc.wait(timeout=max(remaining, 0.0))
+    except subprocess.TimeoutExpired:
+        return "timeout", bytes(out), bytes(err)
+    return "done", bytes(out), bytes(err)
 
 
 def _kill_group(pid: int) -> None:

@@ -40,6 +40,8 @@ from rendezvous.stores import StoreHost
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2
+#: Largest gRPC message the rendezvous accepts.
+MAX_MESSAGE_BYTES = 1 << 20
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
 
@@ -120,7 +122,8 @@ class RendezvousServer:
             restored = None
 
         stores = StoreHost(self.advertise)
-        grpc_server = grpc.aio.server()
+        # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
+        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:

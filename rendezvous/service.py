@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Callable
 
 import grpc
 
+from discovery import host_name_problem
 from proto import ringmaster_pb2 as pb
 from proto import ringmaster_pb2_grpc as pb_grpc
 from rendezvous.agent_leases import AgentLeases
@@ -123,6 +124,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     # ---------------------------------------------------------------- agents
     async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
+        problem = host_name_problem(request.host)
+        if problem:  # refused before it reaches the job's state or the store
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
         if self.leases is not None:

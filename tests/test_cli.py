@@ -80,6 +80,10 @@ def test_usage_errors_say_what_to_change(argv, message) -> None:
 def test_bad_flags_exit_2_with_the_message(capsys) -> None:
     assert main(["run", "-H", "a:zero", "python", "t.py"]) == 2
     assert "--hosts entry 1: 'a:zero': slots 'zero' is not an integer" in capsys.readouterr().err
+    assert main(["run", "-H", "a" * 200_000 + ":2", "python", "t.py"]) == 2
+    assert "a host name of 200000 characters is over DNS's limit of 253" in capsys.readouterr().err
+    assert main(["run", "-H", "node:100000000000000000000", "python", "t.py"]) == 2
+    assert "slots must be at most 1024 per host" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["run", "-np", "2", "--log-level", "LOUD", "python", "t.py"])
     assert info.value.code == 2

@@ -38,12 +38,25 @@ def test_comments_blank_lines_and_default_slots() -> None:
         ("node1:2\nnode1:3\n", "line 2: host 'node1' is listed twice"),
         ("node 1:2\n", "line 1: 'node 1:2' has spaces"),
         ("no$de:2\n", "'no$de' is not a valid host name"),
+        ("localhost:100000000000000000000\n", "slots must be at most 1024 per host"),
+        ("node1:1025\n", "slots must be at most 1024 per host"),
+        ("a" * 200_000 + ":2\n", "a host name of 200000 characters is over DNS's limit of 253"),
+        ("x" * 64 + ".example:2\n", "labels of at most 63 characters"),
+        ("fe80::1:2\n", "looks like an IPv6 address"),
+        (".node:2\n", "is not a valid host name"),
+        ("".join(f"h{i}:1\n" for i in range(4097)), "line 4097: more than 4096 hosts listed"),
     ],
 )
 def test_malformed_lines_are_named(text: str, fragment: str) -> None:
     with pytest.raises(DiscoveryError, match=None) as info:
         parse_host_lines(text, source="discovery")
     assert fragment in str(info.value)
+    assert len(str(info.value)) < 400  # a huge line is named, not echoed
+
+
+def test_real_host_names_and_addresses_pass() -> None:
+    hosts = "node-1.cluster.example:8\n10.0.3.17:4\ngpu_node_02:2\n" + "a" * 63 + ".b:1\n"
+    assert list(parse_host_lines(hosts)) == ["node-1.cluster.example", "10.0.3.17", "gpu_node_02", "a" * 63 + ".b"]
 
 
 def test_hosts_flag() -> None:
@@ -123,3 +136,48 @@ def test_missing_script(tmp_path: pathlib.Path) -> None:
     discovery = ScriptDiscovery(str(tmp_path / "nope.sh"))
     with pytest.raises(DiscoveryError, match="exited with code 127"):
         discovery.find_hosts()
+
+
+def test_a_child_left_holding_the_pipe_is_not_waited_for(tmp_path: pathlib.Path) -> None:
+    """`echo host:2; setsid sleep 25 &`: the script is done at once; its child (its own session,
+    out of reach of a group kill) keeps stdout open. Discovery answers without waiting for it."""
+    pidfile = tmp_path / "child.pid"
+    discovery = ScriptDiscovery(_script(tmp_path, f"echo localhost:2\nsetsid sleep 25 &\necho $! > {pidfile}\n"), timeout_s=3)
+    try:
+        started = time.monotonic()
+        assert discovery.find_hosts() == {"localhost": 2}
+        assert time.monotonic() - started < 1.5
+    finally:
+        _kill_pidfile(pidfile)
+
+
+def test_the_timeout_holds_whatever_the_children_do(tmp_path: pathlib.Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    body = f"setsid sleep 25 &\necho $! > {pidfile}\necho localhost:2\nsleep 25\n"
+    discovery = ScriptDiscovery(_script(tmp_path, body), timeout_s=1)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DiscoveryError, match="did not finish within 1 s"):
+            discovery.find_hosts()
+        assert time.monotonic() - started < 2.5
+    finally:
+        _kill_pidfile(pidfile)
+
+
+def test_a_flood_of_output_is_cut_off(tmp_path: pathlib.Path) -> None:
+    discovery = ScriptDiscovery(_script(tmp_path, "yes localhost:2\n"), timeout_s=5)
+    with pytest.raises(DiscoveryError, match="printed more than 1048576 bytes"):
+        discovery.find_hosts()
+
+
+def _kill_pidfile(pidfile: pathlib.Path) -> None:
+    import os
+    import signal
+
+    deadline = time.monotonic() + 2
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass

@@ -75,6 +75,9 @@ class Agent:
         try:
             while True:
                 command = self._next_command()
+                if command is _REFUSED:
+                    exit_code = 2
+                    break
                 if command is _LOST:
                     log(self.host, f"could not reach the rendezvous at {', '.join(self.addresses)} for "
                                    f"{self.reconnect_timeout_s:g} s (--reconnect-timeout); stopping workers")
@@ -126,8 +129,13 @@ class Agent:
                     if command.shutdown:
                         over = True  # the job is over: nothing to reconnect to
                         break
-            except grpc.RpcError:
-                pass
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # refused for good (a bad --host)
+                    log(self.host[:80], f"the rendezvous at {address} refused this agent: {exc.details()}")
+                    self._commands.put(_REFUSED)
+                    session.cancel()
+                    channel.close()
+                    return
             if not over and not self._stop.is_set() and self._stub is stub:
                 log(self.host, f"lost the rendezvous at {address}; workers keep running, reconnecting")
             if over:
@@ -234,6 +242,7 @@ class Agent:
 
 
 _LOST = object()
+_REFUSED = object()
 _OUTPUT_LOCK = threading.Lock()
 
 
