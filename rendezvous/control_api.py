@@ -66,6 +66,7 @@ class JobStatus(BaseModel):
     hosts: list[HostStatus]
     workers: list[WorkerStatus]
     events: list[str]
+    events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
 
 
 def job_status(coordinator: Coordinator, now: float) -> JobStatus:
@@ -99,7 +100,8 @@ def job_status(coordinator: Coordinator, now: float) -> JobStatus:
             )
             for w in coordinator.workers.values()
         ],
-        events=[f"[gen {e.generation}] {e.message}" for e in coordinator.summary.events[-200:]],
+        events=[f"[gen {e.generation}] {e.message}" for e in list(coordinator.summary.events)[-200:]],
+        events_dropped=coordinator.summary.events_dropped,
     )
 
 

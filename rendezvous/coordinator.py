@@ -34,6 +34,11 @@ from rendezvous.model import Event, Generation, Host, JobOutcome, Phase, Summary
 from rendezvous.settings import JobSettings
 from rendezvous.worker_env import base_env, rank_env, tentative_rank_env
 
+#: Seconds after which a host that is neither discovered nor connected, and runs no worker, is
+#: forgotten (it leaves `/status` and the store): agents that said hello and vanished do not
+#: pile up.
+FORGET_DEPARTED_HOST_S = 60.0
+
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
 StoreFactory = Callable[[int], tuple[str, int]]
 
@@ -368,12 +373,22 @@ class Coordinator:
         for host in self.hosts.values():
             if host.agent_connected and now - host.last_heartbeat > timeout:
                 self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s")
+        self._forget_departed_hosts(now)
         for worker in list(self.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
                 self._worker_failed(
                     worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)", now, blame_host=True
                 )
         self._reconcile(now)
+
+    def _forget_departed_hosts(self, now: float) -> None:
+        busy = {w.host for w in self.workers.values() if w.live}
+        for name, host in list(self.hosts.items()):
+            if (not host.discovered and not host.agent_connected and name not in busy
+                    and now - host.last_heartbeat > FORGET_DEPARTED_HOST_S):
+                del self.hosts[name]
+                self._sent_to_agents.pop(name, None)
+                self._unsettled = True
 
     # ------------------------------------------------------------------ state queries
     def live_workers(self) -> list[Worker]:
@@ -415,7 +430,7 @@ class Coordinator:
     def _event(self, now: float, message: str, level: int = logging.INFO) -> None:
         number = self.generation.number if self.generation else 0
         if level > logging.DEBUG:
-            self.summary.events.append(Event(now, number, message))
+            self.summary.add_event(Event(now, number, message))
         if level >= self.log_level:
             self._log(f"[gen {number}] {message}")
 

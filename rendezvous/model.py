@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass, field
 
 from rendezvous.assignment import RankAssignment
@@ -96,6 +97,10 @@ class JobOutcome:
     message: str
 
 
+#: Events a job keeps (the newest); older ones are counted in `Summary.events_dropped`.
+MAX_EVENTS = 1000
+
+
 @dataclass
 class Summary:
     generations: int = 0
@@ -103,4 +108,11 @@ class Summary:
     steps: int = 0
     started_at: float | None = None
     ended_at: float | None = None
-    events: list[Event] = field(default_factory=list)
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    events_dropped: int = 0
+
+    def add_event(self, event: Event) -> None:
+        """Keep the newest MAX_EVENTS: a job that runs for weeks keeps a bounded history."""
+        if len(self.events) == self.events.maxlen:
+            self.events_dropped += 1
+        self.events.append(event)

@@ -542,3 +542,24 @@ def test_a_plain_worker_finishing_first_does_not_stop_its_peers() -> None:
     assert rig.coordinator.generation.over is None
     assert not any(rig.coordinator.workers[w].stopping for w in others)
     assert set(others) <= set(rig.specs("a"))  # still wanted: they finish in their own time
+
+
+def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bounded() -> None:
+    from rendezvous.coordinator import FORGET_DEPARTED_HOST_S
+    from rendezvous.model import MAX_EVENTS
+
+    rig = Rig(min_np=1)
+    rig.start_elastic({"a": 1})
+    for i in range(5000):
+        rig.coordinator.agent_connected(f"stray{i}", i, rig.now)
+        rig.coordinator.agent_disconnected(f"stray{i}", rig.now)
+    rig.coordinator.settle(rig.now)
+    assert len(rig.coordinator.hosts) == 5001
+    summary = rig.coordinator.summary
+    assert len(summary.events) == MAX_EVENTS and summary.events_dropped > 9000
+    rig.now = FORGET_DEPARTED_HOST_S + 1
+    rig.agent_heartbeat("a")
+    rig.worker_heartbeat(rig.coordinator.generation.member_ids[0], 3, True)
+    rig.tick()
+    assert list(rig.coordinator.hosts) == ["a"]  # the job's own host stays
+    assert "stray1" not in rig.coordinator.record()

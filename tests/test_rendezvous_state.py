@@ -167,7 +167,10 @@ def test_a_record_rebuilds_only_what_changed_and_matches_a_fresh_build() -> None
     assert first[f"workers/{ids[2]}"]["done"] is False and second[f"workers/{ids[2]}"]["done"] is True
     assert second["hosts/a"] is first["hosts/a"] and second[f"workers/{ids[0]}"] == first[f"workers/{ids[0]}"]
     puts, deletes = job_record.diff(first, second)
-    assert set(puts) == {f"workers/{ids[2]}", "job"} and deletes == []
+    # ... and the replacement still starting on host a is stopped: the job is finishing
+    starting = {f"workers/{w.worker_id}" for w in c.workers.values() if w.worker_id not in ids and w.stopping}
+    assert len(starting) == 1
+    assert set(puts) == {f"workers/{ids[2]}", "job", *starting} and deletes == []
 
 
 # ---------------------------------------------------------------- journal and leadership
