@@ -94,7 +94,8 @@ class Coordinator:
         self._short_since: float | None = None
         self._sent_to_agents: dict[str, tuple] = {}
         self._generation_started = 0.0
-        self._quick_failures = 0  # consecutive generations that failed soon after forming
+        self._quick_failures = 0  # consecutive generations that failed soon after forming, without progress
+        self._steps_at_start = 0  # the job's committed steps when the current generation formed
         self._host_order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
         self._exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
@@ -496,14 +497,16 @@ class Coordinator:
         if not self._pending_cause:
             self._pending_cause.append(reason)
         self._event(now, f"generation {gen.number} is over: {reason}")
-        if now - self._generation_started < self.settings.crash_loop_window_s:
+        # A generation that committed steps trained: however short it was, it is no crash loop.
+        progressed = self.summary.steps > self._steps_at_start
+        if now - self._generation_started < self.settings.crash_loop_window_s and not progressed:
             self._quick_failures += 1
         else:
             self._quick_failures = 0
         if self._quick_failures >= self.settings.crash_loop_limit:
             self._fail(
                 f"{self._quick_failures} generations in a row failed within {self.settings.crash_loop_window_s:g} s "
-                f"of forming; the last: {reason}. Fix the error the workers print above",
+                f"of forming without committing a step; the last: {reason}. Fix the error the workers print above",
                 now,
             )
             return
@@ -563,6 +566,7 @@ class Coordinator:
         self.summary.generations += 1
         self.generation = gen
         self._generation_started = now
+        self._steps_at_start = self.summary.steps
         hosts: dict[str, int] = {}
         for a in members:
             hosts[a.host] = hosts.get(a.host, 0) + 1

@@ -428,6 +428,30 @@ def test_crash_loop_stops_the_job() -> None:
     assert "3 generations in a row failed within 10 s" in rig.coordinator.outcome.message
 
 
+def test_short_generations_that_committed_steps_are_no_crash_loop() -> None:
+    """Five single-worker kills a few seconds apart, each generation training in between: the
+    job goes on (before, the fifth failure ended it as a crash loop)."""
+    rig = Rig(min_np=1, max_np=4, crash_loop_limit=3, crash_loop_window_s=10)
+    ids = rig.start_elastic({"a": 4})
+    steps = 0
+    for round in range(5):
+        members = rig.coordinator.generation.member_ids
+        steps += 40
+        rig.now += 1
+        rig.worker_heartbeat(members[0], steps, True)  # rank 0 committed steps in this generation
+        rig.now += 2
+        victim = members[-1]
+        rig.worker_disconnected(victim)
+        rig.worker_exited("a", victim, 0, 9, False)
+        for wid in members[:-1]:
+            rig.worker_ready(wid, rig.coordinator.generation.number, "peer died", True)
+        for newcomer in [w for w in rig.specs("a") if rig.coordinator.workers[w].phase.value == "spawning"]:
+            rig.worker_connected(newcomer, 9)
+            rig.worker_ready(newcomer, 0, "", True)
+        assert rig.coordinator.outcome is None, rig.coordinator.outcome
+    assert rig.coordinator.generation.number == 6 and ids[0] in rig.coordinator.generation.member_ids
+
+
 def test_unknown_worker_is_refused() -> None:
     rig = Rig(min_np=1)
     rig.start_elastic({"a": 1})
