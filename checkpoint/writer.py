@@ -47,6 +47,11 @@ class BackgroundWriter:
         return True
 
     @property
+    def last_failure(self) -> str:
+        """Why the last write failed ("" if it succeeded)."""
+        return self._failing
+
+    @property
     def busy(self) -> bool:
         with self._cond:
             return self._busy

@@ -184,9 +184,11 @@ class WorkerHeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
-    __slots__ = ("worker_id", "commits")
+    __slots__ = ("worker_id", "commits", "warning")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     commits: int
-    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ...) -> None: ...
+    warning: str
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., warning: _Optional[str] = ...) -> None: ...

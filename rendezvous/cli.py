@@ -177,10 +177,12 @@ def _flag_error(error: Mapping[str, Any]) -> str:
 def format_summary(outcome: JobOutcome, summary: Summary) -> str:
     elapsed = (summary.ended_at or time.monotonic()) - (summary.started_at or time.monotonic())
     verdict = "succeeded" if outcome.success else "failed"
-    return (
-        f"job {verdict} after {elapsed:.1f} s: {summary.steps} steps committed, "
+    lost = f" ({summary.steps_lost} more lost to restarts without a checkpoint)" if summary.steps_lost else ""
+    line = (
+        f"job {verdict} after {elapsed:.1f} s: {summary.steps} steps committed{lost}, "
         f"{summary.generations} generation(s), {summary.resets} reset(s). {outcome.message}"
     )
+    return line + "".join(f"\nringmaster: WARNING: {w}" for w in summary.warnings[-10:])
 
 
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:

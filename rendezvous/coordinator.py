@@ -279,13 +279,15 @@ class Coordinator:
         self._unsettled = True
         return None
 
-    def worker_done(self, worker_id: str, commits: int, now: float) -> None:
+    def worker_done(self, worker_id: str, commits: int, now: float, warning: str = "") -> None:
         worker = self.workers.get(worker_id)
         if worker is None or worker.done:
             return
         self._note_commits(worker, commits)
         worker.done = True
         self._event(now, f"worker {worker_id} finished its training function")
+        if warning:
+            self._warn(now, f"worker {worker_id}: {warning}")
         self._start_finishing(now)
         self._unsettled = True
 
@@ -434,6 +436,21 @@ class Coordinator:
             self.summary.add_event(Event(now, number, message))
         if level >= self.log_level:
             self._log(f"[gen {number}] {message}")
+
+    def _note_lost_commits(self, now: float) -> None:
+        """No worker that holds the job's last commit is left. With --checkpoint-dir the next
+        ring resumes from the newest checkpoint; without, the committed steps are gone: say so."""
+        if self.summary.steps and not self.settings.checkpoint_dir:
+            self._warn(now, f"every worker died and the job has no --checkpoint-dir: it restarts from its initial "
+                            f"state, and the {self.summary.steps} step(s) committed so far are lost "
+                            "(pass --checkpoint-dir DIR to resume from a durable checkpoint instead)")
+            self.summary.steps_lost += self.summary.steps
+            self.summary.steps = 0
+
+    def _warn(self, now: float, message: str) -> None:
+        """An event that the job's end summary repeats (work lost, a checkpoint not written)."""
+        self._event(now, message, logging.WARNING)
+        self.summary.warnings.append(message)
 
     def _workers_on(self, host: str) -> list[Worker]:
         return [w for w in self.workers.values() if w.host == host]
@@ -704,12 +721,15 @@ class Coordinator:
         newcomers = [w for w in self.workers.values() if self._candidate(w, eligible) and w not in survivors]
         if not survivors and not newcomers:
             if not any(w.live for w in self.workers.values()):
+                self._note_lost_commits(now)
                 self._plan_generation(now)  # nothing can rejoin in place: restart everything
             return
         if len(survivors) + len(newcomers) < self.settings.min_np:
             return  # wait for newcomers to warm up, or for --elastic-timeout
         if self._exceeds_reset_limit(now):
             return
+        if not survivors:
+            self._note_lost_commits(now)  # newcomers alone: nobody holds the last commit
         slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
         members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], self.limit)
         new = self._new_generation(members, now)

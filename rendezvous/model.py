@@ -110,6 +110,8 @@ class Summary:
     ended_at: float | None = None
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     events_dropped: int = 0
+    warnings: list[str] = field(default_factory=list)  # repeated at the job's end
+    steps_lost: int = 0  # committed steps lost to restarts without a checkpoint
 
     def add_event(self, event: Event) -> None:
         """Keep the newest MAX_EVENTS: a job that runs for weeks keeps a bounded history."""

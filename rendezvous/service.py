@@ -180,5 +180,5 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
-        self.call(self.coordinator.worker_done, request.worker_id, request.commits)
+        self.call(self.coordinator.worker_done, request.worker_id, request.commits, request.warning[:2000])
         return pb.Ack(ok=True)

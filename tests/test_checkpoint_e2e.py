@@ -160,6 +160,10 @@ def test_full_disk_is_reported_and_the_previous_checkpoint_stays_intact(run_job,
                   *elastic_job(tmp_path / "log", epochs=2), "--ballast-mb", "1", "--file-size-limit-at-step", "10")
     assert job.wait(240) == 0, job.output
     assert "could not write the checkpoint of step" in job.output and "File too large" in job.output, job.output
+    # ... and the job's end says so, after its summary line
+    end = job.output.split("job succeeded after", 1)[1]
+    assert "WARNING: worker localhost/1: the final checkpoint (step" in end and "was not written to" in end, end
+    assert "File too large" in end
     directory = CheckpointDirectory(ckpt)
     newest = directory.checkpoints()[0]
     assert directory.verify(newest).step <= 10

@@ -587,3 +587,26 @@ def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bound
     rig.tick()
     assert list(rig.coordinator.hosts) == ["a"]  # the job's own host stays
     assert "stray1" not in rig.coordinator.record()
+
+
+def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
+    from rendezvous.cli import format_summary
+    from rendezvous.model import JobOutcome
+
+    rig = Rig(min_np=2)
+    ids = rig.start_elastic({"a": 2})
+    rig.worker_heartbeat(ids[0], 237, True)
+    for wid in ids:
+        rig.worker_disconnected(wid)
+        rig.worker_exited("a", wid, 0, 9, False)
+    newcomers = list(rig.specs("a"))
+    for wid in newcomers:  # the host was spared (killed, last host): replacements warm up
+        rig.worker_connected(wid, 5)
+        rig.worker_ready(wid, 0, "", True)
+    assert rig.coordinator.generation.number == 2  # restarted, from the initial state
+    assert any("no --checkpoint-dir" in w and "237 step(s) committed so far are lost" in w for w in rig.coordinator.summary.warnings)
+    rig.worker_done(rig.coordinator.generation.member_ids[0], 12, warning="the final checkpoint was not written")
+    line = format_summary(JobOutcome(True, "done"), rig.coordinator.summary)
+    assert "12 steps committed (237 more lost to restarts without a checkpoint)" in line
+    assert "WARNING: every worker died and the job has no --checkpoint-dir" in line
+    assert "WARNING: worker a/3: the final checkpoint was not written" in line

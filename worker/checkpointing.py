@@ -62,11 +62,20 @@ class Checkpointing:
     def resumed(self, step: int) -> None:
         self.policy.start(step, time.monotonic())
 
-    def finish(self, snapshot: HostSnapshot, step: int, rank: int, size: int, generation: int) -> None:
-        """At the end of training: make the last commit durable and wait for the disk."""
+    def finish(self, snapshot: HostSnapshot, step: int, rank: int, size: int, generation: int) -> str:
+        """At the end of training: make the last commit durable and wait for the disk. Returns
+        a warning for the job's end summary when the final checkpoint did not reach the disk."""
         if rank != 0:
-            return
+            return ""
         self.writer.flush(FINAL_WRITE_TIMEOUT_S)
         newer = step > 0 and (not self.writer.written or self.writer.written[-1] < step)
         if newer and self.writer.submit(snapshot, step, size, generation):
             self.writer.flush(FINAL_WRITE_TIMEOUT_S)
+        if step > 0 and (not self.writer.written or self.writer.written[-1] < step):
+            newest = f"step {self.writer.written[-1]}" if self.writer.written else "none from this run"
+            warning = (f"the final checkpoint (step {step}) was not written to {self.directory.path}"
+                       f"{': ' + self.writer.last_failure if self.writer.last_failure else ''}; "
+                       f"the newest checkpoint written is {newest}")
+            self.report(warning)
+            return warning
+        return ""

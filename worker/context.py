@@ -206,9 +206,9 @@ class WorkerContext:
         if self.link is not None:
             self.link.commits = self.commits
 
-    def report_done(self) -> None:
+    def report_done(self, warning: str = "") -> None:
         if self.link is not None:
-            self._guard(self.link.report_done)
+            self._guard(lambda: self.link.report_done(warning))
 
     def shutdown(self) -> None:
         """Leave the job's rings and the rendezvous cleanly. Runs at interpreter exit too

@@ -126,12 +126,14 @@ class RendezvousLink:
         if not reply.ok:
             raise Retired(reply.message)
 
-    def report_done(self) -> None:
-        """Say the training function returned; retried until a rendezvous has heard it."""
+    def report_done(self, warning: str = "") -> None:
+        """Say the training function returned (and what the job's end must report); retried
+        until a rendezvous has heard it."""
         backoff = Backoff(self._backoff.timeout_s)
         while True:
             try:
-                self._call("ReportDone", pb.DoneRequest(worker_id=self.worker_id, commits=self.commits))
+                self._call("ReportDone", pb.DoneRequest(worker_id=self.worker_id, commits=self.commits,
+                                                        warning=warning[:2000]))
                 return
             except grpc.RpcError as exc:
                 if exc.code() not in _AWAY or backoff.next_address(["retry"]) is None:

@@ -56,8 +56,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 if not exc.committed:
                     state.save()  # raised outside a commit: the ring goes on from the live state
             else:
-                state.finish()
-                context.report_done()
+                context.report_done(state.finish())
                 return result
             reset = True
 

@@ -193,13 +193,15 @@ class State:
         if comm.rank == 0 or comm.rank in found:
             say(f"replica guard: every rank holds rank 0's state again in generation {generation}")
 
-    def finish(self) -> None:
-        """Training returned: make the last commit durable (rank 0, when checkpoints are on)."""
-        if self._durable is not None:
-            context = _hvd().context()
-            rank, size = context.topology()[:2]
-            generation = context.assignment.generation if context.assignment else 0
-            self._durable.finish(self._snapshot, self._commits, rank, size, generation)
+    def finish(self) -> str:
+        """Training returned: make the last commit durable (rank 0, when checkpoints are on).
+        Returns a warning for the job's end when that failed."""
+        if self._durable is None:
+            return ""
+        context = _hvd().context()
+        rank, size = context.topology()[:2]
+        generation = context.assignment.generation if context.assignment else 0
+        return self._durable.finish(self._snapshot, self._commits, rank, size, generation)
 
     def _resume_from_disk(self) -> None:
         assert self._durable is not None
