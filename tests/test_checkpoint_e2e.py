@@ -170,3 +170,16 @@ def test_full_disk_is_reported_and_the_previous_checkpoint_stays_intact(run_job,
     logs = read_logs(tmp_path / "log")
     assert max(r["step"] for r in events(logs, "done")) > 20
     assert_every_sample_once(logs, 2)
+
+
+def test_a_checkpoint_folder_of_another_model_stops_the_job_naming_it(run_job, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    first = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
+                    *elastic_job(tmp_path / "log1", epochs=1, samples=16))
+    assert first.wait(180) == 0, first.output
+    other = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, *elastic_job(tmp_path / "log2", epochs=1, samples=16),
+                    "--hidden", "16")
+    assert other.wait(180) == 1, other.output
+    assert "does not fit this model: model.0.weight has shape [8, 4] float32 in the checkpoint and [16, 4] float32 here" \
+        in other.output
+    assert "generation 2 formed" not in other.output  # stopped, not restarted over and over

@@ -183,3 +183,47 @@ def test_a_job_of_one_resumes_from_its_durable_checkpoint(tmp_path, monkeypatch)
         assert torch.equal(value, saved[name])
     assert sampler.processed_indices == {0, 1, 2, 3, 4}
     assert optimizer.state[model.weight]["step"] == 5
+
+
+def test_a_checkpoint_of_another_model_is_named_with_what_differs(tmp_path, monkeypatch) -> None:
+    from worker.errors import CheckpointMismatchError
+
+    monkeypatch.setenv("RINGMASTER_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("RINGMASTER_CHECKPOINT_EVERY", "1")
+
+    def job(model: torch.nn.Module) -> None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0)
+
+        @hvd.elastic.run
+        def train(state):
+            while state.step < 2:
+                optimizer.zero_grad()
+                model(torch.ones(2, model[0].in_features)).sum().backward()
+                optimizer.step()
+                state.step += 1
+                state.commit()
+
+        train(state)
+
+    job(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)))
+    with pytest.raises(CheckpointMismatchError) as info:
+        job(torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 1), torch.nn.ReLU()))
+    message = str(info.value)
+    assert "the checkpoint of step 2 in" in message and "does not fit this model" in message
+    assert "model.0.weight has shape [4, 3] float32 in the checkpoint and [4, 5] float32 here" in message
+    assert "move that folder away" in message
+
+
+def test_fit_names_missing_extra_and_reshaped_entries() -> None:
+    from checkpoint import fit
+
+    saved = {"w": torch.zeros(2, 2), "b": torch.zeros(2), "old": torch.zeros(1), "epoch": 3}
+    live = {"w": torch.zeros(2, 3), "b": torch.zeros(2, dtype=torch.float64), "new": torch.zeros(1), "epoch": 9}
+    found = fit.differences(saved, live, "model")
+    assert "model lacks 'new' in the checkpoint" in found
+    assert "model has 'old' in the checkpoint that this model does not" in found
+    assert "model.w has shape [2, 2] float32 in the checkpoint and [2, 3] float32 here" in found
+    assert "model.b has shape [2] float32 in the checkpoint and [2] float64 here" in found
+    assert len(found) == 4  # the epoch differs in value only: that is what checkpoints are for
+    assert fit.differences({"a": [1, 2]}, {"a": [1, 2, 3]}) == []  # plain lists of values may change

@@ -30,3 +30,9 @@ class ReplicasDivergedError(RuntimeError):
     """After a reset, some rank's live state still differed from rank 0's after a second sync:
     something makes the state depend on the rank (a reset callback, most often). Training on
     would silently train different models, so the worker stops."""
+
+
+class CheckpointMismatchError(RuntimeError):
+    """The newest durable checkpoint does not fit the model being trained (another model's
+    folder, or the model changed). The message names the checkpoint and what differs; the
+    worker stops rather than train from a state it cannot load."""

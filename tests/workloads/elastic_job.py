@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--file-size-limit-at-step", type=int, default=None, metavar="N",
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
                              "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
+    parser.add_argument("--hidden", type=int, default=8, help="width of the model's hidden layer")
     parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
     args = parser.parse_args()
 
@@ -112,7 +113,7 @@ def main() -> None:
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     torch.manual_seed(1234)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1))
     lr = args.base_lr * (hvd.size() if args.lr_callback else 1)
     if args.optimizer == "adam":
         base = torch.optim.Adam(model.parameters(), lr=lr)

@@ -20,11 +20,12 @@ from typing import Any, Callable
 import torch
 from torch.profiler import record_function
 
+from checkpoint import fit
 from checkpoint.memory import HostSnapshot
 from checkpoint.tree import has_plain_leaves
 from worker.checkpointing import Checkpointing
 from worker.context import say
-from worker.errors import HostsUpdatedInterrupt, ReplicasDivergedError
+from worker.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
 from worker.replica_guard import compare_live_state, describe
 from worker.state_sync import SyncPlan, sync_snapshot
 from worker.torch.elastic.sampler import ElasticSampler
@@ -213,13 +214,24 @@ class State:
             say(f"checkpoint of step {manifest.step} in {self._durable.directory.path} holds no state dict; ignored")
             return
         live = self._entries()
+        where = f"the checkpoint of step {manifest.step} in {self._durable.directory.path}"
+        problems = [d for name in live if name in tree and name != RINGMASTER_ENTRY
+                    for d in fit.differences(tree[name], live[name], name)]
+        if problems:
+            raise CheckpointMismatchError(
+                f"{where} does not fit this model: {'; '.join(problems[:fit.MAX_DIFFERENCES])}. Point --checkpoint-dir "
+                "at this model's checkpoints, or move that folder away to start from the initial state"
+            )
         missing = sorted(set(live) - set(tree) - {RINGMASTER_ENTRY})
         if missing:
             say(f"checkpoint of step {manifest.step} lacks {', '.join(missing)}: those keep their initial values")
         merged = {name: tree.get(name, value) for name, value in live.items()}
         merged[RINGMASTER_ENTRY] = {"commits": manifest.step}
         self._snapshot.capture(merged)
-        self._load_entries(self._snapshot)
+        try:
+            self._load_entries(self._snapshot)
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{where} could not be loaded into this model: {exc}") from None
         self._resumed = True
         say(
             f"resumed from the checkpoint of step {manifest.step} in {self._durable.directory.path} "
