@@ -123,6 +123,10 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
         raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
     if command[0] in ("python", "python3"):
         command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
+    for flag, address in (("--bind", getattr(args, "bind", None)), ("--advertise-address", getattr(args, "advertise_address", None))):
+        if address and ":" in address:
+            raise UsageError(f"{flag} {address}: IPv6 addresses are not supported; give an IPv4 address "
+                             "(0.0.0.0 listens on every interface) or a host name")
     if args.hosts and args.host_discovery_script:
         raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
     for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np)):

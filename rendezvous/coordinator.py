@@ -407,6 +407,21 @@ class Coordinator:
         """Hosts the job may use now: discovered, agent connected, not blacklisted (in order)."""
         return [h for h in self.ordered_hosts() if h.agent_connected and not self.blacklist.is_blacklisted(h.name, now)]
 
+    def hosts_wanted(self, now: float) -> list[str]:
+        """The hosts the job can use now, in order: usable ones until their slots reach the
+        job's limit (--max-np or the scale target; all without one), plus any running workers.
+        Only these need an agent: 20 discovered hosts and --max-np 2 start one or two agents."""
+        busy = {w.host for w in self.workers.values() if w.live}
+        wanted, slots, limit = [], 0, self.limit
+        for host in self.ordered_hosts():
+            if self.blacklist.is_blacklisted(host.name, now):
+                continue
+            if limit is not None and slots >= limit and host.name not in busy:
+                continue
+            wanted.append(host.name)
+            slots += host.slots
+        return wanted
+
     def awaiting_exits(self, now: float) -> set[str]:
         """Hosts of failed workers whose exit status has not come yet (bounded by
         `exit_report_timeout_s`): the next ring waits for it to know whether the host is blacklisted."""
@@ -687,15 +702,7 @@ class Coordinator:
         the first host listed; after --start-timeout, with whoever is there."""
         if self._first_discovery_at is None:
             return
-        wanted, slots = [], 0
-        for host in self.ordered_hosts():
-            if self.blacklist.is_blacklisted(host.name, now):
-                continue
-            if self.limit is not None and slots >= self.limit:
-                break
-            wanted.append(host)
-            slots += host.slots
-        ready = all(h.agent_connected for h in wanted)
+        ready = all(self.hosts[name].agent_connected for name in self.hosts_wanted(now))
         waited = now - self._first_discovery_at >= self.settings.start_timeout_s
         if self.capacity(now) >= self.settings.min_np and (ready or waited):
             self._plan_generation(now)

@@ -1,8 +1,9 @@
 """Emulated hosts on this machine: one agent process per discovered host name.
 
 Each agent leads its own process group (its workers stay in it), so killing that group is the
-death of a host. An agent is started for every discovered host that is not blacklisted and
-whose previous agent the rendezvous has seen go; all are killed when the job ends.
+death of a host. An agent is started for every host the job can use now (`hosts_wanted`: not
+blacklisted, within --max-np's slots) whose previous agent the rendezvous has seen go; all are
+killed when the job ends.
 """
 
 from __future__ import annotations
@@ -32,12 +33,10 @@ class LocalHosts:
             host = coordinator.hosts.get(name)
             if host is not None and not host.discovered and name not in busy:
                 _signal_group(proc, signal.SIGTERM)
-        for host in coordinator.hosts.values():
-            if not host.discovered or host.agent_connected or host.name in self.agents:
+        for name in coordinator.hosts_wanted(now):
+            if coordinator.hosts[name].agent_connected or name in self.agents:
                 continue
-            if coordinator.blacklist.is_blacklisted(host.name, now):
-                continue
-            self.agents[host.name] = self._spawn(host.name)
+            self.agents[name] = self._spawn(name)
 
     def _spawn(self, host: str) -> subprocess.Popen:
         argv = [

@@ -70,6 +70,8 @@ def test_horovodrun_spellings_and_defaults() -> None:
     (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
     (["-np", "0", "python", "t.py"], "-np must be a positive integer, got 0"),
     (["-np", "2", "--exit-report-timeout", "-1", "python", "t.py"], "--exit-report-timeout: "),
+    (["-np", "2", "--bind", "::", "python", "t.py"], "--bind ::: IPv6 addresses are not supported; give an IPv4"),
+    (["-np", "2", "--advertise-address", "::1", "python", "t.py"], "--advertise-address ::1: IPv6 addresses"),
 ])
 def test_usage_errors_say_what_to_change(argv, message) -> None:
     with pytest.raises(UsageError) as info:

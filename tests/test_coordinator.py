@@ -610,3 +610,18 @@ def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
     assert "12 steps committed (237 more lost to restarts without a checkpoint)" in line
     assert "WARNING: every worker died and the job has no --checkpoint-dir" in line
     assert "WARNING: worker a/3: the final checkpoint was not written" in line
+
+
+def test_only_hosts_that_can_get_workers_are_wanted() -> None:
+    rig = Rig(min_np=1, max_np=2)
+    rig.set_hosts({f"h{i}": 1 for i in range(20)})
+    assert rig.coordinator.hosts_wanted(rig.now) == ["h0", "h1"]
+    rig.agent_connected("h0", 1)
+    rig.agent_connected("h1", 2)
+    ids = rig.coordinator.generation.member_ids
+    rig.worker_disconnected(ids[1])
+    rig.worker_exited("h1", ids[1], 1, 0, False)  # h1 blacklisted: the next host is wanted instead
+    assert rig.coordinator.hosts_wanted(rig.now) == ["h0", "h2"]
+    unlimited = Rig(min_np=1)
+    unlimited.set_hosts({"a": 1, "b": 2})
+    assert unlimited.coordinator.hosts_wanted(unlimited.now) == ["a", "b"]

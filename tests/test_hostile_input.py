@@ -42,3 +42,16 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
     assert agent.returncode == 2
     assert "refused this agent: agent hello refused: a host name of 300 characters" in agent.stderr
     assert serve.proc.poll() is None and serve.status()["state"] == "starting"
+
+
+def test_twenty_hosts_and_max_np_two_start_two_agents(run_job, tmp_path) -> None:
+    from harness import discovery_script
+    from test_e2e import elastic_job
+
+    script, _ = discovery_script(tmp_path, {f"host{i}": 1 for i in range(20)})
+    job = run_job("--min-np", "1", "--max-np", "2", "--host-discovery-script", script, "--discovery-interval", "0.3",
+                  *elastic_job(tmp_path / "log", epochs=1, samples=32))
+    status = job.wait_status(lambda s: s["world_size"] == 2, 120, "a ring of two")
+    assert sum(1 for h in status["hosts"] if h["agent_pid"]) == 2, status["hosts"]
+    assert job.wait(180) == 0, job.output
+    assert job.output.count("ringmaster-agent[") and "agent for host host2 connected" not in job.output
