@@ -39,6 +39,10 @@ from rendezvous.worker_env import base_env, rank_env, tentative_rank_env
 #: pile up.
 FORGET_DEPARTED_HOST_S = 60.0
 
+#: A gap this long between two ticks (which come every fraction of a second) means the
+#: rendezvous itself did not run: stopped (SIGSTOP), swapped out, starved of CPU.
+STALL_S = 1.5
+
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
 StoreFactory = Callable[[int], tuple[str, int]]
 
@@ -96,6 +100,8 @@ class Coordinator:
         self._generation_started = 0.0
         self._quick_failures = 0  # consecutive generations that failed soon after forming, without progress
         self._steps_at_start = 0  # the job's committed steps when the current generation formed
+        self.last_tick: float | None = None
+        self.stall_ended_at: float | None = None  # when the rendezvous last came back from a stall
         self._host_order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
         self._exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
@@ -280,6 +286,7 @@ class Coordinator:
         return None
 
     def worker_done(self, worker_id: str, commits: int, now: float, warning: str = "") -> None:
+        """The worker's training function returned; `warning` is what the job's end must say."""
         worker = self.workers.get(worker_id)
         if worker is None or worker.done:
             return
@@ -372,6 +379,9 @@ class Coordinator:
         """Called every few hundred milliseconds: timeouts that no message announces."""
         if self.outcome is not None:
             return
+        if self.last_tick is not None and now - self.last_tick > STALL_S:
+            self._after_stall(now, now - self.last_tick)
+        self.last_tick = now
         timeout = self.settings.heartbeat_timeout_s
         for host in self.hosts.values():
             if host.agent_connected and now - host.last_heartbeat > timeout:
@@ -383,6 +393,27 @@ class Coordinator:
                     worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)", now, blame_host=True
                 )
         self._reconcile(now)
+
+    def stalled_recently(self, now: float, window_s: float) -> bool:
+        """Is the rendezvous stalled right now (no tick for STALL_S), or did it come back from a
+        stall less than `window_s` ago? Then a lease that ran out says nothing of its agent."""
+        if self.last_tick is not None and now - self.last_tick > STALL_S:
+            return True
+        return self.stall_ended_at is not None and now - self.stall_ended_at < window_s
+
+    def _after_stall(self, now: float, gap: float) -> None:
+        """The rendezvous did not run for `gap` seconds: it was deaf, the others were not dead.
+        Liveness is judged from the heartbeats received from now on: everyone gets a fresh
+        window (what arrived while it was stopped is being read now)."""
+        self.stall_ended_at = now
+        self._event(now, f"the rendezvous did not run for {gap:.1f} s (stopped, swapped out or starved of CPU); "
+                         "hosts and workers are judged by the heartbeats that arrive from now on", logging.WARNING)
+        for host in self.hosts.values():
+            host.last_heartbeat = max(host.last_heartbeat, now)
+        for worker in self.workers.values():
+            worker.last_heartbeat = max(worker.last_heartbeat, now)
+        for worker_id in self._exit_awaited:
+            self._exit_awaited[worker_id] = max(self._exit_awaited[worker_id], now)
 
     def _forget_departed_hosts(self, now: float) -> None:
         busy = {w.host for w in self.workers.values() if w.live}

@@ -33,6 +33,10 @@ _UNREACHABLE = (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.Connect
                 aetcd.exceptions.InternalError)
 
 
+def _lease_gone(exc: Exception) -> bool:
+    return "lease not found" in str(exc)
+
+
 def _name(endpoint: tuple[str, int]) -> str:
     return f"{endpoint[0]}:{endpoint[1]}"
 
@@ -146,11 +150,20 @@ class EtcdStore:
         return int(lease.id)
 
     async def refresh_lease(self, lease: int) -> bool:
-        reply = await self._request(lambda c: c.refresh_lease(lease))
+        try:
+            reply = await self._request(lambda c: c.refresh_lease(lease))
+        except aetcd.exceptions.ClientError as exc:
+            if _lease_gone(exc):
+                return False  # it expired (its holder did not refresh it in time)
+            raise
         return reply is not None and reply.TTL > 0
 
     async def revoke_lease(self, lease: int) -> None:
-        await self._request(lambda c: c.revoke_lease(lease))
+        try:
+            await self._request(lambda c: c.revoke_lease(lease))
+        except aetcd.exceptions.ClientError as exc:
+            if not _lease_gone(exc):
+                raise  # an expired lease is revoked already
 
     # ------------------------------------------------------------ watches
     async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[Change]:

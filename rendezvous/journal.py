@@ -83,6 +83,9 @@ class Journal:
                 await asyncio.sleep(RETRY_S)
         self.trouble(None)
         if not ok:
+            if await self.leadership.still_leading():
+                await self._transact(puts, deletes)  # our key had run out and was taken again
+                return
             self.leadership.depose("another rendezvous took the job over (the leader key changed)")
             raise Deposed(self.leadership.lost_reason)
 

@@ -35,6 +35,7 @@ class Leadership:
         self.lease: int | None = None
         self.lost = asyncio.Event()
         self.lost_reason = ""
+        self._retaking = asyncio.Lock()  # the lease refresher and the journal may both find the key gone
 
     @property
     def guard(self) -> dict[str, int]:
@@ -76,8 +77,40 @@ class Leadership:
                 on_store_trouble(str(exc))
                 continue
             on_store_trouble(None)
-            if not alive:
-                self.depose("its leader lease expired in the store (the store was unreachable too long)")
+            if not alive and not await self.still_leading():
+                self.depose("its leader lease expired in the store (the store was unreachable, or this process "
+                            "was stopped, too long) and another rendezvous took the job over")
+
+    async def still_leading(self) -> bool:
+        """A guarded write failed: is the leader key ours (taken again since), or free (then take
+        it again), or another rendezvous's?"""
+        async with self._retaking:
+            try:
+                entries, _ = await self.store.get_prefix(self.key)
+            except StoreUnavailable:
+                return False
+            held = next((e for e in entries if e.key == self.key), None)
+            if held is None:
+                return await self._lead_again()
+            return held.mod_revision == self.revision and not self.lost.is_set()
+
+    async def _lead_again(self) -> bool:
+        """Our lease ran out (the store was out of reach, or this process did not run). If nobody
+        took the leader key meanwhile, nobody led the job: take it again and go on leading.
+        Otherwise another rendezvous leads: step down."""
+        try:
+            lease = await self.store.grant_lease(self.ttl_s)
+            value = {"address": self.address, "pid": os.getpid()}
+            if not await self.store.put_if(self.key, value, 0, lease=lease):
+                await self.store.revoke_lease(lease)
+                return False
+            entries, _ = await self.store.get_prefix(self.key)
+        except StoreUnavailable:
+            return False
+        self.revision = next(e.mod_revision for e in entries if e.key == self.key)
+        self.lease = lease
+        self.log("the leader lease had run out but no other rendezvous took the job: leading on")
+        return True
 
     async def announce(self, address: str) -> None:
         """Publish the address we listen on (known once the port is bound)."""

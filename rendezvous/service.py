@@ -100,6 +100,16 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             await asyncio.sleep(0.01)
 
     def lease_expired(self, host: str) -> None:
+        """An agent's lease ran out in the store. If the rendezvous itself was just stopped (it
+        could not refresh anything) and the agent's session is still open, the agent is not to
+        blame: its lease is granted again. Otherwise its host is lost."""
+        now = self.clock()
+        window = 2.0 * (self.leases.ttl_s if self.leases is not None else 0.0)
+        record = self.coordinator.hosts.get(host)
+        if host in self._agents and record is not None and self.coordinator.stalled_recently(now, window):
+            if self.leases is not None:
+                self._background(self.leases.connected(host, record.agent_pid or 0))
+            return
         self.call(lambda now: self.coordinator.agent_disconnected(host, now, "its lease in the store expired (no heartbeat)"))
 
     def _background(self, coro) -> None:
@@ -180,5 +190,6 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
-        self.call(self.coordinator.worker_done, request.worker_id, request.commits, request.warning[:2000])
+        warning = request.warning[:2000]
+        self.call(lambda now: self.coordinator.worker_done(request.worker_id, request.commits, now, warning))
         return pb.Ack(ok=True)

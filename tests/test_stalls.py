@@ -1,0 +1,50 @@
+"""The rendezvous itself stalls (a real SIGSTOP of its process for 15 s, then SIGCONT), as a
+long GC pause, swapping or a starved machine would stop it. Workers train on meanwhile; when it
+runs again it must judge liveness by the heartbeats that arrive from then on (it was deaf, they
+were not dead), keep leading when nobody else took over, and finish the job without a reset.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from harness import events, read_logs, wait_for
+from job_checks import assert_every_sample_once
+from test_e2e import elastic_job
+
+pytestmark = pytest.mark.slow
+
+STALL_S = 15.0
+
+
+def commits(log_dir) -> int:
+    return len(events(read_logs(log_dir), "commit"))
+
+
+@pytest.mark.parametrize("store", ["memory", "etcd"])
+def test_a_rendezvous_stopped_for_15_s_carries_on_without_losing_a_host(run_job, tmp_path, store, request) -> None:
+    flags = ["-H", "hostA:1,hostB:1", "--discovery-interval", "0.3", "--start-timeout", "20"]
+    if store == "etcd":
+        server = request.getfixturevalue("own_etcd")
+        flags += ["--store", f"etcd://{server.address}/jobs/stall"]
+    log = tmp_path / "log"
+    job = run_job(*flags, *elastic_job(log, epochs=2, samples=320, step_time=0.08))
+    wait_for(lambda: commits(log) >= 10, 120, "training to commit steps")
+    os.kill(job.proc.pid, signal.SIGSTOP)
+    try:
+        before = commits(log)
+        # The fault is the stall itself: the rendezvous does not run for STALL_S.
+        time.sleep(STALL_S)
+        during = commits(log) - before
+    finally:
+        os.kill(job.proc.pid, signal.SIGCONT)
+    assert during > 20, "the workers should train on while the rendezvous is stopped"
+    assert job.wait(240) == 0, job.output
+    assert "the rendezvous did not run for 1" in job.output
+    for bad in ("lost:", "blacklisted", "stopped leading", "generation 2 formed"):
+        assert bad not in job.output, f"{bad!r} after the stall:\n{job.output}"
+    assert_every_sample_once(read_logs(log), 2)
