@@ -27,6 +27,7 @@ from rendezvous.agent_leases import AgentLeases
 from rendezvous.control_api import create_app
 from rendezvous.coordinator import Coordinator, StoreAddress
 from rendezvous.discovery_poller import poll_discovery
+from rendezvous.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
 from rendezvous.journal import Deposed, Journal
 from rendezvous.kv_store import KeyValueStore
 from rendezvous.leadership import DEFAULT_LEADER_TTL_S, Leadership
@@ -99,6 +100,8 @@ class RendezvousServer:
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
         """Lead the job (or stand by until it can), then run it to its end. Raises
         StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
+        raise_open_file_limit()  # the rings' store, gRPC and the API share this process' descriptors
+        asyncio.get_running_loop().set_exception_handler(quiet_repeats(self.log))
         store = await open_store(self.store_spec, self.log)
         try:
             return await self._lead(store, initial_hosts)
@@ -221,5 +224,6 @@ class RendezvousServer:
         sock.bind((self.bind, self.api_port or 0))
         self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
         self.log(f"control API on {self.api_url}")
-        config = uvicorn.Config(create_app(coordinator, call=service.call), log_level="warning", lifespan="off")
+        config = uvicorn.Config(create_app(coordinator, call=service.call), log_level="warning", lifespan="off",
+                                http=GuardedH11Protocol, backlog=MAX_CONNECTIONS)
         return _ApiServer(config), sock

@@ -70,8 +70,8 @@ def run_job():
     """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
     jobs: list[Job] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run") -> Job:
-        job = Job([str(a) for a in args], env=env, verb=verb)
+    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run", preexec=None) -> Job:
+        job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec)
         jobs.append(job)
         return job
 

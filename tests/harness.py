@@ -63,13 +63,14 @@ def discovery_script(directory: pathlib.Path, hosts: dict[str, int]) -> tuple[pa
 class Job:
     """A `ringmaster run` process and what it printed."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run") -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run",
+                 preexec: Callable[[], None] | None = None) -> None:
         full_env = dict(os.environ, PYTHONUNBUFFERED="1")
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rendezvous.cli", verb, *args],
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=preexec,
         )
         self.lines: list[str] = []
         self._agent_pids: set[int] = set()

@@ -3,6 +3,7 @@ state is untouched. A real `ringmaster serve`, real gRPC calls and a real agent 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -55,3 +56,47 @@ def test_twenty_hosts_and_max_np_two_start_two_agents(run_job, tmp_path) -> None
     assert sum(1 for h in status["hosts"] if h["agent_pid"]) == 2, status["hosts"]
     assert job.wait(180) == 0, job.output
     assert job.output.count("ringmaster-agent[") and "agent for host host2 connected" not in job.output
+
+
+def test_a_flood_of_stalled_http_connections_leaves_the_job_its_descriptors(run_job, tmp_path) -> None:
+    """1100 connections that never send a request, against a rendezvous limited to 1024 file
+    descriptors (soft and hard): the rendezvous keeps its descriptors (connections over the cap
+    are closed at once, stalled ones after REQUEST_START_TIMEOUT_S), the job trains on and
+    finishes, and the API answers again once the stalled connections are dropped."""
+    import resource
+    import socket
+
+    from harness import wait_for
+
+    from test_e2e import elastic_job
+
+    job = run_job("-np", "2", "--discovery-interval", "0.3", *elastic_job(tmp_path / "log", epochs=2, samples=640),
+                  preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)))
+    job.wait_status(lambda s: s["steps"] >= 5, 120, "training")
+    host, port = job.api_url.removeprefix("http://").split(":")
+    sockets = []
+    try:
+        peak = 0
+        for attempt in range(1100):
+            try:
+                sockets.append(socket.create_connection((host, int(port)), timeout=2))
+            except OSError:
+                pass  # the listen queue is full: refused or timed out, as a small backlog does
+            if attempt % 50 == 0:
+                peak = max(peak, len(os.listdir(f"/proc/{job.proc.pid}/fd")))
+        assert len(sockets) > 500
+        assert peak < 400, f"the rendezvous held {peak} descriptors during the flood"
+
+        def answers() -> dict | None:
+            try:
+                return job.status()
+            except OSError:
+                return None
+
+        assert wait_for(answers, 30, "the API to answer again")["state"] == "running"
+        assert job.wait(240) == 0, job.output
+    finally:
+        for s in sockets:
+            s.close()
+    assert "Too many open files" not in job.output
+    assert "lost" not in job.output.replace("steps lost", "")
