@@ -227,3 +227,29 @@ def test_fit_names_missing_extra_and_reshaped_entries() -> None:
     assert "model.b has shape [2] float32 in the checkpoint and [2] float64 here" in found
     assert len(found) == 4  # the epoch differs in value only: that is what checkpoints are for
     assert fit.differences({"a": [1, 2]}, {"a": [1, 2, 3]}) == []  # plain lists of values may change
+
+
+@pytest.mark.parametrize("compression", ["none", "fp16"])
+def test_gradients_are_reduced_through_buffers_kept_across_steps(compression) -> None:
+    """A job of one: averaging over one worker leaves the gradients as they are (fp16: rounded
+    to half precision on the wire), and the fusion buffers are allocated once, not per step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 1))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                         named_parameters=model.named_parameters(),
+                                         compression=getattr(hvd.Compression, compression))
+    addresses = None
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(4, 5)).sum().backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        optimizer.synchronize()
+        for p, e in zip(model.parameters(), expected):
+            want = e.half().float() if compression == "fp16" else e
+            assert torch.equal(p.grad, want)
+        now = sorted(b.data_ptr() for b in optimizer._hvd_buffers.values())
+        assert addresses is None or now == addresses
+        addresses = now
+    assert len(addresses) == (2 if compression == "fp16" else 1)  # float32 pack (+ float16 wire)
+    with optimizer.skip_synchronize():
+        optimizer.step()

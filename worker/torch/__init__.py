@@ -131,6 +131,14 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
               compression: Any = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduce `tensor` across all workers and return the result (the input is left alone)."""
+    op = _resolve_op(op, average)
+    if compression is Compression.none and op in (Average, Sum) and tensor.is_floating_point():
+        # The copy the result needs is made with every scale folded in (one pass), then summed
+        # in place: no second pass to average, as `all_reduce` on a tensor of one's own.
+        size = context().communicator().size
+        scale = prescale_factor * postscale_factor / (size if op == Average else 1)
+        out = torch.mul(tensor.detach(), scale) if scale != 1.0 else tensor.detach().clone()
+        return allreduce_(out, op=Sum)
     compressed, ctx = compression.compress(tensor.detach().clone())
     allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)
     return compression.decompress(compressed, ctx)

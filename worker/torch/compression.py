@@ -7,6 +7,11 @@ import torch
 
 class NoneCompressor:
     @staticmethod
+    def wire_dtype(dtype: torch.dtype) -> torch.dtype:
+        """The dtype a tensor of `dtype` travels as (lets the optimizer cast into kept buffers)."""
+        return dtype
+
+    @staticmethod
     def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, None]:
         return tensor, None
 
@@ -17,6 +22,10 @@ class NoneCompressor:
 
 class FP16Compressor:
     """Send floating point tensors as float16: half the bytes, less precision."""
+
+    @staticmethod
+    def wire_dtype(dtype: torch.dtype) -> torch.dtype:
+        return torch.float16 if dtype.is_floating_point else dtype
 
     @staticmethod
     def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:

@@ -24,6 +24,7 @@ class _DistributedOptimizerMixin:
     _hvd_params: list[torch.Tensor]
     _hvd_synchronized: bool
     _hvd_should_sync: bool
+    _hvd_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor]
     backward_passes_per_step: int
 
     def synchronize(self) -> None:
@@ -34,20 +35,58 @@ class _DistributedOptimizerMixin:
             self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
             return
         grads = [p.grad for p in self._hvd_params if p.grad is not None]
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for g in grads:
-            by_dtype.setdefault(g.dtype, []).append(g)
-        for group in by_dtype.values():
-            flat = torch.cat([g.reshape(-1) for g in group])
-            flat, ctx = self._hvd_compression.compress(flat)
-            hvd.allreduce_(flat, op=self._hvd_op)
-            flat = self._hvd_compression.decompress(flat, ctx)
-            offset = 0
-            for g in group:
-                n = g.numel()
-                g.copy_(flat[offset: offset + n].view_as(g))
-                offset += n
+            by_kind.setdefault((g.device, g.dtype), []).append(g)
+        wire_dtype = getattr(self._hvd_compression, "wire_dtype", None)
+        for group in by_kind.values():
+            if wire_dtype is None:  # a compressor of the user's own: its compress/decompress, as given
+                self._reduce_with(group, hvd)
+            else:
+                self._reduce_fused(group, wire_dtype(group[0].dtype), hvd)
         self._hvd_synchronized = True
+
+    def _reduce_fused(self, group: list[torch.Tensor], wire: torch.dtype, hvd: Any) -> None:
+        """Pack into a buffer kept across steps (no fresh memory, so no page faults), cast into
+        a kept wire buffer if compressing, sum across workers in place, and write each gradient
+        back with the averaging folded into that copy: one pass over the bytes each way."""
+        total = sum(g.numel() for g in group)
+        flat = self._hvd_buffer(group[0].device, group[0].dtype, total)
+        torch.cat([g.reshape(-1) for g in group], out=flat)
+        sent = flat
+        if wire != flat.dtype:
+            sent = self._hvd_buffer(flat.device, wire, total)
+            sent.copy_(flat)
+        hvd.allreduce_(sent, op=hvd.Sum)
+        scale = 1.0 / hvd.size() if self._hvd_op == "average" else 1.0
+        offset = 0
+        for g in group:
+            n = g.numel()
+            part = sent[offset: offset + n].view_as(g)
+            if scale != 1.0:
+                torch.mul(part, scale, out=g)
+            else:
+                g.copy_(part)
+            offset += n
+
+    def _hvd_buffer(self, device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
+        key = (device, dtype)
+        buffer = self._hvd_buffers.get(key)
+        if buffer is None or buffer.numel() != numel:
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self._hvd_buffers[key] = buffer
+        return buffer
+
+    def _reduce_with(self, group: list[torch.Tensor], hvd: Any) -> None:
+        flat = torch.cat([g.reshape(-1) for g in group])
+        flat, ctx = self._hvd_compression.compress(flat)
+        hvd.allreduce_(flat, op=self._hvd_op)
+        flat = self._hvd_compression.decompress(flat, ctx)
+        offset = 0
+        for g in group:
+            n = g.numel()
+            g.copy_(flat[offset: offset + n].view_as(g))
+            offset += n
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -126,5 +165,6 @@ def DistributedOptimizer(
     wrapped._hvd_params = params
     wrapped._hvd_synchronized = False
     wrapped._hvd_should_sync = True
+    wrapped._hvd_buffers = {}  # (device, dtype) -> fusion buffer kept across steps
     wrapped.backward_passes_per_step = backward_passes_per_step
     return wrapped
