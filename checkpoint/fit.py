@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from checkpoint.tree import flatten
+
 #: Differences reported at most (the first ones say enough).
 MAX_DIFFERENCES = 6
 
@@ -69,13 +71,7 @@ def _flat_state_dict(tree: dict) -> bool:
 
 
 def _holds_tensors(tree: Any) -> bool:
-    if isinstance(tree, torch.Tensor):
-        return True
-    if isinstance(tree, dict):
-        return any(_holds_tensors(v) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return any(_holds_tensors(v) for v in tree)
-    return False
+    return bool(flatten(tree)[1])
 
 
 def _names(keys: list) -> str:

@@ -145,7 +145,6 @@ class Coordinator:
         for worker in self._workers_on(host):
             if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in alive:
                 worker.phase = Phase.EXITED
-                self._exit_awaited.pop(worker.worker_id, None)
                 if self._is_member(worker) and not worker.done:
                     self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
                 if not worker.done:
@@ -176,7 +175,6 @@ class Coordinator:
             if worker.live and not worker.stopping and not worker.done:
                 self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False)
             worker.phase = Phase.EXITED
-            self._exit_awaited.pop(worker.worker_id, None)
         self._blacklist_host(host, f"its agent {reason}", now, by_itself=False)
         self._unsettled = True
 
@@ -187,7 +185,6 @@ class Coordinator:
         how = describe_exit(exit_code, signal_number)
         was_live = worker.live
         worker.phase = Phase.EXITED
-        self._exit_awaited.pop(worker_id, None)
         clean = exit_code == 0 and signal_number == 0
         # The agent's word counts only for a worker still counted live: one already counted failed
         # (its connection closed) and stopped by its agent is a crash that the agent tidied up.

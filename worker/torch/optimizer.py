@@ -58,16 +58,7 @@ class _DistributedOptimizerMixin:
             sent = self._hvd_buffer(flat.device, wire, total)
             sent.copy_(flat)
         hvd.allreduce_(sent, op=hvd.Sum)
-        scale = 1.0 / hvd.size() if self._hvd_op == "average" else 1.0
-        offset = 0
-        for g in group:
-            n = g.numel()
-            part = sent[offset: offset + n].view_as(g)
-            if scale != 1.0:
-                torch.mul(part, scale, out=g)
-            else:
-                g.copy_(part)
-            offset += n
+        _unpack(sent, group, 1.0 / hvd.size() if self._hvd_op == "average" else 1.0)
 
     def _hvd_buffer(self, device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
         key = (device, dtype)
@@ -81,12 +72,7 @@ class _DistributedOptimizerMixin:
         flat = torch.cat([g.reshape(-1) for g in group])
         flat, ctx = self._hvd_compression.compress(flat)
         hvd.allreduce_(flat, op=self._hvd_op)
-        flat = self._hvd_compression.decompress(flat, ctx)
-        offset = 0
-        for g in group:
-            n = g.numel()
-            g.copy_(flat[offset: offset + n].view_as(g))
-            offset += n
+        _unpack(self._hvd_compression.decompress(flat, ctx), group, 1.0)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -129,6 +115,19 @@ class _DistributedOptimizerMixin:
                     params[i].copy_(start[i] + reduced[offset: offset + n].view_as(params[i]))
                     offset += n
         return loss
+
+
+def _unpack(flat: torch.Tensor, group: list[torch.Tensor], scale: float) -> None:
+    """Write consecutive slices of `flat` into the gradients of `group`, scaled on the way."""
+    offset = 0
+    for g in group:
+        n = g.numel()
+        part = flat[offset: offset + n].view_as(g)
+        if scale != 1.0:
+            torch.mul(part, scale, out=g)
+        else:
+            g.copy_(part)
+        offset += n
 
 
 def DistributedOptimizer(
