@@ -38,7 +38,7 @@ for name in list(os.environ):
 
 import torch  # noqa: E402
 
-import worker.torch as hvd  # noqa: E402
+import ringmaster.torch as hvd  # noqa: E402
 
 LAYER_BYTES = (1024 * 1024 + 1024) * 4
 

@@ -89,7 +89,7 @@ def ddp(name: str, steps: int) -> float:
 def worker(name: str, steps: int, compression: str, out: str) -> None:
     import torch
 
-    import worker.torch as hvd
+    import ringmaster.torch as hvd
 
     torch.set_num_threads(1)
     hvd.init()
@@ -106,7 +106,7 @@ def worker(name: str, steps: int, compression: str, out: str) -> None:
 def ringmaster(name: str, steps: int, compression: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "times.json")
-        subprocess.run([sys.executable, "-m", "rendezvous.cli", "run", "-np", "2", sys.executable, __file__, "--worker",
+        subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", sys.executable, __file__, "--worker",
                         "--model", name, "--steps", str(steps), "--compression", compression, "--out", out],
                        cwd=ROOT, check=True, capture_output=True, timeout=600)
         result = json.loads(pathlib.Path(out).read_text())

@@ -90,7 +90,7 @@ def _rank_main(rank: int, size: int, store_port: int, rounds: int, results) -> N
     import torch
     import torch.distributed as dist
 
-    from worker.communicator import build_process_group
+    from ringmaster.worker.train.collectives import build_process_group
 
     store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=datetime.timedelta(seconds=60))
     timeout = datetime.timedelta(seconds=60)

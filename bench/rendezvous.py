@@ -35,14 +35,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from harness import free_port, wait_for  # noqa: E402
-from proto import ringmaster_pb2 as pb  # noqa: E402
-from proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
+from ringmaster.proto import ringmaster_pb2 as pb  # noqa: E402
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Popen:
     hosts_flag = ",".join(f"h{i}:1" for i in range(hosts))
     return subprocess.Popen(
-        [sys.executable, "-m", "rendezvous.cli", "serve", "-H", hosts_flag, "--min-np", "1", "--port", str(port),
+        [sys.executable, "-m", "ringmaster.cli", "serve", "-H", hosts_flag, "--min-np", "1", "--port", str(port),
          "--api-port", "0", "--store", store, "--heartbeat-interval", "5", "--heartbeat-timeout", "120",
          "--start-timeout", "120", *extra, "python", "-c", "pass"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -154,7 +154,7 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log_dir = pathlib.Path(tmp)
         port = free_port()
-        args = [sys.executable, "-m", "rendezvous.cli", "serve", "-H", "hA:1,hB:1", "--port", str(port),
+        args = [sys.executable, "-m", "ringmaster.cli", "serve", "-H", "hA:1,hB:1", "--port", str(port),
                 "--store", f"etcd://127.0.0.1:{etcd.client_port}/bench/down/{time.time_ns()}",
                 sys.executable, str(ROOT / "tests" / "workloads" / "elastic_job.py"), "--log-dir", tmp,
                 "--epochs", "3", "--samples", "128", "--step-time", "0.05", "--timestamps"]
@@ -162,7 +162,7 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
         try:
             for host in ("hA", "hB"):
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "worker.agent", "--rendezvous", f"127.0.0.1:{port}", "--host", host],
+                    [sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", f"127.0.0.1:{port}", "--host", host],
                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
 
             def commits() -> list[dict]:
@@ -200,7 +200,7 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
 
 async def write_after_member_loss(root: pathlib.Path, kill_raft_leader: bool) -> tuple[float, float]:
     """Seconds of the first write after the member in use dies, and of a write before it."""
-    from rendezvous.etcd_kv import EtcdStore
+    from ringmaster.rendezvous.state.etcd_kv import EtcdStore
 
     cluster = EtcdCluster(root).start()
     try:

@@ -45,10 +45,10 @@ def _rank_main(rank: int, port: int, sizes: list[int], repeats: int, results) ->
     import torch
     import torch.distributed as dist
 
-    from checkpoint.memory import HostSnapshot
-    from worker.communicator import Communicator
-    from worker.replica_guard import compare_live_state
-    from worker.state_sync import fingerprint
+    from ringmaster.checkpoint.memory import HostSnapshot
+    from ringmaster.worker.train.collectives import Communicator
+    from ringmaster.worker.train.replica_guard import compare_live_state
+    from ringmaster.worker.train.state_sync import fingerprint
 
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO, Callable
 import torch
 from pydantic import ValidationError
 
-from checkpoint.manifest import FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest
-from checkpoint.policy import DEFAULT_KEEP
+from ringmaster.checkpoint.manifest import FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest
+from ringmaster.checkpoint.policy import DEFAULT_KEEP
 
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from checkpoint.tree import flatten
+from ringmaster.checkpoint.tree import flatten
 
 #: Differences reported at most (the first ones say enough).
 MAX_DIFFERENCES = 6

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
-from checkpoint.digest import buffers_digest
-from checkpoint.tree import Layout, flatten, layout_of, tensor_refs, unflatten
+from ringmaster.checkpoint.digest import buffers_digest
+from ringmaster.checkpoint.tree import Layout, flatten, layout_of, tensor_refs, unflatten
 
 
 class HostSnapshot:

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Callable
 
-from checkpoint.directory import CheckpointDirectory
-from checkpoint.memory import HostSnapshot
+from ringmaster.checkpoint.directory import CheckpointDirectory
+from ringmaster.checkpoint.memory import HostSnapshot
 
 
 class BackgroundWriter:

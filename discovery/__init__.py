@@ -5,13 +5,13 @@
 functions and classes so they are tested without processes.
 """
 
-from discovery.blacklist import Blacklist, CooldownRange
-from discovery.diff import HostDiff, diff_hosts
-from discovery.errors import DiscoveryError
-from discovery.interface import HostDiscovery, Hosts
-from discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem, parse_host_lines, parse_hosts_flag
-from discovery.script import ScriptDiscovery
-from discovery.static import StaticDiscovery
+from ringmaster.discovery.blacklist import Blacklist, CooldownRange
+from ringmaster.discovery.diff import HostDiff, diff_hosts
+from ringmaster.discovery.errors import DiscoveryError
+from ringmaster.discovery.interface import HostDiscovery, Hosts
+from ringmaster.discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem, parse_host_lines, parse_hosts_flag
+from ringmaster.discovery.script import ScriptDiscovery
+from ringmaster.discovery.static import StaticDiscovery
 
 __all__ = [
     "Blacklist",

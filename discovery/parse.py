@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from discovery.errors import DiscoveryError
+from ringmaster.discovery.errors import DiscoveryError
 
 # Host names as DNS allows them (RFC 1123 labels; `_` too, as real clusters use it), which
 # covers IPv4 literals; no spaces, no colons (IPv6 literals cannot be told from host:slots).

@@ -8,8 +8,8 @@ import signal
 import subprocess
 import time
 
-from discovery.errors import DiscoveryError
-from discovery.parse import parse_host_lines
+from ringmaster.discovery.errors import DiscoveryError
+from ringmaster.discovery.parse import parse_host_lines
 
 #: Seconds a discovery script may run before it is killed and the attempt counts as failed.
 DEFAULT_SCRIPT_TIMEOUT_S = 10.0

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-import worker.torch as hvd
+import ringmaster.torch as hvd
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import ringmaster_pb2 as proto_dot_ringmaster__pb2
+from ringmaster.proto import ringmaster_pb2 as ringmaster_dot_proto_dot_ringmaster__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/ringmaster_pb2_grpc.py depends on'
+        + ' but the generated code in ringmaster/proto/ringmaster_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,38 +36,38 @@ class RendezvousStub:
         """
         self.AgentSession = channel.unary_stream(
                 '/ringmaster.v1.Rendezvous/AgentSession',
-                request_serializer=proto_dot_ringmaster__pb2.AgentHello.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.AgentCommand.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentHello.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentCommand.FromString,
                 _registered_method=True)
         self.AgentHeartbeat = channel.unary_unary(
                 '/ringmaster.v1.Rendezvous/AgentHeartbeat',
-                request_serializer=proto_dot_ringmaster__pb2.AgentHeartbeatRequest.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.Ack.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentHeartbeatRequest.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
         self.ReportWorkerExit = channel.unary_unary(
                 '/ringmaster.v1.Rendezvous/ReportWorkerExit',
-                request_serializer=proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.Ack.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
         self.WorkerSession = channel.unary_stream(
                 '/ringmaster.v1.Rendezvous/WorkerSession',
-                request_serializer=proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.WorkerEvent.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerEvent.FromString,
                 _registered_method=True)
         self.Ready = channel.unary_unary(
                 '/ringmaster.v1.Rendezvous/Ready',
-                request_serializer=proto_dot_ringmaster__pb2.ReadyRequest.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.Ack.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.ReadyRequest.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
         self.WorkerHeartbeat = channel.unary_unary(
                 '/ringmaster.v1.Rendezvous/WorkerHeartbeat',
-                request_serializer=proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.Ack.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
         self.ReportDone = channel.unary_unary(
                 '/ringmaster.v1.Rendezvous/ReportDone',
-                request_serializer=proto_dot_ringmaster__pb2.DoneRequest.SerializeToString,
-                response_deserializer=proto_dot_ringmaster__pb2.Ack.FromString,
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.DoneRequest.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
 
 
@@ -133,38 +133,38 @@ def add_RendezvousServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'AgentSession': grpc.unary_stream_rpc_method_handler(
                     servicer.AgentSession,
-                    request_deserializer=proto_dot_ringmaster__pb2.AgentHello.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.AgentCommand.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentHello.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentCommand.SerializeToString,
             ),
             'AgentHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.AgentHeartbeat,
-                    request_deserializer=proto_dot_ringmaster__pb2.AgentHeartbeatRequest.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.Ack.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.AgentHeartbeatRequest.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
             'ReportWorkerExit': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportWorkerExit,
-                    request_deserializer=proto_dot_ringmaster__pb2.WorkerExit.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.Ack.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
             'WorkerSession': grpc.unary_stream_rpc_method_handler(
                     servicer.WorkerSession,
-                    request_deserializer=proto_dot_ringmaster__pb2.WorkerHello.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.WorkerEvent.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHello.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerEvent.SerializeToString,
             ),
             'Ready': grpc.unary_unary_rpc_method_handler(
                     servicer.Ready,
-                    request_deserializer=proto_dot_ringmaster__pb2.ReadyRequest.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.Ack.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.ReadyRequest.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
             'WorkerHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.WorkerHeartbeat,
-                    request_deserializer=proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.Ack.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
             'ReportDone': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportDone,
-                    request_deserializer=proto_dot_ringmaster__pb2.DoneRequest.FromString,
-                    response_serializer=proto_dot_ringmaster__pb2.Ack.SerializeToString,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.DoneRequest.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -192,8 +192,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/AgentSession',
-            proto_dot_ringmaster__pb2.AgentHello.SerializeToString,
-            proto_dot_ringmaster__pb2.AgentCommand.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.AgentHello.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.AgentCommand.FromString,
             options,
             channel_credentials,
             insecure,
@@ -219,8 +219,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/AgentHeartbeat',
-            proto_dot_ringmaster__pb2.AgentHeartbeatRequest.SerializeToString,
-            proto_dot_ringmaster__pb2.Ack.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.AgentHeartbeatRequest.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,
@@ -246,8 +246,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/ReportWorkerExit',
-            proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
-            proto_dot_ringmaster__pb2.Ack.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,
@@ -273,8 +273,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/WorkerSession',
-            proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
-            proto_dot_ringmaster__pb2.WorkerEvent.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.WorkerEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -300,8 +300,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/Ready',
-            proto_dot_ringmaster__pb2.ReadyRequest.SerializeToString,
-            proto_dot_ringmaster__pb2.Ack.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.ReadyRequest.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,
@@ -327,8 +327,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/WorkerHeartbeat',
-            proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.SerializeToString,
-            proto_dot_ringmaster__pb2.Ack.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHeartbeatRequest.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,
@@ -354,8 +354,8 @@ class Rendezvous:
             request,
             target,
             '/ringmaster.v1.Rendezvous/ReportDone',
-            proto_dot_ringmaster__pb2.DoneRequest.SerializeToString,
-            proto_dot_ringmaster__pb2.Ack.FromString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.DoneRequest.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,
             insecure,

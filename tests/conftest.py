@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import sys
@@ -51,8 +52,8 @@ def etcd_cluster(tmp_path):
 @pytest.fixture(params=["memory", "etcd"])
 def make_store(request):
     """An async factory of fresh stores of one kind: the same tests run against both."""
-    from rendezvous.etcd_kv import EtcdStore
-    from rendezvous.memory_kv import MemoryStore
+    from ringmaster.rendezvous.state.etcd_kv import EtcdStore
+    from ringmaster.rendezvous.state.memory_kv import MemoryStore
 
     if request.param == "memory":
         async def memory():
@@ -83,7 +84,7 @@ def run_job():
 @pytest.fixture
 def alone(monkeypatch):
     """The training library as a job of one: no Ringmaster environment, a fresh `hvd.init()`."""
-    import worker.torch as hvd
+    import ringmaster.torch as hvd
 
     for name in list(os.environ):
         if name.startswith("RINGMASTER_"):
@@ -92,3 +93,33 @@ def alone(monkeypatch):
     hvd.init()
     yield
     hvd.shutdown()
+
+
+class EventLog(logging.Handler):
+    """The structured events logged in this process (records of the `ringmaster` loggers)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.events: list = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "event", None)
+        if event is not None:
+            self.events.append(event)
+
+    def of(self, kind) -> list:
+        return [e for e in self.events if e.kind == kind]
+
+
+@pytest.fixture
+def logged_events() -> Iterator[EventLog]:
+    """Collect the events this process logs while the test runs."""
+    logger = logging.getLogger("ringmaster")
+    handler, level = EventLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

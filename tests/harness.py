@@ -68,7 +68,7 @@ class Job:
         full_env = dict(os.environ, PYTHONUNBUFFERED="1")
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rendezvous.cli", verb, *args],
+            [sys.executable, "-m", "ringmaster.cli", verb, *args],
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, preexec_fn=preexec,
         )

@@ -1,4 +1,4 @@
-"""Adasum's arithmetic (`worker.torch.adasum`); the collective itself runs on a real ring in
+"""Adasum's arithmetic (`ringmaster.torch.adasum`); the collective itself runs on a real ring in
 test_e2e's collectives job."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.torch import adasum
+from ringmaster.torch import adasum
 
 
 def test_orthogonal_updates_add_and_equal_ones_average() -> None:

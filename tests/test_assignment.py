@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rendezvous.assignment import WorkerSlot, assign_ranks
+from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
 
 slots = st.lists(
     st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"])), max_size=20, unique_by=lambda t: t[0]

@@ -15,12 +15,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.directory import CheckpointDirectory
-from checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError
-from checkpoint.memory import HostSnapshot
-from checkpoint.policy import DEFAULT_INTERVAL_S, CheckpointPolicy
-from checkpoint.tree import TensorRef, flatten, has_plain_leaves, skeleton_digest, unflatten
-from checkpoint.writer import BackgroundWriter
+from ringmaster.checkpoint.directory import CheckpointDirectory
+from ringmaster.checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError
+from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, CheckpointPolicy
+from ringmaster.checkpoint.tree import TensorRef, flatten, has_plain_leaves, skeleton_digest, unflatten
+from ringmaster.checkpoint.writer import BackgroundWriter
 
 # ---------------------------------------------------------------- tree
 

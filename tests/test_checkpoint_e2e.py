@@ -17,8 +17,8 @@ import subprocess
 import pytest
 import torch
 
-from checkpoint.directory import CheckpointDirectory
-from checkpoint.manifest import STATE_NAME
+from ringmaster.checkpoint.directory import CheckpointDirectory
+from ringmaster.checkpoint.manifest import STATE_NAME
 from harness import events, read_logs, wait_for
 from job_checks import assert_every_sample_once
 from test_e2e import FAST, elastic_job

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from harness import ROOT
-from rendezvous.cli import UsageError, build_parser, main, settings_from_args
+from ringmaster.cli.main import UsageError, build_parser, main, settings_from_args
 
 
 def parse(*argv: str):
@@ -16,7 +16,7 @@ def parse(*argv: str):
 
 
 def test_help_documents_every_flag_and_its_default() -> None:
-    proc = subprocess.run([sys.executable, "-m", "rendezvous.cli", "run", "--help"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     for flag in ["-np", "--min-np", "--max-np", "-H", "--host-discovery-script", "--slots-per-host", "--elastic-timeout",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from proto import ringmaster_pb2 as pb
-from rendezvous.coordinator import Coordinator, StoreAddress
-from rendezvous.model import Phase
-from rendezvous.settings import JobSettings
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.records import Phase
+from ringmaster.settings import JobSettings
 
 
 class Rig:
@@ -17,7 +17,7 @@ class Rig:
         settings.setdefault("command", ["python", "train.py"])
         self.plain_stores: list[int] = []
         self.coordinator = Coordinator(
-            JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store, log=lambda _: None
+            JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store
         )
         self.now = 0.0
         self.agents: dict[str, pb.AgentCommand] = {}
@@ -569,8 +569,8 @@ def test_a_plain_worker_finishing_first_does_not_stop_its_peers() -> None:
 
 
 def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bounded() -> None:
-    from rendezvous.coordinator import FORGET_DEPARTED_HOST_S
-    from rendezvous.model import MAX_EVENTS
+    from ringmaster.rendezvous.control.coordinator import FORGET_DEPARTED_HOST_S
+    from ringmaster.rendezvous.control.records import MAX_EVENTS
 
     rig = Rig(min_np=1)
     rig.start_elastic({"a": 1})
@@ -590,8 +590,9 @@ def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bound
 
 
 def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
-    from rendezvous.cli import format_summary
-    from rendezvous.model import JobOutcome
+    from ringmaster.cli.main import summary_events
+    from ringmaster.common.events import Kind
+    from ringmaster.rendezvous.control.records import JobOutcome
 
     rig = Rig(min_np=2)
     ids = rig.start_elastic({"a": 2})
@@ -606,10 +607,12 @@ def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
     assert rig.coordinator.generation.number == 2  # restarted, from the initial state
     assert any("no --checkpoint-dir" in w and "237 step(s) committed so far are lost" in w for w in rig.coordinator.summary.warnings)
     rig.worker_done(rig.coordinator.generation.member_ids[0], 12, warning="the final checkpoint was not written")
-    line = format_summary(JobOutcome(True, "done"), rig.coordinator.summary)
-    assert "12 steps committed (237 more lost to restarts without a checkpoint)" in line
-    assert "WARNING: every worker died and the job has no --checkpoint-dir" in line
-    assert "WARNING: worker a/3: the final checkpoint was not written" in line
+    summary, *warnings = summary_events(JobOutcome(True, "done"), rig.coordinator.summary)
+    assert summary.kind is Kind.JOB_SUMMARY
+    assert (summary.fields["steps"], summary.fields["steps_lost"], summary.fields["success"]) == (12, 237, True)
+    assert [w.kind for w in warnings] == [Kind.JOB_WARNING, Kind.JOB_WARNING]
+    assert "no --checkpoint-dir" in warnings[0].fields["warning"]
+    assert warnings[1].fields["warning"] == "worker a/3: the final checkpoint was not written"
 
 
 def test_only_hosts_that_can_get_workers_are_wanted() -> None:
@@ -625,3 +628,15 @@ def test_only_hosts_that_can_get_workers_are_wanted() -> None:
     unlimited = Rig(min_np=1)
     unlimited.set_hosts({"a": 1, "b": 2})
     assert unlimited.coordinator.hosts_wanted(unlimited.now) == ["a", "b"]
+
+
+def test_every_event_kind_renders_and_no_field_takes_a_reserved_key() -> None:
+    """Each kind has a level and a console wording; fields never shadow a JSON line's own keys."""
+    import string
+
+    from ringmaster.common.events import RESERVED_FIELDS, SPECS, Kind
+
+    assert set(SPECS) == set(Kind)
+    for kind, spec in SPECS.items():
+        names = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(spec.text) if name}
+        assert not names & RESERVED_FIELDS - {"generation"}, (kind, names & RESERVED_FIELDS)  # the event's own

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from discovery import (
+from ringmaster.discovery import (
     Blacklist, CooldownRange, DiscoveryError, ScriptDiscovery, diff_hosts, parse_host_lines, parse_hosts_flag,
 )
 

@@ -236,7 +236,7 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
     job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 3, 120, "4 workers training")
 
     def scale(n: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rendezvous.cli", "scale", "--api", api, "-np", str(n)],
+        return subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", api, "-np", str(n)],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     refused = scale(5)

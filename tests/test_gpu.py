@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def test_commit_snapshot_lives_in_host_memory() -> None:
-    from checkpoint import snapshot
+    from ringmaster.checkpoint import snapshot
 
     state = {"w": torch.ones(4, device="cuda")}
     saved = snapshot(state)

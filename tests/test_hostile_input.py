@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from harness import ROOT, WORKLOADS
-from proto import ringmaster_pb2 as pb
-from proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
     status = serve.status()
     assert [h["name"] for h in status["hosts"]] == ["hostX"]  # nothing was recorded
     # The real agent, started with a bad --host, stops at once with the reason.
-    agent = subprocess.run([sys.executable, "-m", "worker.agent", "--rendezvous", address, "--host", "h" * 300],
+    agent = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", address, "--host", "h" * 300],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert agent.returncode == 2
     assert "refused this agent: agent hello refused: a host name of 300 characters" in agent.stderr

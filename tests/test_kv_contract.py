@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from rendezvous.etcd_kv import EtcdStore
-from rendezvous.kv_store import RevisionCompacted, StoreFormatError, StoreUnavailable
+from ringmaster.rendezvous.state.etcd_kv import EtcdStore
+from ringmaster.rendezvous.state.kv import RevisionCompacted, StoreFormatError, StoreUnavailable
 
 
 def run(coro):

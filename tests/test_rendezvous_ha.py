@@ -17,8 +17,8 @@ import pytest
 
 from etcd_server import EtcdServer
 from harness import Job, events, free_port, read_logs, wait_for
-from rendezvous.etcd_kv import EtcdStore
-from rendezvous.job_record import FORMAT
+from ringmaster.rendezvous.state.etcd_kv import EtcdStore
+from ringmaster.rendezvous.state.job_record import FORMAT
 from job_checks import assert_every_sample_once
 from test_e2e import elastic_job
 

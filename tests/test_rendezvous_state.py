@@ -10,14 +10,16 @@ import time
 
 import pytest
 
-from rendezvous import job_record
-from rendezvous.agent_leases import AgentLeases
-from rendezvous.journal import Deposed, Journal
-from rendezvous.leadership import AnotherLeader, Leadership
-from rendezvous.model import Phase
-from rendezvous.store_url import DEFAULT_PREFIX, StoreUrlError, parse_store
+from ringmaster.common.events import Kind
+
+from ringmaster.rendezvous.state import job_record
+from ringmaster.rendezvous.state.agent_leases import AgentLeases
+from ringmaster.rendezvous.state.journal import Deposed, Journal
+from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
+from ringmaster.rendezvous.control.records import Phase
+from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
 from test_coordinator import Rig
-from worker.reconnect import Backoff, parse_addresses
+from ringmaster.common.reconnect import Backoff, parse_addresses
 
 
 def run(coro):
@@ -176,9 +178,9 @@ def test_a_record_rebuilds_only_what_changed_and_matches_a_fresh_build() -> None
 # ---------------------------------------------------------------- journal and leadership
 def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothing(make_store, prefix) -> None:
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5, log=lambda _: None)
+        leader = Leadership(store, prefix, "a:1", ttl_s=5)
         await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30, log=lambda _: None)
+        journal = Journal(store, prefix, leader, job_ttl_s=30)
         assert await journal.load() is None
         rig, ids = running_job()
         await journal.save(rig.coordinator.record())
@@ -195,7 +197,7 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         assert not {"hosts/a", "hosts/b", f"workers/{ids[0]}"} & set(changed)
         # Another process took the leader key: this one may not write any more.
         await leader.resign()
-        usurper = Leadership(store, prefix, "b:2", ttl_s=5, log=lambda _: None)
+        usurper = Leadership(store, prefix, "b:2", ttl_s=5)
         await usurper.acquire(wait=False)
         rig.worker_ready(ids[0], 2, "allreduce failed", True)
         with pytest.raises(Deposed):
@@ -203,7 +205,7 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         assert leader.lost.is_set()
         assert await store.get_prefix(prefix + "state/") == (after, (await store.get_prefix(prefix + "state/"))[1])
         # The new leader reads the job exactly as the old one left it, and clears it at the end.
-        journal2 = Journal(store, prefix, usurper, job_ttl_s=30, log=lambda _: None)
+        journal2 = Journal(store, prefix, usurper, job_ttl_s=30)
         restored = await journal2.load()
         assert restored is not None and restored.generation.over is not None
         await journal2.clear()
@@ -212,17 +214,17 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
     with_store(make_store, body)
 
 
-def test_one_leader_a_standby_takes_over_when_its_lease_expires(make_store, prefix) -> None:
+def test_one_leader_a_standby_takes_over_when_its_lease_expires(make_store, prefix, logged_events) -> None:
     async def body(store):
-        first = Leadership(store, prefix, "a:1", ttl_s=2, log=lambda _: None)
+        first = Leadership(store, prefix, "a:1", ttl_s=2)
         await first.acquire(wait=False)
         with pytest.raises(AnotherLeader, match="led by the rendezvous at a:1"):
-            await Leadership(store, prefix, "b:2", ttl_s=2, log=lambda _: None).acquire(wait=False)
-        said: list[str] = []
-        standby = Leadership(store, prefix, "b:2", ttl_s=2, log=said.append)
+            await Leadership(store, prefix, "b:2", ttl_s=2).acquire(wait=False)
+        standby = Leadership(store, prefix, "b:2", ttl_s=2)
         waiting = asyncio.create_task(standby.acquire(wait=True))
         await asyncio.sleep(0.5)
-        assert not waiting.done() and "standing by: the rendezvous at a:1 leads this job" in said[0]
+        assert not waiting.done()
+        assert [e.fields for e in logged_events.of(Kind.LEADER_STANDING_BY)] == [{"leader": "a:1"}]
         started = time.monotonic()  # the leader dies: nobody refreshes its lease
         await asyncio.wait_for(waiting, 10)
         assert time.monotonic() - started < 6
@@ -234,7 +236,7 @@ def test_one_leader_a_standby_takes_over_when_its_lease_expires(make_store, pref
 def test_an_agent_whose_lease_expires_is_reported_and_its_key_removed(make_store, prefix) -> None:
     async def body(store):
         expired: list[str] = []
-        leases = AgentLeases(store, prefix, 2, expired.append, log=lambda _: None)
+        leases = AgentLeases(store, prefix, 2, expired.append)
         watch = asyncio.create_task(leases.watch())
         await leases.connected("alive", 1)
         await leases.connected("silent", 2)
@@ -258,11 +260,11 @@ def test_an_agent_whose_lease_expires_is_reported_and_its_key_removed(make_store
 def test_a_new_leader_ignores_inherited_leases_running_out_and_replaces_them_on_reconnection(make_store, prefix) -> None:
     """While no rendezvous runs nobody refreshes leases, so their expiry is no sign of death."""
     async def body(store):
-        old = AgentLeases(store, prefix, 2, lambda host: None, log=lambda _: None)
+        old = AgentLeases(store, prefix, 2, lambda host: None)
         await old.connected("back", 1)
         await old.connected("gone", 2)
         expired: list[str] = []
-        new = AgentLeases(store, prefix, 2, expired.append, log=lambda _: None)
+        new = AgentLeases(store, prefix, 2, expired.append)
         assert await new.adopt() == {"back", "gone"}
         watch = asyncio.create_task(new.watch())
         await asyncio.sleep(0.3)  # the watch is running before the agent reconnects
@@ -307,9 +309,9 @@ def test_backoff_goes_round_the_addresses_then_waits_longer_up_to_a_deadline() -
 def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -> None:
     """etcd refuses transactions of more than 128 writes: 300 hosts and workers still save."""
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5, log=lambda _: None)
+        leader = Leadership(store, prefix, "a:1", ttl_s=5)
         await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30, log=lambda _: None)
+        journal = Journal(store, prefix, leader, job_ttl_s=30)
         await journal.load()
         rig = Rig(min_np=2)
         rig.start_elastic({f"h{i}": 1 for i in range(300)})

@@ -9,10 +9,10 @@ from collections import OrderedDict
 import pytest
 import torch
 
-import worker.torch as hvd
-from checkpoint.digest import buffers_digest, entry_digests, tree_digest
-from worker.replica_guard import SLOTS, describe, differences, pack
-from worker.state_sync import plan
+import ringmaster.torch as hvd
+from ringmaster.checkpoint.digest import buffers_digest, entry_digests, tree_digest
+from ringmaster.worker.train.replica_guard import SLOTS, describe, differences, pack
+from ringmaster.worker.train.state_sync import plan
 
 
 def test_tree_digest_sees_every_value_type_and_place_but_not_dict_order() -> None:

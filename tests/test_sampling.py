@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker import sampling
+from ringmaster.worker.train import sampling
 
 
 @given(st.integers(0, 200), st.integers(1, 9), st.integers(0, 5), st.booleans())

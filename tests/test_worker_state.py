@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import worker.torch as hvd
-from checkpoint.directory import CheckpointDirectory
+import ringmaster.torch as hvd
+from ringmaster.checkpoint.directory import CheckpointDirectory
 
 
 pytestmark = pytest.mark.usefixtures("alone")
@@ -186,7 +186,7 @@ def test_a_job_of_one_resumes_from_its_durable_checkpoint(tmp_path, monkeypatch)
 
 
 def test_a_checkpoint_of_another_model_is_named_with_what_differs(tmp_path, monkeypatch) -> None:
-    from worker.errors import CheckpointMismatchError
+    from ringmaster.worker.train.errors import CheckpointMismatchError
 
     monkeypatch.setenv("RINGMASTER_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setenv("RINGMASTER_CHECKPOINT_EVERY", "1")
@@ -216,7 +216,7 @@ def test_a_checkpoint_of_another_model_is_named_with_what_differs(tmp_path, monk
 
 
 def test_fit_names_missing_extra_and_reshaped_entries() -> None:
-    from checkpoint import fit
+    from ringmaster.checkpoint import fit
 
     saved = {"w": torch.zeros(2, 2), "b": torch.zeros(2), "old": torch.zeros(1), "epoch": 3}
     live = {"w": torch.zeros(2, 3), "b": torch.zeros(2, dtype=torch.float64), "new": torch.zeros(1), "epoch": 9}

@@ -8,13 +8,13 @@ import sys
 
 import torch
 
-import worker.torch as hvd
+import ringmaster.torch as hvd
 
 
 def check_state_sync(rank: int) -> dict:
     """Align snapshots with rank 0's in three situations; report what moved and what arrived."""
-    from checkpoint.memory import HostSnapshot
-    from worker.state_sync import sync_snapshot
+    from ringmaster.checkpoint.memory import HostSnapshot
+    from ringmaster.worker.train.state_sync import sync_snapshot
 
     comm = hvd.context().communicator()
     seen: dict = {}

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-import worker.torch as hvd
+import ringmaster.torch as hvd
 
 BASE_LR = 0.01
 GAMMA = 0.7  # the scheduler's decay per epoch

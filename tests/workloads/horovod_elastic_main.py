@@ -17,7 +17,7 @@ import psutil
 import torch
 import torch.nn.functional as F
 
-import worker.torch as hvd  # Horovod: import horovod.torch as hvd
+import ringmaster.torch as hvd  # Horovod: import horovod.torch as hvd
 
 parser = argparse.ArgumentParser(description="PyTorch Elastic Test",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)

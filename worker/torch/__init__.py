@@ -1,4 +1,4 @@
-"""Horovod's PyTorch API on Ringmaster: `import worker.torch as hvd`.
+"""Horovod's PyTorch API on Ringmaster: `import ringmaster.torch as hvd`.
 
 A Horovod elastic script runs with only its import line changed. Collectives go through
 `torch.distributed` (Gloo on CPU, NCCL on GPU) on the ring of the current generation; each is
@@ -7,6 +7,9 @@ bounded, so a dead or hung peer raises `HorovodInternalError` instead of hanging
 
 from __future__ import annotations
 
+if __name__ != "ringmaster.torch":  # pragma: no cover - a wrong import path, caught at once
+    raise ImportError(f"the training API is `ringmaster.torch` (import ringmaster.torch as hvd), not {__name__}")
+
 import atexit
 import io
 from typing import Any, Iterable, Mapping
@@ -14,18 +17,18 @@ from typing import Any, Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-from worker.context import WorkerContext
-from worker.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError
-from worker.torch import adasum
-from worker.torch.compression import Compression
-from worker.torch.optimizer import DistributedOptimizer
+from ringmaster.worker.train.context import WorkerContext
+from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError
+from ringmaster.torch import adasum
+from ringmaster.torch.compression import Compression
+from ringmaster.torch.optimizer import DistributedOptimizer
 
 # Reduction ops, as Horovod names them.
 Average = "average"
 Sum = "sum"
 Min = "min"
 Max = "max"
-Adasum = "adasum"  # see worker.torch.adasum
+Adasum = "adasum"  # see ringmaster.torch.adasum
 _OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX, Adasum: None}
 
 _context: WorkerContext | None = None
@@ -234,7 +237,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) 
         optimizer.load_state_dict(state)
 
 
-from worker.torch import elastic  # noqa: E402  (needs the functions above)
+from ringmaster.torch import elastic  # noqa: E402  (needs the functions above)
 
 __all__ = [
     "Average", "Sum", "Min", "Max", "Adasum", "Compression", "DistributedOptimizer", "HorovodInternalError",

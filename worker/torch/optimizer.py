@@ -20,7 +20,7 @@ import torch
 
 class _DistributedOptimizerMixin:
     _hvd_op: str
-    _hvd_compression: Any  # a compressor class, see worker.torch.compression
+    _hvd_compression: Any  # a compressor class, see ringmaster.torch.compression
     _hvd_params: list[torch.Tensor]
     _hvd_synchronized: bool
     _hvd_should_sync: bool
@@ -29,7 +29,7 @@ class _DistributedOptimizerMixin:
 
     def synchronize(self) -> None:
         """Reduce gradients now (e.g. before clipping); `step()` then does not reduce again."""
-        from worker import torch as hvd
+        import ringmaster.torch as hvd
 
         if self._hvd_op == "adasum":
             self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
@@ -93,8 +93,8 @@ class _DistributedOptimizerMixin:
 
 
     def _adasum_step(self, closure=None):
-        from worker import torch as hvd
-        from worker.torch import adasum
+        import ringmaster.torch as hvd
+        from ringmaster.torch import adasum
 
         params = [p for p in self._hvd_params if p.grad is not None]
         start = [p.detach().clone() for p in params]
@@ -142,7 +142,7 @@ def DistributedOptimizer(
     sparse_as_dense: bool = False,
 ) -> torch.optim.Optimizer:
     """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
-    from worker.torch.compression import Compression
+    from ringmaster.torch.compression import Compression
 
     if op == "adasum" and backward_passes_per_step != 1:
         raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")

@@ -8,10 +8,11 @@ from typing import Callable, TypeVar
 
 from torch.profiler import record_function
 
-from worker.context import say
-from worker.errors import HorovodInternalError, HostsUpdatedInterrupt
-from worker.torch.elastic.sampler import ElasticSampler
-from worker.torch.elastic.state import ObjectState, State, TorchState
+from ringmaster.worker.train.context import WorkerContext
+from ringmaster.worker.train.say import Kind, say
+from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
+from ringmaster.torch.elastic.sampler import ElasticSampler
+from ringmaster.torch.elastic.state import ObjectState, State, TorchState
 
 T = TypeVar("T")
 
@@ -28,7 +29,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs) -> T:
-        from worker import torch as hvd
+        import ringmaster.torch as hvd
 
         hvd.init()
         context = hvd.context()
@@ -48,7 +49,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 failure = str(exc)
                 with record_function("ringmaster.restore"):
                     state.restore()
-                say(f"rolled back to commit {state.commit_count} after: {failure}")
+                say(Kind.ROLLED_BACK, _generation(context), commit=state.commit_count, failure=failure)
                 skip_sync = False
             except HostsUpdatedInterrupt as exc:
                 failure = ""
@@ -84,12 +85,14 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
     if reset:
         waited, built = context.last_join_s
         rank, size = context.topology()[:2]
-        generation = context.assignment.generation if context.assignment else 0
-        say(
-            f"joined generation {generation} as rank {rank} of {size}: waited {waited * 1e3:.0f} ms for the ring, "
-            f"built it in {built * 1e3:.0f} ms, synced state in {(synced - started) * 1e3:.0f} ms, "
-            f"reset callbacks {(checked - synced) * 1e3:.0f} ms, replica check {(done - checked) * 1e3:.0f} ms"
-        )
+        generation = _generation(context)
+        say(Kind.RING_JOINED, generation, rank=rank, size=size, waited_ms=waited * 1e3,
+            built_ms=built * 1e3, sync_ms=(synced - started) * 1e3, callbacks_ms=(checked - synced) * 1e3,
+            check_ms=(done - checked) * 1e3)
+
+
+def _generation(context: WorkerContext) -> int:
+    return context.assignment.generation if context.assignment else 0
 
 
 __all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]

@@ -7,7 +7,7 @@ from typing import Any, Iterator, Sized
 import torch
 import torch.utils.data
 
-from worker import sampling
+from ringmaster.worker.train import sampling
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -78,7 +78,7 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def reset(self) -> None:
         """Re-deal what is left of the epoch to the current ring (after a sync or resize)."""
-        from worker import torch as hvd
+        import ringmaster.torch as hvd
 
         if hvd.is_initialized():
             self.rank, self.num_replicas = hvd.rank(), hvd.size()

@@ -20,22 +20,22 @@ from typing import Any, Callable
 import torch
 from torch.profiler import record_function
 
-from checkpoint import fit
-from checkpoint.memory import HostSnapshot
-from checkpoint.tree import has_plain_leaves
-from worker.checkpointing import Checkpointing
-from worker.context import say
-from worker.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
-from worker.replica_guard import compare_live_state, describe
-from worker.state_sync import SyncPlan, sync_snapshot
-from worker.torch.elastic.sampler import ElasticSampler
+from ringmaster.checkpoint import fit
+from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.checkpoint.tree import has_plain_leaves
+from ringmaster.worker.train.checkpointing import Checkpointing
+from ringmaster.worker.train.say import Kind, say
+from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
+from ringmaster.worker.train.replica_guard import compare_live_state, describe
+from ringmaster.worker.train.state_sync import SyncPlan, sync_snapshot
+from ringmaster.torch.elastic.sampler import ElasticSampler
 
 #: Snapshot entry with the state's own bookkeeping (the commit count); also in checkpoints.
 RINGMASTER_ENTRY = "ringmaster"
 
 
 def _hvd():
-    from worker import torch as hvd
+    import ringmaster.torch as hvd
 
     return hvd
 
@@ -47,7 +47,7 @@ class State:
         self._reset_callbacks: list[Callable[[], None]] = []
         self._commits = 0
         self._snapshot = HostSnapshot()
-        self._durable = Checkpointing.from_environ(say)
+        self._durable = Checkpointing.from_environ(lambda message: say(Kind.CHECKPOINT_WRITE_FAILED, error=message))
         self._tried_disk = False
         self._resumed = False  # loaded a durable checkpoint that the ring has not synced yet
 
@@ -180,8 +180,7 @@ class State:
             return
         generation = context.assignment.generation if context.assignment else 0
         if comm.rank == 0 or comm.rank in found:
-            say(f"replica guard: in generation {generation} the live state differs from rank 0's after the sync "
-                f"({describe(found)}); syncing every rank from rank 0's live state")
+            say(Kind.REPLICAS_DIVERGED, generation, differences=describe(found), ranks=sorted(found))
         self.save()
         self.sync_committed()
         still = compare_live_state(self._entries(), comm)
@@ -192,7 +191,7 @@ class State:
                 "(callbacks run on every rank and must compute the same values everywhere)"
             )
         if comm.rank == 0 or comm.rank in found:
-            say(f"replica guard: every rank holds rank 0's state again in generation {generation}")
+            say(Kind.REPLICAS_HEALED, generation)
 
     def finish(self) -> str:
         """Training returned: make the last commit durable (rank 0, when checkpoints are on).
@@ -211,7 +210,7 @@ class State:
             return
         manifest, tree = found
         if not isinstance(tree, dict):
-            say(f"checkpoint of step {manifest.step} in {self._durable.directory.path} holds no state dict; ignored")
+            say(Kind.CHECKPOINT_IGNORED, step=manifest.step, directory=str(self._durable.directory.path))
             return
         live = self._entries()
         where = f"the checkpoint of step {manifest.step} in {self._durable.directory.path}"
@@ -224,7 +223,7 @@ class State:
             )
         missing = sorted(set(live) - set(tree) - {RINGMASTER_ENTRY})
         if missing:
-            say(f"checkpoint of step {manifest.step} lacks {', '.join(missing)}: those keep their initial values")
+            say(Kind.CHECKPOINT_PARTIAL, step=manifest.step, missing=missing)
         merged = {name: tree.get(name, value) for name, value in live.items()}
         merged[RINGMASTER_ENTRY] = {"commits": manifest.step}
         self._snapshot.capture(merged)
@@ -233,10 +232,8 @@ class State:
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             raise CheckpointMismatchError(f"{where} could not be loaded into this model: {exc}") from None
         self._resumed = True
-        say(
-            f"resumed from the checkpoint of step {manifest.step} in {self._durable.directory.path} "
-            f"(written by {manifest.world_size} worker(s) in generation {manifest.generation})"
-        )
+        say(Kind.CHECKPOINT_RESUMED, step=manifest.step, directory=str(self._durable.directory.path),
+            world_size=manifest.world_size, written_in=manifest.generation)
 
 
 class _PendingHostUpdates:

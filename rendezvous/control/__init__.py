@@ -1,0 +1,2 @@
+"""The rendezvous' decisions: records, rank assignment, worker environments, the coordinator.
+Pure logic over dataclasses; nothing here does I/O."""

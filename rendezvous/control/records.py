@@ -1,0 +1,112 @@
+"""The records the coordinator keeps about hosts, workers and generations (no behaviour)."""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from ringmaster.common.events import Event
+from ringmaster.rendezvous.control.assignment import RankAssignment
+
+
+class Phase(enum.Enum):
+    """Where a worker process is in its life, as the rendezvous sees it."""
+
+    SPAWNING = "spawning"  # asked of its agent; not registered yet (plain scripts never register)
+    WARMING = "warming"  # registered (hvd.init), building its model, not waiting for a ring yet
+    READY = "ready"  # waiting for a generation newer than its last one
+    MEMBER = "member"  # training in the current generation
+    EXITED = "exited"  # the process is gone
+
+
+class Revised:
+    """Counts assignments to its attributes. A record built from it at one count is still true
+    while the count stands, so the job's record is rebuilt only for what changed since the last
+    save (`job_record.Snapshots`): with 512 hosts, rebuilding every key on every change cost more
+    than everything else the rendezvous does. Values held inside (a worker's `env`) are never
+    changed in place after the object is first recorded."""
+
+    revision = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
+
+
+@dataclass
+class Host(Revised):
+    name: str
+    slots: int
+    discovered: bool = True
+    agent_pid: int | None = None
+    agent_connected: bool = False
+    last_heartbeat: float = 0.0
+
+
+@dataclass
+class Worker(Revised):
+    worker_id: str
+    host: str
+    slot: int
+    env: dict[str, str]  # complete before the worker is first recorded; replaced, never edited, after
+    phase: Phase = Phase.SPAWNING
+    registered: bool = False  # opened a worker session (called hvd.init)
+    elastic: bool = False  # runs inside hvd.elastic.run, so it rejoins in place
+    stopping: bool = False  # we asked its agent to stop it; its exit is not a failure
+    failed: str | None = None  # why it counts as failed
+    done: bool = False  # its training function returned
+    generation: int = 0  # last generation it was a member of
+    last_heartbeat: float = 0.0
+    ready_at: float = 0.0
+    stop_requested_at: float = 0.0
+    commits: int = 0
+    pid: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.phase is not Phase.EXITED and self.failed is None
+
+
+@dataclass
+class Generation(Revised):
+    number: int
+    members: list[RankAssignment]
+    cause: str
+    store_prefix: str
+    over: str | None = None  # why it ended early (a failure), None while healthy
+    update_sequence: int = 0  # the hosts-update sequence sent to its members, 0 if none
+    hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
+
+    def __post_init__(self) -> None:
+        self.member_ids: list[str] = [a.worker_id for a in self.members]
+        self.member_set: frozenset[str] = frozenset(self.member_ids)
+
+
+@dataclass
+class JobOutcome:
+    success: bool
+    message: str
+
+
+#: Events a job keeps (the newest); older ones are counted in `Summary.events_dropped`.
+MAX_EVENTS = 1000
+
+
+@dataclass
+class Summary:
+    generations: int = 0
+    resets: int = 0
+    steps: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    events_dropped: int = 0
+    warnings: list[str] = field(default_factory=list)  # repeated at the job's end
+    steps_lost: int = 0  # committed steps lost to restarts without a checkpoint
+
+    def add_event(self, event: Event) -> None:
+        """Keep the newest MAX_EVENTS: a job that runs for weeks keeps a bounded history."""
+        if len(self.events) == self.events.maxlen:
+            self.events_dropped += 1
+        self.events.append(event)

@@ -1,0 +1,230 @@
+"""Everything the rendezvous runs, on one asyncio loop: gRPC service, stores, control API,
+discovery polling and the coordinator's clock.
+
+`RendezvousServer` is used by `ringmaster run` (with emulated local hosts) and by
+`ringmaster serve` (agents connect from other machines). It first becomes the job's leader in
+its state store (a `serve` stands by while another leads), carries on the job the store holds
+if there is one, and keeps the store up to date (write-ahead) until the job ends, when the
+job's keys are removed. A leader that loses its leader key stops without touching the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+import time
+from typing import Callable, Mapping
+
+import grpc
+import uvicorn
+
+from ringmaster.common import logs
+from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.discovery import HostDiscovery
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.rendezvous.state.agent_leases import AgentLeases
+from ringmaster.rendezvous.server.http_api import create_app
+from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.server.discovery_poller import poll_discovery
+from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
+from ringmaster.rendezvous.state.journal import Deposed, Journal
+from ringmaster.rendezvous.state.kv import KeyValueStore
+from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
+from ringmaster.rendezvous.server.local_hosts import LocalHosts
+from ringmaster.rendezvous.control.records import JobOutcome
+from ringmaster.rendezvous.server.grpc_service import RendezvousService
+from ringmaster.settings import JobSettings
+from ringmaster.rendezvous.state.open_store import open_store
+from ringmaster.rendezvous.state.url import StoreSpec
+from ringmaster.rendezvous.server.torch_store import StoreHost
+
+#: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
+TICK_S = 0.2
+#: Largest gRPC message the rendezvous accepts.
+MAX_MESSAGE_BYTES = 1 << 20
+#: Seconds the end of a job waits for its last state to reach the store.
+FINAL_SAVE_TIMEOUT_S = 10.0
+
+
+log = logging.getLogger(logs.RENDEZVOUS)
+
+
+def _say(kind: Kind, **fields: object) -> None:
+    log_event(log, Event(kind, fields))
+
+
+class _ApiServer(uvicorn.Server):
+    """uvicorn inside our loop: the job, not uvicorn, owns SIGINT and SIGTERM."""
+
+    def capture_signals(self):  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
+class RendezvousServer:
+    def __init__(
+        self,
+        settings: JobSettings,
+        discovery: HostDiscovery,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        api_port: int | None = 0,
+        local_hosts: bool = True,
+        advertise: str | None = None,
+        store: StoreSpec = StoreSpec("memory"),
+        leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
+    ) -> None:
+        self.store_spec = store
+        self.leader_ttl_s = leader_ttl_s
+        self.settings = settings
+        self.discovery = discovery
+        self.bind = bind
+        # What agents and workers on other hosts dial: the bind address unless it is a wildcard.
+        self.advertise = advertise or (socket.gethostname() if bind in ("0.0.0.0", "::", "") else bind)
+        self.port = port
+        self.api_port = api_port
+        self.use_local_hosts = local_hosts
+        self.address = ""
+        self.api_url: str | None = None
+        self.coordinator: Coordinator | None = None
+        self.service: RendezvousService | None = None
+        self._stop_reason: str | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
+        self._stop_reason = reason
+        if self.service is not None:
+            self.service.changed.set()
+
+    async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
+        """Lead the job (or stand by until it can), then run it to its end. Raises
+        StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
+        raise_open_file_limit()  # the rings' store, gRPC and the API share this process' descriptors
+        asyncio.get_running_loop().set_exception_handler(quiet_repeats())
+        store = await open_store(self.store_spec)
+        try:
+            return await self._lead(store, initial_hosts)
+        finally:
+            with contextlib.suppress(Exception):
+                await store.close()
+
+    async def _lead(self, store: KeyValueStore, initial_hosts: Mapping[str, int]) -> JobOutcome:
+        prefix = self.store_spec.prefix
+        wanted = f"{self.advertise}:{self.port}" if self.port else f"{self.advertise}:(a free port)"
+        leadership = Leadership(store, prefix, wanted, self.leader_ttl_s)
+        await leadership.acquire(wait=not self.use_local_hosts)
+        journal = Journal(store, prefix, leadership)
+        try:
+            restored = await journal.load()
+        except Exception:
+            await leadership.resign()
+            raise
+        if restored is not None and restored.job.outcome is not None:
+            _say(Kind.JOB_PREVIOUS_ENDED, prefix=prefix, outcome=restored.job.outcome[1])
+            restored = None
+
+        stores = StoreHost(self.advertise)
+        # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
+        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
+        self.address = f"{self.advertise}:{port}"
+        if self.address != leadership.address:
+            await leadership.announce(self.address)
+        coordinator = Coordinator(
+            self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store,
+            on_event=lambda event: log_event(log, event),
+        )
+        self.coordinator = coordinator
+        service = RendezvousService(coordinator, journal=journal)
+        leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
+        service.leases = leases
+        self.service = service
+        pb_grpc.add_RendezvousServicer_to_server(service, grpc_server)
+        await grpc_server.start()
+        _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=self.discovery.describe(),
+             store=self.store_spec.describe())
+
+        background: list[asyncio.Task] = []
+        api = None
+        if self.api_port is not None:
+            api, sock = self._make_api(coordinator, service)
+            background.append(asyncio.create_task(api.serve(sockets=[sock])))
+        local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s) if self.use_local_hosts else None
+        deposed: str | None = None
+        try:
+            if restored is not None:
+                await leases.adopt()
+                service.call(lambda now: coordinator.resume(restored, now, agents_survive=local is None))
+            else:
+                service.call(coordinator.set_hosts, dict(initial_hosts))
+            journal_task = asyncio.create_task(service.keep_journal())
+            background += [
+                journal_task,
+                asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s)),
+                asyncio.create_task(leadership.keep(journal.trouble)),
+                asyncio.create_task(journal.keep_job_lease()),
+                asyncio.create_task(leases.watch()),
+            ]
+            next_tick = time.monotonic() + TICK_S
+            while coordinator.outcome is None:
+                if leadership.lost.is_set():
+                    deposed = leadership.lost_reason
+                    break
+                if journal_task.done():
+                    journal_task.result()  # an unexpected error surfaces here
+                if self._stop_reason:
+                    service.call(coordinator.abort, self._stop_reason)
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
+                service.changed.clear()
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + TICK_S
+                    service.call(coordinator.tick)
+                if local is not None:
+                    local.reconcile(coordinator, time.monotonic())
+            if deposed is None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
+                await self._wind_down(local)
+                await journal.clear()
+        except Deposed as exc:
+            deposed = str(exc)
+        finally:
+            for task in background:
+                task.cancel()
+            if api is not None:
+                api.should_exit = True
+            if local is not None:
+                await asyncio.to_thread(local.stop_all, 0.0)
+            await grpc_server.stop(grace=0.5)
+            await leadership.resign()
+        if deposed is not None:
+            _say(Kind.LEADER_DEPOSED, reason=deposed)
+            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the new leader")
+        assert coordinator.outcome is not None
+        return coordinator.outcome
+
+    async def _wind_down(self, local: LocalHosts | None) -> None:
+        """Give agents time to receive the shutdown and stop their workers gracefully."""
+        if local is None:
+            await asyncio.sleep(0.5)
+            return
+        deadline = time.monotonic() + self.settings.stop_grace_s + 5.0
+        while local.agents and time.monotonic() < deadline:
+            for name, proc in list(local.agents.items()):
+                if proc.poll() is not None:
+                    del local.agents[name]
+            await asyncio.sleep(0.05)
+
+    def _make_api(self, coordinator: Coordinator, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.bind, self.api_port or 0))
+        self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
+        _say(Kind.API_LISTENING, url=self.api_url)
+        config = uvicorn.Config(create_app(coordinator, call=service.call), log_level="warning", lifespan="off",
+                                http=GuardedH11Protocol, backlog=MAX_CONNECTIONS)
+        return _ApiServer(config), sock

@@ -1,0 +1,30 @@
+"""Polls host discovery every interval and feeds good host sets to the coordinator.
+
+The script runs in a thread (it may block up to its timeout) so the rendezvous keeps answering.
+A failing script is reported once per distinct message and the last good host set is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ringmaster.discovery import DiscoveryError, HostDiscovery
+from ringmaster.rendezvous.server.grpc_service import RendezvousService
+
+
+async def poll_discovery(discovery: HostDiscovery, service: RendezvousService, interval_s: float) -> None:
+    last_hosts: dict[str, int] | None = None
+    last_error: str | None = None
+    while True:
+        try:
+            hosts = await asyncio.to_thread(discovery.find_hosts)
+        except DiscoveryError as exc:
+            if str(exc) != last_error:
+                last_error = str(exc)
+                service.call(service.coordinator.discovery_failed, last_error)
+        else:
+            last_error = None
+            if hosts != last_hosts:
+                last_hosts = hosts
+                service.call(service.coordinator.set_hosts, hosts)
+        await asyncio.sleep(interval_s)

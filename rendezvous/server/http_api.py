@@ -1,0 +1,142 @@
+"""The HTTP control API (FastAPI): what the job is doing, and scaling it.
+
+`GET /status` returns a `JobStatus`; `POST /scale` with `{"np": N}` asks for N workers;
+`GET /healthz` answers while the rendezvous lives. Handlers are `async`, so they run on the
+rendezvous' event loop, the only thread that touches the coordinator.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from ringmaster.rendezvous.server.body_limit import BodyLimit
+from ringmaster.rendezvous.control.coordinator import Coordinator
+
+#: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
+MAX_SCALE_NP = 1_000_000
+
+
+class HostStatus(BaseModel):
+    name: str
+    slots: int
+    discovered: bool
+    agent_connected: bool
+    agent_pid: Optional[int]
+    blacklisted: bool
+
+
+class WorkerStatus(BaseModel):
+    worker_id: str
+    host: str
+    phase: str
+    rank: Optional[int]
+    pid: Optional[int]
+    commits: int
+    elastic: bool
+    failed: Optional[str]
+    done: bool
+
+
+class ScaleRequest(BaseModel):
+    """Strict: `true`, `2.0`, `"2"` or `1e400` are refused (422), not coerced."""
+
+    model_config = ConfigDict(extra="forbid")
+    np: StrictInt = Field(ge=1, le=MAX_SCALE_NP, description="the number of workers wanted (within --min-np and --max-np)")
+
+
+class ScaleReply(BaseModel):
+    np: int
+    message: str
+
+
+class JobStatus(BaseModel):
+    state: str  # "starting", "running", "succeeded", "failed"
+    message: str
+    generation: int
+    world_size: int
+    target_np: Optional[int]
+    resets: int
+    steps: int
+    hosts: list[HostStatus]
+    workers: list[WorkerStatus]
+    events: list[str]
+    events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
+
+
+def job_status(coordinator: Coordinator, now: float) -> JobStatus:
+    gen = coordinator.generation
+    ranks = {a.worker_id: a.rank for a in gen.members} if gen else {}
+    outcome = coordinator.outcome
+    if outcome is not None:
+        state = "succeeded" if outcome.success else "failed"
+    else:
+        state = "running" if gen else "starting"
+    return JobStatus(
+        state=state,
+        message=outcome.message if outcome else (gen.cause if gen else "waiting for hosts"),
+        generation=gen.number if gen else 0,
+        world_size=len(gen.members) if gen else 0,
+        target_np=coordinator.limit,
+        resets=coordinator.summary.resets,
+        steps=coordinator.summary.steps,
+        hosts=[
+            HostStatus(
+                name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
+                agent_pid=h.agent_pid, blacklisted=coordinator.blacklist.is_blacklisted(h.name, now),
+            )
+            for h in coordinator.hosts.values()
+        ],
+        workers=[
+            WorkerStatus(
+                worker_id=w.worker_id, host=w.host, phase=w.phase.value,
+                rank=ranks.get(w.worker_id) if w.live else None, pid=w.pid, commits=w.commits,
+                elastic=w.elastic, failed=w.failed, done=w.done,
+            )
+            for w in coordinator.workers.values()
+        ],
+        events=[f"[gen {e.generation}] {e.message}" for e in list(coordinator.summary.events)[-200:]],
+        events_dropped=coordinator.summary.events_dropped,
+    )
+
+
+def create_app(
+    coordinator: Coordinator,
+    clock: Callable[[], float] = time.monotonic,
+    call: Callable[..., object] | None = None,
+) -> FastAPI:
+    """`call(method, *args)` runs a coordinator method with the time and delivers what it says
+    (the gRPC service's `call`); by default it just runs it."""
+    call = call or (lambda method, *args: method(*args, clock()))
+    app = FastAPI(title="Ringmaster control API")
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Where and why, without echoing the input back (it may not even be JSON-encodable: 1e400).
+        detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.get("/status", response_model=JobStatus)
+    async def status() -> JobStatus:
+        return job_status(coordinator, clock())
+
+    @app.post("/scale", response_model=ScaleReply)
+    async def scale(request: ScaleRequest) -> ScaleReply:
+        error = call(coordinator.scale, request.np)
+        if error:
+            raise HTTPException(status_code=409, detail=error)
+        capacity = coordinator.capacity(clock())
+        note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
+        return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,205 @@
+"""The job as keys and JSON values: what the rendezvous keeps in its store, and how a new
+rendezvous process takes the job over from it.
+
+Pure functions, no I/O. One key per host and per worker (a change to one member rewrites one
+small value, never a global blob), one key for the current generation and one for the job's
+counters, which also names the format and version. A record written by another format or
+version is refused (`IncompatibleState`), never guessed at.
+
+Only facts are kept, not timers: heartbeat times are the old process's clock and mean nothing
+to the next one, which gives every host and worker a fresh heartbeat window instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ringmaster.rendezvous.control.assignment import RankAssignment
+from ringmaster.rendezvous.control.records import Generation, Host, Phase, Revised, Worker
+
+R = TypeVar("R", bound=Revised)
+
+FORMAT = "ringmaster-rendezvous"
+VERSION = 1
+
+JOB_KEY = "job"
+GENERATION_KEY = "generation"
+HOSTS = "hosts/"
+WORKERS = "workers/"
+
+
+class IncompatibleState(Exception):
+    """The store holds a job this version cannot read; the message says what to do."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobRecord(_Record):
+    format: str
+    version: int
+    next_id: int
+    hosts_sequence: int
+    target_np: Optional[int]
+    finishing: bool
+    generations: int
+    resets: int
+    steps: int
+    outcome: Optional[tuple[bool, str]]
+
+
+class HostRecord(_Record):
+    slots: int
+    discovered: bool
+    agent_connected: bool
+    agent_pid: Optional[int]
+
+
+class WorkerRecord(_Record):
+    host: str
+    slot: int
+    env: dict[str, str]
+    phase: str
+    registered: bool
+    elastic: bool
+    stopping: bool
+    failed: Optional[str]
+    done: bool
+    generation: int
+
+
+class GenerationRecord(_Record):
+    number: int
+    members: list[dict[str, Any]]
+    cause: str
+    store_prefix: str
+    over: Optional[str]
+    update_sequence: int
+    hosts_baseline: int
+
+
+class Restored(BaseModel):
+    """Everything a coordinator needs to carry on a job (see `Coordinator.resume`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    job: JobRecord
+    hosts: dict[str, Host]
+    workers: dict[str, Worker]
+    generation: Optional[Generation]
+
+
+class Snapshots:
+    """The value last built for each key, with the object and revision it came from, so that
+    `job_values` rebuilds only the keys whose object changed since (see `model.Revised`)."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+
+    def add(self, values: dict[str, dict[str, Any]], objects: Iterable[tuple[str, R]],
+            build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any]]]) -> None:
+        """Put each (key, object)'s value in `values`, reusing the last one where it still holds."""
+        built = self.built
+        for key, obj in objects:
+            entry = built.get(key)
+            if entry is None or entry[0] is not obj or entry[1] != obj.revision:
+                entry = (obj, obj.revision, build(obj))
+            fresh[key] = entry
+            values[key] = entry[2]
+
+
+def _host_value(host: Host) -> dict[str, Any]:
+    return {"slots": host.slots, "discovered": host.discovered, "agent_connected": host.agent_connected,
+            "agent_pid": host.agent_pid}
+
+
+def _worker_value(w: Worker) -> dict[str, Any]:
+    return {"host": w.host, "slot": w.slot, "env": w.env, "phase": w.phase.value, "registered": w.registered,
+            "elastic": w.elastic, "stopping": w.stopping, "failed": w.failed, "done": w.done, "generation": w.generation}
+
+
+def _generation_value(g: Generation) -> dict[str, Any]:
+    return {"number": g.number, "members": [vars(a) for a in g.members], "cause": g.cause,
+            "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
+            "hosts_baseline": g.hosts_baseline}
+
+
+def job_values(job: JobRecord, hosts: dict[str, Host], workers: dict[str, Worker],
+               generation: Generation | None, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
+    """The job's keys (relative to its prefix) and values. Workers that exited and are not
+    members of the current generation are history: their keys go. With `snapshots`, values of
+    unchanged objects are the very objects returned last time."""
+    snap = snapshots or Snapshots()
+    fresh: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+    values: dict[str, dict[str, Any]] = {JOB_KEY: job.model_dump()}
+    snap.add(values, ((HOSTS + name, host) for name, host in hosts.items()), _host_value, fresh)
+    members = generation.member_set if generation is not None else frozenset()
+    kept = ((WORKERS + i, w) for i, w in workers.items() if w.live or i in members)
+    snap.add(values, kept, _worker_value, fresh)
+    if generation is not None:
+        snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
+    snap.built = fresh  # keys not asked for this time are forgotten
+    return values
+
+
+def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
+    """The job kept in `values` (keys relative to the prefix); None if there is none."""
+    if JOB_KEY not in values:
+        if values:
+            raise IncompatibleState(
+                f"the store prefix holds keys ({', '.join(sorted(values)[:3])}, ...) but no '{JOB_KEY}' record: "
+                "it was not written by ringmaster; choose another prefix in --store"
+            )
+        return None
+    raw = values[JOB_KEY]
+    if raw.get("format") != FORMAT or raw.get("version") != VERSION:
+        raise IncompatibleState(
+            f"the store holds a job in format {raw.get('format')!r} version {raw.get('version')!r}; this ringmaster "
+            f"reads {FORMAT!r} version {VERSION}. Finish that job with the ringmaster that started it, or use "
+            "another prefix in --store"
+        )
+    try:
+        job = JobRecord.model_validate(raw)
+        hosts = {
+            key.removeprefix(HOSTS): _host(key.removeprefix(HOSTS), HostRecord.model_validate(v))
+            for key, v in values.items() if key.startswith(HOSTS)
+        }
+        workers = {
+            key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v))
+            for key, v in values.items() if key.startswith(WORKERS)
+        }
+        generation = _generation(GenerationRecord.model_validate(values[GENERATION_KEY])) if GENERATION_KEY in values else None
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise IncompatibleState(f"the job in the store is damaged or from another version: {exc}") from None
+    if generation is not None:
+        missing = [i for i in generation.member_ids if i not in workers]
+        if missing:
+            raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing)}")
+    return Restored(job=job, hosts=hosts, workers=workers, generation=generation)
+
+
+def diff(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """What to write and what to delete to turn `old` into `new`."""
+    puts = {key: value for key, value in new.items() if (was := old.get(key)) is not value and was != value}
+    deletes = [key for key in old if key not in new]
+    return puts, deletes
+
+
+def _host(name: str, r: HostRecord) -> Host:
+    return Host(name, r.slots, discovered=r.discovered, agent_pid=r.agent_pid, agent_connected=r.agent_connected)
+
+
+def _worker(worker_id: str, r: WorkerRecord) -> Worker:
+    return Worker(
+        worker_id, r.host, r.slot, dict(r.env), phase=Phase(r.phase), registered=r.registered, elastic=r.elastic,
+        stopping=r.stopping, failed=r.failed, done=r.done, generation=r.generation,
+    )
+
+
+def _generation(r: GenerationRecord) -> Generation:
+    members = [RankAssignment(**m) for m in r.members]
+    return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
+                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline)

@@ -1,0 +1,124 @@
+"""Keeps the job's keys in the store equal to the coordinator's record.
+
+Write-ahead: the gRPC layer holds back what the coordinator wants said to agents and workers
+until the state that produced it is in the store, so a rendezvous that dies at any moment is
+succeeded by one that knows at least everything that was announced. Each save writes only the
+keys that changed, in one transaction guarded by the leader key; all keys hang on a job lease
+that the leader refreshes, so an abandoned job's keys disappear by themselves.
+
+While the store is unreachable nothing is lost: saves are retried with the newest record, and
+training goes on (collectives do not need the rendezvous); only membership changes wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from ringmaster.rendezvous.state import job_record
+from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
+from ringmaster.rendezvous.state.leadership import Leadership
+from ringmaster.common.events import Kind, emitter
+from ringmaster.common.logs import STORE
+
+_say = emitter(STORE)
+
+#: Seconds the keys of a job whose rendezvous is gone (and not restarted) are kept.
+DEFAULT_JOB_TTL_S = 600
+#: Seconds between two attempts to reach an unreachable store.
+RETRY_S = 0.5
+#: Most writes in one transaction (etcd refuses more than 128 by default: --max-txn-ops).
+MAX_TXN_OPS = 100
+
+
+class Deposed(Exception):
+    """Another rendezvous leads the job now; this one must stop without touching it."""
+
+
+class Journal:
+    def __init__(self, store: KeyValueStore, prefix: str, leadership: Leadership,
+                 job_ttl_s: int = DEFAULT_JOB_TTL_S) -> None:
+        self.store = store
+        self.state_prefix = prefix + "state/"
+        self.leadership = leadership
+        self.job_ttl_s = job_ttl_s
+        self.lease: int | None = None
+        self.saves = 0
+        self._written: dict[str, dict[str, Any]] = {}
+        self._trouble: str | None = None
+
+    async def load(self) -> job_record.Restored | None:
+        """The job the store holds (None: a new job); IncompatibleState if it cannot be read.
+        Every key is rewritten by the first save, onto this leader's job lease."""
+        entries, _ = await self.store.get_prefix(self.state_prefix)
+        values = {e.key.removeprefix(self.state_prefix): e.value for e in entries}
+        restored = job_record.read_job(values)
+        self._written = {key: {} for key in values}
+        self.lease = await self.store.grant_lease(self.job_ttl_s)
+        return restored
+
+    async def save(self, values: dict[str, dict[str, Any]]) -> None:
+        """Write what changed; retried until the store answers. Raises Deposed.
+
+        A large change goes in several transactions of at most MAX_TXN_OPS writes, each guarded
+        by the leader key; the generation and the job's counters go in the last one, so a
+        reader never sees a generation whose members' records are not written yet."""
+        puts, deletes = job_record.diff(self._written, values)
+        if not puts and not deletes:
+            return
+        last = {job_record.GENERATION_KEY, job_record.JOB_KEY}
+        ops: list[tuple[str, dict[str, Any] | None]] = [(k, v) for k, v in puts.items() if k not in last]
+        ops += [(k, None) for k in deletes] + [(k, v) for k, v in puts.items() if k in last]
+        for start in range(0, len(ops), MAX_TXN_OPS):
+            chunk = ops[start:start + MAX_TXN_OPS]
+            await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
+                                 [self.state_prefix + k for k, v in chunk if v is None])
+        self._written = dict(values)
+        self.saves += 1
+
+    async def _transact(self, puts: dict[str, dict[str, Any]], deletes: list[str]) -> None:
+        while True:
+            try:
+                ok = await self.store.transact(self.leadership.guard, puts, deletes, lease=self.lease)
+                break
+            except StoreUnavailable as exc:
+                self.trouble(str(exc))
+                await asyncio.sleep(RETRY_S)
+        self.trouble(None)
+        if not ok:
+            if await self.leadership.still_leading():
+                await self._transact(puts, deletes)  # our key had run out and was taken again
+                return
+            self.leadership.depose("another rendezvous took the job over (the leader key changed)")
+            raise Deposed(self.leadership.lost_reason)
+
+    async def keep_job_lease(self) -> None:
+        assert self.lease is not None
+        while True:
+            await asyncio.sleep(self.job_ttl_s / 3)
+            try:
+                if not await self.store.refresh_lease(self.lease):
+                    _say(Kind.STORE_LEASE_EXPIRED)
+                    self.lease = await self.store.grant_lease(self.job_ttl_s)
+                    self._written = {key: {} for key in self._written}
+            except StoreUnavailable as exc:
+                self.trouble(str(exc))
+
+    async def clear(self) -> None:
+        """The job is over: its keys go (a new job on this prefix starts afresh)."""
+        try:
+            if self.lease is not None:
+                await self.store.revoke_lease(self.lease)
+            entries, _ = await self.store.get_prefix(self.state_prefix)
+            for start in range(0, len(entries), MAX_TXN_OPS):
+                await self.store.transact(self.leadership.guard, {}, [e.key for e in entries[start:start + MAX_TXN_OPS]])
+        except StoreUnavailable as exc:
+            _say(Kind.STORE_CLEANUP_FAILED, error=str(exc), ttl_s=self.job_ttl_s)
+
+    def trouble(self, message: str | None) -> None:
+        """Log the store becoming unreachable, and reachable again, once each."""
+        if message is not None and self._trouble is None:
+            _say(Kind.STORE_DEGRADED, error=message)
+        elif message is None and self._trouble is not None:
+            _say(Kind.STORE_RECOVERED)
+        self._trouble = message

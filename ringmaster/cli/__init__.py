@@ -1,0 +1,1 @@
+"""The `ringmaster` command: every verb (run, serve, agent, scale) in one place."""

@@ -1,0 +1,279 @@
+"""The `ringmaster` command: `run` (an elastic job), `serve` (the rendezvous alone), `agent`.
+
+Flags follow horovodrun's elastic flags with Horovod's meaning; every default is shown by
+`ringmaster run --help` and listed in README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+from ringmaster.common import logs
+from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.discovery import DiscoveryError, HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+from ringmaster import settings as defaults
+from ringmaster.rendezvous.control.records import JobOutcome, Summary
+from ringmaster.settings import JobSettings
+from ringmaster.rendezvous.state.url import StoreUrlError, parse_store
+
+log = logging.getLogger(logs.CLI)
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None, metavar="N",
+                        help="number of workers to start with; also the default of --min-np (and of --max-np without discovery) (default: none)")
+    parser.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None, metavar="N", help="fewest workers the job trains with (default: -np, else 1)")
+    parser.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None, metavar="N",
+                        help="most workers (default: all slots with a discovery script or with -H and --min-np, as "
+                             "horovodrun's elastic mode; else -np)")
+    parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
+    parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
+                        help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval (default: none)")
+    parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None, metavar="N",
+                        help="slots of a host listed without a count (default: none; then each line needs host:slots)")
+    parser.add_argument("--elastic-timeout", type=float, metavar="S", default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
+                        help="seconds to wait below --min-np before failing (default: %(default)s)")
+    parser.add_argument("--reset-limit", type=int, default=None, metavar="N", help="most resets (ring re-formations) before the job fails (default: no limit)")
+    parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
+                        help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
+    parser.add_argument("--spare-last-hosts", action=argparse.BooleanOptionalAction, default=True,
+                        help="keep a host whose worker was killed by a signal (or that was lost) when blacklisting it would "
+                             "leave fewer than --min-np slots: the job restarts there from its last commit or checkpoint; "
+                             "--no-spare-last-hosts blacklists it as Horovod does (default: spare)")
+    parser.add_argument("--exit-report-timeout", type=float, metavar="S", default=defaults.DEFAULT_EXIT_REPORT_TIMEOUT_S,
+                        help="seconds the next ring waits for a crashed worker's exit status before re-forming without it (default: %(default)s)")
+    parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
+                        help="which events the rendezvous, agents and workers print: DEBUG adds workers' connections and "
+                             "ready calls, INFO every event, WARNING failures and blacklisting, ERROR and CRITICAL only a "
+                             f"failed job's end (default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
+    parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
+                        help="text: readable lines; json: one JSON object per line with the event's kind, generation and "
+                             f"fields (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
+    parser.add_argument("--discovery-interval", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
+                        help="seconds between discovery runs (default: %(default)s)")
+    parser.add_argument("--discovery-timeout", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
+                        help="seconds a discovery script may run (default: %(default)s)")
+    parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+                        help="seconds between agent and worker heartbeats (default: %(default)s)")
+    parser.add_argument("--heartbeat-timeout", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
+                        help="seconds without a heartbeat before a host or worker counts as dead (default: %(default)s)")
+    parser.add_argument("--collective-timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
+                        help="seconds a collective may take before its generation is given up (default: %(default)s)")
+    parser.add_argument("--start-timeout", type=float, metavar="S", default=defaults.DEFAULT_START_TIMEOUT_S,
+                        help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, metavar="S", default=defaults.DEFAULT_STOP_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
+    parser.add_argument("--warmup-grace", type=float, metavar="S", default=defaults.DEFAULT_WARMUP_GRACE_S,
+                        help="seconds a ready newcomer waits for newcomers still warming up, to join in one reset (default: %(default)s)")
+    parser.add_argument("--crash-loop-limit", type=int, metavar="N", default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
+                        help="fail after this many generations in a row fail within --crash-loop-window (default: %(default)s)")
+    parser.add_argument("--crash-loop-window", type=float, metavar="S", default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
+                        help="seconds after forming within which a failing generation counts as a crash (default: %(default)s)")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                        help="folder where rank 0 writes durable checkpoints; a job started again on it resumes from the newest good one (default: none)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="write a checkpoint every N commits (default: see --checkpoint-interval)")
+    parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S",
+                        help=f"write a checkpoint every S seconds (default: {defaults.DEFAULT_CHECKPOINT_INTERVAL_S:g} without --checkpoint-every)")
+    parser.add_argument("--checkpoint-keep", type=int, default=defaults.DEFAULT_CHECKPOINT_KEEP, metavar="K",
+                        help="checkpoints kept on disk (default: %(default)s)")
+    parser.add_argument("--store", default="memory", metavar="URL",
+                        help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
+                             "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]' (list every member of an etcd cluster: when one "
+                             "stops answering the next is used); with etcd a restarted or standby `serve` "
+                             "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
+    parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
+    parser.add_argument("--advertise-address", default=None, metavar="HOST",
+                        help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=0, metavar="P", help="gRPC port of the rendezvous (default: a free one)")
+    parser.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the HTTP control API (default: a free one)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ringmaster", description="Elastic training for PyTorch.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine"))
+    _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
+    scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
+    scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
+    scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
+    agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
+    agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
+    return parser
+
+
+class UsageError(Exception):
+    """A flag combination that cannot work; the message says what to change."""
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDiscovery, dict[str, int]]:
+    """Turn flags into settings, a discovery source and the initial host set."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
+    for flag, address in (("--bind", getattr(args, "bind", None)), ("--advertise-address", getattr(args, "advertise_address", None))):
+        if address and ":" in address:
+            raise UsageError(f"{flag} {address}: IPv6 addresses are not supported; give an IPv4 address "
+                             "(0.0.0.0 listens on every interface) or a host name")
+    if args.hosts and args.host_discovery_script:
+        raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
+    for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be a positive integer, got {value}")
+    if args.slots_per_host is not None and args.slots_per_host <= 0:
+        raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
+    discovery: HostDiscovery
+    if args.host_discovery_script:
+        discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
+    elif args.hosts:
+        discovery = StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
+    else:
+        if args.np is None and args.max_np is None and args.min_np is None:
+            raise UsageError("say how many workers: -np N (runs N workers on this machine)")
+        discovery = StaticDiscovery({"localhost": args.np or args.max_np or args.min_np})
+    initial = discovery.find_hosts()  # a bad script refuses to start here
+    min_np = args.min_np or args.np or 1
+    max_np = args.max_np
+    elastic_hosts = bool(args.hosts) and args.min_np is not None  # horovodrun: -H with --min-np is elastic
+    if max_np is None and not args.host_discovery_script and not elastic_hosts and args.np is not None:
+        max_np = args.np
+    try:
+        settings = JobSettings(
+            command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
+            reset_limit=args.reset_limit, discovery_interval_s=args.discovery_interval,
+            discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
+            heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
+            start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
+            blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
+            warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
+            checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
+            checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+            checkpoint_keep=args.checkpoint_keep,
+        )
+    except ValidationError as exc:
+        raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
+    return settings, discovery, initial
+
+
+def _flag_error(error: Mapping[str, Any]) -> str:
+    field = error["loc"][0] if error.get("loc") else ""
+    flags = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout",
+             "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
+             "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout"}
+    flag = flags.get(str(field), str(field))
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    return f"{flag}: {message}" if flag else message
+
+
+#: Warnings the job's end repeats (the newest).
+SUMMARY_WARNINGS = 10
+
+
+def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
+    """The job's end as events: one summary (at ERROR when it failed, so that `--log-level
+    ERROR` still shows it) and the warnings worth repeating."""
+    elapsed = (summary.ended_at or time.monotonic()) - (summary.started_at or time.monotonic())
+    events = [Event(Kind.JOB_SUMMARY, {
+        "outcome": "succeeded" if outcome.success else "failed", "success": outcome.success, "seconds": elapsed,
+        "steps": summary.steps, "steps_lost": summary.steps_lost, "generations": summary.generations,
+        "resets": summary.resets, "reason": outcome.message,
+    }, level_override=logging.INFO if outcome.success else logging.ERROR)]
+    events += [Event(Kind.JOB_WARNING, {"warning": w}) for w in summary.warnings[-SUMMARY_WARNINGS:]]
+    return events
+
+
+def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
+    from ringmaster.rendezvous.server.app import RendezvousServer  # heavy (torch, grpc): not for `scale`
+
+    from ringmaster.rendezvous.state.job_record import IncompatibleState
+    from ringmaster.rendezvous.state.kv import StoreFormatError, StoreUnavailable
+    from ringmaster.rendezvous.state.leadership import AnotherLeader
+
+    try:
+        settings, discovery, initial = settings_from_args(args)
+        store = parse_store(args.store)
+    except (UsageError, DiscoveryError, StoreUrlError) as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return 2
+    server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
+                              local_hosts=local_hosts, advertise=args.advertise_address, store=store)
+
+    async def main() -> JobOutcome:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.request_stop, f"interrupted by {signal.Signals(sig).name}")
+        return await server.run(initial)
+
+    try:
+        outcome = asyncio.run(main())
+    except StoreUnavailable as exc:
+        print(f"ringmaster: error: cannot reach the store given by --store {args.store}: {exc}", file=sys.stderr)
+        return 2
+    except (AnotherLeader, IncompatibleState, StoreFormatError) as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return 2
+    if server.coordinator is None:
+        return 1
+    assert server.coordinator is not None
+    for event in summary_events(outcome, server.coordinator.summary):
+        log_event(log, event)
+    return 0 if outcome.success else 1
+
+
+def _scale(api: str, np: int) -> int:
+    """POST /scale and print the answer (or what went wrong, whatever the server sent)."""
+    request = urllib.request.Request(
+        f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            print(f"ringmaster: {_answer(response.read(), 'message')}")
+            return 0
+    except urllib.error.HTTPError as exc:
+        print(f"ringmaster: error: {api} answered HTTP {exc.code}: {_answer(exc.read(), 'detail')}", file=sys.stderr)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"ringmaster: error: cannot reach the control API at {api}: {exc}", file=sys.stderr)
+    return 1
+
+
+def _answer(raw: bytes, field: str) -> str:
+    """The `field` of a JSON answer, or the start of whatever else came (not a traceback)."""
+    try:
+        value = json.loads(raw)[field]
+    except (ValueError, TypeError, KeyError, IndexError):
+        text = raw[:300].decode(errors="replace").strip()
+        return f"(not a Ringmaster answer) {text}" if text else "(empty answer)"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["agent"]:  # the agent has its own flags (python -m ringmaster.worker.agent --help)
+        os.execv(sys.executable, [sys.executable, "-m", "ringmaster.worker.agent", *argv[1:]])
+    args = build_parser().parse_args(argv)
+    logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
+    if args.verb == "scale":
+        return _scale(args.api, args.np)
+    return _run_job(args, local_hosts=args.verb == "run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

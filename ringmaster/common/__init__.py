@@ -1,0 +1,1 @@
+"""What every part of Ringmaster shares: errors, logging and structured events, reconnecting."""

@@ -1,0 +1,266 @@
+"""Structured events: one typed record per meaningful happening, rendered as text or JSON.
+
+Every part of Ringmaster says what happened as an `Event` (a kind, the generation and typed
+fields) and logs it through standard `logging` (`log_event`); the console line is rendered
+from the kind's template, the JSON line carries the fields as they are. Metrics, the events
+API, the timeline and tests consume kinds and fields, never the wording, so the wording can
+change without breaking them.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import string
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+
+class Kind(enum.StrEnum):
+    """What happened. The value (`area.what`) is what JSON lines and the events API carry."""
+
+    # rendezvous: hosts and discovery
+    HOSTS_DISCOVERED = "hosts.discovered"
+    HOSTS_CHANGED = "hosts.changed"
+    DISCOVERY_FAILED = "discovery.failed"
+    HOST_LOST = "host.lost"
+    HOST_LEFT = "host.left"
+    HOST_BLACKLISTED = "host.blacklisted"
+    HOST_SPARED = "host.spared"
+    HOSTS_UPDATED = "hosts.updated"
+    SLOTS_SHORT = "slots.short"
+    # rendezvous: agents and workers
+    AGENT_CONNECTED = "agent.connected"
+    AGENT_RECONNECTED = "agent.reconnected"
+    WORKER_STARTING = "worker.starting"
+    WORKER_CONNECTED = "worker.connected"
+    WORKER_READY = "worker.ready"
+    WORKER_RETURNED = "worker.returned"
+    WORKER_WARNING = "worker.warning"
+    WORKER_FAILED = "worker.failed"
+    WORKER_EXITED = "worker.exited"
+    WORKER_STOPPED = "worker.stopped"
+    WORKER_FINISHED = "worker.finished"
+    WORKER_RETIRING = "worker.retiring"
+    # rendezvous: generations and the job
+    GENERATION_FORMED = "generation.formed"
+    GENERATION_OVER = "generation.over"
+    SCALE_REQUESTED = "scale.requested"
+    JOB_FINISHING = "job.finishing"
+    JOB_SUCCEEDED = "job.succeeded"
+    JOB_FAILED = "job.failed"
+    JOB_RESUMED = "job.resumed"
+    JOB_SUMMARY = "job.summary"
+    JOB_WARNING = "job.warning"
+    JOB_PREVIOUS_ENDED = "job.previous_ended"
+    COMMITS_LOST = "commits.lost"
+    RENDEZVOUS_STALLED = "rendezvous.stalled"
+    RENDEZVOUS_LISTENING = "rendezvous.listening"
+    API_LISTENING = "api.listening"
+    EVENT_LOOP_ERROR = "rendezvous.loop_error"
+    # durable state and leadership
+    LEADER_STANDING_BY = "leader.standing_by"
+    LEADER_LEADING_ON = "leader.leading_on"
+    LEADER_DEPOSED = "leader.deposed"
+    STORE_FAILOVER = "store.failover"
+    STORE_DEGRADED = "store.degraded"
+    STORE_RECOVERED = "store.recovered"
+    STORE_LEASE_EXPIRED = "store.lease_expired"
+    STORE_CLEANUP_FAILED = "store.cleanup_failed"
+    AGENT_LEASE_FAILED = "store.agent_lease_failed"
+    # agent
+    AGENT_SESSION = "agent.session"
+    AGENT_REFUSED = "agent.refused"
+    AGENT_LOST_RENDEZVOUS = "agent.lost_rendezvous"
+    AGENT_GAVE_UP = "agent.gave_up"
+    AGENT_STOPPING = "agent.stopping"
+    PROCESS_STARTED = "process.started"
+    PROCESS_START_FAILED = "process.start_failed"
+    # worker (the training library)
+    RING_JOINED = "ring.joined"
+    RING_JOIN_FAILED = "ring.join_failed"
+    ROLLED_BACK = "state.rolled_back"
+    REPLICAS_DIVERGED = "replicas.diverged"
+    REPLICAS_HEALED = "replicas.healed"
+    CHECKPOINT_RESUMED = "checkpoint.resumed"
+    CHECKPOINT_IGNORED = "checkpoint.ignored"
+    CHECKPOINT_PARTIAL = "checkpoint.partial"
+    CHECKPOINT_WRITE_FAILED = "checkpoint.write_failed"
+    LINK_LOST = "link.lost"
+    LINK_UNREACHABLE = "link.unreachable"
+    WORKER_LEAVING = "worker.leaving"
+    WORKER_JOB_ENDED = "worker.job_ended"
+    WORKER_ERROR = "worker.error"
+
+
+@dataclass(frozen=True)
+class Spec:
+    level: int
+    text: str  # a str.format template over the fields (see _TextFormatter for the extra specs)
+
+
+_I, _W, _E, _D = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
+
+#: Level and console wording of every kind.
+SPECS: dict[Kind, Spec] = {
+    Kind.HOSTS_DISCOVERED: Spec(_I, "discovered hosts {hosts:hosts}"),
+    Kind.HOSTS_CHANGED: Spec(_I, "discovery: {description}"),
+    Kind.DISCOVERY_FAILED: Spec(_W, "discovery failed, keeping the last good host set: {error}"),
+    Kind.HOST_LOST: Spec(_W, "host {host} lost: its agent {reason}"),
+    Kind.HOST_LEFT: Spec(_I, "agent for host {host} stopped: the host left the job"),
+    Kind.HOST_BLACKLISTED: Spec(_W, "host {host} blacklisted {cooldown_s:cooldown} after a failure ({why})"),
+    Kind.HOST_SPARED: Spec(_I, "host {host} is not blacklisted: without it fewer than --min-np {min_np} slots remain "
+                               "(--spare-last-hosts)"),
+    Kind.HOSTS_UPDATED: Spec(_I, "hosts updated ({reason}); workers re-form the ring at their next commit"),
+    Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
+    Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),
+    Kind.AGENT_RECONNECTED: Spec(_I, "agent for host {host} reconnected (pid {pid})"),
+    Kind.WORKER_STARTING: Spec(_I, "starting worker {worker} on {host} (joins after warming up)"),
+    Kind.WORKER_CONNECTED: Spec(_D, "worker {worker} connected (pid {pid})"),
+    Kind.WORKER_READY: Spec(_D, "worker {worker} ready for the generation after {after_generation}{failure:paren}"),
+    Kind.WORKER_RETURNED: Spec(_I, "worker {worker} finished its training function"),
+    Kind.WORKER_WARNING: Spec(_W, "worker {worker}: {warning}"),
+    Kind.WORKER_FAILED: Spec(_W, "worker {worker} on {host} failed: {reason}"),
+    Kind.WORKER_EXITED: Spec(_W, "worker {worker} on {host} {how}"),
+    Kind.WORKER_STOPPED: Spec(_I, "worker {worker} on {host} stopped ({how})"),
+    Kind.WORKER_FINISHED: Spec(_I, "worker {worker} on {host} finished ({how})"),
+    Kind.WORKER_RETIRING: Spec(_I, "worker {worker} on {host} retires: {reason}"),
+    Kind.GENERATION_FORMED: Spec(_I, "generation {number} formed: world size {size} on {hosts:hosts} (cause: {cause})"),
+    Kind.GENERATION_OVER: Spec(_I, "generation {number} is over: {reason}"),
+    Kind.SCALE_REQUESTED: Spec(_I, "scale to {np} workers requested"),
+    Kind.JOB_FINISHING: Spec(_I, "training function returned; waiting for the other workers to finish"),
+    Kind.JOB_SUCCEEDED: Spec(_I, "job succeeded: {reason}"),
+    Kind.JOB_FAILED: Spec(_E, "job failed: {reason}"),
+    Kind.JOB_RESUMED: Spec(_I, "resumed the job from the store: generation {number}, {live} live worker(s) on "
+                               "{hosts} host(s) awaiting reconnection"),
+    Kind.JOB_SUMMARY: Spec(_I, "job {outcome} after {seconds:.1f} s: {steps} steps committed{steps_lost:lost}, "
+                               "{generations} generation(s), {resets} reset(s). {reason}"),
+    Kind.JOB_WARNING: Spec(_W, "WARNING: {warning}"),
+    Kind.JOB_PREVIOUS_ENDED: Spec(_I, "the job last run under {prefix} has ended ({outcome}); starting a new one"),
+    Kind.COMMITS_LOST: Spec(_W, "every worker died and the job has no --checkpoint-dir: it restarts from its initial "
+                                "state, and the {steps} step(s) committed so far are lost (pass --checkpoint-dir DIR "
+                                "to resume from a durable checkpoint instead)"),
+    Kind.RENDEZVOUS_STALLED: Spec(_W, "the rendezvous did not run for {seconds:.1f} s (stopped, swapped out or starved "
+                                      "of CPU); hosts and workers are judged by the heartbeats that arrive from now on"),
+    Kind.RENDEZVOUS_LISTENING: Spec(_I, "rendezvous listening on {address}; discovery: {discovery}; store: {store}"),
+    Kind.API_LISTENING: Spec(_I, "control API on {url}"),
+    Kind.EVENT_LOOP_ERROR: Spec(_W, "event loop: {error}{repeats:repeats}"),
+    Kind.LEADER_STANDING_BY: Spec(_I, "standing by: the rendezvous at {leader} leads this job; taking over if it stops"),
+    Kind.LEADER_LEADING_ON: Spec(_W, "the leader lease had run out but no other rendezvous took the job: leading on"),
+    Kind.LEADER_DEPOSED: Spec(_W, "stopped leading the job: {reason}"),
+    Kind.STORE_FAILOVER: Spec(_W, "etcd at {previous} did not answer ({error}); now using etcd at {endpoint}"),
+    Kind.STORE_DEGRADED: Spec(_W, "degraded: the store is unreachable ({error}); training goes on, membership changes "
+                                  "wait until it is back"),
+    Kind.STORE_RECOVERED: Spec(_I, "the store is reachable again; caught up"),
+    Kind.STORE_LEASE_EXPIRED: Spec(_W, "the job's lease in the store expired; rewriting every key"),
+    Kind.STORE_CLEANUP_FAILED: Spec(_W, "could not remove the finished job's keys: {error}; they expire within {ttl_s} s"),
+    Kind.AGENT_LEASE_FAILED: Spec(_W, "could not record the agent of {host} in the store: {error}"),
+    Kind.AGENT_SESSION: Spec(_I, "session with the rendezvous at {address}"),
+    Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
+    Kind.AGENT_LOST_RENDEZVOUS: Spec(_W, "lost the rendezvous at {address}; workers keep running, reconnecting"),
+    Kind.AGENT_GAVE_UP: Spec(_E, "could not reach the rendezvous at {addresses} for {timeout_s:g} s "
+                                 "(--reconnect-timeout); stopping workers"),
+    Kind.AGENT_STOPPING: Spec(_I, "stopping: {reason}"),
+    Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
+    Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
+    Kind.RING_JOINED: Spec(_I, "joined generation {generation} as rank {rank} of {size}: waited {waited_ms:.0f} ms for "
+                               "the ring, built it in {built_ms:.0f} ms, synced state in {sync_ms:.0f} ms, reset "
+                               "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms"),
+    Kind.RING_JOIN_FAILED: Spec(_W, "could not join generation {generation}: {error}"),
+    Kind.ROLLED_BACK: Spec(_W, "rolled back to commit {commit} after: {failure}"),
+    Kind.REPLICAS_DIVERGED: Spec(_W, "replica guard: in generation {generation} the live state differs from rank 0's "
+                                     "after the sync ({differences}); syncing every rank from rank 0's live state"),
+    Kind.REPLICAS_HEALED: Spec(_I, "replica guard: every rank holds rank 0's state again in generation {generation}"),
+    Kind.CHECKPOINT_RESUMED: Spec(_I, "resumed from the checkpoint of step {step} in {directory} (written by "
+                                      "{world_size} worker(s) in generation {written_in})"),
+    Kind.CHECKPOINT_IGNORED: Spec(_W, "checkpoint of step {step} in {directory} holds no state dict; ignored"),
+    Kind.CHECKPOINT_PARTIAL: Spec(_W, "checkpoint of step {step} lacks {missing:list}: those keep their initial values"),
+    Kind.CHECKPOINT_WRITE_FAILED: Spec(_W, "{error}"),
+    Kind.LINK_LOST: Spec(_W, "lost the rendezvous at {address} ({reason}); training goes on, reconnecting"),
+    Kind.LINK_UNREACHABLE: Spec(_E, "cannot reach the rendezvous at {address}: {code}; is `ringmaster run`/`serve` "
+                                    "still running?"),
+    Kind.WORKER_LEAVING: Spec(_I, "leaving the job: {reason}"),
+    Kind.WORKER_JOB_ENDED: Spec(_I, "the job ended: {reason}"),
+    Kind.WORKER_ERROR: Spec(_E, "{error}"),
+}
+
+
+class _TextFormatter(string.Formatter):
+    """str.format with a few specs for the shapes events carry: `hosts` ({a: 2} -> "a:2"),
+    `list`, `paren` (" (x)" or nothing), `cooldown` ("for 2.0 s" or "permanently"),
+    `repeats` (" (N more like it ...)" or nothing), `lost` (" (N more lost ...)" or nothing)."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "hosts":
+            return ",".join(f"{h}:{s}" for h, s in dict(value).items()) or "(none)"
+        if format_spec == "list":
+            return ", ".join(str(v) for v in value)
+        if format_spec == "paren":
+            return f" ({value})" if value else ""
+        if format_spec == "cooldown":
+            return "permanently" if value is None or value == math.inf else f"for {value:.1f} s"
+        if format_spec == "lost":
+            return f" ({value} more lost to restarts without a checkpoint)" if value else ""
+        if format_spec == "repeats":
+            return f" ({value[0]} more like it in the last {value[1]:g} s)" if value and value[0] else ""
+        return super().format_field(value, format_spec)
+
+
+_TEXT = _TextFormatter()
+
+
+#: Keys of a JSON line that no event field may take.
+RESERVED_FIELDS = frozenset({"kind", "generation", "time", "logger", "level", "message"})
+
+
+@dataclass(frozen=True)
+class Event:
+    """One meaningful happening: its kind, the job's generation then (None where the teller does
+    not know it), when (the teller's clock) and typed fields (JSON-able values)."""
+
+    kind: Kind
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    generation: int | None = None
+    time: float = 0.0
+    level_override: int | None = None  # where one kind is news at two levels (a job's summary)
+
+    @property
+    def level(self) -> int:
+        return self.level_override if self.level_override is not None else SPECS[self.kind].level
+
+    @property
+    def message(self) -> str:
+        """The console wording (without the `[gen N]` prefix); `{generation}` in a template is the
+        event's own."""
+        return _TEXT.format(SPECS[self.kind].text, **{"generation": self.generation, **self.fields})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON lines and the events API carry it (the time is the logger's)."""
+        return {"kind": self.kind.value, "generation": self.generation, **_jsonable(self.fields)}
+
+
+def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None  # inf (a permanent blacklist) has no JSON form
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    return out
+
+
+def log_event(logger: logging.Logger | logging.LoggerAdapter, event: Event) -> None:
+    """Log `event` at its kind's level; handlers find the record under `record.event`."""
+    logger.log(event.level, event.message, extra={"event": event})
+
+
+def emitter(logger_name: str) -> Callable[..., None]:
+    """`say(kind, **fields)` for a module that tells its events to one logger."""
+    logger = logging.getLogger(logger_name)
+
+    def say(kind: Kind, **fields: Any) -> None:
+        log_event(logger, Event(kind, fields))
+
+    return say

@@ -1,0 +1,87 @@
+"""Settings of an elastic job: one frozen, validated model with documented defaults.
+
+Every timeout the rendezvous uses is here, and README.md lists them with these defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, DEFAULT_KEEP  # pure module: no torch import
+
+#: Seconds the job waits below --min-np before it fails (Horovod's default).
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
+#: Seconds between two runs of the discovery script.
+DEFAULT_DISCOVERY_INTERVAL_S = 1.0
+#: Seconds a discovery script may run.
+DEFAULT_DISCOVERY_TIMEOUT_S = 10.0
+#: Seconds between heartbeats of agents and workers.
+DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
+#: Seconds without a heartbeat after which an agent (host) or worker counts as dead.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+#: Seconds a collective may take before the worker gives its generation up (a hung peer).
+DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+#: Seconds the first generation waits for every discovered host's agent to connect.
+DEFAULT_START_TIMEOUT_S = 30.0
+#: Seconds a stopped worker gets between SIGTERM and SIGKILL.
+DEFAULT_STOP_GRACE_S = 5.0
+#: Seconds a ready newcomer waits for the other newcomers still warming up, so that they join
+#: the ring together in one reset.
+DEFAULT_WARMUP_GRACE_S = 5.0
+#: A generation that fails sooner than this after it formed counts towards a crash loop.
+DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
+#: Consecutive quickly failing generations after which the job gives up.
+DEFAULT_CRASH_LOOP_LIMIT = 5
+#: Seconds the next ring waits for the exit status of a worker whose connection closed, so that
+#: a crashed worker's host is blacklisted before the ring re-forms (one failure, one reset).
+DEFAULT_EXIT_REPORT_TIMEOUT_S = 5.0
+#: Durable checkpoints kept in --checkpoint-dir, and seconds between them when --checkpoint-dir
+#: is given without --checkpoint-every/-interval: the checkpoint package's own defaults.
+DEFAULT_CHECKPOINT_KEEP = DEFAULT_KEEP
+DEFAULT_CHECKPOINT_INTERVAL_S = DEFAULT_INTERVAL_S
+
+
+class JobSettings(BaseModel):
+    """What `ringmaster run` / `ringmaster serve` were asked to do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: list[str] = Field(default_factory=list, description="the training command each worker runs")
+    min_np: int = Field(1, ge=1, description="fewest workers the job trains with")
+    max_np: Optional[int] = Field(None, ge=1, description="most workers; None means all discovered slots")
+    elastic_timeout_s: float = Field(DEFAULT_ELASTIC_TIMEOUT_S, gt=0)
+    reset_limit: Optional[int] = Field(None, ge=0, description="most resets before the job fails; None: no limit")
+    discovery_interval_s: float = Field(DEFAULT_DISCOVERY_INTERVAL_S, gt=0)
+    discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
+    heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
+    heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, gt=0)
+    collective_timeout_s: float = Field(DEFAULT_COLLECTIVE_TIMEOUT_S, gt=0)
+    start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
+    stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
+    blacklist_cooldown_s: Optional[tuple[float, float]] = None
+    warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
+    crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
+    crash_loop_limit: int = Field(DEFAULT_CRASH_LOOP_LIMIT, ge=1)
+    exit_report_timeout_s: float = Field(DEFAULT_EXIT_REPORT_TIMEOUT_S, ge=0)
+    spare_last_hosts: bool = Field(
+        True, description="a host whose worker was killed by a signal, or that was lost, stays when blacklisting "
+                          "it would leave fewer than min_np slots (the job restarts there); False: Horovod's rule")
+    checkpoint_dir: Optional[str] = Field(None, description="folder of durable checkpoints (absolute); None: in-memory commits only")
+    checkpoint_every: Optional[int] = Field(None, ge=1, description="write a checkpoint every N commits")
+    checkpoint_interval_s: Optional[float] = Field(None, gt=0, description="or every T seconds")
+    checkpoint_keep: int = Field(DEFAULT_CHECKPOINT_KEEP, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "JobSettings":
+        if self.max_np is not None and self.max_np < self.min_np:
+            raise ValueError(f"--max-np ({self.max_np}) must be at least --min-np ({self.min_np})")
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "
+                f"({self.heartbeat_interval_s:g} s)"
+            )
+        if self.checkpoint_dir is None and (self.checkpoint_every is not None or self.checkpoint_interval_s is not None):
+            raise ValueError("--checkpoint-every and --checkpoint-interval need --checkpoint-dir DIR")
+        return self

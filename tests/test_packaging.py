@@ -1,0 +1,50 @@
+"""The built wheel installs one namespace, `ringmaster`, and works on its own: nothing generic
+(`proto`, `worker`, ...) at the top of site-packages, the user API at `ringmaster.torch`."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from harness import ROOT
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)],
+                   check=True, capture_output=True, timeout=300)
+    (built,) = out.glob("ringmaster-*.whl")
+    return built
+
+
+def test_the_wheel_holds_only_the_ringmaster_namespace(wheel: pathlib.Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"ringmaster"}
+    assert "ringmaster/torch/__init__.py" in names
+    assert "ringmaster/torch/elastic/state.py" in names
+    assert "ringmaster/proto/ringmaster.proto" in names
+    assert not [name for name in names if name.startswith("ringmaster/worker/torch/")], "the user API has one name"
+
+
+def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = ("import ringmaster.torch as hvd, ringmaster.rendezvous.server.app, ringmaster.cli.main, ringmaster.proto.ringmaster_pb2_grpc;"
+             "print(hvd.__file__); print(callable(hvd.elastic.run))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(target)})
+    assert proc.returncode == 0, proc.stderr
+    where, runnable = proc.stdout.split()
+    assert pathlib.Path(where).is_relative_to(target), where
+    assert runnable == "True"
+    wrong = subprocess.run([sys.executable, "-c", "import ringmaster.worker.torch"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(target)})
+    assert wrong.returncode != 0

@@ -1,0 +1,7 @@
+"""`python -m ringmaster.worker.agent ...` runs a host agent (`ringmaster agent` does the same)."""
+
+import sys
+
+from ringmaster.worker.agent.daemon import main
+
+sys.exit(main())

@@ -1,0 +1,299 @@
+"""The per-host agent: keeps the host's training processes equal to what the rendezvous wants.
+
+It opens a session with the rendezvous, heartbeats on an interval, starts the workers the
+rendezvous lists for this host, stops (SIGTERM, then SIGKILL after a grace) the ones it no
+longer lists, and reports every exit with its code or signal. Workers stay in the agent's
+process group and die with it, so on one machine an agent's group is an emulated host.
+
+Run as `ringmaster agent --rendezvous HOST:PORT[,HOST:PORT...] [--host NAME]` on a real host.
+When it loses the rendezvous (restarted, or failed over to a standby) it keeps its workers
+running and reconnects to the listed addresses in turn, with backoff, for up to
+`--reconnect-timeout` seconds; exits that happened meanwhile are reported once it is back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
+
+import grpc
+
+from ringmaster.common import logs
+from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.proto import environment as env_names
+from ringmaster.worker.agent.processes import die_with_parent
+from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
+
+#: Seconds between two looks at the children and the command queue.
+POLL_S = 0.02
+
+
+_logger = logging.getLogger(logs.AGENT)
+
+
+def say(host: str, kind: Kind, **fields: object) -> None:
+    """Log one of this agent's events; the console line names the host."""
+    event = Event(kind, {"host": host, **fields})
+    _logger.log(event.level, event.message, extra={"event": event, "host": host})
+
+
+@dataclass
+class _Child:
+    spec: pb.WorkerSpec
+    proc: subprocess.Popen
+    kill_at: float | None = None  # set once asked to stop
+
+
+class Agent:
+    def __init__(self, rendezvous: str, host: str, heartbeat_interval_s: float = 1.0, stop_grace_s: float = 5.0,
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
+        self.addresses = parse_addresses(rendezvous)
+        self.host = host
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.stop_grace_s = stop_grace_s
+        self.reconnect_timeout_s = reconnect_timeout_s
+        self.children: dict[str, _Child] = {}
+        self._running: tuple[str, ...] = ()  # ids of live children, readable from the session thread
+        self._started: set[str] = set()  # a worker id is one process: never start it twice
+        self._unstartable: list[str] = []  # could not be started: reported as exit code 127
+        self._unsent: list[pb.WorkerExit] = []  # exits not yet reported (rendezvous away)
+        self._commands: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._stub: pb_grpc.RendezvousStub | None = None
+        self._session = None
+        self._reader = threading.Thread(target=self._read_sessions, daemon=True)
+
+    def run(self) -> int:
+        self._reader.start()
+        threading.Thread(target=self._heartbeat, daemon=True).start()
+        exit_code = 0
+        try:
+            while True:
+                command = self._next_command()
+                if command is _REFUSED:
+                    exit_code = 2
+                    break
+                if command is _LOST:
+                    say(self.host, Kind.AGENT_GAVE_UP, addresses=", ".join(self.addresses), timeout_s=self.reconnect_timeout_s)
+                    exit_code = 1
+                    break
+                if command is not None:
+                    if command.shutdown:
+                        say(self.host, Kind.AGENT_STOPPING, reason=command.reason or "the rendezvous ended the job")
+                        break
+                    self._apply(command.workers)
+                self._reap()
+        finally:
+            self._stop_all()
+            self._stop.set()  # after the last exit report: the session thread then closes its channel
+            if self._session is not None:
+                self._session.cancel()
+            self._reader.join(timeout=5.0)
+        return exit_code
+
+    def request_stop(self) -> None:
+        self._commands.put(pb.AgentCommand(shutdown=True, reason="agent interrupted"))
+
+    # -------------------------------------------------------------- threads
+    def _read_sessions(self) -> None:
+        """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
+        backoff = Backoff(self.reconnect_timeout_s)
+        while not self._stop.is_set():
+            address = backoff.next_address(self.addresses)
+            if address is None:
+                self._commands.put(_LOST)
+                return
+            channel = grpc.insecure_channel(address)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=backoff.connect_timeout_s)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                continue
+            stub = pb_grpc.RendezvousStub(channel)
+            session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
+            self._session = session
+            over = False
+            try:
+                for command in session:
+                    if self._stub is not stub:
+                        self._stub = stub
+                        backoff.reset()
+                        say(self.host, Kind.AGENT_SESSION, address=address)
+                    self._commands.put(command)
+                    if command.shutdown:
+                        over = True  # the job is over: nothing to reconnect to
+                        break
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # refused for good (a bad --host)
+                    say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=exc.details())
+                    self._commands.put(_REFUSED)
+                    session.cancel()
+                    channel.close()
+                    return
+            if not over and not self._stop.is_set() and self._stub is stub:
+                say(self.host, Kind.AGENT_LOST_RENDEZVOUS, address=address)
+            if over:
+                self._stop.wait()  # the main thread still reports its workers' exits on this channel
+            self._stub = None
+            session.cancel()
+            channel.close()  # an open channel can hold up the interpreter's exit
+            if over:
+                return
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval_s):
+            stub = self._stub
+            if stub is None:
+                continue
+            try:
+                stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
+            except (grpc.RpcError, ValueError):
+                pass  # a lost session is noticed by _read_sessions (ValueError: its channel closed)
+
+    def _next_command(self):
+        try:
+            return self._commands.get(timeout=POLL_S)
+        except queue.Empty:
+            return None
+
+    # -------------------------------------------------------------- children
+    def _apply(self, specs) -> None:
+        wanted = {spec.worker_id: spec for spec in specs}
+        for worker_id, child in self.children.items():
+            if worker_id not in wanted and child.kill_at is None:
+                self._terminate(child)
+        for worker_id, spec in wanted.items():
+            if worker_id not in self._started:
+                self._started.add(worker_id)
+                try:
+                    self.children[worker_id] = _Child(spec, self._spawn(spec))
+                    self._running = tuple(self.children)
+                except OSError as exc:
+                    say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=str(exc))
+                    self._unstartable.append(worker_id)
+
+    def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.update(spec.env)
+        # Workers reach the rendezvous wherever this agent can (a standby included).
+        known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
+        env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
+        say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
+        parent = os.getpid()
+        proc = subprocess.Popen(
+            list(spec.argv), env=env, preexec_fn=lambda: die_with_parent(parent),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            threading.Thread(target=_forward, args=(pipe, sink, f"[{spec.worker_id}] "), daemon=True).start()
+        return proc
+
+    def _terminate(self, child: _Child) -> None:
+        if child.proc.poll() is not None:
+            return  # it died by itself: its exit is its own, reported as such
+        child.kill_at = time.monotonic() + self.stop_grace_s
+        _signal(child.proc, signal.SIGTERM)
+
+    def _reap(self) -> None:
+        while self._unstartable:
+            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=self._unstartable.pop(), exit_code=127))
+        now = time.monotonic()
+        for worker_id, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                if child.kill_at is not None and now >= child.kill_at:
+                    _signal(child.proc, signal.SIGKILL)
+                continue
+            del self.children[worker_id]
+            self._running = tuple(self.children)
+            exit_code, sig = (0, -code) if code < 0 else (code, 0)
+            # Stopped by us only if our signal ended it (it may have crashed just before it came).
+            ours = child.kill_at is not None and sig in (signal.SIGTERM, signal.SIGKILL)
+            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
+                                              stopped_by_agent=ours))
+        self._report_exits()
+
+    def _report_exits(self) -> None:
+        """Report exits in order; what cannot be sent now waits for the next session."""
+        while self._unsent and self._stub is not None:
+            try:
+                self._stub.ReportWorkerExit(self._unsent[0], timeout=5)
+            except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
+                return
+            self._unsent.pop(0)
+
+    def _stop_all(self) -> None:
+        for child in self.children.values():
+            if child.kill_at is None:
+                self._terminate(child)
+        deadline = time.monotonic() + self.stop_grace_s + 1.0
+        while self.children and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(POLL_S)
+        for child in self.children.values():
+            _signal(child.proc, signal.SIGKILL)
+            child.proc.wait()
+
+
+_LOST = object()
+_REFUSED = object()
+_OUTPUT_LOCK = threading.Lock()
+
+
+def _forward(pipe, sink, prefix: str) -> None:
+    """Copy a worker's output line by line, prefixed with its id, so workers never interleave mid-line."""
+    for raw in iter(pipe.readline, b""):
+        line = prefix + raw.decode(errors="replace").rstrip("\n") + "\n"
+        with _OUTPUT_LOCK:
+            sink.write(line)
+            sink.flush()
+    pipe.close()
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ringmaster agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--rendezvous", required=True,
+                        help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
+    parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
+    parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
+                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
+    parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
+                        help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
+    parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
+                        help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
+    args = parser.parse_args(argv)
+    logs.configure(args.log_format, args.log_level)
+    if args.die_with_parent:
+        die_with_parent(os.getppid())
+    agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace, args.reconnect_timeout)
+    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

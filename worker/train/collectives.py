@@ -1,0 +1,222 @@
+"""Collectives of one generation, each bounded so a dead or hung peer never hangs training.
+
+Every collective is issued with `async_op` and waited on through its future together with the
+rendezvous' "generation over" signal and a deadline (`--collective-timeout`): a killed peer
+fails the collective within milliseconds ("Connection closed by peer"), a stopped one ends the
+wait when the rendezvous declares the generation over or the deadline passes. Either way the
+caller gets `HorovodInternalError` and `hvd.elastic.run` rolls back and re-forms the ring.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ringmaster.worker.train.errors import HorovodInternalError
+from ringmaster.worker.train.link import RendezvousLink
+
+ReduceOp = dist.ReduceOp
+#: A c10d process group object (ProcessGroupGloo / ProcessGroupNCCL); the stubs type them apart.
+Ring = Any
+
+
+class Communicator:
+    """`pg` is a Gloo ring for CPU tensors (always there: control traffic such as host-update
+    agreement and object broadcasts is on the CPU); `cuda_pg`, on GPU machines, an NCCL ring for
+    CUDA tensors. Each collective goes to the ring of its tensor's device."""
+
+    def __init__(
+        self,
+        pg: Ring,
+        rank: int,
+        size: int,
+        generation: int,
+        link: RendezvousLink | None,
+        timeout_s: float,
+        cuda_pg: Ring | None = None,
+    ) -> None:
+        self.pg = pg
+        self.cuda_pg = cuda_pg
+        self.rank = rank
+        self.size = size
+        self.generation = generation
+        self.link = link
+        self.timeout_s = timeout_s
+        self._pending: torch.futures.Future | None = None  # the collective last issued
+
+    @property
+    def idle(self) -> bool:
+        """No collective is in flight, so the group can be destroyed without blocking."""
+        return self._pending is None or self._pending.done()
+
+    # ------------------------------------------------------------ collectives (in place)
+    def allreduce_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> torch.Tensor:
+        if self.size > 1:
+            options = dist.AllreduceOptions()
+            options.reduceOp = op
+            self._wait(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce")
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
+        if self.size > 1:
+            options = dist.BroadcastOptions()
+            options.rootRank = root_rank
+            options.rootTensor = 0
+            self._wait(lambda: self._ring(tensor).broadcast([tensor], options), "broadcast")
+        return tensor
+
+    def allgather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Same-shaped tensors from every rank, in rank order."""
+        if self.size == 1:
+            return [tensor.clone()]
+        outputs = [torch.empty_like(tensor) for _ in range(self.size)]
+        self._wait(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather")
+        return outputs
+
+    def send(self, tensor: torch.Tensor, dst_rank: int) -> None:
+        """Point-to-point: hand `tensor` to `dst_rank` (which calls `recv_`)."""
+        self._wait(lambda: self._ring(tensor).send([tensor], dst_rank, 0), f"send to rank {dst_rank}")
+
+    def recv_(self, tensor: torch.Tensor, src_rank: int) -> torch.Tensor:
+        self._wait(lambda: self._ring(tensor).recv([tensor], src_rank, 0), f"receive from rank {src_rank}")
+        return tensor
+
+    def _ring(self, tensor: torch.Tensor) -> Ring:
+        if tensor.is_cuda:
+            if self.cuda_pg is None:
+                raise ValueError("a CUDA tensor was given but this job has no NCCL ring (RINGMASTER_BACKEND=gloo?)")
+            return self.cuda_pg
+        return self.pg
+
+    def abort(self) -> None:
+        """Abort the NCCL ring so no kernel of it can hang the device (Gloo needs nothing)."""
+        if self.cuda_pg is not None:
+            try:
+                self.cuda_pg.abort()
+            except RuntimeError:
+                pass
+
+    def barrier(self) -> None:
+        self.allreduce_(torch.zeros(1))
+
+    # ------------------------------------------------------------ bounded wait
+    def _wait(self, issue: Callable[[], dist.Work], what: str) -> None:
+        if self.link is None:
+            issue().wait()
+            return
+        self._raise_if_over(what)
+        done = threading.Event()
+        self.link.add_waiter(done)
+        try:
+            try:
+                future = _future_of(issue())
+            except RuntimeError as exc:
+                raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
+            self._pending = future
+            future.add_done_callback(lambda _: done.set())
+            if not _wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
+                raise HorovodInternalError(
+                    f"{what} did not complete within {self.timeout_s:g} s (--collective-timeout) in generation "
+                    f"{self.generation}: a peer is hung or stopped"
+                )
+        finally:
+            self.link.remove_waiter(done)
+        try:
+            future.wait()
+        except RuntimeError as exc:
+            raise HorovodInternalError(f"{what} failed in generation {self.generation}: {_first_line(exc)}") from exc
+
+    def _raise_if_over(self, what: str) -> None:
+        assert self.link is not None
+        reason = self.link.generation_over(self.generation)
+        if reason:
+            raise HorovodInternalError(f"{what} aborted: generation {self.generation} is over ({reason})")
+
+
+def build_process_group(
+    store: dist.Store, prefix: str, rank: int, size: int, timeout_s: float, backend: str,
+    is_over: Callable[[], str | None], link: RendezvousLink | None,
+) -> Ring:
+    """Connect the ring of one generation on a fresh key prefix of the long-lived store.
+
+    Construction blocks until every member has connected; it runs in a helper thread so that a
+    member dying meanwhile (the rendezvous ends the generation) does not leave us waiting for
+    the full timeout. An abandoned half-built group is simply dropped.
+    """
+    timeout = timedelta(seconds=timeout_s)
+
+    def construct() -> Ring:
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            return dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "nccl/", store), rank, size, options)
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
+
+    if link is None or size == 1:
+        return construct()
+    result: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            result["pg"] = construct()
+        except Exception as exc:  # reported to the caller below
+            result["error"] = exc
+        done.set()
+
+    def check_over() -> None:
+        if is_over():
+            raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {is_over()}")
+
+    link.add_waiter(done)
+    try:
+        threading.Thread(target=target, name="ringmaster-pg-init", daemon=True).start()
+        _wait_until(done, lambda: bool(result), timeout_s, check_over)
+    finally:
+        link.remove_waiter(done)
+    if "pg" in result:
+        return result["pg"]  # type: ignore[return-value]
+    if "error" in result:
+        raise HorovodInternalError(f"building the ring of {prefix!r} failed: {_first_line(result['error'])}")
+    reason = is_over() or f"not every member connected within {timeout_s:g} s"
+    raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {reason}")
+
+
+def _future_of(work: dist.Work) -> torch.futures.Future:
+    """The work's future; Gloo's point-to-point works have none, so a helper thread waits."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        future: torch.futures.Future = torch.futures.Future()
+
+        def wait() -> None:
+            try:
+                work.wait()
+                future.set_result(None)
+            except Exception as exc:  # handed to the waiting caller
+                future.set_exception(exc)
+
+        threading.Thread(target=wait, name="ringmaster-p2p-wait", daemon=True).start()
+        return future
+
+
+def _wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
+    """Wait until `finished()`; `check()` may raise on each wake-up. False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not finished():
+        check()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        wake.wait(remaining)
+        wake.clear()
+    return True
+
+
+def _first_line(exc: object) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

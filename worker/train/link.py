@@ -1,0 +1,258 @@
+"""A worker's line to the rendezvous: its session stream, heartbeats, and what it was told.
+
+Events arrive on a background thread and are kept as plain facts (latest assignment, which
+generation is over, the latest hosts-update sequence, retire/job-end). Threads that wait on a
+collective register an `threading.Event` here; any event that makes their wait pointless
+(generation over, rendezvous lost, retire) sets it, so nobody polls.
+
+A lost session (the rendezvous restarted or failed over) is reopened with the next listed
+address, with backoff; training goes on meanwhile. The hello of a reopened session says
+whether the worker waits for a new generation, so the new rendezvous needs no replay.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import grpc
+
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
+from ringmaster.worker.train.say import Kind, say
+
+#: gRPC codes that mean "the rendezvous is not there right now".
+_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+
+
+class Retired(Exception):
+    """The rendezvous does not need this worker any more; it should exit 0."""
+
+
+class JobEnded(Exception):
+    def __init__(self, success: bool, reason: str) -> None:
+        super().__init__(reason)
+        self.success = success
+
+
+class RendezvousLink:
+    def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
+        self.addresses = parse_addresses(address)
+        self.address = self.addresses[0]
+        self.worker_id = worker_id
+        self.host = host
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.commits = 0
+        self.elastic = False
+        self._cond = threading.Condition()
+        self._assignment: pb.Assignment | None = None
+        self._over: dict[int, str] = {}
+        self._hosts_sequence = 0
+        self._retired: str | None = None
+        self._ended: pb.JobEnded | None = None
+        self._lost: str | None = None
+        self._waiters: set[threading.Event] = set()
+        self._closed = threading.Event()
+        self._backoff = Backoff(reconnect_timeout_s)
+        self._channel: grpc.Channel | None = None
+        self._stub: pb_grpc.RendezvousStub | None = None
+        self._session = None
+        self._waiting: tuple[int, str] | None = None  # (after_generation, failure) of the last Ready
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if not self._open():
+            raise ConnectionError(f"cannot reach the rendezvous at {', '.join(self.addresses)}")
+        self._threads = [threading.Thread(target=self._read, name="ringmaster-session", daemon=True),
+                         threading.Thread(target=self._beat, name="ringmaster-heartbeat", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def close(self, join_timeout_s: float = 2.0) -> None:
+        """End the session and wait (bounded) for its threads: a thread woken by the channel's
+        teardown after the interpreter began to finalize would abort the process."""
+        self._closed.set()
+        if self._session is not None:
+            self._session.cancel()
+        if self._channel is not None:
+            self._channel.close()
+        deadline = time.monotonic() + join_timeout_s
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _open(self) -> bool:
+        """Open a session with the first listed rendezvous that answers; False past the deadline."""
+        while not self._closed.is_set():
+            address = self._backoff.next_address(self.addresses)
+            if address is None:
+                return False
+            channel = grpc.insecure_channel(address)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self._backoff.connect_timeout_s)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                continue
+            with self._cond:
+                waiting = self._waiting
+            hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid(), elastic=self.elastic,
+                                   waiting=waiting is not None, after_generation=waiting[0] if waiting else 0,
+                                   failure=waiting[1] if waiting else "")
+            old = self._channel
+            self.address, self._channel, self._stub = address, channel, pb_grpc.RendezvousStub(channel)
+            self._session = self._stub.WorkerSession(hello)
+            if old is not None:
+                old.close()
+            return True
+        return False
+
+    # ------------------------------------------------------------ requests
+    def ready(self, after_generation: int, failure: str = "") -> None:
+        """Ask for a generation newer than `after_generation`. If the rendezvous is away, the
+        request goes with the hello of the next session instead."""
+        with self._cond:
+            self._waiting = (after_generation, failure)
+        try:
+            reply = self._call("Ready", pb.ReadyRequest(
+                worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic))
+        except grpc.RpcError as exc:
+            if exc.code() in _AWAY:
+                return
+            raise
+        if not reply.ok:
+            raise Retired(reply.message)
+
+    def report_done(self, warning: str = "") -> None:
+        """Say the training function returned (and what the job's end must report); retried
+        until a rendezvous has heard it."""
+        backoff = Backoff(self._backoff.timeout_s)
+        while True:
+            try:
+                self._call("ReportDone", pb.DoneRequest(worker_id=self.worker_id, commits=self.commits,
+                                                        warning=warning[:2000]))
+                return
+            except grpc.RpcError as exc:
+                if exc.code() not in _AWAY or backoff.next_address(["retry"]) is None:
+                    raise
+
+    def _call(self, method: str, request):
+        stub = self._stub
+        assert stub is not None
+        return getattr(stub, method)(request, timeout=30)
+
+    def heartbeat_now(self) -> bool:
+        """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
+        by the session reader, not here)."""
+        stub = self._stub
+        if stub is None:
+            return False
+        try:
+            stub.WorkerHeartbeat(
+                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
+            )
+            return True
+        except grpc.RpcError:
+            return False
+
+    # ------------------------------------------------------------ facts
+    def wait_assignment(self, after_generation: int, timeout_s: float | None = None) -> pb.Assignment:
+        """Block until an assignment newer than `after_generation` arrives."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                self._raise_if_finished()
+                if self._assignment is not None and self._assignment.generation > after_generation:
+                    self._waiting = None
+                    return self._assignment
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no generation after {after_generation} within {timeout_s:g} s")
+                self._cond.wait(remaining)
+
+    def generation_over(self, generation: int) -> str | None:
+        """Why `generation` ended, or None while it stands. Collectives do not need the
+        rendezvous, so losing it does not end a generation."""
+        with self._cond:
+            if self._retired is not None or self._ended is not None:
+                return "the worker is leaving the job"
+            return self._over.get(generation)
+
+    def hosts_sequence(self) -> int:
+        with self._cond:
+            return self._hosts_sequence
+
+    def add_waiter(self, event: threading.Event) -> None:
+        with self._cond:
+            self._waiters.add(event)
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._cond:
+            self._waiters.discard(event)
+
+    def _raise_if_finished(self) -> None:
+        if self._ended is not None:
+            raise JobEnded(self._ended.success, self._ended.reason)
+        if self._retired is not None:
+            raise Retired(self._retired)
+        if self._lost is not None:
+            raise ConnectionError(f"lost the rendezvous at {self.address}: {self._lost}")
+
+    # ------------------------------------------------------------ threads
+    def _read(self) -> None:
+        while True:
+            session = self._session
+            assert session is not None
+            try:
+                for event in session:
+                    self._on_event(event)
+                    self._backoff.reset()
+                reason = "the rendezvous closed the session"
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # this rendezvous does not know us
+                    with self._cond:
+                        self._retired = self._retired or exc.details()
+                        self._wake()
+                    return
+                reason = f"{exc.code().name}: {exc.details()}"
+            with self._cond:
+                finished = self._closed.is_set() or self._retired is not None or self._ended is not None
+            if finished:
+                with self._cond:
+                    self._wake()
+                return
+            say(Kind.LINK_LOST, address=self.address, reason=reason)
+            if not self._open():
+                with self._cond:
+                    if not self._closed.is_set():
+                        self._lost = f"{reason}; no rendezvous at {', '.join(self.addresses)} answered"
+                    self._wake()
+                return
+
+    def _on_event(self, event: pb.WorkerEvent) -> None:
+        kind = event.WhichOneof("event")
+        with self._cond:
+            if kind == "assignment":
+                self._assignment = event.assignment
+            elif kind == "generation_over":
+                self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
+            elif kind == "hosts_updated":
+                self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
+            elif kind == "retire":
+                self._retired = event.retire.reason or "retired"
+            elif kind == "job_ended":
+                self._ended = event.job_ended
+            self._wake()
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
+        self._cond.notify_all()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(self.heartbeat_interval_s):
+            self.heartbeat_now()
