@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ringmaster.common.errors import RingmasterError
+
 #: Identifies Ringmaster checkpoints; anything else in the folder is left alone.
 FORMAT = "ringmaster-checkpoint"
 #: Bumped when the layout changes; a newer version is refused with a message, never misread.
@@ -37,5 +39,5 @@ class Manifest(BaseModel):
     files: dict[str, FileEntry]
 
 
-class CheckpointError(Exception):
+class CheckpointError(RingmasterError):
     """A checkpoint that cannot be used, and why."""

@@ -192,7 +192,7 @@ class ChaosRun:
         self.serve_args = ["--port", str(port), "--store", f"etcd://{','.join(m.address for m in self.etcd.members)}/chaos",
                            *self.flags(), *self.workload()]
         self.job = self._spawn(Job(self.serve_args, verb="serve"))
-        self.job.wait_line("rendezvous listening on ")
+        self.job.wait_event("rendezvous.listening")
         self.rendezvous = f"127.0.0.1:{port}"
         for host in self.in_discovery:
             self._start_agent(host)
@@ -378,7 +378,7 @@ class ChaosRun:
         assert_ranks_agree(logs)
         generations = len({r["generation"] for r in events(logs, "synced")})
         checks["replicas"] = f"bit-identical after each of {generations} syncs and at the end"
-        assert not any("replica guard" in job.output for job in self.processes), "the guard had to heal a divergence"
+        assert not any(job.events("replicas.diverged") for job in self.processes), "the guard had to heal a divergence"
         final_loss = done[0]["loss"]
         reference = reference_loss(self.dir / "reference", epochs, self.optimizer) if compare_loss else None
         if reference is not None:

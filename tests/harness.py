@@ -61,11 +61,12 @@ def discovery_script(directory: pathlib.Path, hosts: dict[str, int]) -> tuple[pa
 
 
 class Job:
-    """A `ringmaster run` process and what it printed."""
+    """A `ringmaster run` process and what it printed. It logs JSON lines (RINGMASTER_LOG_FORMAT,
+    which its agents and workers inherit), so tests look at event kinds and fields."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run",
                  preexec: Callable[[], None] | None = None) -> None:
-        full_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        full_env = dict(os.environ, PYTHONUNBUFFERED="1", RINGMASTER_LOG_FORMAT="json")
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ringmaster.cli", verb, *args],
@@ -87,6 +88,30 @@ class Job:
     def output(self) -> str:
         return "\n".join(self.lines)
 
+    def events(self, kind: str | None = None, **match: object) -> list[dict]:
+        """The events logged so far (by the rendezvous, agents and workers), oldest first, of
+        `kind` with the given field values; a worker's carry `from` (its id)."""
+        found = []
+        for line in list(self.lines):
+            record = parse_event_line(line)
+            if record is not None and (kind is None or record.get("kind") == kind) \
+                    and all(record.get(k) == v for k, v in match.items()):
+                found.append(record)
+        return found
+
+    def wait_event(self, kind: str, timeout_s: float = 60, **match: object) -> dict:
+        """The first event of `kind` with the given field values, waited for."""
+
+        def find() -> dict | None:
+            found = self.events(kind, **match)
+            if found:
+                return found[0]
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ringmaster exited early ({self.proc.returncode}):\n{self.output}")
+            return None
+
+        return wait_for(find, timeout_s, f"a {kind} event with {match}")
+
     def wait_line(self, marker: str, timeout_s: float = 60) -> str:
         """What follows `marker` on the first output line that has it."""
 
@@ -101,7 +126,7 @@ class Job:
         return wait_for(find, timeout_s, f"a line with {marker!r}")
 
     def wait_api(self, timeout_s: float = 60) -> str:
-        self.api_url = self.wait_line("control API on ", timeout_s)
+        self.api_url = str(self.wait_event("api.listening", timeout_s)["url"])
         return self.api_url
 
     def status(self) -> dict:
@@ -137,7 +162,7 @@ class Job:
         self._reader.join(timeout=5)
         # A worker's exit status is its script's: SIGABRT at exit (a thread woken during the
         # interpreter's finalization) never passes unnoticed.
-        assert "was killed by signal 6 (SIGABRT)" not in self.output, f"a worker died by SIGABRT:\n{self.output}"
+        assert not [e for e in self.events() if e.get("signal") == 6], f"a worker died by SIGABRT:\n{self.output}"
         return code
 
     def kill(self) -> None:
@@ -147,6 +172,24 @@ class Job:
             except (ProcessLookupError, PermissionError):
                 pass
         self.proc.wait()
+
+
+def parse_event_line(line: str) -> dict | None:
+    """An event from one line of a job's output (a worker's line starts with `[its id] `)."""
+    source = None
+    if line.startswith("[") and "] {" in line:
+        source, line = line[1:].split("] ", 1)
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or "kind" not in record:
+        return None
+    if source is not None:
+        record["from"] = source
+    return record
 
 
 def read_logs(log_dir: pathlib.Path) -> dict[str, list[dict]]:

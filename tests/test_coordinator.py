@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.effects import (
+    Assign, EndGeneration, EndJob, Retire, RunWorkers, StopAgent, UpdateHosts, WorkerEffect, WorkerLaunch,
+)
 from ringmaster.rendezvous.control.records import Phase
 from ringmaster.settings import JobSettings
 
@@ -20,8 +22,8 @@ class Rig:
             JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store
         )
         self.now = 0.0
-        self.agents: dict[str, pb.AgentCommand] = {}
-        self.worker_events: dict[str, list[pb.WorkerEvent]] = {}
+        self.agents: dict[str, RunWorkers | StopAgent] = {}
+        self.worker_events: dict[str, list[WorkerEffect]] = {}
 
     def _plain_store(self, generation: int) -> tuple[str, int]:
         self.plain_stores.append(generation)
@@ -33,23 +35,24 @@ class Rig:
         def call(*args, **kwargs):
             result = method(*args, self.now, **kwargs)
             self.coordinator.settle(self.now)  # as the gRPC layer does after each batch of calls
-            for kind, target, message in self.coordinator.drain():
-                if kind == "agent":
-                    self.agents[target] = message
+            for effect in self.coordinator.drain():
+                if isinstance(effect, (RunWorkers, StopAgent)):
+                    self.agents[effect.host] = effect
                 else:
-                    self.worker_events.setdefault(target, []).append(message)
+                    self.worker_events.setdefault(effect.worker_id, []).append(effect)
             return result
 
         return call
 
-    def specs(self, host: str) -> dict[str, pb.WorkerSpec]:
-        return {s.worker_id: s for s in self.agents[host].workers}
+    def specs(self, host: str) -> dict[str, WorkerLaunch]:
+        command = self.agents[host]
+        return {s.worker_id: s for s in command.workers} if isinstance(command, RunWorkers) else {}
 
-    def kinds(self, worker_id: str) -> list[str]:
-        return [e.WhichOneof("event") for e in self.worker_events.get(worker_id, [])]
+    def kinds(self, worker_id: str) -> list[type]:
+        return [type(e) for e in self.worker_events.get(worker_id, [])]
 
-    def last(self, worker_id: str, kind: str):
-        return [getattr(e, kind) for e in self.worker_events[worker_id] if e.WhichOneof("event") == kind][-1]
+    def last(self, worker_id: str, kind: type):
+        return [e for e in self.worker_events[worker_id] if isinstance(e, kind)][-1]
 
     def start_elastic(self, hosts: dict[str, int]) -> list[str]:
         """Discover, connect agents, register every planned worker as elastic."""
@@ -95,20 +98,20 @@ def test_a_dead_worker_ends_the_generation_and_survivors_keep_their_order() -> N
     rig = Rig(min_np=2)
     ids = rig.start_elastic({"a": 2, "b": 2})
     for wid in ids:
-        assert rig.last(wid, "assignment").generation == 1
+        assert rig.last(wid, Assign).generation == 1
     rig.worker_disconnected(ids[1])
     for wid in (ids[0], ids[2], ids[3]):
-        assert rig.last(wid, "generation_over").generation == 1
+        assert rig.last(wid, EndGeneration).generation == 1
     rig.worker_exited("a", ids[1], 1, 0, False)
     assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
     # a is blacklisted: its other worker must leave; b's two workers re-form
     for wid in (ids[0], ids[2], ids[3]):
         rig.worker_ready(wid, 1, "allreduce failed", True)
-    assert rig.kinds(ids[0])[-1] == "retire"
+    assert rig.kinds(ids[0])[-1] == Retire
     gen = rig.coordinator.generation
     assert gen.number == 2
     assert [a.worker_id for a in gen.members] == [ids[2], ids[3]]
-    assert rig.last(ids[2], "assignment").rank == 0
+    assert rig.last(ids[2], Assign).rank == 0
     assert rig.coordinator.summary.resets == 1
 
 
@@ -132,17 +135,17 @@ def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
     assert all(rig.specs("b")[w].env["RINGMASTER_GENERATION"] == "0" for w in newcomers)
     for wid in newcomers:
         rig.worker_connected(wid, 2)
-    assert not any("hosts_updated" in rig.kinds(w) for w in ids)  # still warming up
+    assert not any(UpdateHosts in rig.kinds(w) for w in ids)  # still warming up
     rig.worker_ready(newcomers[0], 0, "", True)
-    assert not any("hosts_updated" in rig.kinds(w) for w in ids)  # the other one is close behind
+    assert not any(UpdateHosts in rig.kinds(w) for w in ids)  # the other one is close behind
     rig.worker_ready(newcomers[1], 0, "", True)
-    update = rig.last(ids[0], "hosts_updated")
+    update = rig.last(ids[0], UpdateHosts)
     assert update.sequence == 1 and "new worker(s) ready" in update.reason
     for wid in ids:
         rig.worker_ready(wid, 1, "", True)
     gen = rig.coordinator.generation
     assert [a.worker_id for a in gen.members] == ids + newcomers
-    assert all(rig.last(w, "assignment").hosts_sequence == 1 for w in ids + newcomers)
+    assert all(rig.last(w, Assign).hosts_sequence == 1 for w in ids + newcomers)
 
 
 def test_a_lone_ready_newcomer_does_not_wait_past_the_grace() -> None:
@@ -155,21 +158,21 @@ def test_a_lone_ready_newcomer_does_not_wait_past_the_grace() -> None:
     rig.worker_ready(first, 0, "", True)
     rig.now = 2.9
     rig.tick()
-    assert "hosts_updated" not in rig.kinds(ids[0])
+    assert UpdateHosts not in rig.kinds(ids[0])
     rig.now = 3.0
     rig.tick()
-    assert "hosts_updated" in rig.kinds(ids[0])
+    assert UpdateHosts in rig.kinds(ids[0])
 
 
 def test_removed_host_leaves_at_the_next_commit() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.set_hosts({"a": 1})
-    assert rig.last(ids[0], "hosts_updated").reason == "host(s) leaving: b"
+    assert rig.last(ids[0], UpdateHosts).reason == "host(s) leaving: b"
     assert ids[1] in rig.specs("b")  # not killed mid-step
     rig.worker_ready(ids[0], 1, "", True)
     rig.worker_ready(ids[1], 1, "", True)
-    assert rig.kinds(ids[1])[-1] == "retire"
+    assert rig.kinds(ids[1])[-1] == Retire
     assert [a.worker_id for a in rig.coordinator.generation.members] == [ids[0]]
     rig.now += rig.coordinator.settings.stop_grace_s
     rig.tick()
@@ -188,8 +191,8 @@ def test_below_min_np_fails_after_the_elastic_timeout_with_counts() -> None:
     outcome = rig.coordinator.outcome
     assert outcome is not None and not outcome.success
     assert "needs at least 3 workers (--min-np) but had only 2" in outcome.message
-    assert rig.agents["a"].shutdown
-    assert rig.last(ids[0], "job_ended").success is False
+    assert isinstance(rig.agents["a"], StopAgent)
+    assert rig.last(ids[0], EndJob).success is False
 
 
 def test_a_killed_worker_on_the_last_host_spares_it_and_its_slot_is_refilled() -> None:
@@ -218,7 +221,7 @@ def test_the_last_host_is_blacklisted_as_horovod_does_and_the_job_fails(exit_cod
     assert outcome is not None and not outcome.success
     assert "every host is blacklisted" in outcome.message and f"worker {ids[1]}" in outcome.message
     assert "non-zero status" in outcome.message
-    assert rig.last(ids[0], "job_ended").success is False
+    assert rig.last(ids[0], EndJob).success is False
 
 
 def test_blacklisting_below_min_np_waits_the_elastic_timeout_then_fails() -> None:
@@ -267,7 +270,7 @@ def test_one_failure_is_one_reset_the_ring_waits_for_the_exit_status() -> None:
     rig.worker_exited("a", ids[0], 1, 0, False)
     gen = rig.coordinator.generation
     assert gen.number == 2 and [a.worker_id for a in gen.members] == [ids[2], ids[3]]
-    assert rig.kinds(ids[1])[-1] == "retire"
+    assert rig.kinds(ids[1])[-1] == Retire
     assert rig.coordinator.summary.resets == 1
 
 
@@ -314,7 +317,7 @@ def test_exit_zero_without_returning_is_not_success() -> None:
     assert rig.coordinator.outcome is None
     assert rig.coordinator.workers[ids[1]].failed == "exited with code 0"
     assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
-    assert rig.last(ids[0], "generation_over").generation == 1
+    assert rig.last(ids[0], EndGeneration).generation == 1
 
 
 def test_job_succeeds_when_the_training_function_returned_everywhere() -> None:
@@ -372,7 +375,7 @@ def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> Non
     rig.tick()
     assert "no heartbeat for 6.0 s" in rig.coordinator.workers[ids[1]].failed
     assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
-    assert rig.last(ids[0], "generation_over").generation == 1
+    assert rig.last(ids[0], EndGeneration).generation == 1
     assert ids[1] not in rig.specs("b")  # its agent kills it
 
 
@@ -488,11 +491,11 @@ def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
     assert rig.scale(9) == "cannot scale to 9 workers: --max-np is 8"
     assert rig.scale(0) == "cannot scale to 0 workers: --min-np is 1"
     assert rig.scale(2) is None
-    assert rig.last(ids[0], "hosts_updated").reason == "scaling down to 2 workers"
+    assert rig.last(ids[0], UpdateHosts).reason == "scaling down to 2 workers"
     for wid in ids:
         rig.worker_ready(wid, 1, "", True)
     assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2]
-    assert rig.kinds(ids[2])[-1] == "retire" and rig.kinds(ids[3])[-1] == "retire"
+    assert rig.kinds(ids[2])[-1] == Retire and rig.kinds(ids[3])[-1] == Retire
     for wid in ids[2:]:
         rig.worker_exited("b", wid, 0, 0, False)
     assert rig.specs("b") == {}  # no newcomer fills the freed slots
@@ -528,7 +531,7 @@ def test_retiring_workers_are_never_taken_back() -> None:
     rig.scale(4)  # before b's retiring workers have exited
     fresh = sorted(set(rig.specs("b")) - set(ids))
     assert len(fresh) == 2
-    assert "hosts_updated" not in rig.kinds(ids[0])[-1:]  # nobody ready to join yet
+    assert UpdateHosts not in rig.kinds(ids[0])[-1:]  # nobody ready to join yet
     for wid in fresh:
         rig.worker_connected(wid, 7)
         rig.worker_ready(wid, 0, "", True)
@@ -542,7 +545,7 @@ def test_a_member_that_exits_ends_its_generation_even_when_stopped_on_purpose() 
     ids = rig.start_elastic({"a": 2})
     rig.worker_exited("a", ids[1], 0, 15, True)
     assert rig.coordinator.generation.over == f"member {ids[1]} on a was killed by signal 15 (SIGTERM)"
-    assert rig.last(ids[0], "generation_over").generation == 1
+    assert rig.last(ids[0], EndGeneration).generation == 1
 
 
 def test_agent_of_a_departed_host_leaves_without_blame() -> None:

@@ -15,7 +15,7 @@ import pathlib
 
 import pytest
 
-from harness import WORKLOADS
+from harness import WORKLOADS, Job
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,8 @@ def write_discovery_script(path: pathlib.Path, logfile: pathlib.Path, schedule: 
 def run_scenario(run_job, tmp_path: pathlib.Path, *, schedule: Schedule | None = None, hosts: str | None = None,
                  exit_schedule: dict | None = None, exit_mode: str = "exception", np: int = 2, min_np: int = 2,
                  max_np: int = 4, extra: list[str] | None = None, epochs: int | None = None,
-                 epoch_wait: float | None = None, log_level: str = "DEBUG", timeout_s: float = 150) -> tuple[int, list[dict], str]:
-    """Run one scenario as horovodrun's flags would; returns (exit status, rank 0's epoch lines, output)."""
+                 epoch_wait: float | None = None, log_level: str = "DEBUG", timeout_s: float = 150) -> tuple[int, list[dict], Job]:
+    """Run one scenario as horovodrun's flags would; returns (exit status, rank 0's epoch lines, the job)."""
     logfile = tmp_path / "log.jsonl"
     args = ["-np", np, "--min-num-proc", min_np, "--log-level", log_level, *FLAGS, *(extra or [])]
     if hosts is not None:
@@ -69,7 +69,7 @@ def run_scenario(run_job, tmp_path: pathlib.Path, *, schedule: Schedule | None =
     job = run_job(*args)
     code = job.wait(timeout_s)
     results = [json.loads(line) for line in logfile.read_text().splitlines()] if logfile.exists() else []
-    return code, results, job.output
+    return code, results, job
 
 
 def fields(results: list[dict], *names: str) -> list[tuple]:
@@ -80,78 +80,80 @@ def fields(results: list[dict], *names: str) -> list[tuple]:
 def test_hosts_added_and_removed(run_job, tmp_path, slots, np, min_np, max_np) -> None:
     schedule: Schedule = [(0, [f"localhost:{slots}"]), (1, [f"localhost:{slots}", f"127.0.0.1:{slots}"]),
                           (None, [f"127.0.0.1:{slots}"])]
-    code, results, output = run_scenario(run_job, tmp_path, schedule=schedule, np=np, min_np=min_np, max_np=max_np)
-    assert code == 0, output
+    code, results, job = run_scenario(run_job, tmp_path, schedule=schedule, np=np, min_np=min_np, max_np=max_np)
+    assert code == 0, job.output
     assert fields(results, "start_rank", "size", "hostname") == [
-        (0, slots, "localhost"), (0, slots * 2, "localhost"), (slots, slots, "127.0.0.1")], output
+        (0, slots, "localhost"), (0, slots * 2, "localhost"), (slots, slots, "127.0.0.1")], job.output
     assert results[2]["rendezvous"] == 3
-    assert "0 reset" not in output and "2 reset(s)" in output
+    assert job.wait_event("job.summary")["resets"] == 2
 
 
 def test_single_rank_failure(run_job, tmp_path) -> None:
     """Rank 0 raises in epoch 1: its host is blacklisted (its other worker leaves too), the two
     workers of the other host go on in one reset. (Horovod runs this and the next scenario with
     an exception and with a kill; here this one raises and the next one is killed.)"""
-    code, results, output = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
+    code, results, job = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
                                          exit_schedule={str((1, 0)): [0]}, exit_mode="exception")
-    assert code == 0, output
-    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], output
-    assert "host localhost blacklisted permanently" in output
-    assert "1 reset(s)" in output, output
-    assert "worker 127.0.0.1/3 ready for the generation after 1" in output  # --log-level DEBUG
+    assert code == 0, job.output
+    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], job.output
+    assert job.events("host.blacklisted", host="localhost", cooldown_s=None)
+    assert job.wait_event("job.summary")["resets"] == 1, job.output
+    assert job.events("worker.ready", worker="127.0.0.1/3", after_generation=1)  # --log-level DEBUG
 
 
 def test_fault_tolerance_without_scaling(run_job, tmp_path) -> None:
     """Fixed hosts (-H with --min-np: elastic, at most every slot); rank 0 is on the first
     listed host and is killed in epoch 1."""
-    code, results, output = run_scenario(run_job, tmp_path, hosts="localhost:2,127.0.0.1:2",
+    code, results, job = run_scenario(run_job, tmp_path, hosts="localhost:2,127.0.0.1:2",
                                          exit_schedule={str((1, 0)): [0]}, exit_mode="kill")
-    assert code == 0, output
-    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], output
+    assert code == 0, job.output
+    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], job.output
     assert results[0]["hostname"] == "localhost" and results[1]["hostname"] == "127.0.0.1"
 
 
 @pytest.mark.parametrize("failing", [[0, 1, 2, 3], [0, 2]], ids=["all-ranks", "one-rank-per-host"])
 def test_every_host_blacklisted_fails_the_job(run_job, tmp_path, failing) -> None:
-    code, results, output = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
+    code, results, job = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
                                          exit_schedule={str((1, 0)): failing})
-    assert code == 1, output
-    assert "job failed: every host is blacklisted" in output and NON_ZERO in output
+    assert code == 1, job.output
+    (failed,) = job.events("job.failed")
+    assert failed["reason"].startswith("every host is blacklisted") and NON_ZERO in failed["reason"]
     assert len(results) == 1  # epoch 0 only
-    assert "generation 2 formed" not in output  # no restart on a blacklisted host
+    assert not job.events("generation.formed", number=2)  # no restart on a blacklisted host
 
 
 def test_min_hosts_timeout(run_job, tmp_path) -> None:
-    code, _, output = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
+    code, _, job = run_scenario(run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
                                    exit_schedule={str((1, 0)): [0]}, np=4, min_np=4, extra=["--elastic-timeout", "1"],
                                    log_level="WARNING")
-    assert code == 1, output
-    assert "host localhost blacklisted" in output
-    assert "generation 1 formed" not in output  # an INFO event, not printed at --log-level WARNING
-    assert "needs at least 4 workers (--min-np) but had only 2 for 1 s (--elastic-timeout)" in output
+    assert code == 1, job.output
+    assert job.events("host.blacklisted", host="localhost")
+    assert not job.events("generation.formed")  # an INFO event, not printed at --log-level WARNING
+    (failed,) = job.events("job.failed")
+    assert "needs at least 4 workers (--min-np) but had only 2 for 1 s (--elastic-timeout)" in failed["reason"]
 
 
 @pytest.mark.parametrize("limit", [1, 2])
 def test_reset_limit(run_job, tmp_path, limit) -> None:
     schedule: Schedule = [(0, ["localhost:2"]), (1, ["localhost:2", "127.0.0.1:2"]), (None, ["127.0.0.1:2"])]
-    code, results, output = run_scenario(run_job, tmp_path, schedule=schedule, extra=["--reset-limit", str(limit)])
+    code, results, job = run_scenario(run_job, tmp_path, schedule=schedule, extra=["--reset-limit", str(limit)])
     if limit == 1:
-        assert code == 1, output
-        assert "reset 2 is needed but --reset-limit is 1" in output
+        assert code == 1, job.output
+        assert "reset 2 is needed but --reset-limit is 1" in job.events("job.failed")[0]["reason"]
     else:
-        assert code == 0, output
+        assert code == 0, job.output
         assert len(results) == 3
 
 
 def test_blacklisted_host_stays_out_for_its_cooldown(run_job, tmp_path) -> None:
     """Horovod's resurrection scenario: a host blacklisted with a cooldown of 1-2 s stays out
     while the remaining epochs (0.25 s each) run, and the job needs no other reset."""
-    code, results, output = run_scenario(
+    code, results, job = run_scenario(
         run_job, tmp_path, schedule=[(None, ["localhost:2", "127.0.0.1:2"])],
         exit_schedule={str((1, 0)): [3], str((3, 0)): [3]}, extra=["--blacklist-cooldown-range", "1", "2"],
         epochs=5, epoch_wait=0.25,
     )
-    assert code == 0, output
+    assert code == 0, job.output
     assert len(results) == 5
-    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1)] + [(0, 2, 2)] * 4, output
-    assert "host 127.0.0.1 blacklisted for" in output
+    assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1)] + [(0, 2, 2)] * 4, job.output
+    assert [e for e in job.events("host.blacklisted", host="127.0.0.1") if e["cooldown_s"] is not None]

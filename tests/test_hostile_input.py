@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None:
     serve = run_job("-H", "hostX:1", "--start-timeout", "60", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
                     verb="serve")
-    address = serve.wait_line("rendezvous listening on ").split(";")[0]
+    address = serve.wait_event("rendezvous.listening")["address"]
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.RendezvousStub(channel)
     try:
@@ -55,7 +55,7 @@ def test_twenty_hosts_and_max_np_two_start_two_agents(run_job, tmp_path) -> None
     status = job.wait_status(lambda s: s["world_size"] == 2, 120, "a ring of two")
     assert sum(1 for h in status["hosts"] if h["agent_pid"]) == 2, status["hosts"]
     assert job.wait(180) == 0, job.output
-    assert job.output.count("ringmaster-agent[") and "agent for host host2 connected" not in job.output
+    assert job.events("agent.connected") and not job.events("agent.connected", host="host2")
 
 
 def test_a_flood_of_stalled_http_connections_leaves_the_job_its_descriptors(run_job, tmp_path) -> None:
@@ -99,4 +99,4 @@ def test_a_flood_of_stalled_http_connections_leaves_the_job_its_descriptors(run_
         for s in sockets:
             s.close()
     assert "Too many open files" not in job.output
-    assert "lost" not in job.output.replace("steps lost", "")
+    assert not job.events("host.lost") and not job.events("link.lost") and not job.events("commits.lost")

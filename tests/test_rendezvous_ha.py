@@ -59,7 +59,7 @@ def test_training_survives_sigkill_and_restart_of_the_rendezvous(run_job, own_et
     serve = ["-H", "hostA:1,hostB:1", "--port", str(port), "--store", store_url(own_etcd, "jobs/restart"), *FAST,
              *elastic_job(tmp_path / "log", epochs=3, samples=96)]
     first = run_job(*serve, verb="serve")
-    first.wait_line("rendezvous listening on ")
+    first.wait_event("rendezvous.listening")
     agents = [run_job("--rendezvous", f"127.0.0.1:{port}", "--host", h, verb="agent") for h in ("hostA", "hostB")]
     wait_for(lambda: commits(tmp_path / "log") >= 10, 120, "training to commit steps")
     kill(first)
@@ -67,14 +67,14 @@ def test_training_survives_sigkill_and_restart_of_the_rendezvous(run_job, own_et
     # While no rendezvous runs, training goes on: the ring does not need it.
     wait_for(lambda: commits(tmp_path / "log") >= down + 10, 60, "commits while the rendezvous is down")
     second = run_job(*serve, verb="serve")
-    second.wait_line("resumed the job from the store: generation 1")
+    second.wait_event("job.resumed", number=1)
     assert second.wait(240) == 0, second.output
     print(first.output, second.output, *(a.output for a in agents), sep="\n")  # shown if a check below fails
     logs = read_logs(tmp_path / "log")
     assert_every_sample_once(logs, 3)
     assert started_workers(*agents) == 2, "a worker was restarted"
     assert {r["generation"] for r in events(logs, "synced")} == {1}  # no reset, no rollback: no step lost
-    assert "agent for host hostA reconnected" in second.output
+    assert second.events("agent.reconnected", host="hostA")
     assert keys(own_etcd, "/jobs/restart/state/") == {}  # a finished job leaves no keys
 
 
@@ -84,15 +84,15 @@ def test_a_standby_takes_over_when_the_leader_dies(run_job, own_etcd, tmp_path) 
     common = ["-H", "hostA:1,hostB:1", "--store", store_url(own_etcd, "jobs/ha"), *FAST,
               *elastic_job(tmp_path / "log", epochs=3, samples=96)]
     leader = run_job("--port", str(ports[0]), *common, verb="serve")
-    leader.wait_line("rendezvous listening on ")
+    leader.wait_event("rendezvous.listening")
     standby = run_job("--port", str(ports[1]), *common, verb="serve")
-    standby.wait_line("standing by: the rendezvous at")
+    standby.wait_event("leader.standing_by")
     agents = [run_job("--rendezvous", addresses, "--host", h, verb="agent") for h in ("hostA", "hostB")]
     wait_for(lambda: commits(tmp_path / "log") >= 10, 120, "training to commit steps")
     assert keys(own_etcd, "/jobs/ha/")["leader"]["address"] == f"127.0.0.1:{ports[0]}"
     killed = time.monotonic()
     kill(leader)
-    standby.wait_line(f"rendezvous listening on 127.0.0.1:{ports[1]}", 30)
+    standby.wait_event("rendezvous.listening", 30, address=f"127.0.0.1:{ports[1]}")
     took_over = time.monotonic() - killed
     assert took_over < 10, f"the standby took {took_over:.1f} s to take over"
     assert standby.wait(240) == 0, standby.output
@@ -107,11 +107,11 @@ def test_training_goes_on_while_etcd_is_down_and_the_rendezvous_catches_up(run_j
                   *elastic_job(tmp_path / "log", epochs=4, samples=96))
     wait_for(lambda: commits(tmp_path / "log") >= 10, 120, "training to commit steps")
     own_etcd.kill()
-    job.wait_line("degraded: the store is unreachable", 30)
+    job.wait_event("store.degraded", 30)
     down = commits(tmp_path / "log")
     wait_for(lambda: commits(tmp_path / "log") >= down + 10, 60, "commits while etcd is down")
     own_etcd.start()  # same data folder and ports: etcd comes back with its state
-    job.wait_line("the store is reachable again", 60)
+    job.wait_event("store.recovered", 60)
     assert job.wait(240) == 0, job.output
     assert_every_sample_once(read_logs(tmp_path / "log"), 4)
 
@@ -121,14 +121,14 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_its_host(run_job, 
     serve = run_job("-H", "hostA:1,hostB:1,hostC:1", "--min-np", "2", "--port", str(port),
                     "--store", store_url(own_etcd, "jobs/lease"), *FAST,
                     *elastic_job(tmp_path / "log", epochs=6, samples=96), verb="serve")
-    serve.wait_line("rendezvous listening on ")
+    serve.wait_event("rendezvous.listening")
     agents = {h: run_job("--rendezvous", f"127.0.0.1:{port}", "--host", h, verb="agent") for h in ("hostA", "hostB", "hostC")}
     wait_for(lambda: commits(tmp_path / "log") >= 10, 120, "training to commit steps")
     assert set(keys(own_etcd, "/jobs/lease/agents/")) == {"hostA", "hostB", "hostC"}
     os.kill(agents["hostC"].proc.pid, signal.SIGSTOP)  # alive but silent: its connection stays open
     try:
         wait_for(lambda: "hostC" not in keys(own_etcd, "/jobs/lease/agents/"), 30, "hostC's lease to expire in etcd")
-        serve.wait_line("host hostC lost", 30)
+        serve.wait_event("host.lost", 30, host="hostC")
     finally:
         os.kill(agents["hostC"].proc.pid, signal.SIGCONT)
     assert serve.wait(240) == 0, serve.output

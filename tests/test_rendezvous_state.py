@@ -16,6 +16,7 @@ from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
+from ringmaster.rendezvous.control.effects import Assign
 from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
 from test_coordinator import Rig
@@ -106,7 +107,7 @@ def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     assert set(new.specs("a")) == set(rig.specs("a")) and set(new.specs("b")) == set(rig.specs("b"))
     # A worker reconnects still training in generation 2: it gets its assignment again.
     new.worker_connected(ids[2], 1, elastic=True)
-    assert new.last(ids[2], "assignment").generation == 2
+    assert new.last(ids[2], Assign).generation == 2
     # Heartbeat windows start at the resume, on the new clock: nobody is timed out at once.
     new.now += 1
     new.tick()
@@ -129,7 +130,7 @@ def test_a_worker_that_waited_while_the_rendezvous_was_away_is_placed_by_its_hel
     new.agent_connected("b", 101, running=[])
     new.worker_connected(ids[0], 1, waiting_after=gen2.number, failure="allreduce failed", elastic=True)
     assert new.coordinator.generation.number == 3
-    assert new.last(ids[0], "assignment").generation == 3
+    assert new.last(ids[0], Assign).generation == 3
 
 
 def test_ringmaster_run_restarts_every_worker_when_its_hosts_died_with_it() -> None:

@@ -2,8 +2,8 @@
 
 `Coordinator` holds the job's state and changes it only through its methods, each of which is
 given the time (`now`, monotonic seconds on the rendezvous' own clock). It does no I/O: what
-it wants said to agents and workers goes into an outbox that the gRPC layer drains after every
-call. So every rule here is tested by calling methods with chosen times, without processes.
+it wants said to agents and workers goes into an outbox of typed effects (`effects`) that the
+server drains after every call and turns into protobuf. So every rule here is tested by calling methods with chosen times, without processes.
 
 Inputs only record facts; `settle` (and `tick`) then acts on them. The caller settles once per
 batch of inputs (the gRPC layer: once per turn of its event loop), because acting looks at
@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ringmaster.discovery import Blacklist, CooldownRange, diff_hosts
-from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.state import job_record
+from ringmaster.rendezvous.control.effects import (
+    Assign, Effect, EndGeneration, EndJob, Retire, RunWorkers, StopAgent, UpdateHosts, WorkerEffect, WorkerLaunch,
+)
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
@@ -105,7 +107,7 @@ class Coordinator:
         self._host_order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
         self._exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
-        self.outbox: list[tuple[str, str, object]] = []  # ("agent"|"worker", id, message)
+        self.outbox: list[Effect] = []  # what the server delivers after each call
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._snapshots = job_record.Snapshots()  # so `record` rebuilds only what changed
 
@@ -164,7 +166,7 @@ class Coordinator:
         record.agent_connected = False
         self._sent_to_agents.pop(host, None)
         # If its session is still open (a missed heartbeat), tell it to stop its workers.
-        self.outbox.append(("agent", host, pb.AgentCommand(shutdown=True, reason=f"host {host} counted as lost: {reason}")))
+        self.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
         if self.outcome is not None:
             return
         if not record.discovered and not any(w.live for w in self._workers_on(host)):
@@ -230,7 +232,7 @@ class Coordinator:
         gen = self.generation
         if worker.phase is Phase.MEMBER and gen is not None:
             if gen.over is not None:
-                self._send_worker(worker_id, pb.WorkerEvent(generation_over=pb.GenerationOver(generation=gen.number, reason=gen.over)))
+                self.outbox.append(EndGeneration(worker_id, gen.number, gen.over))
             else:
                 self._send_assignment(worker)
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
@@ -470,7 +472,7 @@ class Coordinator:
         slots = sum(h.slots for h in self.eligible_hosts(now))
         return min(slots, self.limit) if self.limit is not None else slots
 
-    def drain(self) -> list[tuple[str, str, object]]:
+    def drain(self) -> list[Effect]:
         out, self.outbox = self.outbox, []
         return out
 
@@ -570,7 +572,7 @@ class Coordinator:
             if not worker.live:
                 continue
             if worker.registered:
-                self._send_worker(worker_id, pb.WorkerEvent(generation_over=pb.GenerationOver(generation=gen.number, reason=reason)))
+                self.outbox.append(EndGeneration(worker_id, gen.number, reason))
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True
@@ -581,24 +583,15 @@ class Coordinator:
             self.finishing = True
             self._emit(now, Kind.JOB_FINISHING)
 
-    def _send_worker(self, worker_id: str, event: pb.WorkerEvent) -> None:
-        self.outbox.append(("worker", worker_id, event))
-
     def _send_assignment(self, worker: Worker) -> None:
         gen = self.generation
         assert gen is not None
         a = next(m for m in gen.members if m.worker_id == worker.worker_id)
-        self._send_worker(
-            worker.worker_id,
-            pb.WorkerEvent(
-                assignment=pb.Assignment(
-                    generation=gen.number, rank=a.rank, size=a.size, local_rank=a.local_rank,
-                    local_size=a.local_size, cross_rank=a.cross_rank, cross_size=a.cross_size,
-                    store_host=self.store.host, store_port=self.store.port, store_prefix=gen.store_prefix,
-                    hosts_sequence=gen.hosts_baseline,
-                )
-            ),
-        )
+        self.outbox.append(Assign(
+            worker.worker_id, gen.number, rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
+            cross_rank=a.cross_rank, cross_size=a.cross_size, store_host=self.store.host, store_port=self.store.port,
+            store_prefix=gen.store_prefix, hosts_sequence=gen.hosts_baseline,
+        ))
 
     def _retire(self, worker: Worker, reason: str, now: float) -> None:
         if worker.stopping:
@@ -607,7 +600,7 @@ class Coordinator:
         worker.stop_requested_at = now
         self._emit(now, Kind.WORKER_RETIRING, worker=worker.worker_id, host=worker.host, reason=reason)
         if worker.registered:
-            self._send_worker(worker.worker_id, pb.WorkerEvent(retire=pb.Retire(reason=reason)))
+            self.outbox.append(Retire(worker.worker_id, reason))
 
     def _new_generation(self, members: list[RankAssignment], now: float) -> Generation:
         number = (self.generation.number if self.generation else 0) + 1
@@ -650,10 +643,10 @@ class Coordinator:
         self._emit(now, Kind.JOB_SUCCEEDED if outcome.success else Kind.JOB_FAILED, reason=outcome.message)
         for worker in self.live_workers():
             if worker.registered:
-                self._send_worker(worker.worker_id, pb.WorkerEvent(job_ended=pb.JobEnded(success=outcome.success, reason=outcome.message)))
+                self.outbox.append(EndJob(worker.worker_id, outcome.success, outcome.message))
         for host in self.hosts.values():
             if host.agent_connected:
-                self.outbox.append(("agent", host.name, pb.AgentCommand(shutdown=True, reason=outcome.message)))
+                self.outbox.append(StopAgent(host.name, outcome.message))
 
     # ------------------------------------------------------------------ reconcile
     def _reconcile(self, now: float) -> None:
@@ -843,7 +836,7 @@ class Coordinator:
         self._emit(now, Kind.HOSTS_UPDATED, reason=reason)
         for w in members:
             if w.live and w.registered:
-                self._send_worker(w.worker_id, pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=gen.update_sequence, reason=reason)))
+                self.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason))
 
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
         """A plain job grows only by restarting, as torchrun does on a membership change."""
@@ -906,8 +899,6 @@ class Coordinator:
             if self._sent_to_agents.get(host.name) == key:
                 continue
             self._sent_to_agents[host.name] = key
-            command = pb.AgentCommand(
-                workers=[pb.WorkerSpec(worker_id=w.worker_id, slot=w.slot, argv=self.settings.command, env=w.env) for w in specs]
-            )
-            self.outbox.append(("agent", host.name, command))
+            argv = tuple(self.settings.command)
+            self.outbox.append(RunWorkers(host.name, tuple(WorkerLaunch(w.worker_id, w.slot, argv, dict(w.env)) for w in specs)))
 

@@ -19,6 +19,8 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
+from ringmaster.rendezvous.control.effects import Effect, RunWorkers, StopAgent
+from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.state.journal import Journal
 
 Clock = Callable[[], float]
@@ -37,7 +39,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._agents: dict[str, asyncio.Queue] = {}
         self._workers: dict[str, asyncio.Queue] = {}
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
-        self._held: list[tuple[str, str, object]] = []
+        self._held: list[Effect] = []
         self._dirty = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._settle_scheduled = False
@@ -73,9 +75,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._dirty.set()
         self.changed.set()
 
-    def _deliver(self, messages: list[tuple[str, str, object]]) -> None:
-        for kind, target, message in messages:
-            queue = (self._agents if kind == "agent" else self._workers).get(target)
+    def _deliver(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, (RunWorkers, StopAgent)):
+                queue = self._agents.get(effect.host)
+                message: object = wire.agent_command(effect)
+            else:
+                queue = self._workers.get(effect.worker_id)
+                message = wire.worker_event(effect)
             if queue is not None:
                 queue.put_nowait(message)
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ringmaster.common.errors import StateError
 from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.records import Generation, Host, Phase, Revised, Worker
 
@@ -30,7 +31,7 @@ HOSTS = "hosts/"
 WORKERS = "workers/"
 
 
-class IncompatibleState(Exception):
+class IncompatibleState(StateError):
     """The store holds a job this version cannot read; the message says what to do."""
 
 

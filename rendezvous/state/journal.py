@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+from ringmaster.common.errors import StateError
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
@@ -31,7 +32,7 @@ RETRY_S = 0.5
 MAX_TXN_OPS = 100
 
 
-class Deposed(Exception):
+class Deposed(StateError):
     """Another rendezvous leads the job now; this one must stop without touching it."""
 
 

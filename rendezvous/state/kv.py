@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Protocol
 
+from ringmaster.common.errors import StateError
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -30,15 +32,15 @@ class Change:
     revision: int
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(StateError):
     """The store cannot be reached; the message names the endpoints tried."""
 
 
-class StoreFormatError(Exception):
+class StoreFormatError(StateError):
     """A value under the job's prefix that this version cannot read (written by something else)."""
 
 
-class RevisionCompacted(Exception):
+class RevisionCompacted(StateError):
     """A watch asked for history the store no longer keeps; read the current state again."""
 
     def __init__(self, compacted_revision: int) -> None:

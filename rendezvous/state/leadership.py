@@ -13,6 +13,7 @@ import contextlib
 import os
 from typing import Callable
 
+from ringmaster.common.errors import StateError
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.common.events import Kind, emitter
 from ringmaster.common.logs import STORE
@@ -23,7 +24,7 @@ _say = emitter(STORE)
 DEFAULT_LEADER_TTL_S = 3
 
 
-class AnotherLeader(Exception):
+class AnotherLeader(StateError):
     """The job already has a live leader (for `ringmaster run`, which does not wait as standby)."""
 
 

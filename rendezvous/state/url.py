@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ringmaster.common.errors import UsageError
+
 #: The prefix of a job's keys when --store names none.
 DEFAULT_PREFIX = "/ringmaster/default/"
 
 
-class StoreUrlError(ValueError):
+class StoreUrlError(UsageError, ValueError):
     """A --store value that cannot be used; the message shows the expected form."""
 
 

@@ -21,12 +21,13 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from ringmaster.common import logs
+from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
-from ringmaster.discovery import DiscoveryError, HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
 from ringmaster import settings as defaults
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.settings import JobSettings
-from ringmaster.rendezvous.state.url import StoreUrlError, parse_store
+from ringmaster.rendezvous.state.url import parse_store
 
 log = logging.getLogger(logs.CLI)
 
@@ -114,10 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class UsageError(Exception):
-    """A flag combination that cannot work; the message says what to change."""
-
-
 def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDiscovery, dict[str, int]]:
     """Turn flags into settings, a discovery source and the initial host set."""
     command = list(args.command)
@@ -202,16 +199,14 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     from ringmaster.rendezvous.server.app import RendezvousServer  # heavy (torch, grpc): not for `scale`
 
-    from ringmaster.rendezvous.state.job_record import IncompatibleState
-    from ringmaster.rendezvous.state.kv import StoreFormatError, StoreUnavailable
-    from ringmaster.rendezvous.state.leadership import AnotherLeader
+    from ringmaster.rendezvous.state.kv import StoreUnavailable
 
     try:
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store)
-    except (UsageError, DiscoveryError, StoreUrlError) as exc:
+    except RingmasterError as exc:  # flags, discovery at start, --store
         print(f"ringmaster: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
                               local_hosts=local_hosts, advertise=args.advertise_address, store=store)
 
@@ -226,9 +221,9 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     except StoreUnavailable as exc:
         print(f"ringmaster: error: cannot reach the store given by --store {args.store}: {exc}", file=sys.stderr)
         return 2
-    except (AnotherLeader, IncompatibleState, StoreFormatError) as exc:
+    except RingmasterError as exc:  # another leader, a store this version cannot read
         print(f"ringmaster: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     if server.coordinator is None:
         return 1
     assert server.coordinator is not None

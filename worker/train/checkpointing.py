@@ -25,14 +25,19 @@ FINAL_WRITE_TIMEOUT_S = 600.0
 
 
 class Checkpointing:
-    def __init__(self, directory: CheckpointDirectory, policy: CheckpointPolicy, report: Callable[[str], None]) -> None:
+    def __init__(self, directory: CheckpointDirectory, policy: CheckpointPolicy, report: Callable[[str], None],
+                 report_load: Callable[[str], None] | None = None) -> None:
+        """`report` hears of writes that failed; `report_load` (default: `report`) of checkpoints
+        skipped when resuming."""
         self.directory = directory
         self.policy = policy
         self.report = report
+        self.report_load = report_load or report
         self.writer = BackgroundWriter(directory, report)
 
     @classmethod
-    def from_environ(cls, report: Callable[[str], None], environ: Mapping[str, str] | None = None) -> "Checkpointing | None":
+    def from_environ(cls, report: Callable[[str], None], environ: Mapping[str, str] | None = None,
+                     report_load: Callable[[str], None] | None = None) -> "Checkpointing | None":
         env = os.environ if environ is None else environ
         folder = env.get(env_names.CHECKPOINT_DIR)
         if not folder:
@@ -41,7 +46,7 @@ class Checkpointing:
             every = int(env[env_names.CHECKPOINT_EVERY]) if env.get(env_names.CHECKPOINT_EVERY) else None
             interval = float(env[env_names.CHECKPOINT_INTERVAL]) if env.get(env_names.CHECKPOINT_INTERVAL) else None
             keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_KEEP)
-            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report)
+            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load)
         except ValueError as exc:
             raise ValueError(f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}") from None
 
@@ -54,9 +59,9 @@ class Checkpointing:
             self.policy.written(step, now)
 
     def load_newest(self) -> tuple[Manifest, Any] | None:
-        found = self.directory.load_newest(self.report)
+        found = self.directory.load_newest(self.report_load)
         if found is None and self.directory.checkpoints():
-            self.report(f"no usable checkpoint in {self.directory.path}: starting from the initial state")
+            self.report_load(f"no usable checkpoint in {self.directory.path}: starting from the initial state")
         return found
 
     def resumed(self, step: int) -> None:

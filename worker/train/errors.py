@@ -1,7 +1,9 @@
 """Exceptions of the training library, with Horovod's names where Horovod has them."""
 
+from ringmaster.common.errors import JobError
 
-class HorovodInternalError(RuntimeError):
+
+class HorovodInternalError(JobError, RuntimeError):
     """A collective failed or was aborted because a peer died or hung.
 
     `hvd.elastic.run` catches it, restores the last commit and re-forms the ring.
@@ -12,7 +14,7 @@ class HorovodInternalError(RuntimeError):
 WorkersFailedError = HorovodInternalError
 
 
-class HostsUpdatedInterrupt(RuntimeError):
+class HostsUpdatedInterrupt(JobError, RuntimeError):
     """Raised at `commit()`/`check_host_updates()` on every rank at the same step when the ring
     should change (hosts added or removed). Nothing is rolled back.
 
@@ -26,13 +28,13 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.committed = committed
 
 
-class ReplicasDivergedError(RuntimeError):
+class ReplicasDivergedError(JobError, RuntimeError):
     """After a reset, some rank's live state still differed from rank 0's after a second sync:
     something makes the state depend on the rank (a reset callback, most often). Training on
     would silently train different models, so the worker stops."""
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointMismatchError(JobError, RuntimeError):
     """The newest durable checkpoint does not fit the model being trained (another model's
     folder, or the model changed). The message names the checkpoint and what differs; the
     worker stops rather than train from a state it cannot load."""

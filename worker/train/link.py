@@ -19,6 +19,7 @@ import time
 
 import grpc
 
+from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
@@ -28,11 +29,13 @@ from ringmaster.worker.train.say import Kind, say
 _AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
-class Retired(Exception):
+class Retired(JobError):
     """The rendezvous does not need this worker any more; it should exit 0."""
 
 
-class JobEnded(Exception):
+class JobEnded(JobError):
+    """The job is over (`success` says how); the worker exits with the job's verdict."""
+
     def __init__(self, success: bool, reason: str) -> None:
         super().__init__(reason)
         self.success = success

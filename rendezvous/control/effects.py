@@ -1,0 +1,97 @@
+"""What the coordinator's decisions ask for, as typed values: the server turns them into
+protobuf messages on the agents' and workers' streams (`rendezvous/server/wire.py`).
+
+The decision core never builds a wire message, so it is tested by reading these values, and
+the protocol can change without touching a decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """One process an agent must run: its id, its slot on the host, its command and environment."""
+
+    worker_id: str
+    slot: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- to agents
+@dataclass(frozen=True)
+class RunWorkers:
+    """The complete list of workers `host`'s agent must run now (others are stopped)."""
+
+    host: str
+    workers: tuple[WorkerLaunch, ...]
+
+
+@dataclass(frozen=True)
+class StopAgent:
+    """`host`'s agent stops its workers and exits (the job ended, or the host counts as lost)."""
+
+    host: str
+    reason: str
+
+
+# ---------------------------------------------------------------------- to workers
+@dataclass(frozen=True)
+class Assign:
+    """A worker's place in a formed generation and where its ring meets."""
+
+    worker_id: str
+    generation: int
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    store_host: str
+    store_port: int
+    store_prefix: str
+    hosts_sequence: int
+
+
+@dataclass(frozen=True)
+class EndGeneration:
+    """The worker's generation is over (a member failed): roll back and say Ready."""
+
+    worker_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpdateHosts:
+    """The ring should change: raise HostsUpdatedInterrupt at the next commit."""
+
+    worker_id: str
+    sequence: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Retire:
+    """The job does not need this worker any more: it exits 0."""
+
+    worker_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EndJob:
+    """The job is over; the worker exits with the job's verdict."""
+
+    worker_id: str
+    success: bool
+    reason: str
+
+
+AgentEffect = Union[RunWorkers, StopAgent]
+WorkerEffect = Union[Assign, EndGeneration, UpdateHosts, Retire, EndJob]
+Effect = Union[AgentEffect, WorkerEffect]

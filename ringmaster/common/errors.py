@@ -1,0 +1,32 @@
+"""One error hierarchy for everything Ringmaster raises on purpose.
+
+`str(error)` is written for users: what was wrong and what to do. `exit_code` is what the
+`ringmaster` command exits with when the error ends it (2: the command or its input cannot
+work as given; 1: the job ran and failed). Callers catch the branch they can handle:
+`UsageError` (bad flags or input), `StateError` (the durable rendezvous state), `JobError`
+(what ends or interrupts training in a worker).
+"""
+
+from __future__ import annotations
+
+
+class RingmasterError(Exception):
+    """Base of every error Ringmaster raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UsageError(RingmasterError):
+    """A flag, a file or an answer given by the user that cannot work; the message says what to change."""
+
+    exit_code = 2
+
+
+class StateError(RingmasterError):
+    """The durable rendezvous state (the store, its record, the job's leadership) stands in the way."""
+
+    exit_code = 2
+
+
+class JobError(RingmasterError):
+    """Something that ends or interrupts training in a worker (a failed peer, a reset, the job's end)."""
