@@ -12,12 +12,16 @@ from harness import WORKLOADS
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (an NVIDIA GPU); this machine has none")
 
 
-def test_commit_snapshot_lives_in_host_memory() -> None:
-    from ringmaster.checkpoint import snapshot
+def test_a_commit_of_cuda_tensors_lives_in_host_memory_and_goes_back_to_the_device() -> None:
+    from ringmaster.checkpoint.memory import HostSnapshot
 
-    state = {"w": torch.ones(4, device="cuda")}
-    saved = snapshot(state)
-    assert saved["w"].device.type == "cpu"
+    snapshot = HostSnapshot()
+    snapshot.capture({"model": {"w": torch.arange(4.0, device="cuda")}})
+    assert all(buffer.device.type == "cpu" for buffer in snapshot.buffers)
+    restored = snapshot.materialize("model")
+    assert restored["w"].device.type == "cuda" and restored["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    live = {"w": torch.zeros(4, device="cuda")}
+    assert snapshot.copy_into("model", live) and live["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 @pytest.mark.slow

@@ -67,6 +67,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.flush()
 
     def flush(self) -> None:
+        """Hand what the coordinator said to the sessions (after the journal saved it, with a store)."""
         messages = self.coordinator.drain()
         if self.journal is None:
             self._deliver(messages)
@@ -141,6 +142,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     # ---------------------------------------------------------------- agents
     async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
+        """An agent's session: its hello (host name checked first), then the commands for its host
+        (workers to run, shutdown) until the job ends or the agent goes away, which counts as losing the host."""
         problem = host_name_problem(request.host)
         if problem:  # refused before it reaches the job's state or the store
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
@@ -159,12 +162,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.coordinator.agent_disconnected(host, now)
 
     async def AgentHeartbeat(self, request: pb.AgentHeartbeatRequest, context) -> pb.Ack:
+        """An agent is alive (and its lease in the store is refreshed)."""
         self.coordinator.agent_heartbeat(request.host, self.clock())
         if self.leases is not None:
             self._background(self.leases.heartbeat(request.host))
         return pb.Ack(ok=True)
 
     async def ReportWorkerExit(self, request: pb.WorkerExit, context) -> pb.Ack:
+        """A worker process exited: its code or signal, and whether its agent stopped it."""
         self.call(
             self.coordinator.worker_exited,
             request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent,
@@ -173,6 +178,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     # ---------------------------------------------------------------- workers
     async def WorkerSession(self, request: pb.WorkerHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerEvent]:
+        """A worker's session: assignments, generation-over, host updates, retire and job-end
+        notices until it leaves; a session that closes early is a failed worker, noticed at once."""
         queue: asyncio.Queue = asyncio.Queue()
         self._workers[request.worker_id] = queue
         error = self.call(lambda now: self.coordinator.worker_connected(
@@ -187,16 +194,20 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             yield message
 
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
+        """A worker is ready for the generation after `after_generation` (a survivor after a reset,
+        or a newcomer that warmed up); `failure` says why its last generation ended, if it did."""
         error = self.call(
             self.coordinator.worker_ready, request.worker_id, request.after_generation, request.failure, request.elastic
         )
         return pb.Ack(ok=error is None, message=error or "")
 
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:
+        """A worker is alive; it carries its commit count and whether it runs `hvd.elastic.run`."""
         self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic)
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
+        """A worker's training function returned (with a warning for the job's end, bounded)."""
         warning = request.warning[:2000]
         self.call(lambda now: self.coordinator.worker_done(request.worker_id, request.commits, now, warning))
         return pb.Ack(ok=True)

@@ -54,48 +54,59 @@ def shutdown() -> None:
 
 
 def is_initialized() -> bool:
+    """Has `hvd.init()` run (and `hvd.shutdown()` not since)?"""
     return _context is not None
 
 
 def context() -> WorkerContext:
+    """This worker's Ringmaster context (ring, rendezvous link); ValueError before `hvd.init()`."""
     if _context is None:
         raise ValueError("Ringmaster has not been initialized; call hvd.init() first")
     return _context
 
 
 def rank() -> int:
+    """This worker's rank in the current generation (0 .. size()-1); it can change at a reset."""
     return context().topology()[0]
 
 
 def size() -> int:
+    """The number of workers in the current generation; it changes when the job grows or shrinks."""
     return context().topology()[1]
 
 
 def local_rank() -> int:
+    """This worker's rank among the workers on its host (use it to pick a GPU)."""
     return context().topology()[2]
 
 
 def local_size() -> int:
+    """The number of workers on this worker's host in the current generation."""
     return context().topology()[3]
 
 
 def cross_rank() -> int:
+    """The rank of this worker's host among the hosts that have a worker with its local rank."""
     return context().topology()[4]
 
 
 def cross_size() -> int:
+    """The number of hosts that have a worker with this worker's local rank."""
     return context().topology()[5]
 
 
 def is_homogeneous() -> bool:
+    """Horovod's question; True: every host runs as many workers as its slots allow."""
     return True
 
 
 def gloo_enabled() -> bool:
+    """True: CPU tensors always go over Gloo rings."""
     return True
 
 
 def nccl_built() -> bool:
+    """True when CUDA is available: CUDA tensors then go over NCCL rings."""
     return torch.cuda.is_available()
 
 
@@ -162,15 +173,18 @@ def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    """Overwrite `tensor` in place with `root_rank`'s value; returns it."""
     context().communicator().broadcast_(tensor, root_rank)
     return tensor
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    """`root_rank`'s value of `tensor`, as a new tensor (the input is left alone)."""
     return broadcast_(tensor.detach().clone(), root_rank, name)
 
 
 def barrier() -> None:
+    """Wait until every worker of the generation reaches this call (bounded like every collective)."""
     context().communicator().barrier()
 
 
@@ -202,6 +216,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> A
 
 
 def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
+    """Every worker's `obj`, in rank order (torch.save format, in the ring: only the job's own objects)."""
     comm = context().communicator()
     return [broadcast_object(obj if r == comm.rank else None, r) for r in range(comm.size)]
 

@@ -84,6 +84,7 @@ class _DistributedOptimizerMixin:
             self._hvd_should_sync = True
 
     def step(self, closure=None):  # type: ignore[override]
+        """Wait for the gradients' reduction (unless `skip_synchronize()`), then step the wrapped optimizer."""
         if self._hvd_op == "adasum":
             return self._adasum_step(closure)
         if self._hvd_should_sync and not self._hvd_synchronized:

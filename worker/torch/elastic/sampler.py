@@ -35,6 +35,7 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     @property
     def processed_indices(self) -> set[int]:
+        """The indices of this epoch that every rank has recorded as processed (committed with the state)."""
         return set(torch.nonzero(self.processed).flatten().tolist())
 
     def set_epoch(self, epoch: int) -> None:
@@ -48,11 +49,13 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.record_indices(sampling.batch_of_all_ranks(self.remaining_indices, self.num_replicas, batch_idx, batch_size))
 
     def record_indices(self, indices) -> None:
+        """Mark these dataset `indices` as processed this epoch (committed with the state)."""
         index = [int(i) for i in indices]
         if index:
             self.processed[index] = True
 
     def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
+        """This rank's dataset indices of batch `batch_idx` (of `batch_size`) in the current iteration."""
         return self.indices[batch_idx * batch_size: (batch_idx + 1) * batch_size]
 
     def state_dict(self) -> dict[str, Any]:

@@ -244,9 +244,11 @@ class _PendingHostUpdates:
         self._state = state
 
     def empty(self) -> bool:
+        """True when no host update is waiting (Horovod scripts test `state._host_messages.empty()`)."""
         return not self._state.host_update_pending()
 
     def qsize(self) -> int:
+        """How many host updates are waiting (0 or 1)."""
         return int(self._state.host_update_pending())
 
 
@@ -376,5 +378,6 @@ class TorchState(ObjectState):
         super().__setattr__(name, value)
 
     def reset(self) -> None:
+        """Re-align every handled object with the current ring (samplers re-deal their indices)."""
         for handler in self._handlers.values():
             handler.on_reset()
