@@ -1,6 +1,8 @@
-"""Settings of an elastic job: one frozen, validated model with documented defaults.
+"""Settings of Ringmaster: frozen, validated models with documented defaults, one place for all.
 
-Every timeout the rendezvous uses is here, and README.md lists them with these defaults.
+`JobSettings` is what `ringmaster run` and `ringmaster serve` were asked to do; `AgentSettings`
+is a host agent's (`ringmaster agent`, and the agents `run` starts). Both take their defaults
+from the constants below, so a timeout the two share is given once. README.md lists them.
 """
 
 from __future__ import annotations
@@ -10,19 +12,23 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, DEFAULT_KEEP  # pure module: no torch import
+from ringmaster.discovery.script import DEFAULT_SCRIPT_TIMEOUT_S
 
 #: Seconds the job waits below --min-np before it fails (Horovod's default).
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 #: Seconds between two runs of the discovery script.
 DEFAULT_DISCOVERY_INTERVAL_S = 1.0
-#: Seconds a discovery script may run.
-DEFAULT_DISCOVERY_TIMEOUT_S = 10.0
+#: Seconds a discovery script may run (the discovery package's own default).
+DEFAULT_DISCOVERY_TIMEOUT_S = DEFAULT_SCRIPT_TIMEOUT_S
 #: Seconds between heartbeats of agents and workers.
 DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
 #: Seconds without a heartbeat after which an agent (host) or worker counts as dead.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 #: Seconds a collective may take before the worker gives its generation up (a hung peer).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+#: Seconds an agent or a worker keeps trying to reach a lost rendezvous before it gives up
+#: (workers read it from RINGMASTER_RECONNECT_TIMEOUT).
+DEFAULT_RECONNECT_TIMEOUT_S = 300.0
 #: Seconds the first generation waits for every discovered host's agent to connect.
 DEFAULT_START_TIMEOUT_S = 30.0
 #: Seconds a stopped worker gets between SIGTERM and SIGKILL.
@@ -85,3 +91,16 @@ class JobSettings(BaseModel):
         if self.checkpoint_dir is None and (self.checkpoint_every is not None or self.checkpoint_interval_s is not None):
             raise ValueError("--checkpoint-every and --checkpoint-interval need --checkpoint-dir DIR")
         return self
+
+
+class AgentSettings(BaseModel):
+    """What a host agent was asked to do (`ringmaster agent`; `ringmaster run` starts its agents
+    with the job's heartbeat interval and stop grace)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rendezvous: list[str] = Field(min_length=1, description="HOST:PORT of every rendezvous of the job (leader and standbys)")
+    host: str = Field(min_length=1, description="this host's name as discovery lists it")
+    heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
+    stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
+    reconnect_timeout_s: float = Field(DEFAULT_RECONNECT_TIMEOUT_S, gt=0)

@@ -125,3 +125,15 @@ def test_scale_reports_any_answer_as_a_line_not_a_traceback(capsys, status, body
     assert code == (0 if status == 200 else 1)
     assert expected in captured.out + captured.err
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_the_agent_takes_its_defaults_from_the_shared_settings_and_names_a_bad_flag() -> None:
+    import ringmaster.settings as settings
+
+    help_text = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--help"], capture_output=True,
+                               text=True, timeout=60).stdout
+    assert f"(default: {settings.DEFAULT_STOP_GRACE_S})" in help_text
+    assert f"(default: {settings.DEFAULT_RECONNECT_TIMEOUT_S})" in help_text
+    bad = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", "a:1", "--host", "x",
+                          "--heartbeat-interval", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--heartbeat-interval: Input should be greater than 0" in bad.stderr

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-#: Seconds an agent or worker keeps trying to reach a lost rendezvous (env RINGMASTER_RECONNECT_TIMEOUT).
-DEFAULT_RECONNECT_TIMEOUT_S = 300.0
+#: Seconds between the first two rounds over the addresses; doubled per round up to MAX_DELAY_S.
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 2.0
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
 
 import grpc
+from pydantic import ValidationError
 
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event
@@ -35,7 +36,9 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
 from ringmaster.worker.agent.processes import die_with_parent
-from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
+from ringmaster import settings as defaults
+from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.settings import AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
@@ -58,13 +61,12 @@ class _Child:
 
 
 class Agent:
-    def __init__(self, rendezvous: str, host: str, heartbeat_interval_s: float = 1.0, stop_grace_s: float = 5.0,
-                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
-        self.addresses = parse_addresses(rendezvous)
-        self.host = host
-        self.heartbeat_interval_s = heartbeat_interval_s
-        self.stop_grace_s = stop_grace_s
-        self.reconnect_timeout_s = reconnect_timeout_s
+    def __init__(self, settings: AgentSettings) -> None:
+        self.addresses = list(settings.rendezvous)
+        self.host = settings.host
+        self.heartbeat_interval_s = settings.heartbeat_interval_s
+        self.stop_grace_s = settings.stop_grace_s
+        self.reconnect_timeout_s = settings.reconnect_timeout_s
         self.children: dict[str, _Child] = {}
         self._running: tuple[str, ...] = ()  # ids of live children, readable from the session thread
         self._started: set[str] = set()  # a worker id is one process: never start it twice
@@ -275,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rendezvous", required=True,
                         help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
     parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
-    parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds (default: %(default)s)")
-    parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
-    parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
+    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+                        help="seconds (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
@@ -289,7 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_format, args.log_level)
     if args.die_with_parent:
         die_with_parent(os.getppid())
-    agent = Agent(args.rendezvous, args.host, args.heartbeat_interval, args.stop_grace, args.reconnect_timeout)
+    try:
+        settings = AgentSettings(rendezvous=parse_addresses(args.rendezvous), host=args.host,
+                                 heartbeat_interval_s=args.heartbeat_interval, stop_grace_s=args.stop_grace,
+                                 reconnect_timeout_s=args.reconnect_timeout)
+    except ValidationError as exc:
+        flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
+                 "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
+        problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
+        parser.error(problems)
+    agent = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     return agent.run()

@@ -23,11 +23,10 @@ from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group
 from ringmaster.worker.train.errors import HorovodInternalError
-from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S
+from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
 from ringmaster.worker.train.say import Kind, say
 
-DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
 
 
 class WorkerContext:

@@ -22,7 +22,8 @@ import grpc
 from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-from ringmaster.common.reconnect import DEFAULT_RECONNECT_TIMEOUT_S, Backoff, parse_addresses
+from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
 
 #: gRPC codes that mean "the rendezvous is not there right now".
