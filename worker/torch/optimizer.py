@@ -17,6 +17,12 @@ from typing import Any, Iterable
 
 import torch
 
+from ringmaster.torch import adasum
+from ringmaster.torch.basics import Sum, context, size
+from ringmaster.torch.collectives import allreduce_
+from ringmaster.torch.compression import Compression
+from ringmaster.worker.train import flat as flat_buffers
+
 
 class _DistributedOptimizerMixin:
     _hvd_op: str
@@ -29,36 +35,30 @@ class _DistributedOptimizerMixin:
 
     def synchronize(self) -> None:
         """Reduce gradients now (e.g. before clipping); `step()` then does not reduce again."""
-        import ringmaster.torch as hvd
-
         if self._hvd_op == "adasum":
             self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
             return
         grads = [p.grad for p in self._hvd_params if p.grad is not None]
-        by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for g in grads:
-            by_kind.setdefault((g.device, g.dtype), []).append(g)
         wire_dtype = getattr(self._hvd_compression, "wire_dtype", None)
-        for group in by_kind.values():
+        for group in flat_buffers.by_kind(grads):
             if wire_dtype is None:  # a compressor of the user's own: its compress/decompress, as given
-                self._reduce_with(group, hvd)
+                self._reduce_with(group)
             else:
-                self._reduce_fused(group, wire_dtype(group[0].dtype), hvd)
+                self._reduce_fused(group, wire_dtype(group[0].dtype))
         self._hvd_synchronized = True
 
-    def _reduce_fused(self, group: list[torch.Tensor], wire: torch.dtype, hvd: Any) -> None:
+    def _reduce_fused(self, group: list[torch.Tensor], wire: torch.dtype) -> None:
         """Pack into a buffer kept across steps (no fresh memory, so no page faults), cast into
         a kept wire buffer if compressing, sum across workers in place, and write each gradient
         back with the averaging folded into that copy: one pass over the bytes each way."""
         total = sum(g.numel() for g in group)
-        flat = self._hvd_buffer(group[0].device, group[0].dtype, total)
-        torch.cat([g.reshape(-1) for g in group], out=flat)
+        flat = flat_buffers.pack(group, out=self._hvd_buffer(group[0].device, group[0].dtype, total))
         sent = flat
         if wire != flat.dtype:
             sent = self._hvd_buffer(flat.device, wire, total)
             sent.copy_(flat)
-        hvd.allreduce_(sent, op=hvd.Sum)
-        _unpack(sent, group, 1.0 / hvd.size() if self._hvd_op == "average" else 1.0)
+        allreduce_(sent, op=Sum)
+        flat_buffers.unpack(sent, group, 1.0 / size() if self._hvd_op == "average" else 1.0)
 
     def _hvd_buffer(self, device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
         key = (device, dtype)
@@ -68,11 +68,10 @@ class _DistributedOptimizerMixin:
             self._hvd_buffers[key] = buffer
         return buffer
 
-    def _reduce_with(self, group: list[torch.Tensor], hvd: Any) -> None:
-        flat = torch.cat([g.reshape(-1) for g in group])
-        flat, ctx = self._hvd_compression.compress(flat)
-        hvd.allreduce_(flat, op=self._hvd_op)
-        _unpack(self._hvd_compression.decompress(flat, ctx), group, 1.0)
+    def _reduce_with(self, group: list[torch.Tensor]) -> None:
+        flat, ctx = self._hvd_compression.compress(flat_buffers.pack(group))
+        allreduce_(flat, op=self._hvd_op)
+        flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx), group)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -94,41 +93,22 @@ class _DistributedOptimizerMixin:
 
 
     def _adasum_step(self, closure=None):
-        import ringmaster.torch as hvd
-        from ringmaster.torch import adasum
-
         params = [p for p in self._hvd_params if p.grad is not None]
         start = [p.detach().clone() for p in params]
         loss = super().step(closure)  # type: ignore[misc]
         self._hvd_synchronized = False
         if not params:
             return loss
+        comm = context().communicator()
         with torch.no_grad():
-            by_dtype: dict[torch.dtype, list[int]] = {}
-            for i, p in enumerate(params):
-                by_dtype.setdefault(p.dtype, []).append(i)
-            for indices in by_dtype.values():
-                flat = torch.cat([(params[i].detach() - start[i]).reshape(-1) for i in indices])
-                sizes = [params[i].numel() for i in indices]
-                reduced = adasum.reduce_slices(hvd.context().communicator().allgather(flat), sizes)
-                offset = 0
-                for i, n in zip(indices, sizes):
-                    params[i].copy_(start[i] + reduced[offset: offset + n].view_as(params[i]))
-                    offset += n
+            deltas = [p.detach() - s for p, s in zip(params, start)]  # each worker's own update
+            origin = {id(d): s for d, s in zip(deltas, start)}
+            target = {id(d): p for d, p in zip(deltas, params)}
+            for group in flat_buffers.by_kind(deltas):
+                reduced = adasum.reduce_slices(comm.allgather(flat_buffers.pack(group)), [d.numel() for d in group])
+                for d, part in zip(group, flat_buffers.views(reduced, group)):
+                    target[id(d)].copy_(origin[id(d)] + part)
         return loss
-
-
-def _unpack(flat: torch.Tensor, group: list[torch.Tensor], scale: float) -> None:
-    """Write consecutive slices of `flat` into the gradients of `group`, scaled on the way."""
-    offset = 0
-    for g in group:
-        n = g.numel()
-        part = flat[offset: offset + n].view_as(g)
-        if scale != 1.0:
-            torch.mul(part, scale, out=g)
-        else:
-            g.copy_(part)
-        offset += n
 
 
 def DistributedOptimizer(
@@ -143,8 +123,6 @@ def DistributedOptimizer(
     sparse_as_dense: bool = False,
 ) -> torch.optim.Optimizer:
     """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
-    from ringmaster.torch.compression import Compression
-
     if op == "adasum" and backward_passes_per_step != 1:
         raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")
     if backward_passes_per_step < 1:

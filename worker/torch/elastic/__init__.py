@@ -8,6 +8,8 @@ from typing import Callable, TypeVar
 
 from torch.profiler import record_function
 
+from ringmaster.torch.basics import context as current_context
+from ringmaster.torch.basics import init
 from ringmaster.worker.train.context import WorkerContext
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
@@ -29,10 +31,8 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs) -> T:
-        import ringmaster.torch as hvd
-
-        hvd.init()
-        context = hvd.context()
+        init()
+        context = current_context()
         context.enter_elastic()
         reset = False
         skip_sync = False

@@ -7,6 +7,7 @@ from typing import Any, Iterator, Sized
 import torch
 import torch.utils.data
 
+from ringmaster.torch.basics import is_initialized, rank, size
 from ringmaster.worker.train import sampling
 
 
@@ -81,10 +82,8 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def reset(self) -> None:
         """Re-deal what is left of the epoch to the current ring (after a sync or resize)."""
-        import ringmaster.torch as hvd
-
-        if hvd.is_initialized():
-            self.rank, self.num_replicas = hvd.rank(), hvd.size()
+        if is_initialized():
+            self.rank, self.num_replicas = rank(), size()
         order = sampling.epoch_order(len(self.dataset), self.epoch, self.seed, self.shuffle)
         self.remaining_indices = sampling.remaining(order, self.processed_indices)
         self.indices = sampling.rank_share(self.remaining_indices, self.rank, self.num_replicas)

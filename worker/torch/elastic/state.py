@@ -28,16 +28,12 @@ from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
 from ringmaster.worker.train.replica_guard import compare_live_state, describe
 from ringmaster.worker.train.state_sync import SyncPlan, sync_snapshot
+from ringmaster.torch.basics import Max, context
+from ringmaster.torch.collectives import allreduce_, broadcast_object
 from ringmaster.torch.elastic.sampler import ElasticSampler
 
 #: Snapshot entry with the state's own bookkeeping (the commit count); also in checkpoints.
 RINGMASTER_ENTRY = "ringmaster"
-
-
-def _hvd():
-    import ringmaster.torch as hvd
-
-    return hvd
 
 
 class State:
@@ -75,11 +71,11 @@ class State:
         with record_function("ringmaster.commit"):
             self._commits += 1
             self.save()
-            context = _hvd().context()
-            context.note_commit(self._commits)
+            ctx = context()
+            ctx.note_commit(self._commits)
             if self._durable is not None:
-                rank, size = context.topology()[:2]
-                generation = context.assignment.generation if context.assignment else 0
+                rank, size = ctx.topology()[:2]
+                generation = ctx.assignment.generation if ctx.assignment else 0
                 self._durable.after_commit(self._snapshot, self._commits, rank, size, generation)
             try:
                 self.check_host_updates()
@@ -97,8 +93,8 @@ class State:
         """True when the rendezvous announced a new ring that this worker has not joined yet:
         the next `commit()`/`check_host_updates()` raises `HostsUpdatedInterrupt`. A local look,
         no collective (so ranks may see it at different moments; the interrupt itself is agreed)."""
-        ctx = _hvd().context()
-        return not ctx.standalone and ctx.link.hosts_sequence() > ctx.hosts_sequence_baseline()
+        ctx = context()
+        return ctx.link is not None and ctx.link.hosts_sequence() > ctx.hosts_sequence_baseline()
 
     @property
     def _host_messages(self) -> "_PendingHostUpdates":
@@ -113,12 +109,11 @@ class State:
 
     def check_host_updates(self) -> None:
         """Every rank raises at the same step: the newest update any rank has seen wins."""
-        hvd = _hvd()
-        ctx = hvd.context()
-        if ctx.standalone:
+        ctx = context()
+        if ctx.link is None:  # a job of one, outside `ringmaster run`
             return
         seen = torch.tensor([ctx.link.hosts_sequence()], dtype=torch.int64)
-        hvd.allreduce_(seen, op=hvd.Max)
+        allreduce_(seen, op=Max)
         if int(seen.item()) > ctx.hosts_sequence_baseline():
             raise HostsUpdatedInterrupt(skip_sync=False)
 
@@ -140,7 +135,7 @@ class State:
     def restore(self) -> None:
         """Go back to the last commit."""
         self._load_entries(self._snapshot)
-        _hvd().context().note_commit(self._commits)
+        context().note_commit(self._commits)
 
     def sync(self) -> None:
         """Give every worker rank 0's current state (commits it first)."""
@@ -154,18 +149,17 @@ class State:
 
         `after_reset` says this rank went through a reset; the plan returned says whether any
         rank did (or rank 0 resumed from a checkpoint): then reset callbacks are due everywhere."""
-        hvd = _hvd()
-        comm = hvd.context().communicator()
+        comm = context().communicator()
         if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:
             self._tried_disk = True
             self._resume_from_disk()
-        the_plan = sync_snapshot(self._snapshot, comm, hvd.broadcast_object, after_reset=after_reset or self._resumed)
+        the_plan = sync_snapshot(self._snapshot, comm, broadcast_object, after_reset=after_reset or self._resumed)
         self._resumed = False
         if comm.rank in the_plan.skeleton_to:
             self._load_entries(self._snapshot)
         if self._durable is not None:
             self._durable.resumed(self._commits)
-        hvd.context().note_commit(self._commits)
+        context().note_commit(self._commits)
         return the_plan
 
     def verify_replicas(self) -> None:
@@ -174,12 +168,12 @@ class State:
         trained on: it is logged with the entries and ranks, every rank's live state is synced
         from rank 0 once more, and if that does not make them equal the worker stops with
         `ReplicasDivergedError`."""
-        context = _hvd().context()
-        comm = context.communicator()
+        ctx = context()
+        comm = ctx.communicator()
         found = compare_live_state(self._entries(), comm)
         if not found:
             return
-        generation = context.assignment.generation if context.assignment else 0
+        generation = ctx.assignment.generation if ctx.assignment else 0
         if comm.rank == 0 or comm.rank in found:
             say(Kind.REPLICAS_DIVERGED, generation, differences=describe(found), ranks=sorted(found))
         self.save()
@@ -199,9 +193,9 @@ class State:
         Returns a warning for the job's end when that failed."""
         if self._durable is None:
             return ""
-        context = _hvd().context()
-        rank, size = context.topology()[:2]
-        generation = context.assignment.generation if context.assignment else 0
+        ctx = context()
+        rank, size = ctx.topology()[:2]
+        generation = ctx.assignment.generation if ctx.assignment else 0
         return self._durable.finish(self._snapshot, self._commits, rank, size, generation)
 
     def _resume_from_disk(self) -> None:

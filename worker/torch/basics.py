@@ -1,0 +1,98 @@
+"""The worker's place in the job: joining it (`init`), leaving it, and its rank and size in the
+current generation, which change at every reset. Horovod's names; `ringmaster.torch`
+re-exports them."""
+
+from __future__ import annotations
+
+import atexit
+
+import torch
+import torch.distributed as dist
+
+from ringmaster.worker.train.context import WorkerContext
+
+# Reduction ops, as Horovod names them.
+Average = "average"
+Sum = "sum"
+Min = "min"
+Max = "max"
+Adasum = "adasum"  # see ringmaster.torch.adasum
+_OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX, Adasum: None}
+
+_context: WorkerContext | None = None
+
+
+def init() -> None:
+    """Join the job (idempotent). Outside `ringmaster run` this is a job of one worker."""
+    global _context
+    if _context is None:
+        context = WorkerContext()
+        context.init()
+        _context = context
+        atexit.register(shutdown)  # leave before the interpreter finalizes: see WorkerContext.shutdown
+
+
+def shutdown() -> None:
+    """Leave the job's rings and the rendezvous (also done at interpreter exit)."""
+    global _context
+    if _context is not None:
+        _context.shutdown()
+        _context = None
+        atexit.unregister(shutdown)
+
+
+def is_initialized() -> bool:
+    """Has `hvd.init()` run (and `hvd.shutdown()` not since)?"""
+    return _context is not None
+
+
+def context() -> WorkerContext:
+    """This worker's Ringmaster context (ring, rendezvous link); ValueError before `hvd.init()`."""
+    if _context is None:
+        raise ValueError("Ringmaster has not been initialized; call hvd.init() first")
+    return _context
+
+
+def rank() -> int:
+    """This worker's rank in the current generation (0 .. size()-1); it can change at a reset."""
+    return context().topology()[0]
+
+
+def size() -> int:
+    """The number of workers in the current generation; it changes when the job grows or shrinks."""
+    return context().topology()[1]
+
+
+def local_rank() -> int:
+    """This worker's rank among the workers on its host (use it to pick a GPU)."""
+    return context().topology()[2]
+
+
+def local_size() -> int:
+    """The number of workers on this worker's host in the current generation."""
+    return context().topology()[3]
+
+
+def cross_rank() -> int:
+    """The rank of this worker's host among the hosts that have a worker with its local rank."""
+    return context().topology()[4]
+
+
+def cross_size() -> int:
+    """The number of hosts that have a worker with this worker's local rank."""
+    return context().topology()[5]
+
+
+def is_homogeneous() -> bool:
+    """Horovod's question; True: every host runs as many workers as its slots allow."""
+    return True
+
+
+def gloo_enabled() -> bool:
+    """True: CPU tensors always go over Gloo rings."""
+    return True
+
+
+def nccl_built() -> bool:
+    """True when CUDA is available: CUDA tensors then go over NCCL rings."""
+    return torch.cuda.is_available()

@@ -1,0 +1,50 @@
+"""Flat buffers: many tensors sent as one (per device and dtype), the one home for packing.
+
+A collective per tensor costs a round trip each; Horovod's tensor fusion and DDP's buckets
+send many tensors in one buffer instead. Broadcasting parameters, reducing gradients and
+combining Adasum deltas all pack this way.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import torch
+
+
+def by_kind(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The tensors grouped by (device, dtype), each group and the groups in first-seen order
+    (the same on every rank that passes the same tensors)."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return list(groups.values())
+
+
+def pack(group: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The group's elements one after another in one 1-D tensor (into `out` when given: a buffer
+    kept across calls allocates nothing)."""
+    flat = [t.detach().reshape(-1) for t in group]
+    if out is None:
+        return torch.cat(flat)
+    return torch.cat(flat, out=out)
+
+
+def views(flat: torch.Tensor, group: list[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """Consecutive slices of `flat`, each shaped like the matching tensor of `group`."""
+    offset = 0
+    for t in group:
+        n = t.numel()
+        yield flat[offset: offset + n].view_as(t)
+        offset += n
+
+
+def unpack(flat: torch.Tensor, group: list[torch.Tensor], scale: float = 1.0) -> None:
+    """Write `flat` back into the tensors of `group` in place, multiplied by `scale` on the way
+    (one pass over the bytes, no separate scaling pass)."""
+    with torch.no_grad():
+        for t, part in zip(group, views(flat, group)):
+            if scale != 1.0:
+                torch.mul(part, scale, out=t)
+            else:
+                t.copy_(part)
