@@ -202,3 +202,13 @@ def read_logs(log_dir: pathlib.Path) -> dict[str, list[dict]]:
 
 def events(logs: dict[str, list[dict]], kind: str) -> list[dict]:
     return [dict(r, worker=w) for w, records in logs.items() for r in records if r["event"] == kind]
+
+
+#: Flags that keep elastic test jobs quick: discovery polled often, newcomers given time to warm up.
+FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20"]
+
+
+def elastic_job(log_dir: pathlib.Path, epochs: int = 3, samples: int = 96, step_time: float = 0.08) -> list[str]:
+    log_dir.mkdir(exist_ok=True)
+    return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir),
+            "--epochs", str(epochs), "--samples", str(samples), "--step-time", str(step_time)]

@@ -14,7 +14,7 @@ import pytest
 
 from harness import events, read_logs, wait_for
 from job_checks import assert_every_sample_once
-from test_e2e import elastic_job
+from harness import elastic_job
 
 pytestmark = pytest.mark.slow
 

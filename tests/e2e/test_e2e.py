@@ -14,17 +14,10 @@ import sys
 
 import pytest
 
-from harness import ROOT, WORKLOADS, discovery_script, events, read_logs, write_hosts
+from harness import FAST, ROOT, WORKLOADS, discovery_script, elastic_job, events, read_logs, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
-FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20"]
-
-
-def elastic_job(log_dir: pathlib.Path, epochs: int = 3, samples: int = 96, step_time: float = 0.08) -> list[str]:
-    log_dir.mkdir(exist_ok=True)
-    return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir),
-            "--epochs", str(epochs), "--samples", str(samples), "--step-time", str(step_time)]
 
 
 def test_demo_job_trains_to_the_end(run_job) -> None:

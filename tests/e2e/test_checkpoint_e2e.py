@@ -21,7 +21,7 @@ from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import STATE_NAME
 from harness import events, read_logs, wait_for
 from job_checks import assert_every_sample_once
-from test_e2e import FAST, elastic_job
+from harness import FAST, elastic_job
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
 from ringmaster.rendezvous.control.effects import Assign
 from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
-from test_coordinator import Rig
+from coordinator_rig import Rig
 from ringmaster.common.reconnect import Backoff, parse_addresses
 
 

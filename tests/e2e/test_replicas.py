@@ -15,7 +15,7 @@ import pytest
 
 from harness import discovery_script, events, read_logs, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
-from test_e2e import FAST, elastic_job
+from harness import FAST, elastic_job
 
 pytestmark = pytest.mark.slow
 BASE_LR, GAMMA = 0.01, 0.7  # the workload's

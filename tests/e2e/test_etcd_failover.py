@@ -19,7 +19,7 @@ from harness import discovery_script, events, read_logs, wait_for, write_hosts
 from ringmaster.rendezvous.state.etcd_kv import EtcdStore
 from ringmaster.rendezvous.state.kv import StoreUnavailable
 from job_checks import assert_every_sample_once
-from test_e2e import elastic_job
+from harness import elastic_job
 
 PREFIX = "/failover/"
 

@@ -34,7 +34,7 @@ IMPORTS = _imports()
 
 
 def test_the_scan_sees_the_imports() -> None:
-    assert len(IMPORTS) > 200 and any(f == "tests/test_gpu.py" for f, *_ in IMPORTS)
+    assert len(IMPORTS) > 200 and any(f == "tests/e2e/test_gpu.py" for f, *_ in IMPORTS)
 
 
 @pytest.mark.parametrize("module", sorted({m for _, _, m, _ in IMPORTS}))

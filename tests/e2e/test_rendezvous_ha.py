@@ -20,7 +20,7 @@ from harness import Job, events, free_port, read_logs, wait_for
 from ringmaster.rendezvous.state.etcd_kv import EtcdStore
 from ringmaster.rendezvous.state.job_record import FORMAT
 from job_checks import assert_every_sample_once
-from test_e2e import elastic_job
+from harness import elastic_job
 
 pytestmark = pytest.mark.slow
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20", "--heartbeat-timeout", "4"]

@@ -1,0 +1,61 @@
+"""A coordinator driven without I/O: a manual clock, and what it said per agent and worker."""
+
+from __future__ import annotations
+
+from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.effects import RunWorkers, StopAgent, WorkerEffect, WorkerLaunch
+from ringmaster.settings import JobSettings
+
+
+class Rig:
+    """A coordinator plus what it said, per agent and per worker; settles after every call."""
+
+    def __init__(self, **settings) -> None:
+        settings.setdefault("command", ["python", "train.py"])
+        self.plain_stores: list[int] = []
+        self.coordinator = Coordinator(
+            JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store
+        )
+        self.now = 0.0
+        self.agents: dict[str, RunWorkers | StopAgent] = {}
+        self.worker_events: dict[str, list[WorkerEffect]] = {}
+
+    def _plain_store(self, generation: int) -> tuple[str, int]:
+        self.plain_stores.append(generation)
+        return "127.0.0.1", 1000 + generation
+
+    def __getattr__(self, name):
+        method = getattr(self.coordinator, name)
+
+        def call(*args, **kwargs):
+            result = method(*args, self.now, **kwargs)
+            self.coordinator.settle(self.now)  # as the gRPC layer does after each batch of calls
+            for effect in self.coordinator.drain():
+                if isinstance(effect, (RunWorkers, StopAgent)):
+                    self.agents[effect.host] = effect
+                else:
+                    self.worker_events.setdefault(effect.worker_id, []).append(effect)
+            return result
+
+        return call
+
+    def specs(self, host: str) -> dict[str, WorkerLaunch]:
+        command = self.agents[host]
+        return {s.worker_id: s for s in command.workers} if isinstance(command, RunWorkers) else {}
+
+    def kinds(self, worker_id: str) -> list[type]:
+        return [type(e) for e in self.worker_events.get(worker_id, [])]
+
+    def last(self, worker_id: str, kind: type):
+        return [e for e in self.worker_events[worker_id] if isinstance(e, kind)][-1]
+
+    def start_elastic(self, hosts: dict[str, int]) -> list[str]:
+        """Discover, connect agents, register every planned worker as elastic."""
+        self.set_hosts(hosts)
+        for pid, host in enumerate(hosts, start=100):
+            self.agent_connected(host, pid)
+        ids = [a.worker_id for a in self.coordinator.generation.members]
+        for wid in ids:
+            self.worker_connected(wid, 1)
+            self.worker_heartbeat(wid, 0, True)
+        return ids
