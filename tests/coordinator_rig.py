@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.control.effects import RunWorkers, StopAgent, WorkerEffect, WorkerLaunch
 from ringmaster.settings import JobSettings
 
@@ -14,7 +14,7 @@ class Rig:
         settings.setdefault("command", ["python", "train.py"])
         self.plain_stores: list[int] = []
         self.coordinator = Coordinator(
-            JobSettings(**settings), "127.0.0.1:1", StoreAddress("127.0.0.1", 2), self._plain_store
+            JobSettings(**settings), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2), self._plain_store
         )
         self.now = 0.0
         self.agents: dict[str, RunWorkers | StopAgent] = {}

@@ -34,6 +34,7 @@ from ringmaster.rendezvous.control.effects import (
 )
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.common.events import Event, Kind
+from ringmaster.rendezvous.control.policies import ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
 from ringmaster.settings import JobSettings
 from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
@@ -52,7 +53,9 @@ StoreFactory = Callable[[int], tuple[str, int]]
 
 
 @dataclass(frozen=True)
-class StoreAddress:
+class RingStoreAddress:
+    """Where the torch.distributed TCPStore of the rings listens (not the state store)."""
+
     host: str
     port: int
 
@@ -72,14 +75,14 @@ class Coordinator:
         self,
         settings: JobSettings,
         rendezvous_address: str,
-        store: StoreAddress,
+        ring_store: RingStoreAddress,
         plain_store_factory: StoreFactory,
         blacklist: Blacklist | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.settings = settings
         self.rendezvous_address = rendezvous_address
-        self.store = store
+        self.ring_store = ring_store
         self._plain_store_factory = plain_store_factory
         cooldown = CooldownRange(*settings.blacklist_cooldown_s) if settings.blacklist_cooldown_s else None
         self.blacklist = blacklist or Blacklist(cooldown)
@@ -187,32 +190,25 @@ class Coordinator:
         if worker is None or worker.phase is Phase.EXITED:
             return
         how = describe_exit(exit_code, signal_number)
-        was_live = worker.live
+        was_live, member = worker.live, self._is_member(worker)
         worker.phase = Phase.EXITED
-        clean = exit_code == 0 and signal_number == 0
-        # The agent's word counts only for a worker still counted live: one already counted failed
-        # (its connection closed) and stopped by its agent is a crash that the agent tidied up.
-        stopped = worker.stopping or (stopped_by_agent and was_live)
-        # Outside hvd.elastic.run a clean exit of a member is its success (torchrun's rule).
-        finished = not stopped and (worker.done or (clean and not worker.elastic and self._is_member(worker)))
-        if self._is_member(worker) and not finished:
+        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, stopped_by_agent, was_live, member)
+        if member and verdict.meaning is not ExitMeaning.FINISHED:
             # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
             self._end_generation(f"member {worker_id} on {host} {how}", now)
-        if stopped:
-            self._emit(now, Kind.WORKER_STOPPED, worker=worker_id, host=host, how=how, exit_code=exit_code, signal=signal_number)
-        elif finished:
+        exit_fields = {"worker": worker_id, "host": host, "how": how, "exit_code": exit_code, "signal": signal_number}
+        if verdict.meaning is ExitMeaning.STOPPED:
+            self._emit(now, Kind.WORKER_STOPPED, **exit_fields)
+        elif verdict.meaning is ExitMeaning.FINISHED:
             worker.done = True
-            self._emit(now, Kind.WORKER_FINISHED, worker=worker_id, host=host, how=how, exit_code=exit_code, signal=signal_number)
+            self._emit(now, Kind.WORKER_FINISHED, **exit_fields)
             self._start_finishing(now)
         else:
-            self._emit(now, Kind.WORKER_EXITED, worker=worker_id, host=host, how=how, exit_code=exit_code, signal=signal_number)
+            self._emit(now, Kind.WORKER_EXITED, **exit_fields)
             if was_live:
                 self._worker_failed(worker, how, now, blame_host=False, host_lost=False)
-            if not clean:
-                # An elastic worker's own error is Horovod's case; a plain script is torchrun's,
-                # restarted as a whole without a blacklist for its last hosts.
-                by_itself = signal_number == 0 and worker.elastic
-                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=by_itself)
+            if verdict.blacklist:
+                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
         self._unsettled = True
 
     # ------------------------------------------------------------------ inputs: workers
@@ -245,7 +241,7 @@ class Coordinator:
         worker = self.workers.get(worker_id)
         if worker is None or not worker.live or worker.stopping or worker.done:
             return
-        if not worker.elastic:
+        if not policy_of(worker).closed_connection_is_failure():
             return  # outside hvd.elastic.run an exit may be success: its agent reports the code
         # An elastic worker that did not return from its training function died. Its exit code
         # follows (a crashing interpreter takes up to a second to exit); the next ring waits for
@@ -571,7 +567,7 @@ class Coordinator:
             worker = self.workers[worker_id]
             if not worker.live:
                 continue
-            if worker.registered:
+            if policy_of(worker).rejoins(worker):
                 self.outbox.append(EndGeneration(worker_id, gen.number, reason))
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
@@ -589,7 +585,7 @@ class Coordinator:
         a = next(m for m in gen.members if m.worker_id == worker.worker_id)
         self.outbox.append(Assign(
             worker.worker_id, gen.number, rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
-            cross_rank=a.cross_rank, cross_size=a.cross_size, store_host=self.store.host, store_port=self.store.port,
+            cross_rank=a.cross_rank, cross_size=a.cross_size, store_host=self.ring_store.host, store_port=self.ring_store.port,
             store_prefix=gen.store_prefix, hosts_sequence=gen.hosts_baseline,
         ))
 
@@ -685,9 +681,10 @@ class Coordinator:
                 continue
             reason = f"host {worker.host} left the job"
             if self._is_member(worker) and gen is not None and gen.over is None:
-                if worker.elastic and worker.phase is Phase.MEMBER:
+                policy = policy_of(worker)
+                if policy.leaves_at_commit(worker):
                     continue  # leaves at its next commit, through a host update
-                if not worker.registered:
+                if not policy.rejoins(worker):
                     self._end_generation(reason, now)  # plain job: restart without the host
             self._retire(worker, reason, now)
 
@@ -795,7 +792,7 @@ class Coordinator:
     def _make_worker(self, host: str, slot: int) -> Worker:
         worker_id = f"{host}/{self._next_id}"
         self._next_id += 1
-        store = f"{self.store.host}:{self.store.port}"
+        store = f"{self.ring_store.host}:{self.ring_store.port}"
         return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, self.settings))
 
     def _maybe_request_update(self, eligible: set[str], now: float) -> None:
@@ -805,8 +802,10 @@ class Coordinator:
         if gen.over is not None or gen.update_sequence:
             return
         members = [self.workers[i] for i in gen.member_ids]
-        if not any(w.registered for w in members):
-            self._maybe_restart_plain(members, now)
+        policy = generation_policy(members)
+        if not policy.grows_in_place():
+            if not any(policy.rejoins(w) for w in members):
+                self._maybe_restart_plain(members, now)
             return
         if not all(w.elastic for w in members if w.live):
             return  # still starting up: not every member is inside hvd.elastic.run yet
@@ -850,7 +849,7 @@ class Coordinator:
     def _spawn_newcomers(self, eligible: set[str], now: float) -> None:
         """Elastic job: start workers on free slots; they join once warmed up."""
         gen = self.generation
-        if gen is None or not any(self.workers[i].elastic for i in gen.member_ids):
+        if gen is None or not generation_policy([self.workers[i] for i in gen.member_ids]).grows_in_place():
             return
         live = [w for w in self.live_workers() if not w.stopping]
         room = (self.limit if self.limit is not None else 1 << 30) - len(live)

@@ -27,7 +27,7 @@ from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.server.http_api import create_app
-from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
 from ringmaster.rendezvous.state.journal import Deposed, Journal
@@ -39,7 +39,7 @@ from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.settings import JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
 from ringmaster.rendezvous.state.url import StoreSpec
-from ringmaster.rendezvous.server.torch_store import StoreHost
+from ringmaster.rendezvous.server.torch_store import TorchStoreHost
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2
@@ -125,7 +125,7 @@ class RendezvousServer:
             _say(Kind.JOB_PREVIOUS_ENDED, prefix=prefix, outcome=restored.job.outcome[1])
             restored = None
 
-        stores = StoreHost(self.advertise)
+        ring_stores = TorchStoreHost(self.advertise)
         # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
         grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
@@ -133,7 +133,7 @@ class RendezvousServer:
         if self.address != leadership.address:
             await leadership.announce(self.address)
         coordinator = Coordinator(
-            self.settings, self.address, StoreAddress(self.bind, stores.port), stores.plain_store,
+            self.settings, self.address, RingStoreAddress(self.bind, ring_stores.port), ring_stores.plain_store,
             on_event=lambda event: log_event(log, event),
         )
         self.coordinator = coordinator

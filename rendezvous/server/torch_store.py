@@ -17,12 +17,14 @@ import torch.distributed as dist
 KEEP_PLAIN_STORES = 2
 
 
-class StoreHost:
+class TorchStoreHost:
+    """The TCPStores the rings meet on (torch.distributed's, not the rendezvous' state store)."""
+
     def __init__(self, host: str = "127.0.0.1", timeout_s: float = 300.0) -> None:
         self.host = host
         self._timeout = timedelta(seconds=timeout_s)
-        self.store = self._serve()
-        self.port = self.store.port
+        self.tcp_store = self._serve()
+        self.port = self.tcp_store.port
         self._plain: OrderedDict[int, dist.TCPStore] = OrderedDict()
 
     def _serve(self) -> dist.TCPStore:

@@ -37,6 +37,7 @@ from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
 from ringmaster.worker.agent.processes import die_with_parent
 from ringmaster import settings as defaults
+from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.settings import AgentSettings
 
@@ -114,16 +115,12 @@ class Agent:
         """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
         backoff = Backoff(self.reconnect_timeout_s)
         while not self._stop.is_set():
-            address = backoff.next_address(self.addresses)
-            if address is None:
-                self._commands.put(_LOST)
+            dialed = dial(self.addresses, backoff, self._stop)
+            if dialed is None:
+                if not self._stop.is_set():
+                    self._commands.put(_LOST)
                 return
-            channel = grpc.insecure_channel(address)
-            try:
-                grpc.channel_ready_future(channel).result(timeout=backoff.connect_timeout_s)
-            except grpc.FutureTimeoutError:
-                channel.close()
-                continue
+            address, channel = dialed
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
             self._session = session

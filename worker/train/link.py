@@ -22,6 +22,7 @@ import grpc
 from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
@@ -93,15 +94,10 @@ class RendezvousLink:
     def _open(self) -> bool:
         """Open a session with the first listed rendezvous that answers; False past the deadline."""
         while not self._closed.is_set():
-            address = self._backoff.next_address(self.addresses)
-            if address is None:
+            dialed = dial(self.addresses, self._backoff, self._closed)
+            if dialed is None:
                 return False
-            channel = grpc.insecure_channel(address)
-            try:
-                grpc.channel_ready_future(channel).result(timeout=self._backoff.connect_timeout_s)
-            except grpc.FutureTimeoutError:
-                channel.close()
-                continue
+            address, channel = dialed
             with self._cond:
                 waiting = self._waiting
             hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid(), elastic=self.elastic,

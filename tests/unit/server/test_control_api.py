@@ -14,13 +14,13 @@ from fastapi.testclient import TestClient
 from harness import free_port, wait_for
 
 from ringmaster.rendezvous.server.http_api import create_app
-from ringmaster.rendezvous.control.coordinator import Coordinator, StoreAddress
+from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.settings import JobSettings
 
 
 def test_status_reports_generation_hosts_workers_and_events() -> None:
     now = [0.0]
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", StoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     client = TestClient(create_app(coordinator, clock=lambda: now[0]))
     assert client.get("/status").json()["state"] == "starting"
@@ -37,7 +37,7 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
 
 
 def test_scale_endpoint_validates_and_applies() -> None:
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=2, max_np=4), "127.0.0.1:1", StoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=2, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
@@ -55,7 +55,7 @@ def test_scale_endpoint_validates_and_applies() -> None:
 @pytest.fixture
 def served_api():
     """The control API on a real uvicorn server on a free loopback port."""
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", StoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)

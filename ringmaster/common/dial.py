@@ -1,0 +1,27 @@
+"""Reaching the rendezvous: the first of its addresses that answers, tried in turn with
+backoff (`reconnect.Backoff`), for agents and workers alike."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+from ringmaster.common.reconnect import Backoff
+
+
+def dial(addresses: list[str], backoff: Backoff, stop: threading.Event) -> tuple[str, grpc.Channel] | None:
+    """A ready channel to the first listed address that answers, and that address. None when
+    `backoff`'s deadline passes or `stop` is set: the caller tells the two apart."""
+    while not stop.is_set():
+        address = backoff.next_address(addresses)
+        if address is None:
+            return None
+        channel = grpc.insecure_channel(address)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=backoff.connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            continue
+        return address, channel
+    return None
