@@ -5,7 +5,9 @@ given the time (`now`, monotonic seconds on the rendezvous' own clock). It does 
 it wants said to agents and workers goes into an outbox of typed effects (`effects`) that the
 server drains after every call and turns into protobuf. So every rule here is tested by calling methods with chosen times, without processes.
 
-Inputs only record facts; `settle` (and `tick`) then acts on them. The caller settles once per
+Inputs only check and record: what calls for a decision is queued as a fact (`facts`);
+`settle` (and `tick`) then decides on the facts in the order they came and reconciles the job.
+What differs between plain and elastic jobs is asked of their policies (`policies`). The caller settles once per
 batch of inputs (the gRPC layer: once per turn of its event loop), because acting looks at
 every host and worker: settling after each of the N `Ready` calls that end a generation would
 cost O(N^2), with it the whole batch costs O(N).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 import signal
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -34,6 +37,9 @@ from ringmaster.rendezvous.control.effects import (
 )
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.common.events import Event, Kind
+from ringmaster.rendezvous.control.facts import (
+    AgentConnected, AgentLost, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
+)
 from ringmaster.rendezvous.control.policies import ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
 from ringmaster.settings import JobSettings
@@ -113,6 +119,7 @@ class Coordinator:
         self.outbox: list[Effect] = []  # what the server delivers after each call
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._snapshots = job_record.Snapshots()  # so `record` rebuilds only what changed
+        self._facts: deque[Fact] = deque()  # observed by inputs, decided on by `settle`
 
     # ------------------------------------------------------------------ inputs: discovery
     def set_hosts(self, hosts: Mapping[str, int], now: float) -> None:
@@ -147,16 +154,7 @@ class Coordinator:
         record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
         self._sent_to_agents.pop(host, None)  # a new session needs the full picture
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
-        alive = set(running or ())
-        for worker in self._workers_on(host):
-            if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in alive:
-                worker.phase = Phase.EXITED
-                if self._is_member(worker) and not worker.done:
-                    self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
-                if not worker.done:
-                    self._worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now,
-                                        blame_host=False, host_lost=False)
-        self._unsettled = True
+        self._observe(AgentConnected(host, frozenset(running or ())))
 
     def agent_heartbeat(self, host: str, now: float) -> None:
         if host in self.hosts:
@@ -168,48 +166,12 @@ class Coordinator:
             return
         record.agent_connected = False
         self._sent_to_agents.pop(host, None)
-        # If its session is still open (a missed heartbeat), tell it to stop its workers.
-        self.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
-        if self.outcome is not None:
-            return
-        if not record.discovered and not any(w.live for w in self._workers_on(host)):
-            self._emit(now, Kind.HOST_LEFT, host=host)
-            self._unsettled = True
-            return
-        self._emit(now, Kind.HOST_LOST, host=host, reason=reason)
-        self._pending_cause.append(f"host {host} lost")
-        for worker in self._workers_on(host):
-            if worker.live and not worker.stopping and not worker.done:
-                self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
-            worker.phase = Phase.EXITED
-        self._blacklist_host(host, f"its agent {reason}", now, by_itself=False)
-        self._unsettled = True
+        self._observe(AgentLost(host, reason))
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
-        worker = self.workers.get(worker_id)
-        if worker is None or worker.phase is Phase.EXITED:
-            return
-        how = describe_exit(exit_code, signal_number)
-        was_live, member = worker.live, self._is_member(worker)
-        worker.phase = Phase.EXITED
-        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, stopped_by_agent, was_live, member)
-        if member and verdict.meaning is not ExitMeaning.FINISHED:
-            # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
-            self._end_generation(f"member {worker_id} on {host} {how}", now)
-        exit_fields = {"worker": worker_id, "host": host, "how": how, "exit_code": exit_code, "signal": signal_number}
-        if verdict.meaning is ExitMeaning.STOPPED:
-            self._emit(now, Kind.WORKER_STOPPED, **exit_fields)
-        elif verdict.meaning is ExitMeaning.FINISHED:
-            worker.done = True
-            self._emit(now, Kind.WORKER_FINISHED, **exit_fields)
-            self._start_finishing(now)
-        else:
-            self._emit(now, Kind.WORKER_EXITED, **exit_fields)
-            if was_live:
-                self._worker_failed(worker, how, now, blame_host=False, host_lost=False)
-            if verdict.blacklist:
-                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
-        self._unsettled = True
+        """A worker process exited (its agent's report)."""
+        if worker_id in self.workers:
+            self._observe(WorkerExited(host, worker_id, exit_code, signal_number, stopped_by_agent))
 
     # ------------------------------------------------------------------ inputs: workers
     def worker_connected(self, worker_id: str, pid: int, now: float, waiting_after: int | None = None,
@@ -238,6 +200,12 @@ class Coordinator:
         return None
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
+        """A worker's session closed."""
+        if worker_id in self.workers:
+            self._observe(SessionClosed(worker_id))
+
+    def _on_session_closed(self, fact: SessionClosed, now: float) -> None:
+        worker_id = fact.worker_id
         worker = self.workers.get(worker_id)
         if worker is None or not worker.live or worker.stopping or worker.done:
             return
@@ -271,9 +239,8 @@ class Coordinator:
             return f"worker {worker_id} is leaving the job"
         worker.elastic = worker.elastic or elastic
         self._emit(now, Kind.WORKER_READY, worker=worker_id, after_generation=after_generation, failure=failure)
-        gen = self.generation
-        if failure and gen is not None and gen.number == after_generation and gen.over is None:
-            self._end_generation(f"worker {worker_id} reported: {failure}", now)
+        if failure:
+            self._observe(GenerationFailed(worker_id, after_generation, failure))
         if worker.phase is not Phase.EXITED:
             worker.phase = Phase.READY
             worker.ready_at = now
@@ -292,8 +259,7 @@ class Coordinator:
         if warning:
             self._emit(now, Kind.WORKER_WARNING, worker=worker_id, warning=warning)
             self.summary.warnings.append(f"worker {worker_id}: {warning}")
-        self._start_finishing(now)
-        self._unsettled = True
+        self._observe(TrainingReturned(worker_id))
 
     def scale(self, np: int, now: float) -> str | None:
         """Ask for a world size of `np` workers (as slots allow). Returns why not, or None."""
@@ -364,6 +330,89 @@ class Coordinator:
             return
         self._unsettled = True
 
+    # ------------------------------------------------------------------ deciding on facts
+    def _observe(self, fact: Fact) -> None:
+        self._facts.append(fact)
+        self._unsettled = True
+
+    def _decide(self, now: float) -> None:
+        """Decide on the facts the inputs observed, in the order they came."""
+        while self._facts:
+            fact = self._facts.popleft()
+            if isinstance(fact, AgentConnected):
+                self._on_agent_connected(fact, now)
+            elif isinstance(fact, AgentLost):
+                self._on_agent_lost(fact, now)
+            elif isinstance(fact, WorkerExited):
+                self._on_worker_exited(fact, now)
+            elif isinstance(fact, SessionClosed):
+                self._on_session_closed(fact, now)
+            elif isinstance(fact, GenerationFailed):
+                gen = self.generation
+                if gen is not None and gen.number == fact.generation and gen.over is None:
+                    self._end_generation(f"worker {fact.worker_id} reported: {fact.failure}", now)
+            elif isinstance(fact, TrainingReturned):
+                self._start_finishing(now)
+
+    def _on_agent_connected(self, fact: AgentConnected, now: float) -> None:
+        """A (re)connected agent's workers that it does not run died while it was away."""
+        host = fact.host
+        for worker in self._workers_on(host):
+            if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in fact.running:
+                worker.phase = Phase.EXITED
+                if self._is_member(worker) and not worker.done:
+                    self._end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
+                if not worker.done:
+                    self._worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now,
+                                        blame_host=False, host_lost=False)
+
+    def _on_agent_lost(self, fact: AgentLost, now: float) -> None:
+        """A host that left the job said goodbye; any other lost agent is a lost host."""
+        host, reason = fact.host, fact.reason
+        record = self.hosts.get(host)
+        # If its session is still open (a missed heartbeat), tell it to stop its workers.
+        self.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
+        if self.outcome is not None or record is None:
+            return
+        if not record.discovered and not any(w.live for w in self._workers_on(host)):
+            self._emit(now, Kind.HOST_LEFT, host=host)
+            return
+        self._emit(now, Kind.HOST_LOST, host=host, reason=reason)
+        self._pending_cause.append(f"host {host} lost")
+        for worker in self._workers_on(host):
+            if worker.live and not worker.stopping and not worker.done:
+                self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
+            worker.phase = Phase.EXITED
+        self._blacklist_host(host, f"its agent {reason}", now, by_itself=False)
+
+    def _on_worker_exited(self, fact: WorkerExited, now: float) -> None:
+        """What the exit means (the job's policy), then what follows from it."""
+        host, worker_id, exit_code, signal_number = fact.host, fact.worker_id, fact.exit_code, fact.signal
+        stopped_by_agent = fact.stopped_by_agent
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.phase is Phase.EXITED:
+            return
+        how = describe_exit(exit_code, signal_number)
+        was_live, member = worker.live, self._is_member(worker)
+        worker.phase = Phase.EXITED
+        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, stopped_by_agent, was_live, member)
+        if member and verdict.meaning is not ExitMeaning.FINISHED:
+            # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
+            self._end_generation(f"member {worker_id} on {host} {how}", now)
+        exit_fields = {"worker": worker_id, "host": host, "how": how, "exit_code": exit_code, "signal": signal_number}
+        if verdict.meaning is ExitMeaning.STOPPED:
+            self._emit(now, Kind.WORKER_STOPPED, **exit_fields)
+        elif verdict.meaning is ExitMeaning.FINISHED:
+            worker.done = True
+            self._emit(now, Kind.WORKER_FINISHED, **exit_fields)
+            self._start_finishing(now)
+        else:
+            self._emit(now, Kind.WORKER_EXITED, **exit_fields)
+            if was_live:
+                self._worker_failed(worker, how, now, blame_host=False, host_lost=False)
+            if verdict.blacklist:
+                self._blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
+
     # ------------------------------------------------------------------ acting
     def settle(self, now: float) -> bool:
         """Act on the inputs recorded since the last `settle` or `tick`. False: there were none."""
@@ -383,6 +432,7 @@ class Coordinator:
         for host in self.hosts.values():
             if host.agent_connected and now - host.last_heartbeat > timeout:
                 self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s")
+        self._decide(now)  # a lost host before its workers' own silence: the host is the cause
         self._forget_departed_hosts(now)
         for worker in list(self.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
@@ -648,6 +698,7 @@ class Coordinator:
     def _reconcile(self, now: float) -> None:
         """Bring the job one step closer to what the current facts call for."""
         self._unsettled = False
+        self._decide(now)
         if self.outcome is not None:
             return
         eligible = {h.name for h in self.eligible_hosts(now)}

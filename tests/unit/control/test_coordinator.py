@@ -589,3 +589,23 @@ def test_every_event_kind_renders_and_no_field_takes_a_reserved_key() -> None:
     for kind, spec in SPECS.items():
         names = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(spec.text) if name}
         assert not names & RESERVED_FIELDS - {"generation"}, (kind, names & RESERVED_FIELDS)  # the event's own
+
+
+def test_inputs_record_facts_and_settle_decides_on_them_in_order() -> None:
+    """An input only records what it saw; the decisions (end the generation, blacklist the host)
+    are made when the coordinator settles, in the order the facts came."""
+    from ringmaster.common.events import Kind
+
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    coordinator = rig.coordinator
+    before = len(coordinator.summary.events)
+    coordinator.worker_exited("a", ids[0], 1, 0, False, rig.now)
+    coordinator.agent_disconnected("b", rig.now, "closed its connection")
+    assert len(coordinator.summary.events) == before and coordinator.generation.over is None
+    assert coordinator.drain() == []
+    assert coordinator.settle(rig.now)
+    kinds = [e.kind for e in list(coordinator.summary.events)[before:]]
+    assert kinds.index(Kind.WORKER_EXITED) < kinds.index(Kind.HOST_LOST)
+    assert Kind.GENERATION_OVER in kinds and kinds.count(Kind.HOST_BLACKLISTED) >= 1
+    assert any(isinstance(e, StopAgent) and e.host == "b" for e in coordinator.drain())

@@ -1,0 +1,64 @@
+"""What the coordinator's inputs observed, kept until it decides on them.
+
+An input method checks and records (a heartbeat's time, a worker's flags) and, where the
+observation calls for a decision, queues one of these facts; `Coordinator.settle` then decides
+on the facts in the order they came, in one place (`_decide`), before it reconciles the job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class AgentConnected:
+    """An agent opened a session, running `running` (its workers not among them are gone)."""
+
+    host: str
+    running: frozenset[str]
+
+
+@dataclass(frozen=True)
+class AgentLost:
+    """An agent's session closed, or its heartbeats or store lease ran out."""
+
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    """A worker process exited, as its agent saw it."""
+
+    host: str
+    worker_id: str
+    exit_code: int
+    signal: int
+    stopped_by_agent: bool
+
+
+@dataclass(frozen=True)
+class SessionClosed:
+    """A worker's session with the rendezvous closed (its process is most likely gone)."""
+
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class GenerationFailed:
+    """A worker reported that its generation failed (a collective, or building the ring)."""
+
+    worker_id: str
+    generation: int
+    failure: str
+
+
+@dataclass(frozen=True)
+class TrainingReturned:
+    """A worker's training function returned."""
+
+    worker_id: str
+
+
+Fact = Union[AgentConnected, AgentLost, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned]
