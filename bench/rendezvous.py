@@ -22,6 +22,7 @@ import os
 import pathlib
 import signal
 import statistics
+from typing import Any
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ class SimulatedHost:
         self.assigned = asyncio.Event()
         self.over = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.worker_call = None
+        self.worker_call: Any = None
 
     async def run_agent(self) -> None:
         async for command in self.stub.AgentSession(pb.AgentHello(host=self.name, pid=os.getpid()), wait_for_ready=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.control.effects import RunWorkers, StopAgent, WorkerEffect, WorkerLaunch
+from ringmaster.rendezvous.control.records import Generation, JobOutcome
 from ringmaster.settings import JobSettings
 
 
@@ -38,6 +39,13 @@ class Rig:
             return result
 
         return call
+
+    def gen(self) -> Generation | None:
+        """The current generation (a call: a type checker does not carry an `is None` over it)."""
+        return self.coordinator.generation
+
+    def outcome(self) -> JobOutcome | None:
+        return self.coordinator.outcome
 
     def specs(self, host: str) -> dict[str, WorkerLaunch]:
         command = self.agents[host]

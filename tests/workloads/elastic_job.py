@@ -116,7 +116,7 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1))
     lr = args.base_lr * (hvd.size() if args.lr_callback else 1)
     if args.optimizer == "adam":
-        base = torch.optim.Adam(model.parameters(), lr=lr)
+        base: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     else:
         base = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if args.optimizer == "momentum" else 0.0)
     optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())

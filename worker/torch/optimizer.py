@@ -13,7 +13,7 @@ flat buffer, each tensor combined on its own), so every worker applies the same 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 import torch
 
@@ -111,8 +111,12 @@ class _DistributedOptimizerMixin:
         return loss
 
 
+#: The wrapped optimizer's own class: `optimizer = hvd.DistributedOptimizer(optimizer)` keeps its type.
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
 def DistributedOptimizer(
-    optimizer: torch.optim.Optimizer,
+    optimizer: OptimizerT,
     named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
     compression: Any = None,
     backward_passes_per_step: int = 1,
@@ -121,7 +125,7 @@ def DistributedOptimizer(
     num_groups: int = 0,
     groups=None,
     sparse_as_dense: bool = False,
-) -> torch.optim.Optimizer:
+) -> OptimizerT:
     """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
     if op == "adasum" and backward_passes_per_step != 1:
         raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")

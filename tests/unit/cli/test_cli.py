@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,8 @@ def test_help_documents_every_flag_and_its_default() -> None:
     assert "(default: 600.0)" in text  # --elastic-timeout, as Horovod
     assert "(default: 1.0)" in text  # --discovery-interval
     assert "(default: None)" not in text
-    run = next(a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith(" run"))
+    verbs: Any = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    run = next(a for a in verbs.values() if a.prog.endswith(" run"))
     for action in run._actions:
         if action.dest not in ("help", "command"):
             assert "(default: " in action.help, f"{action.option_strings} does not state its default"

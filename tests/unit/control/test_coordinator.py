@@ -16,7 +16,7 @@ def test_first_generation_waits_for_every_agent_then_plans_ranks_in_env() -> Non
     rig = Rig(min_np=2)
     rig.set_hosts({"a": 2, "b": 2})
     rig.agent_connected("a", 11)
-    assert rig.coordinator.generation is None
+    assert rig.gen() is None
     rig.agent_connected("b", 12)
     gen = rig.coordinator.generation
     assert gen.number == 1 and len(gen.members) == 4
@@ -34,7 +34,7 @@ def test_first_generation_starts_without_a_silent_host_after_the_start_timeout()
     rig.agent_connected("a", 11)
     rig.now = 4.9
     rig.tick()
-    assert rig.coordinator.generation is None
+    assert rig.gen() is None
     rig.now = 5.0
     rig.tick()
     assert [a.host for a in rig.coordinator.generation.members] == ["a", "a"]
@@ -131,7 +131,7 @@ def test_below_min_np_fails_after_the_elastic_timeout_with_counts() -> None:
     rig.agent_disconnected("b")
     rig.now = 59
     rig.tick()
-    assert rig.coordinator.outcome is None
+    assert rig.outcome() is None
     rig.now = 61
     rig.tick()
     outcome = rig.coordinator.outcome
@@ -176,7 +176,7 @@ def test_blacklisting_below_min_np_waits_the_elastic_timeout_then_fails() -> Non
     rig.worker_disconnected(ids[0])
     rig.worker_exited("a", ids[0], 1, 0, False)
     assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
-    assert rig.coordinator.outcome is None  # b is still usable: wait for slots
+    assert rig.outcome() is None  # b is still usable: wait for slots
     rig.now = 3.5
     rig.tick()
     assert "needs at least 4 workers (--min-np) but had only 2" in rig.coordinator.outcome.message
@@ -236,7 +236,7 @@ def test_rank_zero_is_on_the_first_listed_host_whichever_agent_connects_first() 
     rig = Rig(min_np=2, max_np=2)
     rig.set_hosts({"first": 2, "second": 2})
     rig.agent_connected("second", 2)
-    assert rig.coordinator.generation is None  # second alone could hold max_np, but rank 0 belongs on first
+    assert rig.gen() is None  # second alone could hold max_np, but rank 0 belongs on first
     rig.agent_connected("first", 1)
     assert {a.host for a in rig.coordinator.generation.members} == {"first"}
     ids = [a.worker_id for a in rig.coordinator.generation.members]
@@ -260,7 +260,7 @@ def test_exit_zero_without_returning_is_not_success() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.worker_exited("b", ids[1], 0, 0, False)
-    assert rig.coordinator.outcome is None
+    assert rig.outcome() is None
     assert rig.coordinator.workers[ids[1]].failed == "exited with code 0"
     assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
     assert rig.last(ids[0], EndGeneration).generation == 1
@@ -271,7 +271,7 @@ def test_job_succeeds_when_the_training_function_returned_everywhere() -> None:
     ids = rig.start_elastic({"a": 2})
     for wid in ids:
         rig.worker_done(wid, 42)
-    assert rig.coordinator.outcome is None  # still running until they exit
+    assert rig.outcome() is None  # still running until they exit
     for wid in ids:
         rig.worker_disconnected(wid)
         rig.worker_exited("a", wid, 0, 0, False)
@@ -397,7 +397,7 @@ def test_short_generations_that_committed_steps_are_no_crash_loop() -> None:
         for newcomer in [w for w in rig.specs("a") if rig.coordinator.workers[w].phase.value == "spawning"]:
             rig.worker_connected(newcomer, 9)
             rig.worker_ready(newcomer, 0, "", True)
-        assert rig.coordinator.outcome is None, rig.coordinator.outcome
+        assert rig.outcome() is None, rig.outcome()
     assert rig.coordinator.generation.number == 6 and ids[0] in rig.coordinator.generation.member_ids
 
 

@@ -73,7 +73,7 @@ def served_api():
         thread.join(timeout=10)
 
 
-def raw_post(port: int, head: bytes, body_chunks: list[bytes] = (), timeout_s: float = 5.0) -> bytes:
+def raw_post(port: int, head: bytes, body_chunks: tuple[bytes, ...] | list[bytes] = (), timeout_s: float = 5.0) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(head)
         for chunk in body_chunks:

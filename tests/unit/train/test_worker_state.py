@@ -7,6 +7,8 @@ optimizer wrapper keeps its class; `elastic.run` returns the function's result.
 from __future__ import annotations
 
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -235,9 +237,9 @@ def test_gradients_are_reduced_through_buffers_kept_across_steps(compression) ->
     to half precision on the wire), and the fusion buffers are allocated once, not per step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 1))
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
-                                         named_parameters=model.named_parameters(),
-                                         compression=getattr(hvd.Compression, compression))
+    optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                              named_parameters=model.named_parameters(),
+                                              compression=getattr(hvd.Compression, compression))
     addresses = None
     for _ in range(3):
         optimizer.zero_grad()

@@ -15,7 +15,7 @@ keyword becomes an attribute saved, restored and broadcast as a Python object.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.profiler import record_function
@@ -258,6 +258,13 @@ class ObjectState(State):
             setattr(self, name, value)
         self._object_names = list(kwargs)
         State.save(self)
+
+    if TYPE_CHECKING:
+        # The attributes are the script's own (`TorchState(model=..., epoch=0)`): to a type
+        # checker, any attribute of the state is there.
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def _entries(self) -> dict[str, Any]:
         entries = super()._entries()
