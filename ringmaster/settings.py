@@ -43,6 +43,17 @@ DEFAULT_CRASH_LOOP_LIMIT = 5
 #: Seconds the next ring waits for the exit status of a worker whose connection closed, so that
 #: a crashed worker's host is blacklisted before the ring re-forms (one failure, one reset).
 DEFAULT_EXIT_REPORT_TIMEOUT_S = 5.0
+#: Seconds one request to the rendezvous may take (Ready, Done, a worker's exit report): it
+#: answers in milliseconds, so only a rendezvous that is gone or stopped reaches these.
+RPC_TIMEOUT_S = 30.0
+HEARTBEAT_RPC_TIMEOUT_S = 10.0
+EXIT_REPORT_RPC_TIMEOUT_S = 5.0
+#: Seconds the end of a job gives its agents, past --stop-grace, to stop their workers and exit;
+#: and agents started elsewhere (`serve`) to receive the shutdown before the server stops.
+AGENT_EXIT_GRACE_S = 5.0
+REMOTE_AGENTS_SHUTDOWN_S = 0.5
+#: Seconds `ringmaster scale` waits for the control API's answer.
+API_CLIENT_TIMEOUT_S = 10.0
 #: Durable checkpoints kept in --checkpoint-dir, and seconds between them when --checkpoint-dir
 #: is given without --checkpoint-every/-interval: the checkpoint package's own defaults.
 DEFAULT_CHECKPOINT_KEEP = DEFAULT_KEEP

@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 from ringmaster.discovery import Blacklist, CooldownRange, diff_hosts
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.control.effects import (
-    Assign, Effect, EndGeneration, EndJob, Retire, RunWorkers, StopAgent, UpdateHosts, WorkerEffect, WorkerLaunch,
+    Assign, Effect, EndGeneration, EndJob, Retire, RunWorkers, StopAgent, UpdateHosts, WorkerLaunch,
 )
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.common.events import Event, Kind

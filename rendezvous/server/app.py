@@ -14,9 +14,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-import sys
 import time
-from typing import Callable, Mapping
+from typing import Mapping
 
 import grpc
 import uvicorn
@@ -36,7 +35,7 @@ from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leaders
 from ringmaster.rendezvous.server.local_hosts import LocalHosts
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
-from ringmaster.settings import JobSettings
+from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
 from ringmaster.rendezvous.state.url import StoreSpec
 from ringmaster.rendezvous.server.torch_store import TorchStoreHost
@@ -47,6 +46,8 @@ TICK_S = 0.2
 MAX_MESSAGE_BYTES = 1 << 20
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
+#: Seconds calls in flight get when the gRPC server stops.
+GRPC_STOP_GRACE_S = 0.5
 
 
 log = logging.getLogger(logs.RENDEZVOUS)
@@ -199,7 +200,7 @@ class RendezvousServer:
                 api.should_exit = True
             if local is not None:
                 await asyncio.to_thread(local.stop_all, 0.0)
-            await grpc_server.stop(grace=0.5)
+            await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await leadership.resign()
         if deposed is not None:
             _say(Kind.LEADER_DEPOSED, reason=deposed)
@@ -210,9 +211,9 @@ class RendezvousServer:
     async def _wind_down(self, local: LocalHosts | None) -> None:
         """Give agents time to receive the shutdown and stop their workers gracefully."""
         if local is None:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(REMOTE_AGENTS_SHUTDOWN_S)
             return
-        deadline = time.monotonic() + self.settings.stop_grace_s + 5.0
+        deadline = time.monotonic() + self.settings.stop_grace_s + AGENT_EXIT_GRACE_S
         while local.agents and time.monotonic() < deadline:
             for name, proc in list(local.agents.items()):
                 if proc.poll() is not None:

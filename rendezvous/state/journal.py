@@ -13,7 +13,7 @@ training goes on (collectives do not need the rendezvous); only membership chang
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
 
 from ringmaster.common.errors import StateError
 from ringmaster.rendezvous.state import job_record

@@ -239,7 +239,7 @@ def _scale(api: str, np: int) -> int:
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=defaults.API_CLIENT_TIMEOUT_S) as response:
             print(f"ringmaster: {_answer(response.read(), 'message')}")
             return 0
     except urllib.error.HTTPError as exc:

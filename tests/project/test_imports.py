@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import pathlib
 
 import pytest
 

@@ -31,7 +31,7 @@ import grpc
 from pydantic import ValidationError
 
 from ringmaster.common import logs
-from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.common.events import Event, Kind
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
@@ -39,7 +39,7 @@ from ringmaster.worker.agent.processes import die_with_parent
 from ringmaster import settings as defaults
 from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.settings import AgentSettings
+from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
@@ -104,7 +104,7 @@ class Agent:
             self._stop.set()  # after the last exit report: the session thread then closes its channel
             if self._session is not None:
                 self._session.cancel()
-            self._reader.join(timeout=5.0)
+            self._reader.join(timeout=EXIT_REPORT_RPC_TIMEOUT_S)
         return exit_code
 
     def request_stop(self) -> None:
@@ -229,7 +229,7 @@ class Agent:
         """Report exits in order; what cannot be sent now waits for the next session."""
         while self._unsent and self._stub is not None:
             try:
-                self._stub.ReportWorkerExit(self._unsent[0], timeout=5)
+                self._stub.ReportWorkerExit(self._unsent[0], timeout=EXIT_REPORT_RPC_TIMEOUT_S)
             except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
                 return
             self._unsent.pop(0)

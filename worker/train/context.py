@@ -11,7 +11,6 @@ Without Ringmaster's environment (`python train.py` on its own) the worker is a 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from datetime import timedelta
 
@@ -62,10 +61,6 @@ class WorkerContext:
         self.commits = 0
         #: seconds of the last join: (waiting for the assignment, building the ring)
         self.last_join_s: tuple[float, float] = (0.0, 0.0)
-
-    @property
-    def standalone(self) -> bool:
-        return self.link is None
 
     # ------------------------------------------------------------ start
     def init(self) -> None:

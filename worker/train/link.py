@@ -13,7 +13,6 @@ whether the worker waits for a new generation, so the new rendezvous needs no re
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 
@@ -24,7 +23,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S
+from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
 
 #: gRPC codes that mean "the rendezvous is not there right now".
@@ -143,7 +142,7 @@ class RendezvousLink:
     def _call(self, method: str, request):
         stub = self._stub
         assert stub is not None
-        return getattr(stub, method)(request, timeout=30)
+        return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
 
     def heartbeat_now(self) -> bool:
         """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
@@ -153,7 +152,7 @@ class RendezvousLink:
             return False
         try:
             stub.WorkerHeartbeat(
-                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=10
+                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=HEARTBEAT_RPC_TIMEOUT_S
             )
             return True
         except grpc.RpcError:

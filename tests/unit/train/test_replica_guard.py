@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import pytest
 import torch
 
 import ringmaster.torch as hvd
