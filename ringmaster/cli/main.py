@@ -261,8 +261,8 @@ def _answer(raw: bytes, field: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["agent"]:  # the agent has its own flags (python -m ringmaster.worker.agent --help)
-        os.execv(sys.executable, [sys.executable, "-m", "ringmaster.worker.agent", *argv[1:]])
+    if argv[:1] == ["agent"]:  # the agent's flags are its own (ringmaster/cli/agent.py)
+        os.execv(sys.executable, [sys.executable, "-m", "ringmaster.cli.agent", *argv[1:]])
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb == "scale":

@@ -2,6 +2,6 @@
 
 import sys
 
-from ringmaster.worker.agent.daemon import main
+from ringmaster.cli.agent import main
 
 sys.exit(main())

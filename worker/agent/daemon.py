@@ -13,12 +13,10 @@ running and reconnects to the listed addresses in turn, with backoff, for up to
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,17 +26,15 @@ from dataclasses import dataclass
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
 
 import grpc
-from pydantic import ValidationError
 
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
-from ringmaster.worker.agent.processes import die_with_parent
-from ringmaster import settings as defaults
 from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.worker.agent.processes import die_with_parent
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
@@ -267,43 +263,3 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
         proc.send_signal(sig)
     except ProcessLookupError:
         pass
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ringmaster agent", description=__doc__.splitlines()[0])
-    parser.add_argument("--rendezvous", required=True,
-                        help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
-    parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
-    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
-                        help="seconds (default: %(default)s)")
-    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
-                        help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
-    parser.add_argument("--reconnect-timeout", type=float, default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
-                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
-    parser.add_argument("--die-with-parent", action="store_true",
-                        help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
-    parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
-                        help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
-    parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
-                        help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
-    args = parser.parse_args(argv)
-    logs.configure(args.log_format, args.log_level)
-    if args.die_with_parent:
-        die_with_parent(os.getppid())
-    try:
-        settings = AgentSettings(rendezvous=parse_addresses(args.rendezvous), host=args.host,
-                                 heartbeat_interval_s=args.heartbeat_interval, stop_grace_s=args.stop_grace,
-                                 reconnect_timeout_s=args.reconnect_timeout)
-    except ValidationError as exc:
-        flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
-                 "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
-        problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
-        parser.error(problems)
-    agent = Agent(settings)
-    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
-    return agent.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,64 @@
+"""`ringmaster agent`: run a host agent (`python -m ringmaster.worker.agent` is the same).
+
+Its flags come from `AgentSettings`, the one definition `ringmaster run` uses for the agents it
+starts; a bad value is named by its flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+from pydantic import ValidationError
+
+from ringmaster import settings as defaults
+from ringmaster.common import logs
+from ringmaster.common.reconnect import parse_addresses
+from ringmaster.settings import AgentSettings
+from ringmaster.worker.agent.daemon import Agent
+from ringmaster.worker.agent.processes import die_with_parent
+
+DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ringmaster agent", description=DESCRIPTION)
+    parser.add_argument("--rendezvous", required=True,
+                        help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
+    parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
+    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+                        help="seconds (default: %(default)s)")
+    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
+                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
+    parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
+                        help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
+    parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
+                        help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
+    args = parser.parse_args(argv)
+    logs.configure(args.log_format, args.log_level)
+    if args.die_with_parent:
+        die_with_parent(os.getppid())
+    try:
+        settings = AgentSettings(rendezvous=parse_addresses(args.rendezvous), host=args.host,
+                                 heartbeat_interval_s=args.heartbeat_interval, stop_grace_s=args.stop_grace,
+                                 reconnect_timeout_s=args.reconnect_timeout)
+    except ValidationError as exc:
+        flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
+                 "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
+        problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
+        parser.error(problems)
+    agent = Agent(settings)
+    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
