@@ -36,6 +36,7 @@ from ringmaster.rendezvous.control.effects import (
     Assign, Effect, EndGeneration, EndJob, Retire, RunWorkers, StopAgent, UpdateHosts, WorkerLaunch,
 )
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
+from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
@@ -175,14 +176,14 @@ class Coordinator:
 
     # ------------------------------------------------------------------ inputs: workers
     def worker_connected(self, worker_id: str, pid: int, now: float, waiting_after: int | None = None,
-                         failure: str = "", elastic: bool = False) -> str | None:
-        """A worker opened its session. Returns an error message if it is unknown or gone.
+                         failure: str = "", elastic: bool = False) -> None:
+        """A worker opened its session; `Refused` if it is unknown or gone.
         A reconnecting worker that waits for a new generation says so (`waiting_after`)."""
         worker = self.workers.get(worker_id)
         if worker is None:
-            return f"worker {worker_id!r} is not part of this job"
+            raise Refused(f"worker {worker_id!r} is not part of this job")
         if not worker.live or worker.stopping:
-            return f"worker {worker_id} is being stopped"
+            raise Refused(f"worker {worker_id} is being stopped")
         worker.registered, worker.pid, worker.last_heartbeat = True, pid, now
         self._emit(now, Kind.WORKER_CONNECTED, worker=worker_id, pid=pid)
         if worker.phase is Phase.SPAWNING:
@@ -195,9 +196,9 @@ class Coordinator:
                 self._send_assignment(worker)
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         if waiting_after is not None and not placed:
-            return self.worker_ready(worker_id, waiting_after, failure, elastic, now)
+            self.worker_ready(worker_id, waiting_after, failure, elastic, now)
+            return
         self._unsettled = True
-        return None
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
         """A worker's session closed."""
@@ -229,14 +230,14 @@ class Coordinator:
             worker.elastic = True
             self._unsettled = True
 
-    def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> str | None:
+    def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> None:
         worker = self.workers.get(worker_id)
         if worker is None:
-            return f"worker {worker_id!r} is not part of this job"
+            raise Refused(f"worker {worker_id!r} is not part of this job")
         if not worker.live:
-            return f"worker {worker_id} was already counted as failed ({worker.failed})"
+            raise Refused(f"worker {worker_id} was already counted as failed ({worker.failed})")
         if worker.stopping:
-            return f"worker {worker_id} is leaving the job"
+            raise Refused(f"worker {worker_id} is leaving the job")
         worker.elastic = worker.elastic or elastic
         self._emit(now, Kind.WORKER_READY, worker=worker_id, after_generation=after_generation, failure=failure)
         if failure:
@@ -246,7 +247,6 @@ class Coordinator:
             worker.ready_at = now
         worker.last_heartbeat = now
         self._unsettled = True
-        return None
 
     def worker_done(self, worker_id: str, commits: int, now: float, warning: str = "") -> None:
         """The worker's training function returned; `warning` is what the job's end must say."""
@@ -261,19 +261,18 @@ class Coordinator:
             self.summary.warnings.append(f"worker {worker_id}: {warning}")
         self._observe(TrainingReturned(worker_id))
 
-    def scale(self, np: int, now: float) -> str | None:
-        """Ask for a world size of `np` workers (as slots allow). Returns why not, or None."""
+    def scale(self, np: int, now: float) -> None:
+        """Ask for a world size of `np` workers (as slots allow); `Refused`, saying why, when it cannot be."""
         if self.outcome is not None:
-            return "the job has already ended"
+            raise Refused("the job has already ended")
         if np < self.settings.min_np:
-            return f"cannot scale to {np} workers: --min-np is {self.settings.min_np}"
+            raise Refused(f"cannot scale to {np} workers: --min-np is {self.settings.min_np}")
         if self.settings.max_np is not None and np > self.settings.max_np:
-            return f"cannot scale to {np} workers: --max-np is {self.settings.max_np}"
+            raise Refused(f"cannot scale to {np} workers: --max-np is {self.settings.max_np}")
         self.target_np = np
         self._emit(now, Kind.SCALE_REQUESTED, np=np)
         self._pending_cause.append(f"scaled to {np}")
         self._unsettled = True
-        return None
 
     @property
     def limit(self) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Callable
 
 import grpc
 
+from ringmaster.common.errors import Refused
 from ringmaster.discovery import host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
@@ -182,12 +183,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         notices until it leaves; a session that closes early is a failed worker, noticed at once."""
         queue: asyncio.Queue = asyncio.Queue()
         self._workers[request.worker_id] = queue
-        error = self.call(lambda now: self.coordinator.worker_connected(
-            request.worker_id, request.pid, now, request.after_generation if request.waiting else None,
-            request.failure, request.elastic))
-        if error:
+        try:
+            self.call(lambda now: self.coordinator.worker_connected(
+                request.worker_id, request.pid, now, request.after_generation if request.waiting else None,
+                request.failure, request.elastic))
+        except Refused as refused:
             del self._workers[request.worker_id]
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(refused))
         async for message in self._pump(self._workers, request.worker_id, queue,
                                         lambda m: m.HasField("job_ended") or m.HasField("retire"),
                                         self.coordinator.worker_disconnected):
@@ -196,10 +198,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
         """A worker is ready for the generation after `after_generation` (a survivor after a reset,
         or a newcomer that warmed up); `failure` says why its last generation ended, if it did."""
-        error = self.call(
-            self.coordinator.worker_ready, request.worker_id, request.after_generation, request.failure, request.elastic
-        )
-        return pb.Ack(ok=error is None, message=error or "")
+        try:
+            self.call(self.coordinator.worker_ready, request.worker_id, request.after_generation, request.failure,
+                      request.elastic)
+        except Refused as refused:
+            return pb.Ack(ok=False, message=str(refused))
+        return pb.Ack(ok=True)
 
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:
         """A worker is alive; it carries its commit count and whether it runs `hvd.elastic.run`."""

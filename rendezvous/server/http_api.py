@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.control.coordinator import Coordinator
 
@@ -128,9 +129,10 @@ def create_app(
 
     @app.post("/scale", response_model=ScaleReply)
     async def scale(request: ScaleRequest) -> ScaleReply:
-        error = call(coordinator.scale, request.np)
-        if error:
-            raise HTTPException(status_code=409, detail=error)
+        try:
+            call(coordinator.scale, request.np)
+        except Refused as refused:
+            raise HTTPException(status_code=409, detail=str(refused)) from None
         capacity = coordinator.capacity(clock())
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")

@@ -28,5 +28,10 @@ class StateError(RingmasterError):
     exit_code = 2
 
 
+class Refused(RingmasterError):
+    """A request the job cannot grant now (an unknown worker, a scale past --max-np); the message
+    says why. The rendezvous answers it on the wire; nothing changed."""
+
+
 class JobError(RingmasterError):
     """Something that ends or interrupts training in a worker (a failed peer, a reset, the job's end)."""

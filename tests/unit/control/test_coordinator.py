@@ -9,6 +9,7 @@ from ringmaster.rendezvous.control.effects import (
 )
 from ringmaster.rendezvous.control.records import Phase
 from coordinator_rig import Rig
+from ringmaster.common.errors import Refused
 from ringmaster.settings import JobSettings
 
 
@@ -50,8 +51,10 @@ def test_a_dead_worker_ends_the_generation_and_survivors_keep_their_order() -> N
         assert rig.last(wid, EndGeneration).generation == 1
     rig.worker_exited("a", ids[1], 1, 0, False)
     assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
-    # a is blacklisted: its other worker must leave; b's two workers re-form
-    for wid in (ids[0], ids[2], ids[3]):
+    # a is blacklisted: its other worker must leave (its Ready is refused); b's two workers re-form
+    with pytest.raises(Refused, match="is leaving the job"):
+        rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    for wid in (ids[2], ids[3]):
         rig.worker_ready(wid, 1, "allreduce failed", True)
     assert rig.kinds(ids[0])[-1] == Retire
     gen = rig.coordinator.generation
@@ -404,8 +407,10 @@ def test_short_generations_that_committed_steps_are_no_crash_loop() -> None:
 def test_unknown_worker_is_refused() -> None:
     rig = Rig(min_np=1)
     rig.start_elastic({"a": 1})
-    assert "not part of this job" in rig.worker_connected("ghost/1", 1)
-    assert "not part of this job" in rig.worker_ready("ghost/1", 0, "", True)
+    with pytest.raises(Refused, match="not part of this job"):
+        rig.worker_connected("ghost/1", 1)
+    with pytest.raises(Refused, match="not part of this job"):
+        rig.worker_ready("ghost/1", 0, "", True)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -434,9 +439,11 @@ def test_phases_follow_the_lifecycle() -> None:
 def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
     rig = Rig(min_np=1, max_np=8)
     ids = rig.start_elastic({"a": 2, "b": 2})
-    assert rig.scale(9) == "cannot scale to 9 workers: --max-np is 8"
-    assert rig.scale(0) == "cannot scale to 0 workers: --min-np is 1"
-    assert rig.scale(2) is None
+    with pytest.raises(Refused, match="cannot scale to 9 workers: --max-np is 8"):
+        rig.scale(9)
+    with pytest.raises(Refused, match="cannot scale to 0 workers: --min-np is 1"):
+        rig.scale(0)
+    rig.scale(2)
     assert rig.last(ids[0], UpdateHosts).reason == "scaling down to 2 workers"
     for wid in ids:
         rig.worker_ready(wid, 1, "", True)
@@ -445,7 +452,7 @@ def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
     for wid in ids[2:]:
         rig.worker_exited("b", wid, 0, 0, False)
     assert rig.specs("b") == {}  # no newcomer fills the freed slots
-    assert rig.scale(3) is None
+    rig.scale(3)
     (newcomer,) = rig.specs("b")
     rig.worker_connected(newcomer, 9)
     rig.worker_ready(newcomer, 0, "", True)
