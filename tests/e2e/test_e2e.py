@@ -159,6 +159,11 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         # Adasum of parallel vectors is their mean, pairwise up the tree: ((1, 2) -> 1.5, (1.5, 3)) -> 2.25
         assert result["adasum"] == [pytest.approx(2.25), pytest.approx(4.5)]
         assert result["adasum_delta"] == [[pytest.approx(2.25)] * 3]
+        # gradients went out in buckets while backward ran, and reduce to the plain average
+        buckets = result["buckets"]
+        assert buckets["buckets"] >= 4 and buckets["in_flight_after_backward"] >= 2, buckets
+        assert buckets["matches_1"] and buckets["matches_2"] and buckets["unused_grads"] == [0.0, 0.0], buckets
+        assert result["grouped"] == [[3.0], [3, 3]]
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1
     # state sync moves only what differs, and leaves every rank with rank 0's commit
@@ -248,3 +253,21 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
     assert_every_sample_once(logs, 5)
     assert_ranks_agree(logs)
     assert not job.events("state.rolled_back")
+
+
+def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(run_job, tmp_path) -> None:
+    """A worker dies inside backward while its later layers' gradient buckets are already being
+    reduced: the survivors' wait fails fast, the step is dropped with its gradients (none is
+    left half-reduced for the next optimizer step), and the ring re-forms without its host."""
+    log_dir = tmp_path / "log"
+    job = run_job("--min-np", "2", "-H", "hostA:2,hostB:1", *FAST, *elastic_job(log_dir, epochs=2, samples=48),
+                  "--die-in-backward-at", "5", env={"HOROVOD_FUSION_THRESHOLD": "64"})
+    assert job.wait(180) == 0, job.output
+    logs = read_logs(log_dir)
+    (dying,) = events(logs, "dying")
+    assert dying["in_flight"] >= 1, dying  # buckets were out when it died
+    resets = events(logs, "reset")
+    assert len(resets) == 2 and all(r["grads_cleared"] for r in resets), resets
+    assert job.events("worker.exited", exit_code=1) and job.events("generation.formed", number=2, size=2)
+    assert_ranks_agree(logs)
+    assert_every_sample_once(logs, 2)

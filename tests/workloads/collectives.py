@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import torch
 
@@ -34,6 +35,36 @@ def check_state_sync(rank: int) -> dict:
     run("one-newcomer", newcomer if rank == 2 else same)
     run("objects-only", dict(same, epoch=rank + 10))  # same tensors, other objects
     run("all-differ", {"model": {"w": torch.full((4,), float(rank))}, "epoch": rank, "optimizer": {"state": {rank: torch.ones(1)}}})
+    return seen
+
+
+def check_buckets(rank: int, size: int) -> dict:
+    """Gradients reduced in buckets while backward runs (a tiny fusion threshold: several
+    buckets), checked against a plain average of every gradient; an unused branch's parameters
+    count as zeros; gradient_predivide_factor changes nothing but the order of the scaling."""
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = "64"  # bytes: each layer's weight is a bucket of its own
+    torch.manual_seed(0)
+    # Buckets follow the reverse order of the parameters: the unused branch, declared first, is
+    # in the last bucket, which goes out at step(); the body's buckets go out during backward.
+    model = torch.nn.ModuleDict({"unused": torch.nn.Linear(2, 2),
+                                 "body": torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))})
+    seen: dict = {}
+    for predivide in (1.0, 2.0):
+        optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                                  named_parameters=model.named_parameters(),
+                                                  gradient_predivide_factor=predivide)
+        optimizer.zero_grad()
+        x = torch.full((3, 4), float(rank + 1))
+        model["body"](x).pow(2).sum().backward()
+        seen.setdefault("buckets", len(optimizer._hvd_buckets.buckets))
+        seen.setdefault("in_flight_after_backward", optimizer._hvd_buckets.in_flight)
+        local = {n: p.grad.clone() for n, p in model["body"].named_parameters()}
+        expected = {n: hvd.allreduce(g) for n, g in local.items()}  # after the buckets, on every rank
+        optimizer.step()
+        seen[f"matches_{predivide:g}"] = all(torch.allclose(p.grad, expected[n], atol=1e-6)
+                                             for n, p in model["body"].named_parameters())
+        seen["unused_grads"] = [p.grad.abs().sum().item() for p in model["unused"].parameters()]
+    del os.environ["HOROVOD_FUSION_THRESHOLD"]
     return seen
 
 
@@ -85,6 +116,9 @@ def main() -> None:
     adasum.step()
     result["adasum_delta"] = (before - model.weight.detach()).tolist()
     result["adasum_weights"] = model.weight.detach().tolist()
+    result["buckets"] = check_buckets(rank, size)
+    result["grouped"] = [t.tolist() for t in hvd.grouped_allreduce([torch.tensor([float(rank)]), torch.tensor([rank, 1])],
+                                                                    op=hvd.Sum)]
     result["sync"] = check_state_sync(rank)
     if "--cuda" in sys.argv:
         result["cuda_sum"] = hvd.allreduce(torch.tensor([float(rank + 1)], device="cuda"), op=hvd.Sum).cpu().tolist()

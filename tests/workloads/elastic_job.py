@@ -93,6 +93,9 @@ def main() -> None:
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
                              "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
     parser.add_argument("--hidden", type=int, default=8, help="width of the model's hidden layer")
+    parser.add_argument("--die-in-backward-at", type=int, default=None, metavar="STEP",
+                        help="the last rank of generation 1 exits (code 1) inside backward at this step, after the "
+                             "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD)")
     parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
     args = parser.parse_args()
 
@@ -144,9 +147,19 @@ def main() -> None:
         if args.skew_callback:
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * (1 + 0.01 * hvd.rank())
-        log(event="reset", size=hvd.size(), rank=hvd.rank())
+        log(event="reset", size=hvd.size(), rank=hvd.rank(),
+            grads_cleared=all(p.grad is None for p in model.parameters()))
 
     state.register_reset_callbacks([on_reset])
+
+    if args.die_in_backward_at is not None:
+        def die_mid_backward(param: torch.Tensor) -> None:  # the first layer's gradient comes last
+            generation = hvd.context().assignment.generation
+            if generation == 1 and hvd.rank() == hvd.size() - 1 and state.step + 1 == args.die_in_backward_at:
+                log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight)
+                os._exit(1)
+        first_layer: Any = model[0]
+        first_layer.weight.register_post_accumulate_grad_hook(die_mid_backward)
 
     def full_loss() -> float:
         with torch.no_grad():

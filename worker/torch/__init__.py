@@ -17,7 +17,7 @@ from ringmaster.torch.basics import (
 )
 from ringmaster.torch.collectives import (
     allgather, allgather_object, allreduce, allreduce_, barrier, broadcast, broadcast_, broadcast_object,
-    broadcast_optimizer_state, broadcast_parameters, join,
+    broadcast_optimizer_state, broadcast_parameters, grouped_allreduce, grouped_allreduce_, join,
 )
 from ringmaster.torch.compression import Compression
 from ringmaster.torch.optimizer import DistributedOptimizer
@@ -29,6 +29,7 @@ __all__ = [
     "Average", "Sum", "Min", "Max", "Adasum", "Compression", "DistributedOptimizer", "HorovodInternalError",
     "HostsUpdatedInterrupt", "WorkersFailedError", "allgather", "allgather_object", "allreduce", "allreduce_",
     "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
-    "cross_rank", "cross_size", "elastic", "init", "is_initialized", "join", "local_rank", "local_size", "rank",
+    "context", "cross_rank", "cross_size", "elastic", "gloo_enabled", "grouped_allreduce", "grouped_allreduce_",
+    "init", "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "nccl_built", "rank",
     "shutdown", "size",
 ]

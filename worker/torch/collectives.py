@@ -60,6 +60,28 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     return compression.decompress(compressed, ctx)
 
 
+def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None, name: str | None = None,
+                       op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """Reduce a list of tensors in place as one group (Horovod's `grouped_allreduce_`): one flat
+    buffer per device and dtype, one collective each, instead of one per tensor."""
+    op = _resolve_op(op, average)
+    for group in flat.by_kind(tensors):
+        packed = flat.pack(group)
+        allreduce_(packed, op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+        flat.unpack(packed, group)
+    return tensors
+
+
+def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None, name: str | None = None,
+                      op: str | None = None, compression: Any = Compression.none, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """The reductions of a list of tensors, as new tensors (the inputs are left alone)."""
+    outputs = [t.detach().clone() for t in tensors]
+    if compression is not Compression.none:
+        return [allreduce(t, average, name, op, compression, prescale_factor, postscale_factor) for t in tensors]
+    return grouped_allreduce_(outputs, average, name, op, prescale_factor, postscale_factor)
+
+
 def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
     """Concatenate every worker's `tensor` along dimension 0 (first dimensions may differ)."""
     comm = context().communicator()

@@ -1,9 +1,11 @@
 """`hvd.DistributedOptimizer`: average gradients across workers before each step.
 
 As in Horovod, the wrapper is an instance of the wrapped optimizer's own class (so LR
-schedulers and `isinstance` keep working) sharing its state. Gradients are reduced as one flat
-buffer per dtype at `step()` (or `synchronize()`); with `backward_passes_per_step=k` the user
-calls `step()` once per k backward passes and the accumulated gradients are reduced once.
+schedulers and `isinstance` keep working) sharing its state. Gradients are reduced in buckets
+while backward runs (`buckets`: a hook per parameter, buckets of up to HOROVOD_FUSION_THRESHOLD
+bytes); `step()` (or `synchronize()`) waits for them. With `backward_passes_per_step=k` the
+user calls `step()` once per k backward passes and the accumulated gradients are reduced once.
+A compressor of the user's own (no `wire_dtype`) is applied as given, at `step()`.
 
 With `op=hvd.Adasum` it works as Horovod's Adasum optimizer: each worker takes its optimizer
 step on its own gradients, and the parameter deltas are combined with Adasum (one gather of a
@@ -18,7 +20,8 @@ from typing import Any, Iterable, TypeVar
 import torch
 
 from ringmaster.torch import adasum
-from ringmaster.torch.basics import Sum, context, size
+from ringmaster.torch.basics import context, size
+from ringmaster.torch.buckets import GradientBuckets, fusion_threshold, take_over
 from ringmaster.torch.collectives import allreduce_
 from ringmaster.torch.compression import Compression
 from ringmaster.worker.train import flat as flat_buffers
@@ -30,7 +33,8 @@ class _DistributedOptimizerMixin:
     _hvd_params: list[torch.Tensor]
     _hvd_synchronized: bool
     _hvd_should_sync: bool
-    _hvd_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor]
+    _hvd_buckets: GradientBuckets | None
+    _hvd_predivide: float
     backward_passes_per_step: int
 
     def synchronize(self) -> None:
@@ -38,35 +42,12 @@ class _DistributedOptimizerMixin:
         if self._hvd_op == "adasum":
             self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
             return
-        grads = [p.grad for p in self._hvd_params if p.grad is not None]
-        wire_dtype = getattr(self._hvd_compression, "wire_dtype", None)
-        for group in flat_buffers.by_kind(grads):
-            if wire_dtype is None:  # a compressor of the user's own: its compress/decompress, as given
+        if self._hvd_buckets is not None:
+            self._hvd_buckets.synchronize()  # most buckets went out during backward already
+        else:  # a compressor of the user's own: its compress/decompress, as given, at step()
+            for group in flat_buffers.by_kind([p.grad for p in self._hvd_params if p.grad is not None]):
                 self._reduce_with(group)
-            else:
-                self._reduce_fused(group, wire_dtype(group[0].dtype))
         self._hvd_synchronized = True
-
-    def _reduce_fused(self, group: list[torch.Tensor], wire: torch.dtype) -> None:
-        """Pack into a buffer kept across steps (no fresh memory, so no page faults), cast into
-        a kept wire buffer if compressing, sum across workers in place, and write each gradient
-        back with the averaging folded into that copy: one pass over the bytes each way."""
-        total = sum(g.numel() for g in group)
-        flat = flat_buffers.pack(group, out=self._hvd_buffer(group[0].device, group[0].dtype, total))
-        sent = flat
-        if wire != flat.dtype:
-            sent = self._hvd_buffer(flat.device, wire, total)
-            sent.copy_(flat)
-        allreduce_(sent, op=Sum)
-        flat_buffers.unpack(sent, group, 1.0 / size() if self._hvd_op == "average" else 1.0)
-
-    def _hvd_buffer(self, device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
-        key = (device, dtype)
-        buffer = self._hvd_buffers.get(key)
-        if buffer is None or buffer.numel() != numel:
-            buffer = torch.empty(numel, dtype=dtype, device=device)
-            self._hvd_buffers[key] = buffer
-        return buffer
 
     def _reduce_with(self, group: list[torch.Tensor]) -> None:
         flat, ctx = self._hvd_compression.compress(flat_buffers.pack(group))
@@ -129,6 +110,9 @@ def DistributedOptimizer(
     """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
     if op == "adasum" and backward_passes_per_step != 1:
         raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")
+    if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op != "average"):
+        raise ValueError(f"gradient_predivide_factor must be positive and needs op=hvd.Average, got "
+                         f"{gradient_predivide_factor} with op={op!r}")
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     if named_parameters is not None:
@@ -147,6 +131,18 @@ def DistributedOptimizer(
     wrapped._hvd_params = params
     wrapped._hvd_synchronized = False
     wrapped._hvd_should_sync = True
-    wrapped._hvd_buffers = {}  # (device, dtype) -> fusion buffer kept across steps
     wrapped.backward_passes_per_step = backward_passes_per_step
+    wrapped._hvd_predivide = gradient_predivide_factor
+    wrapped._hvd_buckets = None
+    wire_dtype = getattr(wrapped._hvd_compression, "wire_dtype", None)
+    if op == "adasum" or wire_dtype is None:
+        take_over([p for p in params if p.requires_grad], None)  # reduced at step(): no other optimizer's hooks
+    else:
+        average = op == "average"
+        wrapped._hvd_buckets = GradientBuckets(
+            [p for p in params if p.requires_grad], fusion_threshold(), backward_passes_per_step, wire_dtype,
+            lambda: context().communicator(),
+            prescale=lambda: 1.0 / gradient_predivide_factor if average else 1.0,
+            postscale=lambda: gradient_predivide_factor / size() if average else 1.0,
+        )
     return wrapped

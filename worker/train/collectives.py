@@ -47,12 +47,13 @@ class Communicator:
         self.generation = generation
         self.link = link
         self.timeout_s = timeout_s
-        self._pending: torch.futures.Future | None = None  # the collective last issued
+        self._in_flight: list[torch.futures.Future] = []  # issued, not known to be done
 
     @property
     def idle(self) -> bool:
         """No collective is in flight, so the group can be destroyed without blocking."""
-        return self._pending is None or self._pending.done()
+        self._in_flight = [f for f in self._in_flight if not f.done()]
+        return not self._in_flight
 
     # ------------------------------------------------------------ collectives (in place)
     def allreduce_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> torch.Tensor:
@@ -61,6 +62,16 @@ class Communicator:
             options.reduceOp = op
             self._wait(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce")
         return tensor
+
+    def allreduce_async_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> "Pending":
+        """Start reducing `tensor` in place and return at once; `Pending.wait()` waits for it, as
+        boundedly as every other collective. Collectives started this way go out in the order
+        they are started, which must be the same on every rank."""
+        if self.size == 1:
+            return Pending(self, None, "allreduce")
+        options = dist.AllreduceOptions()
+        options.reduceOp = op
+        return Pending(self, self._issue(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce"), "allreduce")
 
     def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
         if self.size > 1:
@@ -106,18 +117,31 @@ class Communicator:
 
     # ------------------------------------------------------------ bounded wait
     def _wait(self, issue: Callable[[], dist.Work], what: str) -> None:
+        self._await(self._issue(issue, what), what)
+
+    def _issue(self, issue: Callable[[], dist.Work], what: str) -> torch.futures.Future:
+        """Start a collective (unless the generation is already over); its future."""
+        if self.link is not None:
+            self._raise_if_over(what)
+        try:
+            future = _future_of(issue())
+        except RuntimeError as exc:
+            raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
+        self._in_flight.append(future)
+        return future
+
+    def _await(self, future: torch.futures.Future, what: str) -> None:
+        """Wait for a started collective, together with the generation-over signal and the
+        deadline; HorovodInternalError when it fails or cannot finish."""
         if self.link is None:
-            issue().wait()
+            try:
+                future.wait()
+            except RuntimeError as exc:
+                raise HorovodInternalError(f"{what} failed: {_first_line(exc)}") from exc
             return
-        self._raise_if_over(what)
         done = threading.Event()
         self.link.add_waiter(done)
         try:
-            try:
-                future = _future_of(issue())
-            except RuntimeError as exc:
-                raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
-            self._pending = future
             future.add_done_callback(lambda _: done.set())
             if not _wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
                 raise HorovodInternalError(
@@ -136,6 +160,22 @@ class Communicator:
         reason = self.link.generation_over(self.generation)
         if reason:
             raise HorovodInternalError(f"{what} aborted: generation {self.generation} is over ({reason})")
+
+
+class Pending:
+    """A collective started with `Communicator.*_async_`; `wait()` once before using its tensor."""
+
+    def __init__(self, comm: Communicator, future: torch.futures.Future | None, what: str) -> None:
+        self.comm = comm
+        self.future = future
+        self.what = what
+
+    def wait(self) -> None:
+        if self.future is not None:
+            self.comm._await(self.future, self.what)
+
+    def done(self) -> bool:
+        return self.future is None or self.future.done()
 
 
 def build_process_group(

@@ -249,9 +249,11 @@ def test_gradients_are_reduced_through_buffers_kept_across_steps(compression) ->
         for p, e in zip(model.parameters(), expected):
             want = e.half().float() if compression == "fp16" else e
             assert torch.equal(p.grad, want)
-        now = sorted(b.data_ptr() for b in optimizer._hvd_buffers.values())
+        buckets = optimizer._hvd_buckets.buckets
+        now = sorted({t.data_ptr() for b in buckets for t in (b.buffer, b.wire)})
         assert addresses is None or now == addresses
         addresses = now
+    assert len(buckets) == 1  # 4 small tensors: one bucket under the 64 MiB fusion threshold
     assert len(addresses) == (2 if compression == "fp16" else 1)  # float32 pack (+ float16 wire)
     with optimizer.skip_synchronize():
         optimizer.step()

@@ -1,0 +1,58 @@
+"""Bucket planning and the fusion threshold (pure), and the hooks in a job of one: gradients are
+handed over while backward runs, and a second backward pass before step() is refused as Horovod
+refuses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import ringmaster.torch as hvd
+from ringmaster.torch.buckets import DEFAULT_FUSION_THRESHOLD_BYTES, fusion_threshold, plan_buckets
+
+
+def test_buckets_follow_reverse_order_split_by_kind_and_threshold() -> None:
+    a, b, c = torch.zeros(4), torch.zeros(4), torch.zeros(4)  # 16 bytes each
+    half = torch.zeros(4, dtype=torch.float16)
+    assert [[id(t) for t in g] for g in plan_buckets([a, b, c], 32)] == [[id(c), id(b)], [id(a)]]
+    assert [[id(t) for t in g] for g in plan_buckets([a, half, b], 1 << 20)] == [[id(b), id(a)], [id(half)]]
+    assert len(plan_buckets([a, b, c], 0)) == 3  # 0: no fusion, one tensor per bucket
+    big = torch.zeros(100)
+    assert [len(g) for g in plan_buckets([a, big, b], 32)] == [1, 1, 1]  # too big: a bucket of its own
+
+
+def test_the_fusion_threshold_comes_from_the_environment() -> None:
+    assert fusion_threshold({}) == DEFAULT_FUSION_THRESHOLD_BYTES == 64 * 1024 * 1024
+    assert fusion_threshold({"HOROVOD_FUSION_THRESHOLD": "1024"}) == 1024
+    assert fusion_threshold({"RINGMASTER_FUSION_THRESHOLD": "0", "HOROVOD_FUSION_THRESHOLD": "9"}) == 0
+    with pytest.raises(ValueError, match="HOROVOD_FUSION_THRESHOLD='64MB' is not a number of bytes"):
+        fusion_threshold({"HOROVOD_FUSION_THRESHOLD": "64MB"})
+
+
+def test_hooks_hand_gradients_over_during_backward(alone) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                              named_parameters=model.named_parameters())
+    model(torch.ones(2, 3)).sum().backward()
+    assert optimizer._hvd_buckets.in_flight == len(optimizer._hvd_buckets.buckets)  # all handed over already
+    expected = [p.grad.clone() for p in model.parameters()]
+    optimizer.synchronize()
+    assert optimizer._hvd_buckets.in_flight == 0
+    assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))  # a job of one: unchanged
+    with optimizer.skip_synchronize():
+        optimizer.step()
+    model(torch.ones(2, 3)).sum().backward()
+    with pytest.raises(RuntimeError, match="backward_passes_per_step is 1: pass backward_passes_per_step=2"):
+        model(torch.ones(2, 3)).sum().backward()
+
+
+def test_the_newest_optimizer_of_a_parameter_hears_its_gradients(alone) -> None:
+    model = torch.nn.Linear(3, 1)
+    first: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    second: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), backward_passes_per_step=2)
+    model(torch.ones(1, 3)).sum().backward()
+    model(torch.ones(1, 3)).sum().backward()  # the first optimizer (k=1) no longer counts these
+    assert first._hvd_buckets.in_flight == 0 and second._hvd_buckets.in_flight == 1
+    second.step()

@@ -1,0 +1,211 @@
+"""Gradient buckets reduced while backward runs: Horovod's tensor fusion and DDP's buckets.
+
+Parameters are split into buckets (per device and dtype, in reverse order of the model's
+parameters, as their gradients tend to become ready; each at most the fusion threshold in
+bytes). A hook after each gradient's accumulation marks it ready; when every gradient of a
+bucket is ready, the bucket is packed into a buffer kept across steps (cast into a kept wire
+buffer when compressing) and its allreduce starts while backward goes on. Buckets start in one
+fixed order on every rank (a ready bucket waits for the ones before it), as the rings require.
+`synchronize()` starts what is left (a parameter without a gradient this step counts as zeros,
+as in Horovod), waits for every bucket in order and writes the averages back, the division
+folded into that copy.
+
+With `backward_passes_per_step=k`, a gradient counts as ready on its k-th accumulation only.
+A failed collective (a peer died) clears the whole step, gradients included, before the error
+reaches `hvd.elastic.run`: nothing half-reduced is left behind to be applied after the rollback.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ringmaster.worker.train import flat
+from ringmaster.worker.train.collectives import Pending
+from ringmaster.worker.train.errors import HorovodInternalError
+
+#: Horovod's default fusion threshold: 64 MiB per bucket.
+DEFAULT_FUSION_THRESHOLD_BYTES = 64 * 1024 * 1024
+#: Environment variables that set it (bytes; 0: one bucket per tensor, no fusion).
+FUSION_THRESHOLD_ENV = ("RINGMASTER_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD")
+#: The attribute by which a parameter knows the buckets that hear its gradients.
+_OWNER = "_ringmaster_buckets"
+
+
+def fusion_threshold(environ: dict[str, str] | None = None) -> int:
+    """The bucket size in bytes from the environment (RINGMASTER_ first, then HOROVOD_)."""
+    env = os.environ if environ is None else environ
+    for name in FUSION_THRESHOLD_ENV:
+        value = env.get(name)
+        if value:
+            try:
+                threshold = int(value)
+            except ValueError:
+                raise ValueError(f"{name}={value!r} is not a number of bytes; e.g. {name}=67108864 (64 MiB)") from None
+            if threshold < 0:
+                raise ValueError(f"{name}={value!r} must be 0 (no fusion) or a positive number of bytes")
+            return threshold
+    return DEFAULT_FUSION_THRESHOLD_BYTES
+
+
+def plan_buckets(params: list[torch.Tensor], threshold_bytes: int) -> list[list[torch.Tensor]]:
+    """Parameters in buckets: reverse order, one (device, dtype) per bucket, at most
+    `threshold_bytes` each (a larger tensor is a bucket of its own). Pure, and the same on every
+    rank that has the same model."""
+    buckets: list[list[torch.Tensor]] = []
+    open_bucket: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[int]]] = {}
+    for p in reversed(params):
+        key = (p.device, p.dtype)
+        nbytes = p.numel() * p.element_size()
+        current = open_bucket.get(key)
+        if current is None or (current[0] and current[1][0] + nbytes > threshold_bytes):
+            current = ([], [0])
+            open_bucket[key] = current
+            buckets.append(current[0])
+        current[0].append(p)
+        current[1][0] += nbytes
+    return buckets
+
+
+def take_over(params: list[torch.Tensor], owner: "GradientBuckets | None") -> None:
+    """One DistributedOptimizer per parameter hears its gradients: the newest. An older one's
+    hooks are removed (it still reduces everything at its `synchronize()`)."""
+    for p in params:
+        previous = getattr(p, _OWNER, None)
+        old = previous() if previous is not None else None
+        if old is not None and old is not owner:
+            old.remove()
+        setattr(p, _OWNER, weakref.ref(owner) if owner is not None else None)
+
+
+@dataclass
+class _Bucket:
+    params: list[torch.Tensor]
+    ready: int = 0
+    pending: Pending | None = None
+    buffer: torch.Tensor | None = None  # packed gradients, kept across steps
+    wire: torch.Tensor | None = None  # what travels (the buffer itself, or a cast copy)
+    grads: list[torch.Tensor] = field(default_factory=list)
+
+
+class GradientBuckets:
+    """The buckets of one DistributedOptimizer and their state within the current step.
+
+    `start(wire, communicator, prescale)` and `scale()` come from the optimizer: the wire dtype
+    for a gradient dtype (compression), the ring to reduce on, and the factors of the average."""
+
+    def __init__(self, params: list[torch.Tensor], threshold_bytes: int, passes_per_step: int,
+                 wire_dtype: Callable[[torch.dtype], torch.dtype], communicator: Callable[[], Any],
+                 prescale: Callable[[], float], postscale: Callable[[], float]) -> None:
+        self.buckets = [_Bucket(group) for group in plan_buckets(params, threshold_bytes)]
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self._passes: dict[int, int] = {}
+        self.passes_per_step = passes_per_step
+        self._wire_dtype = wire_dtype
+        self._communicator = communicator
+        self._prescale = prescale
+        self._postscale = postscale
+        self._next = 0  # the first bucket not started yet: buckets start in order
+        self._generation: int | None = None  # the ring this step's buckets went out on
+        take_over(params, self)
+        self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in params]
+
+    # ------------------------------------------------------------ during backward
+    def _grad_ready(self, param: torch.Tensor) -> None:
+        if self._generation is not None and self._communicator().generation != self._generation:
+            self._reset()  # a reset happened mid-step (another collective failed): start over
+        bucket = self._bucket_of[id(param)]
+        passes = self._passes.get(id(param), 0) + 1
+        self._passes[id(param)] = passes
+        if passes > self.passes_per_step:
+            raise RuntimeError(
+                f"gradients were computed {passes} times before step() but backward_passes_per_step is "
+                f"{self.passes_per_step}: pass backward_passes_per_step={passes} to accumulate them locally"
+            )
+        if passes != self.passes_per_step:
+            return  # accumulating locally: only the k-th backward pass communicates
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            self._start_ready()
+
+    def _start_ready(self) -> None:
+        while self._next < len(self.buckets) and self.buckets[self._next].ready == len(self.buckets[self._next].params):
+            self._start(self.buckets[self._next])
+            self._next += 1
+
+    def _start(self, bucket: _Bucket) -> None:
+        try:
+            grads = []
+            for p in bucket.params:
+                if p.grad is None:  # unused this step: zeros, as Horovod reduces them
+                    p.grad = torch.zeros_like(p)
+                elif p.grad.is_sparse:
+                    p.grad = p.grad.to_dense()
+                grads.append(p.grad)
+            total = sum(g.numel() for g in grads)
+            if bucket.buffer is None or bucket.buffer.numel() != total:
+                bucket.buffer = torch.empty(total, dtype=grads[0].dtype, device=grads[0].device)
+                wire = self._wire_dtype(grads[0].dtype)
+                bucket.wire = bucket.buffer if wire == bucket.buffer.dtype else torch.empty(total, dtype=wire, device=grads[0].device)
+            assert bucket.wire is not None
+            flat.pack(grads, out=bucket.buffer)
+            prescale = self._prescale()
+            if bucket.wire is not bucket.buffer:
+                torch.mul(bucket.buffer, prescale, out=bucket.wire) if prescale != 1.0 else bucket.wire.copy_(bucket.buffer)
+            elif prescale != 1.0:
+                bucket.wire.mul_(prescale)
+            bucket.grads = grads
+            comm = self._communicator()
+            self._generation = comm.generation
+            bucket.pending = comm.allreduce_async_(bucket.wire)
+        except HorovodInternalError:
+            self.clear()
+            raise
+
+    # ------------------------------------------------------------ at step()
+    def synchronize(self) -> None:
+        """Start what is left, wait for every bucket in order, write the results back."""
+        try:
+            for bucket in self.buckets[self._next:]:
+                bucket.ready = len(bucket.params)
+            self._start_ready()
+            postscale = self._postscale()
+            for bucket in self.buckets:
+                assert bucket.pending is not None and bucket.wire is not None
+                bucket.pending.wait()
+                flat.unpack(bucket.wire, bucket.grads, postscale)
+        except HorovodInternalError:
+            self.clear()
+            raise
+        self._reset()
+
+    def clear(self) -> None:
+        """A collective failed: forget the step and its gradients (after the rollback the
+        script computes them again), so nothing half-reduced can be applied."""
+        for bucket in self.buckets:
+            for p in bucket.params:
+                p.grad = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._passes.clear()
+        self._next = 0
+        self._generation = None
+        for bucket in self.buckets:
+            bucket.ready, bucket.pending, bucket.grads = 0, None, []
+
+    @property
+    def in_flight(self) -> int:
+        """Buckets started and not yet written back."""
+        return sum(1 for b in self.buckets if b.pending is not None)
+
+    def remove(self) -> None:
+        """Stop hearing gradients (another DistributedOptimizer took the parameters): from here
+        on every bucket goes out at `synchronize()`."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
