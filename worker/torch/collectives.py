@@ -44,6 +44,10 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
     return tensor
 
 
+#: A new tensor larger than two of these is copied and reduced in chunks of this size, pipelined.
+PIPELINE_CHUNK_BYTES = 4 << 20
+
+
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
               compression: Any = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduce `tensor` across all workers and return the result (the input is left alone)."""
@@ -51,10 +55,25 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     if compression is Compression.none and op in (Average, Sum) and tensor.is_floating_point():
         # The copy the result needs is made with every scale folded in (one pass), then summed
         # in place: no second pass to average, as `all_reduce` on a tensor of one's own.
-        size = context().communicator().size
-        scale = prescale_factor * postscale_factor / (size if op == Average else 1)
-        out = torch.mul(tensor.detach(), scale) if scale != 1.0 else tensor.detach().clone()
-        return allreduce_(out, op=Sum)
+        comm = context().communicator()
+        scale = prescale_factor * postscale_factor / (comm.size if op == Average else 1)
+        source = tensor.detach()
+        if comm.size == 1 or source.numel() * source.element_size() < 2 * PIPELINE_CHUNK_BYTES:
+            out = torch.mul(source, scale) if scale != 1.0 else source.clone()
+            return allreduce_(out, op=Sum)
+        # A large tensor: the copy (and its first touch of fresh memory) of each chunk overlaps
+        # the reduction of the chunks before it, instead of all of it coming first.
+        out = torch.empty_like(source, memory_format=torch.contiguous_format)
+        flat_source, flat_out = source.reshape(-1), out.view(-1)
+        step = max(1, PIPELINE_CHUNK_BYTES // source.element_size())
+        pending = []
+        for start in range(0, flat_out.numel(), step):
+            chunk = flat_out[start:start + step]
+            torch.mul(flat_source[start:start + step], scale, out=chunk)
+            pending.append(comm.allreduce_async_(chunk))
+        for work in pending:
+            work.wait()
+        return out
     compressed, ctx = compression.compress(tensor.detach().clone())
     allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)
     return compression.decompress(compressed, ctx)
