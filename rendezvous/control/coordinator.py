@@ -696,6 +696,10 @@ class Coordinator:
     # ------------------------------------------------------------------ reconcile
     def _reconcile(self, now: float) -> None:
         """Bring the job one step closer to what the current facts call for."""
+        if self._first_discovery_at is None:
+            # Neither discovered nor resumed yet (an agent's hello can come first): deciding now
+            # would tell that agent to run nothing and stop the workers a resumed job still has.
+            return
         self._unsettled = False
         self._decide(now)
         if self.outcome is not None:

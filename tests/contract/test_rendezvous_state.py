@@ -112,6 +112,13 @@ def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     new.now += 1
     new.tick()
     assert all(w.live for w in (new.coordinator.workers[ids[0]], new.coordinator.workers[ids[2]]))
+    # An agent whose hello reaches the new rendezvous before the job is resumed from the store
+    # is told nothing until then: its workers keep running.
+    early = Rig(min_np=2, max_np=8)
+    early.agent_connected("a", 100, running=list(rig.specs("a")))
+    assert "a" not in early.agents
+    early.resume(job_record.read_job(rig.coordinator.record()))
+    assert set(early.specs("a")) == set(rig.specs("a"))
     # Workers that die while the rendezvous was away are known when their agent reconnects.
     later = Rig(min_np=1, max_np=8)
     later.resume(job_record.read_job(new.coordinator.record()))
