@@ -167,7 +167,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
     Kind.RING_JOINED: Spec(_I, "joined generation {generation} as rank {rank} of {size}: waited {waited_ms:.0f} ms for "
                                "the ring, built it in {built_ms:.0f} ms, synced state in {sync_ms:.0f} ms, reset "
-                               "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms"),
+                               "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms (rank 0's commit went to "
+                               "{synced_to:ranks})"),
     Kind.RING_JOIN_FAILED: Spec(_W, "could not join generation {generation}: {error}"),
     Kind.ROLLED_BACK: Spec(_W, "rolled back to commit {commit} after: {failure}"),
     Kind.REPLICAS_DIVERGED: Spec(_W, "replica guard: in generation {generation} the live state differs from rank 0's "
@@ -191,7 +192,7 @@ SPECS: dict[Kind, Spec] = {
 class _TextFormatter(string.Formatter):
     """str.format with a few specs for the shapes events carry: `hosts` ({a: 2} -> "a:2"),
     `list`, `paren` (" (x)" or nothing), `cooldown` ("for 2.0 s" or "permanently"),
-    `repeats` (" (N more like it ...)" or nothing), `lost` (" (N more lost ...)" or nothing)."""
+    `repeats` (" (N more like it ...)" or nothing), `ranks` ("ranks 1, 2" or "no rank"), `lost` (" (N more lost ...)" or nothing)."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if format_spec == "hosts":
@@ -202,6 +203,8 @@ class _TextFormatter(string.Formatter):
             return f" ({value})" if value else ""
         if format_spec == "cooldown":
             return "permanently" if value is None or value == math.inf else f"for {value:.1f} s"
+        if format_spec == "ranks":
+            return ("ranks " + ", ".join(str(v) for v in value)) if value else "no rank"
         if format_spec == "lost":
             return f" ({value} more lost to restarts without a checkpoint)" if value else ""
         if format_spec == "repeats":

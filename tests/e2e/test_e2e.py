@@ -82,6 +82,9 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     assert_ranks_agree(logs)  # newcomers started from rank 0's parameters
     newcomer_sync = [r for r in events(logs, "synced") if r["worker"].startswith("hostB")]
     assert newcomer_sync and newcomer_sync[0]["step"] > 0
+    # the sync event says who got rank 0's commit: the two newcomers (ranks 2, 3), nobody else
+    (rank0_joined,) = [e for e in job.events("ring.joined", generation=2) if e["rank"] == 0]
+    assert rank0_joined["synced_to"] == [2, 3], rank0_joined
     assert job.events("worker.stopped", worker="hostA/1", host="hostA", exit_code=0, signal=0)  # left by itself
     assert not job.events("state.rolled_back")  # scaling never rolls back
     assert job.events("discovery.failed")

@@ -69,9 +69,11 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
     replica guard. `reset` says this worker went through a reset (it rejoined)."""
     started = time.perf_counter()
     after_reset = reset
+    sent_to: list[int] = []
     if not skip_sync:
         with record_function("ringmaster.sync"):
-            after_reset = state.sync_committed(after_reset=reset).after_reset
+            plan = state.sync_committed(after_reset=reset)
+            after_reset, sent_to = plan.after_reset, sorted(set(plan.skeleton_to) | set(plan.tensors_to))
     synced = time.perf_counter()
     with record_function("ringmaster.reset_callbacks"):
         if after_reset:
@@ -88,7 +90,7 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
         generation = _generation(context)
         say(Kind.RING_JOINED, generation, rank=rank, size=size, waited_ms=waited * 1e3,
             built_ms=built * 1e3, sync_ms=(synced - started) * 1e3, callbacks_ms=(checked - synced) * 1e3,
-            check_ms=(done - checked) * 1e3)
+            check_ms=(done - checked) * 1e3, synced_to=sent_to)
 
 
 def _generation(context: WorkerContext) -> int:
