@@ -30,6 +30,9 @@ from ringmaster.worker.train.errors import HorovodInternalError
 
 #: Horovod's default fusion threshold: 64 MiB per bucket.
 DEFAULT_FUSION_THRESHOLD_BYTES = 64 * 1024 * 1024
+#: The first bucket of each kind is at most this big (DDP's first bucket is 1 MB too): the
+#: gradients ready first go out while backward computes the rest.
+FIRST_BUCKET_BYTES = 1 << 20
 #: Environment variables that set it (bytes; 0: one bucket per tensor, no fusion).
 FUSION_THRESHOLD_ENV = ("RINGMASTER_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD")
 #: The attribute by which a parameter knows the buckets that hear its gradients.
@@ -52,17 +55,23 @@ def fusion_threshold(environ: dict[str, str] | None = None) -> int:
     return DEFAULT_FUSION_THRESHOLD_BYTES
 
 
-def plan_buckets(params: list[torch.Tensor], threshold_bytes: int) -> list[list[torch.Tensor]]:
+def plan_buckets(params: list[torch.Tensor], threshold_bytes: int,
+                 first_bytes: int = FIRST_BUCKET_BYTES) -> list[list[torch.Tensor]]:
     """Parameters in buckets: reverse order, one (device, dtype) per bucket, at most
-    `threshold_bytes` each (a larger tensor is a bucket of its own). Pure, and the same on every
-    rank that has the same model."""
+    `threshold_bytes` each, the first of each kind at most `first_bytes` (so communication
+    starts soon after backward does; a larger tensor is a bucket of its own). Pure, and the same
+    on every rank that has the same model."""
     buckets: list[list[torch.Tensor]] = []
+    started: set[tuple[torch.device, torch.dtype]] = set()
     open_bucket: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[int]]] = {}
     for p in reversed(params):
         key = (p.device, p.dtype)
         nbytes = p.numel() * p.element_size()
         current = open_bucket.get(key)
-        if current is None or (current[0] and current[1][0] + nbytes > threshold_bytes):
+        cap = threshold_bytes if key in started else min(threshold_bytes, first_bytes)
+        if current is None or (current[0] and current[1][0] + nbytes > cap):
+            if current is not None:
+                started.add(key)
             current = ([], [0])
             open_bucket[key] = current
             buckets.append(current[0])
