@@ -32,3 +32,4 @@ def test_collectives_with_an_nccl_ring(run_job, tmp_path) -> None:
     assert job.wait(300) == 0, job.output
     result = json.loads((tmp_path / "0.json").read_text())
     assert result["cuda_sum"] == [float(n * (n + 1) / 2)]
+    assert result["cuda_buckets"] is True  # gradient buckets reduced over NCCL during backward

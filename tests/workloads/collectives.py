@@ -68,6 +68,22 @@ def check_buckets(rank: int, size: int) -> dict:
     return seen
 
 
+def check_cuda_buckets(rank: int) -> bool:
+    """The same bucketed reduction on CUDA tensors (NCCL ring): equal to a plain average."""
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = "4096"
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda()
+    optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                              named_parameters=model.named_parameters())
+    optimizer.zero_grad()
+    model(torch.full((4, 64), float(rank + 1), device="cuda")).pow(2).sum().backward()
+    expected = [hvd.allreduce(p.grad.clone()) for p in model.parameters()]
+    optimizer.step()
+    del os.environ["HOROVOD_FUSION_THRESHOLD"]
+    return all(torch.allclose(p.grad, e, atol=1e-5) for p, e in zip(model.parameters(), expected))
+
+
 def main() -> None:
     out = sys.argv[1]
     hvd.init()
@@ -122,6 +138,7 @@ def main() -> None:
     result["sync"] = check_state_sync(rank)
     if "--cuda" in sys.argv:
         result["cuda_sum"] = hvd.allreduce(torch.tensor([float(rank + 1)], device="cuda"), op=hvd.Sum).cpu().tolist()
+        result["cuda_buckets"] = check_cuda_buckets(rank)
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
         json.dump(result, f)
 
