@@ -632,11 +632,8 @@ class Coordinator:
         gen = self.generation
         assert gen is not None
         a = next(m for m in gen.members if m.worker_id == worker.worker_id)
-        self.outbox.append(Assign(
-            worker.worker_id, gen.number, rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
-            cross_rank=a.cross_rank, cross_size=a.cross_size, store_host=self.ring_store.host, store_port=self.ring_store.port,
-            store_prefix=gen.store_prefix, hosts_sequence=gen.hosts_baseline,
-        ))
+        self.outbox.append(Assign(a, gen.number, store_host=self.ring_store.host, store_port=self.ring_store.port,
+                                  store_prefix=gen.store_prefix, hosts_sequence=gen.hosts_baseline))
 
     def _retire(self, worker: Worker, reason: str, now: float) -> None:
         if worker.stopping:

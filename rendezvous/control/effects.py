@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
+from ringmaster.rendezvous.control.assignment import RankAssignment
+
 
 @dataclass(frozen=True)
 class WorkerLaunch:
@@ -41,20 +43,19 @@ class StopAgent:
 # ---------------------------------------------------------------------- to workers
 @dataclass(frozen=True)
 class Assign:
-    """A worker's place in a formed generation and where its ring meets."""
+    """A worker's place in a formed generation (its ranks, as `assign_ranks` gave them) and
+    where its ring meets."""
 
-    worker_id: str
+    place: RankAssignment
     generation: int
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
     store_host: str
     store_port: int
     store_prefix: str
     hosts_sequence: int
+
+    @property
+    def worker_id(self) -> str:
+        return self.place.worker_id
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ def agent_command(effect: AgentEffect) -> pb.AgentCommand:
 
 def worker_event(effect: WorkerEffect) -> pb.WorkerEvent:
     if isinstance(effect, Assign):
+        a = effect.place
         return pb.WorkerEvent(assignment=pb.Assignment(
-            generation=effect.generation, rank=effect.rank, size=effect.size, local_rank=effect.local_rank,
-            local_size=effect.local_size, cross_rank=effect.cross_rank, cross_size=effect.cross_size,
+            generation=effect.generation, rank=a.rank, size=a.size, local_rank=a.local_rank,
+            local_size=a.local_size, cross_rank=a.cross_rank, cross_size=a.cross_size,
             store_host=effect.store_host, store_port=effect.store_port, store_prefix=effect.store_prefix,
             hosts_sequence=effect.hosts_sequence,
         ))

@@ -34,7 +34,6 @@ class _DistributedOptimizerMixin:
     _hvd_synchronized: bool
     _hvd_should_sync: bool
     _hvd_buckets: GradientBuckets | None
-    _hvd_predivide: float
     backward_passes_per_step: int
 
     def synchronize(self) -> None:
@@ -132,7 +131,6 @@ def DistributedOptimizer(
     wrapped._hvd_synchronized = False
     wrapped._hvd_should_sync = True
     wrapped.backward_passes_per_step = backward_passes_per_step
-    wrapped._hvd_predivide = gradient_predivide_factor
     wrapped._hvd_buckets = None
     wire_dtype = getattr(wrapped._hvd_compression, "wire_dtype", None)
     if op == "adasum" or wire_dtype is None:

@@ -174,9 +174,6 @@ class Pending:
         if self.future is not None:
             self.comm._await(self.future, self.what)
 
-    def done(self) -> bool:
-        return self.future is None or self.future.done()
-
 
 def build_process_group(
     store: dist.Store, prefix: str, rank: int, size: int, timeout_s: float, backend: str,

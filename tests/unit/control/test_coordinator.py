@@ -60,7 +60,7 @@ def test_a_dead_worker_ends_the_generation_and_survivors_keep_their_order() -> N
     gen = rig.coordinator.generation
     assert gen.number == 2
     assert [a.worker_id for a in gen.members] == [ids[2], ids[3]]
-    assert rig.last(ids[2], Assign).rank == 0
+    assert rig.last(ids[2], Assign).place.rank == 0
     assert rig.coordinator.summary.resets == 1
 
 
