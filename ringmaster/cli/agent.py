@@ -19,7 +19,7 @@ from ringmaster.common import logs
 from ringmaster.common.reconnect import parse_addresses
 from ringmaster.settings import AgentSettings
 from ringmaster.worker.agent.daemon import Agent
-from ringmaster.worker.agent.processes import die_with_parent
+from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                  "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
-    agent = Agent(settings)
+    agent = Agent(settings, on_stopping=exit_if_stuck)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     return agent.run()

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
 
@@ -58,7 +59,9 @@ class _Child:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: AgentSettings, on_stopping: Callable[[float], None] | None = None) -> None:
+        """`on_stopping(bound_s)` is called once the agent begins to stop: the stop should take
+        at most `bound_s` seconds (the CLI arms an exit watchdog with it)."""
         self.addresses = list(settings.rendezvous)
         self.host = settings.host
         self.heartbeat_interval_s = settings.heartbeat_interval_s
@@ -73,11 +76,26 @@ class Agent:
         self._stop = threading.Event()
         self._stub: pb_grpc.RendezvousStub | None = None
         self._session = None
+        self._channel: grpc.Channel | None = None
+        self._retired: queue.Queue = queue.Queue()  # (channel, close after): lost sessions' channels
+        self._on_stopping = on_stopping
         self._reader = threading.Thread(target=self._read_sessions, daemon=True)
+        self._heartbeater = threading.Thread(target=self._heartbeat, daemon=True)
+
+    @property
+    def _last_call_s(self) -> float:
+        """The longest a call already started on a channel can still run."""
+        return max(self.heartbeat_interval_s * 5, EXIT_REPORT_RPC_TIMEOUT_S) + 1.0
+
+    @property
+    def stop_bound_s(self) -> float:
+        """The longest a stop may take: the workers' grace, a late exit report, the heartbeat
+        and session threads' last calls, and a margin."""
+        return self.stop_grace_s + 1.0 + 2 * EXIT_REPORT_RPC_TIMEOUT_S + self._last_call_s + 10.0
 
     def run(self) -> int:
         self._reader.start()
-        threading.Thread(target=self._heartbeat, daemon=True).start()
+        self._heartbeater.start()
         exit_code = 0
         try:
             while True:
@@ -95,13 +113,38 @@ class Agent:
                         break
                     self._apply(command.workers)
                 self._reap()
+                self._close_retired()
         finally:
+            if self._on_stopping is not None:
+                self._on_stopping(self.stop_bound_s)
             self._stop_all()
-            self._stop.set()  # after the last exit report: the session thread then closes its channel
-            if self._session is not None:
-                self._session.cancel()
-            self._reader.join(timeout=EXIT_REPORT_RPC_TIMEOUT_S)
+            self._close()
         return exit_code
+
+    def _close(self) -> None:
+        """End the session from this one thread, once no other thread uses its channel: closing a
+        gRPC channel while another thread has a call on it can deadlock the process."""
+        self._stop.set()  # after the last exit report
+        session = self._session
+        if session is not None:
+            session.cancel()  # wakes the session thread if it still reads
+        self._heartbeater.join(timeout=self._last_call_s)
+        self._reader.join(timeout=EXIT_REPORT_RPC_TIMEOUT_S)
+        self._stub = None
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()  # an open channel can hold up the interpreter's exit
+        self._close_retired(everything=True)
+
+    def _close_retired(self, everything: bool = False) -> None:
+        """Close lost sessions' channels whose last calls are over (all of them when stopping)."""
+        now = time.monotonic()
+        while not self._retired.empty():
+            channel, close_after = self._retired.queue[0]
+            if not everything and close_after > now:
+                return
+            self._retired.get()
+            channel.close()
 
     def request_stop(self) -> None:
         self._commands.put(pb.AgentCommand(shutdown=True, reason="agent interrupted"))
@@ -117,6 +160,7 @@ class Agent:
                     self._commands.put(_LOST)
                 return
             address, channel = dialed
+            self._channel = channel
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
             self._session = session
@@ -136,17 +180,17 @@ class Agent:
                     say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=exc.details())
                     self._commands.put(_REFUSED)
                     session.cancel()
-                    channel.close()
-                    return
+                    return  # the main thread closes the channel
             if not over and not self._stop.is_set() and self._stub is stub:
                 say(self.host, Kind.AGENT_LOST_RENDEZVOUS, address=address)
-            if over:
-                self._stop.wait()  # the main thread still reports its workers' exits on this channel
+            if over or self._stop.is_set():
+                return  # the main thread still reports its workers' exits on this channel, then closes it
             self._stub = None
             session.cancel()
-            channel.close()  # an open channel can hold up the interpreter's exit
-            if over:
-                return
+            self._channel = None
+            # Lost: the next dial opens a new channel. Another thread may still have a call on
+            # this one, so the main thread closes it once those calls have timed out.
+            self._retired.put((channel, time.monotonic() + self._last_call_s))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):

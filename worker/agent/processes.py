@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 
@@ -21,3 +22,14 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         return
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(1)
+
+
+def exit_if_stuck(bound_s: float) -> None:
+    """Make this process exit (code 1) if it is still alive `bound_s` seconds from now.
+
+    For a daemon that has begun to stop: a library deadlocked in a thread (gRPC can deadlock
+    while closing a channel) must not keep a host's agent, and the job waiting on it, alive
+    forever. faulthandler's watchdog is a C thread that needs no GIL, so it fires even when
+    Python is stuck; it prints every thread's stack first, so the hang shows where it was.
+    """
+    faulthandler.dump_traceback_later(bound_s, exit=True)
