@@ -12,13 +12,16 @@ import hashlib
 import json
 import os
 import pathlib
+import pickle
+import re
 import shutil
 from typing import Any, BinaryIO, Callable
 
 import torch
 from pydantic import ValidationError
 
-from ringmaster.checkpoint.manifest import FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest
+from ringmaster.checkpoint.manifest import (FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest,
+                                            UntrustedCheckpointError)
 from ringmaster.checkpoint.policy import DEFAULT_KEEP
 
 _PREFIX = "step-"
@@ -109,21 +112,50 @@ class CheckpointDirectory:
                 raise CheckpointError(f"{name} does not match its SHA-256 in the manifest (corrupted)")
         return manifest
 
-    def load_newest(self, report: Callable[[str], None]) -> tuple[Manifest, Any] | None:
+    def load_newest(self, report: Callable[[str], None], trusted: bool = False) -> tuple[Manifest, Any] | None:
         """The newest checkpoint that verifies, loaded; every one skipped on the way is reported
-        with its reason. None when there is none."""
+        with its reason. None when there is none.
+
+        A checkpoint is data: it is loaded with `weights_only=True` (tensors, containers, numbers,
+        strings), which runs no code whatever the file holds; the checksums catch accidents, not
+        forgeries. A file that needs more (objects of the script's own classes, numpy arrays) is
+        refused with `UntrustedCheckpointError`, never skipped for an older one: those were
+        written by the same script and a fresh start would prune them. `trusted=True` (the
+        `--checkpoint-trusted` flag) loads full pickles, for folders only the job can write.
+        """
         for folder in self.checkpoints():
             try:
                 manifest = self.verify(folder)
-                tree = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=False)
+                tree = _load_state(folder / STATE_NAME, trusted)
             except CheckpointError as exc:
                 report(f"checkpoint {folder} skipped: {exc}; trying the one before")
                 continue
+            except UntrustedCheckpointError:
+                raise
             except Exception as exc:  # a file that verifies but does not load: still skip it
                 report(f"checkpoint {folder} skipped: it does not load ({type(exc).__name__}: {exc}); trying the one before")
                 continue
             return manifest, tree
         return None
+
+
+def _load_state(path: pathlib.Path, trusted: bool) -> Any:
+    if trusted:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        named = _UNSUPPORTED.search(str(exc))
+        what = f"an object of {named.group(1)}" if named else "objects other than tensors and plain containers"
+        raise UntrustedCheckpointError(
+            f"{path} holds {what}; loading it would run code from the file, so it is refused. "
+            "Keep only tensors, numbers, strings, lists and dicts in the state, or, if only this job can "
+            "write that folder, pass --checkpoint-trusted (RINGMASTER_CHECKPOINT_TRUSTED=1) to load it in full"
+        ) from None
+
+
+#: How torch names the global a weights-only load refused.
+_UNSUPPORTED = re.compile(r"unsupported (?:global: )?GLOBAL ([\w.]+)", re.IGNORECASE)
 
 
 def read_manifest(folder: pathlib.Path) -> Manifest:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ringmaster.common.errors import RingmasterError
+from ringmaster.common.errors import JobError, RingmasterError
 
 #: Identifies Ringmaster checkpoints; anything else in the folder is left alone.
 FORMAT = "ringmaster-checkpoint"
 #: Bumped when the layout changes; a newer version is refused with a message, never misread.
 VERSION = 1
 MANIFEST_NAME = "manifest.json"
-#: The state itself, a `torch.save` file: `torch.load(path, weights_only=False)["model"]`.
+#: The state itself, a `torch.save` file: `torch.load(path, weights_only=True)["model"]`.
 STATE_NAME = "state.pt"
 
 
@@ -41,3 +41,8 @@ class Manifest(BaseModel):
 
 class CheckpointError(RingmasterError):
     """A checkpoint that cannot be used, and why."""
+
+
+class UntrustedCheckpointError(JobError):
+    """The newest checkpoint holds objects that only a full unpickle could rebuild, and the job
+    did not say the folder is trusted. The worker stops: starting over would prune the folder."""

@@ -89,6 +89,9 @@ class JobSettings(BaseModel):
     checkpoint_every: Optional[int] = Field(None, ge=1, description="write a checkpoint every N commits")
     checkpoint_interval_s: Optional[float] = Field(None, gt=0, description="or every T seconds")
     checkpoint_keep: int = Field(DEFAULT_CHECKPOINT_KEEP, ge=1)
+    checkpoint_trusted: bool = Field(
+        False, description="load checkpoints as full pickles (objects of any class): only for a folder that nobody "
+                           "but the job can write; False: tensors, numbers, strings and containers only")
 
     @model_validator(mode="after")
     def _check(self) -> "JobSettings":

@@ -25,6 +25,8 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
     if settings.checkpoint_dir:
         env[env_names.CHECKPOINT_DIR] = settings.checkpoint_dir
         env[env_names.CHECKPOINT_KEEP] = str(settings.checkpoint_keep)
+        if settings.checkpoint_trusted:
+            env[env_names.CHECKPOINT_TRUSTED] = "1"
         if settings.checkpoint_every is not None:
             env[env_names.CHECKPOINT_EVERY] = str(settings.checkpoint_every)
         if settings.checkpoint_interval_s is not None:

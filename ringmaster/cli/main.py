@@ -89,6 +89,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"write a checkpoint every S seconds (default: {defaults.DEFAULT_CHECKPOINT_INTERVAL_S:g} without --checkpoint-every)")
     parser.add_argument("--checkpoint-keep", type=int, default=defaults.DEFAULT_CHECKPOINT_KEEP, metavar="K",
                         help="checkpoints kept on disk (default: %(default)s)")
+    parser.add_argument("--checkpoint-trusted", action="store_true",
+                        help="load checkpoints that hold objects of any class (a full unpickle, which runs code from the "
+                             "file): only for a folder nobody but this job can write (default: tensors, numbers, strings, "
+                             "lists and dicts only)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
                              "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]' (list every member of an etcd cluster: when one "
@@ -163,6 +167,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
             checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_keep=args.checkpoint_keep,
+            checkpoint_trusted=args.checkpoint_trusted,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None

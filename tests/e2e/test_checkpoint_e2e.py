@@ -181,3 +181,34 @@ def test_a_checkpoint_folder_of_another_model_stops_the_job_naming_it(run_job, t
     assert "does not fit this model: model.0.weight has shape [8, 4] float32 in the checkpoint and [16, 4] float32 here" \
         in other.output
     assert not other.events("generation.formed", number=2)  # stopped, not restarted over and over
+
+
+class _Planted:
+    """What a hostile neighbour writes into a checkpoint: unpickling it runs a command."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_checkpoint_runs_no_code_and_stops_the_job_naming_it(run_job, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    first = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
+                    *elastic_job(tmp_path / "log1", epochs=1, samples=16))
+    assert first.wait(180) == 0, first.output
+    # A newer checkpoint with a matching manifest (checksums prove nothing about who wrote it).
+    marker = tmp_path / "code-ran"
+    directory = CheckpointDirectory(ckpt)
+    good = directory.checkpoints()[0]
+    tree = torch.load(good / STATE_NAME, weights_only=True)
+    tree["extra"] = _Planted(marker)
+    step = newest_step(ckpt) + 1
+    directory.write(tree, step, 2, 1, 0.0)
+    again = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, *elastic_job(tmp_path / "log2", epochs=1, samples=16))
+    assert again.wait(180) == 1, again.output
+    assert not marker.exists()
+    assert "holds an object of posix.system" in again.output and "--checkpoint-trusted" in again.output
+    assert not again.events("generation.formed", number=2)  # stopped, not restarted over and over
+    assert (ckpt / f"step-{step:012d}").is_dir() and good.is_dir()  # nothing pruned

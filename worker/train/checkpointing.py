@@ -26,10 +26,11 @@ FINAL_WRITE_TIMEOUT_S = 600.0
 
 class Checkpointing:
     def __init__(self, directory: CheckpointDirectory, policy: CheckpointPolicy, report: Callable[[str], None],
-                 report_load: Callable[[str], None] | None = None) -> None:
+                 report_load: Callable[[str], None] | None = None, trusted: bool = False) -> None:
         """`report` hears of writes that failed; `report_load` (default: `report`) of checkpoints
-        skipped when resuming."""
+        skipped when resuming. `trusted`: load full pickles (see `CheckpointDirectory.load_newest`)."""
         self.directory = directory
+        self.trusted = trusted
         self.policy = policy
         self.report = report
         self.report_load = report_load or report
@@ -46,7 +47,8 @@ class Checkpointing:
             every = int(env[env_names.CHECKPOINT_EVERY]) if env.get(env_names.CHECKPOINT_EVERY) else None
             interval = float(env[env_names.CHECKPOINT_INTERVAL]) if env.get(env_names.CHECKPOINT_INTERVAL) else None
             keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_KEEP)
-            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load)
+            trusted = env.get(env_names.CHECKPOINT_TRUSTED, "") == "1"
+            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load, trusted)
         except ValueError as exc:
             raise ValueError(f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}") from None
 
@@ -59,7 +61,7 @@ class Checkpointing:
             self.policy.written(step, now)
 
     def load_newest(self) -> tuple[Manifest, Any] | None:
-        found = self.directory.load_newest(self.report_load)
+        found = self.directory.load_newest(self.report_load, self.trusted)
         if found is None and self.directory.checkpoints():
             self.report_load(f"no usable checkpoint in {self.directory.path}: starting from the initial state")
         return found

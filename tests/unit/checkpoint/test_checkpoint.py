@@ -10,17 +10,19 @@ import pathlib
 import threading
 from collections import OrderedDict
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.checkpoint.directory import CheckpointDirectory
-from ringmaster.checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError
+from ringmaster.checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError, UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, CheckpointPolicy
 from ringmaster.checkpoint.tree import TensorRef, flatten, has_plain_leaves, skeleton_digest, unflatten
 from ringmaster.checkpoint.writer import BackgroundWriter
+from ringmaster.worker.train.checkpointing import Checkpointing
 
 # ---------------------------------------------------------------- tree
 
@@ -298,3 +300,36 @@ def test_writer_does_not_block_the_caller_for_the_write(tmp_path) -> None:
     assert writer.busy and not writer.submit(snapshot, 2, 1, 1)
     release.set()
     assert writer.flush(60) and writer.written == [1]
+
+
+class _RunsCode:
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_is_loaded_as_data_and_a_planted_one_runs_nothing(tmp_path) -> None:
+    directory = CheckpointDirectory(tmp_path / "ckpt")
+    write_some(directory, [3])
+    marker = tmp_path / "ran"
+    directory.write({"model": {"w": torch.zeros(2)}, "evil": _RunsCode(marker)}, 4, 2, 1, 0.0)
+    with pytest.raises(UntrustedCheckpointError, match=r"holds an object of posix\.system.*--checkpoint-trusted"):
+        directory.load_newest(lambda line: None)
+    assert not marker.exists()  # and the older one was not silently used instead
+
+
+def test_a_trusted_folder_loads_objects_of_any_class(tmp_path) -> None:
+    directory = CheckpointDirectory(tmp_path)
+    directory.write({"model": {"w": torch.ones(2)}, "rng": np.arange(3)}, 5, 1, 1, 0.0)
+    with pytest.raises(UntrustedCheckpointError, match="numpy"):
+        directory.load_newest(lambda line: None)
+    found = directory.load_newest(lambda line: None, trusted=True)
+    assert found is not None and found[0].step == 5 and list(found[1]["rng"]) == [0, 1, 2]
+
+
+def test_trust_comes_from_the_job_environment(tmp_path) -> None:
+    env = {"RINGMASTER_CHECKPOINT_DIR": str(tmp_path)}
+    assert not Checkpointing.from_environ(print, env).trusted
+    assert Checkpointing.from_environ(print, {**env, "RINGMASTER_CHECKPOINT_TRUSTED": "1"}).trusted
