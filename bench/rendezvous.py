@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
-from harness import free_port, wait_for  # noqa: E402
+from harness import SECRET, free_port, wait_for  # noqa: E402
+from ringmaster.common.secret import TOKEN_KEY, make_token  # noqa: E402
 from ringmaster.proto import ringmaster_pb2 as pb  # noqa: E402
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -48,6 +49,11 @@ def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Pop
          "--start-timeout", "120", *extra, "python", "-c", "pass"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
+
+
+def signed(method: str) -> list[tuple[str, str]]:
+    """Metadata proving the job secret for one call of `method` (the simulated hosts are the job's)."""
+    return [(TOKEN_KEY, make_token(SECRET, f"/ringmaster.v1.Rendezvous/{method}", time.time())[0])]
 
 
 class SimulatedHost:
@@ -63,7 +69,8 @@ class SimulatedHost:
         self.worker_call: Any = None
 
     async def run_agent(self) -> None:
-        async for command in self.stub.AgentSession(pb.AgentHello(host=self.name, pid=os.getpid()), wait_for_ready=True):
+        async for command in self.stub.AgentSession(pb.AgentHello(host=self.name, pid=os.getpid()), wait_for_ready=True,
+                                                 metadata=signed("AgentSession")):
             for spec in command.workers:
                 if self.worker_id is None:
                     self.worker_id = spec.worker_id
@@ -71,8 +78,10 @@ class SimulatedHost:
 
     async def run_worker(self) -> None:
         assert self.worker_id is not None
-        self.worker_call = self.stub.WorkerSession(pb.WorkerHello(worker_id=self.worker_id, host=self.name, pid=os.getpid()))
-        await self.stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=self.worker_id, elastic=True))
+        self.worker_call = self.stub.WorkerSession(pb.WorkerHello(worker_id=self.worker_id, host=self.name, pid=os.getpid()),
+                                                   metadata=signed("WorkerSession"))
+        await self.stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=self.worker_id, elastic=True),
+                                        metadata=signed("WorkerHeartbeat"))
         try:
             async for event in self.worker_call:
                 kind = event.WhichOneof("event")
@@ -82,14 +91,16 @@ class SimulatedHost:
                 elif kind == "generation_over" and event.generation_over.generation == self.generation:
                     self.over.set()
                     await self.stub.Ready(pb.ReadyRequest(worker_id=self.worker_id, after_generation=self.generation,
-                                                          failure="peer died", elastic=True))
+                                                          failure="peer died", elastic=True),
+                                         metadata=signed("Ready"))
         except grpc.aio.AioRpcError:
             pass
 
     async def die(self) -> None:
         assert self.worker_call is not None and self.worker_id is not None
         self.worker_call.cancel()
-        await self.stub.ReportWorkerExit(pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9))
+        await self.stub.ReportWorkerExit(pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9),
+                                         metadata=signed("ReportWorkerExit"))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -42,7 +42,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness import ROOT, WORKLOADS, Job, discovery_script, events, free_port, read_logs, wait_for, write_hosts
+from harness import API_HEADERS, ROOT, WORKLOADS, Job, discovery_script, events, free_port, read_logs, wait_for, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 MEMORY_KINDS = ("kill_worker", "kill_host", "stop_worker", "add_host", "remove_host", "scale_down", "scale_up")
@@ -293,7 +293,7 @@ class ChaosRun:
     def _scale(self, np: int) -> None:
         assert self.job is not None and self.job.api_url is not None
         request = urllib.request.Request(f"{self.job.api_url}/scale", data=json.dumps({"np": np}).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         headers=API_HEADERS)
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 

@@ -20,8 +20,16 @@ import time
 import urllib.request
 from typing import Callable, TypeVar
 
+from ringmaster.common.secret import SECRET_ENV, generate_secret
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
+# One job secret for every job the tests start (in the environment, which `serve`, `agent` and
+# `scale` read, and which each process started here inherits).
+os.environ.setdefault(SECRET_ENV, generate_secret())
+SECRET = os.environ[SECRET_ENV]
+#: Headers of a control API change (`POST /scale`).
+API_HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
 T = TypeVar("T")
 
 

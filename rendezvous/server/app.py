@@ -22,6 +22,7 @@ import uvicorn
 
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.common.grpc_auth import RendezvousAuth
 from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
@@ -46,6 +47,8 @@ TICK_S = 0.2
 MAX_MESSAGE_BYTES = 1 << 20
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
+#: Refused calls logged one by one before only every hundredth is.
+REFUSALS_LOGGED = 20
 #: Seconds calls in flight get when the gRPC server stops.
 GRPC_STOP_GRACE_S = 0.5
 
@@ -76,7 +79,11 @@ class RendezvousServer:
         advertise: str | None = None,
         store: StoreSpec = StoreSpec("memory"),
         leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
+        secret: str | None = None,
     ) -> None:
+        """`secret`: the job secret. Every gRPC call must be signed with it and every change
+        through the control API must carry it; `None` (tests of the parts alone) checks nothing."""
+        self.secret = secret
         self.store_spec = store
         self.leader_ttl_s = leader_ttl_s
         self.settings = settings
@@ -128,7 +135,9 @@ class RendezvousServer:
 
         ring_stores = TorchStoreHost(self.advertise)
         # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
-        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        self.auth = RendezvousAuth(self.secret, self._refused) if self.secret is not None else None
+        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+                                      interceptors=[self.auth] if self.auth is not None else None)
         port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:
@@ -152,7 +161,8 @@ class RendezvousServer:
         if self.api_port is not None:
             api, sock = self._make_api(coordinator, service)
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
-        local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s) if self.use_local_hosts else None
+        local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s, self.secret) \
+            if self.use_local_hosts else None
         deposed: str | None = None
         try:
             if restored is not None:
@@ -220,12 +230,20 @@ class RendezvousServer:
                     del local.agents[name]
             await asyncio.sleep(0.05)
 
+    def _refused(self, method: str, reason: str) -> None:
+        """Log a refused call: the first ones, then one in a hundred (a flood must not flood the log)."""
+        assert self.auth is not None
+        if self.auth.refused <= REFUSALS_LOGGED or self.auth.refused % 100 == 0:
+            _say(Kind.CALL_REFUSED, method=method, reason=reason, refused=self.auth.refused)
+
     def _make_api(self, coordinator: Coordinator, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
         self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
         _say(Kind.API_LISTENING, url=self.api_url)
-        config = uvicorn.Config(create_app(coordinator, call=service.call), log_level="warning", lifespan="off",
+        auth = self.auth
+        refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
+        config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused), log_level="warning", lifespan="off",
                                 http=GuardedH11Protocol, backlog=MAX_CONNECTIONS)
         return _ApiServer(config), sock

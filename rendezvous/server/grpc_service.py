@@ -25,6 +25,8 @@ from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.state.journal import Journal
 
 Clock = Callable[[], float]
+#: Put in a session's queue to end its stream quietly (its agent opened a new session).
+_REPLACED = object()
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
@@ -133,6 +135,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         try:
             while True:
                 message = await queue.get()
+                if message is _REPLACED:
+                    return
                 yield message
                 if is_last(message):
                     return
@@ -148,6 +152,16 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         problem = host_name_problem(request.host)
         if problem:  # refused before it reaches the job's state or the store
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
+        live = self._agents.get(request.host)
+        if live is not None:
+            record = self.coordinator.hosts.get(request.host)
+            owner = record.agent_pid if record is not None else None
+            if owner != request.pid:  # one session per host: never a hijack, never an accident
+                await context.abort(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"host {request.host} already has an agent connected (pid {owner}); stop that agent first, "
+                    "or start this one with another --host")
+            live.put_nowait(_REPLACED)  # the same agent again (its old connection went dead): the old session just ends
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
         if self.leases is not None:
@@ -170,7 +184,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def ReportWorkerExit(self, request: pb.WorkerExit, context) -> pb.Ack:
-        """A worker process exited: its code or signal, and whether its agent stopped it."""
+        """A worker process exited: its code or signal, and whether its agent stopped it. Only the
+        agent in session for the worker's host reports it."""
+        worker = self.coordinator.workers.get(request.worker_id)
+        if request.host not in self._agents or (worker is not None and worker.host != request.host):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"an exit of worker {request.worker_id[:100]!r} reported for host {request.host[:100]!r}, "
+                                "which has no agent in session or does not run that worker; ignored")
         self.call(
             self.coordinator.worker_exited,
             request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent,

@@ -7,10 +7,12 @@ rendezvous' event loop, the only thread that touches the coordinator.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import time
 from typing import Callable, Optional
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
@@ -68,9 +70,18 @@ class JobStatus(BaseModel):
     workers: list[WorkerStatus]
     events: list[str]
     events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
+    refused_calls: int = 0  # gRPC calls refused for want of the job secret
 
 
-def job_status(coordinator: Coordinator, now: float) -> JobStatus:
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8 and ::1: a caller on this machine."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0) -> JobStatus:
     gen = coordinator.generation
     ranks = {a.worker_id: a.rank for a in gen.members} if gen else {}
     outcome = coordinator.outcome
@@ -103,6 +114,7 @@ def job_status(coordinator: Coordinator, now: float) -> JobStatus:
         ],
         events=[f"[gen {e.generation}] {e.message}" for e in list(coordinator.summary.events)[-200:]],
         events_dropped=coordinator.summary.events_dropped,
+        refused_calls=refused_calls,
     )
 
 
@@ -110,12 +122,29 @@ def create_app(
     coordinator: Coordinator,
     clock: Callable[[], float] = time.monotonic,
     call: Callable[..., object] | None = None,
+    secret: str | None = None,
+    refused_calls: Callable[[], int] = lambda: 0,
 ) -> FastAPI:
     """`call(method, *args)` runs a coordinator method with the time and delivers what it says
-    (the gRPC service's `call`); by default it just runs it."""
+    (the gRPC service's `call`); by default it just runs it. With the job `secret`, every
+    change needs it as a bearer token, and so does reading the status from another machine."""
     call = call or (lambda method, *args: method(*args, clock()))
     app = FastAPI(title="Ringmaster control API")
     app.add_middleware(BodyLimit)
+
+    def authorized(request: Request) -> None:
+        if secret is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), secret.encode()):
+            raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"},
+                                detail="this needs the job secret: send 'Authorization: Bearer <secret>' "
+                                       "(ringmaster scale --secret-file FILE, or $RINGMASTER_SECRET)")
+
+    def authorized_unless_local(request: Request) -> None:
+        client = request.client.host if request.client else ""
+        if not is_loopback(client):
+            authorized(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -123,11 +152,11 @@ def create_app(
         detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": detail})
 
-    @app.get("/status", response_model=JobStatus)
+    @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status() -> JobStatus:
-        return job_status(coordinator, clock())
+        return job_status(coordinator, clock(), refused_calls())
 
-    @app.post("/scale", response_model=ScaleReply)
+    @app.post("/scale", response_model=ScaleReply, dependencies=[Depends(authorized)])
     async def scale(request: ScaleRequest) -> ScaleReply:
         try:
             call(coordinator.scale, request.np)

@@ -13,12 +13,16 @@ import signal
 import subprocess
 import sys
 
+from ringmaster.common.secret import SECRET_ENV
 from ringmaster.rendezvous.control.coordinator import Coordinator
 
 
 class LocalHosts:
-    def __init__(self, rendezvous_address: str, heartbeat_interval_s: float, stop_grace_s: float) -> None:
+    def __init__(self, rendezvous_address: str, heartbeat_interval_s: float, stop_grace_s: float,
+                 secret: str | None = None) -> None:
+        """`secret` reaches the agents in their environment, never on their command line."""
         self._address = rendezvous_address
+        self._secret = secret
         self._heartbeat = heartbeat_interval_s
         self._grace = stop_grace_s
         self.agents: dict[str, subprocess.Popen] = {}
@@ -43,7 +47,11 @@ class LocalHosts:
             sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", self._address, "--host", host,
             "--heartbeat-interval", str(self._heartbeat), "--stop-grace", str(self._grace), "--die-with-parent",
         ]
-        return subprocess.Popen(argv, start_new_session=True)
+        env = dict(os.environ)
+        env.pop(SECRET_ENV, None)
+        if self._secret is not None:
+            env[SECRET_ENV] = self._secret
+        return subprocess.Popen(argv, start_new_session=True, env=env)
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
         """Ask every agent to stop (SIGTERM to its group), then kill what is left."""

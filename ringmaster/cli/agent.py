@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from ringmaster import settings as defaults
 from ringmaster.common import logs
+from ringmaster.common.errors import RingmasterError
 from ringmaster.common.reconnect import parse_addresses
+from ringmaster.common.secret import SECRET_ENV, secret_from
 from ringmaster.settings import AgentSettings
 from ringmaster.worker.agent.daemon import Agent
 from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
@@ -35,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
     parser.add_argument("--reconnect-timeout", type=float, default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
+    parser.add_argument("--secret-file", default=None, metavar="FILE",
+                        help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
@@ -54,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
                  "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
-    agent = Agent(settings, on_stopping=exit_if_stuck)
+    try:
+        secret = secret_from(args.secret_file, os.environ)
+    except RingmasterError as exc:
+        parser.error(str(exc))
+    if secret is None:
+        parser.error(f"the agent needs the job secret of its rendezvous: --secret-file FILE or ${SECRET_ENV}")
+    agent = Agent(settings, secret, on_stopping=exit_if_stuck)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     return agent.run()

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
@@ -103,6 +104,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0, metavar="P", help="gRPC port of the rendezvous (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the HTTP control API (default: a free one)")
+    parser.add_argument("--secret-file", default=None, metavar="FILE",
+                        help="the job secret that every agent, worker and API change must prove (mode 600; made with a "
+                             f"new secret if missing) (default: ${SECRET_ENV}; else `run` makes one for the job and `serve` "
+                             "refuses to start)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
 
 
@@ -114,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
     scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
     scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
+    scale.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
     return parser
@@ -209,11 +215,12 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     try:
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store)
-    except RingmasterError as exc:  # flags, discovery at start, --store
+        secret = job_secret(args.secret_file, local_hosts)
+    except RingmasterError as exc:  # flags, discovery at start, --store, --secret-file
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
     server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
-                              local_hosts=local_hosts, advertise=args.advertise_address, store=store)
+                              local_hosts=local_hosts, advertise=args.advertise_address, store=store, secret=secret)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
@@ -237,11 +244,32 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     return 0 if outcome.success else 1
 
 
-def _scale(api: str, np: int) -> int:
+def job_secret(secret_file: str | None, generate: bool) -> str:
+    """The secret of the job this process leads: `--secret-file`, `$RINGMASTER_SECRET`, or (for
+    `run`, whose agents it starts itself) a new one."""
+    secret = secret_from(secret_file, os.environ, create=True)
+    if secret is not None:
+        return secret
+    if generate:
+        return generate_secret()
+    raise SecretError(
+        f"ringmaster serve needs the job secret that its agents will prove: give --secret-file FILE (made if missing; "
+        f"copy it to every host and start `ringmaster agent --secret-file FILE`) or set ${SECRET_ENV}"
+    )
+
+
+def _scale(api: str, np: int, secret_file: str | None) -> int:
     """POST /scale and print the answer (or what went wrong, whatever the server sent)."""
+    try:
+        secret = secret_from(secret_file, os.environ)
+    except RingmasterError as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        headers["Authorization"] = f"Bearer {secret}"
     request = urllib.request.Request(
-        f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST",
-        headers={"Content-Type": "application/json"},
+        f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST", headers=headers,
     )
     try:
         with urllib.request.urlopen(request, timeout=defaults.API_CLIENT_TIMEOUT_S) as response:
@@ -271,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb == "scale":
-        return _scale(args.api, args.np)
+        return _scale(args.api, args.np, args.secret_file)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

@@ -7,12 +7,15 @@ import threading
 
 import grpc
 
+from ringmaster.common.grpc_auth import secured
 from ringmaster.common.reconnect import Backoff
 
 
-def dial(addresses: list[str], backoff: Backoff, stop: threading.Event) -> tuple[str, grpc.Channel] | None:
+def dial(addresses: list[str], backoff: Backoff, stop: threading.Event,
+         secret: str | None = None) -> tuple[str, grpc.Channel] | None:
     """A ready channel to the first listed address that answers, and that address. None when
-    `backoff`'s deadline passes or `stop` is set: the caller tells the two apart."""
+    `backoff`'s deadline passes or `stop` is set: the caller tells the two apart. With the job's
+    `secret`, every call on the channel is signed and its answer must prove the secret too."""
     while not stop.is_set():
         address = backoff.next_address(addresses)
         if address is None:
@@ -23,5 +26,5 @@ def dial(addresses: list[str], backoff: Backoff, stop: threading.Event) -> tuple
         except grpc.FutureTimeoutError:
             channel.close()
             continue
-        return address, channel
+        return address, secured(channel, secret)
     return None

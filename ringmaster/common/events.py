@@ -59,6 +59,7 @@ class Kind(enum.StrEnum):
     RENDEZVOUS_LISTENING = "rendezvous.listening"
     API_LISTENING = "api.listening"
     EVENT_LOOP_ERROR = "rendezvous.loop_error"
+    CALL_REFUSED = "rendezvous.call_refused"
     # durable state and leadership
     LEADER_STANDING_BY = "leader.standing_by"
     LEADER_LEADING_ON = "leader.leading_on"
@@ -72,6 +73,8 @@ class Kind(enum.StrEnum):
     # agent
     AGENT_SESSION = "agent.session"
     AGENT_REFUSED = "agent.refused"
+    AGENT_UNPROVEN = "agent.unproven"
+    AGENT_REPORT_REFUSED = "agent.report_refused"
     AGENT_LOST_RENDEZVOUS = "agent.lost_rendezvous"
     AGENT_GAVE_UP = "agent.gave_up"
     AGENT_STOPPING = "agent.stopping"
@@ -146,6 +149,7 @@ SPECS: dict[Kind, Spec] = {
                                       "of CPU); hosts and workers are judged by the heartbeats that arrive from now on"),
     Kind.RENDEZVOUS_LISTENING: Spec(_I, "rendezvous listening on {address}; discovery: {discovery}; store: {store}"),
     Kind.API_LISTENING: Spec(_I, "control API on {url}"),
+    Kind.CALL_REFUSED: Spec(_W, "refused a call of {method}: {reason} ({refused} refused so far)"),
     Kind.EVENT_LOOP_ERROR: Spec(_W, "event loop: {error}{repeats:repeats}"),
     Kind.LEADER_STANDING_BY: Spec(_I, "standing by: the rendezvous at {leader} leads this job; taking over if it stops"),
     Kind.LEADER_LEADING_ON: Spec(_W, "the leader lease had run out but no other rendezvous took the job: leading on"),
@@ -159,6 +163,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_LEASE_FAILED: Spec(_W, "could not record the agent of {host} in the store: {error}"),
     Kind.AGENT_SESSION: Spec(_I, "session with the rendezvous at {address}"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
+    Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),
+    Kind.AGENT_REPORT_REFUSED: Spec(_W, "the rendezvous refused the exit report of {worker}: {error}"),
     Kind.AGENT_LOST_RENDEZVOUS: Spec(_W, "lost the rendezvous at {address}; workers keep running, reconnecting"),
     Kind.AGENT_GAVE_UP: Spec(_E, "could not reach the rendezvous at {addresses} for {timeout_s:g} s "
                                  "(--reconnect-timeout); stopping workers"),

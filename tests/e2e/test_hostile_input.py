@@ -10,7 +10,8 @@ import sys
 import grpc
 import pytest
 
-from harness import ROOT, WORKLOADS
+from harness import ROOT, SECRET, WORKLOADS
+from ringmaster.common.grpc_auth import secured
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 
@@ -21,7 +22,7 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
     serve = run_job("-H", "hostX:1", "--start-timeout", "60", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
                     verb="serve")
     address = serve.wait_event("rendezvous.listening")["address"]
-    channel = grpc.insecure_channel(address)
+    channel = secured(grpc.insecure_channel(address), SECRET)
     stub = pb_grpc.RendezvousStub(channel)
     try:
         for host, code, fragment in [

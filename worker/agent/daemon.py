@@ -34,6 +34,8 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
 from ringmaster.common.dial import dial
+from ringmaster.common.grpc_auth import Unproven
+from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.worker.agent.processes import die_with_parent
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
@@ -59,9 +61,13 @@ class _Child:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings, on_stopping: Callable[[float], None] | None = None) -> None:
-        """`on_stopping(bound_s)` is called once the agent begins to stop: the stop should take
-        at most `bound_s` seconds (the CLI arms an exit watchdog with it)."""
+    def __init__(self, settings: AgentSettings, secret: str | None = None,
+                 on_stopping: Callable[[float], None] | None = None) -> None:
+        """`secret`: the job secret; calls are signed with it, only a rendezvous that proves it is
+        obeyed, and workers get it in their environment. `on_stopping(bound_s)` is called once
+        the agent begins to stop: the stop should take at most `bound_s` seconds (the CLI arms
+        an exit watchdog with it)."""
+        self.secret = secret
         self.addresses = list(settings.rendezvous)
         self.host = settings.host
         self.heartbeat_interval_s = settings.heartbeat_interval_s
@@ -154,7 +160,7 @@ class Agent:
         """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
         backoff = Backoff(self.reconnect_timeout_s)
         while not self._stop.is_set():
-            dialed = dial(self.addresses, backoff, self._stop)
+            dialed = dial(self.addresses, backoff, self._stop, self.secret)
             if dialed is None:
                 if not self._stop.is_set():
                     self._commands.put(_LOST)
@@ -175,8 +181,10 @@ class Agent:
                     if command.shutdown:
                         over = True  # the job is over: nothing to reconnect to
                         break
+            except Unproven as exc:  # something posing as the rendezvous: never obeyed, the next address is tried
+                say(self.host, Kind.AGENT_UNPROVEN, address=address, error=exc.details())
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # refused for good (a bad --host)
+                if exc.code() in _REFUSED_FOR_GOOD:  # a bad --host, another agent's host, the wrong secret
                     say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=exc.details())
                     self._commands.put(_REFUSED)
                     session.cancel()
@@ -227,6 +235,9 @@ class Agent:
     def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
         env = dict(os.environ)
         env.update(spec.env)
+        env.pop(SECRET_ENV, None)  # the job's secret is the agent's to give, not the rendezvous'
+        if self.secret is not None:
+            env[SECRET_ENV] = self.secret
         # Workers reach the rendezvous wherever this agent can (a standby included).
         known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
@@ -270,8 +281,12 @@ class Agent:
         while self._unsent and self._stub is not None:
             try:
                 self._stub.ReportWorkerExit(self._unsent[0], timeout=EXIT_REPORT_RPC_TIMEOUT_S)
-            except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
+            except ValueError:  # the channel closed meanwhile
                 return
+            except grpc.RpcError as exc:
+                if exc.code() in _AWAY:
+                    return  # sent again once a session is back
+                say(self.host, Kind.AGENT_REPORT_REFUSED, worker=self._unsent[0].worker_id, error=exc.details())
             self._unsent.pop(0)
 
     def _stop_all(self) -> None:
@@ -287,6 +302,10 @@ class Agent:
             child.proc.wait()
 
 
+#: Answers that mean "the rendezvous is not there now": a report is sent again later.
+_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+#: Answers that retrying cannot change: the agent exits (code 2) naming them.
+_REFUSED_FOR_GOOD = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNAUTHENTICATED)
 _LOST = object()
 _REFUSED = object()
 _OUTPUT_LOCK = threading.Lock()

@@ -18,6 +18,7 @@ import grpc
 import torch
 import torch.distributed as dist
 
+from ringmaster.common.secret import SECRET_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group
@@ -51,6 +52,7 @@ class WorkerContext:
             self.link = RendezvousLink(
                 self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
                 float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
+                secret=env.get(SECRET_ENV) or None,
             )
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None

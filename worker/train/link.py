@@ -44,8 +44,10 @@ class JobEnded(JobError):
 
 class RendezvousLink:
     def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
-                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None) -> None:
+        """`secret`: the job secret every call is signed with (the agent hands it over in the environment)."""
         self.addresses = parse_addresses(address)
+        self._secret = secret
         self.address = self.addresses[0]
         self.worker_id = worker_id
         self.host = host
@@ -93,7 +95,7 @@ class RendezvousLink:
     def _open(self) -> bool:
         """Open a session with the first listed rendezvous that answers; False past the deadline."""
         while not self._closed.is_set():
-            dialed = dial(self.addresses, self._backoff, self._closed)
+            dialed = dial(self.addresses, self._backoff, self._closed, self._secret)
             if dialed is None:
                 return False
             address, channel = dialed

@@ -120,3 +120,21 @@ def test_scale_takes_only_a_json_integer(served_api, body) -> None:
     assert reply.status_code == 422, reply.text
     assert reply.json()["detail"]  # says which field and why
     assert coordinator.target_np is None
+
+
+@pytest.mark.parametrize("client_host", ["127.0.0.1", "10.1.2.3"])
+def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(client_host) -> None:
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    secret = "s" * 32
+    client = TestClient(create_app(coordinator, secret=secret), client=(client_host, 50000))
+    good = {"Authorization": f"Bearer {secret}"}
+    for headers in ({}, {"Authorization": "Bearer " + "t" * 32}, {"Authorization": secret}):
+        refused = client.post("/scale", json={"np": 2}, headers=headers)
+        assert refused.status_code == 401 and "job secret" in refused.json()["detail"]
+    assert client.post("/scale", json={"np": 7}, headers={}).status_code == 401  # refused before the body is judged
+    assert coordinator.limit == 4  # unchanged
+    assert client.post("/scale", json={"np": 2}, headers=good).status_code == 200 and coordinator.limit == 2
+    assert client.get("/status").status_code == (200 if client_host == "127.0.0.1" else 401)
+    assert client.get("/status", headers=good).status_code == 200
+    assert client.get("/healthz").status_code == 200

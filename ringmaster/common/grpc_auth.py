@@ -1,0 +1,174 @@
+"""The job secret on the wire: gRPC interceptors for callers (agents, workers) and the rendezvous.
+
+A caller's interceptor adds a fresh token to every call and checks the proof in the answer
+before anything of it is used (a stream's headers, before its first message; a single answer's
+trailers, which travel with it and cost no frame of their own): an answer without a good proof fails the call
+with UNAUTHENTICATED, so an agent never acts on commands from something posing as the
+rendezvous. The rendezvous' interceptor refuses calls whose token is missing, forged, stale or
+replayed with UNAUTHENTICATED before they reach the service, and counts them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import grpc
+
+from ringmaster.common.errors import RingmasterError
+from ringmaster.common.secret import PROOF_KEY, TOKEN_KEY, TokenChecker, make_proof, make_token, proof_is_good
+
+Clock = Callable[[], float]
+
+
+class Unproven(RingmasterError, grpc.RpcError):
+    """The answer did not prove it came from this job's rendezvous (an RpcError, so callers that
+    handle a failed call handle it too)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self._details = (f"the server answering {method} did not prove it knows the job secret: it is not this job's "
+                         "rendezvous (or runs with another secret)")
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAUTHENTICATED
+
+    def details(self) -> str:
+        return self._details
+
+    def __str__(self) -> str:
+        return self._details
+
+
+def _header(metadata: Any, key: str) -> str | None:
+    for item in metadata or ():
+        if item[0] == key:
+            value = item[1]
+            return value.decode(errors="replace") if isinstance(value, bytes) else value
+    return None
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    def __init__(self, details: grpc.ClientCallDetails, metadata: list[tuple[str, str]]) -> None:
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = getattr(details, "wait_for_ready", None)
+        self.compression = getattr(details, "compression", None)
+
+
+class _ProvenStream:
+    """A server stream whose headers are checked before its first message is handed out."""
+
+    def __init__(self, call: Any, check: Callable[[Any], None]) -> None:
+        self._call = call
+        self._check: Callable[[Any], None] | None = check
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._check is not None:
+            headers = self._call.initial_metadata()
+            if not headers and self._call.done():
+                return next(self._call)  # it ended without headers: its own error (refused, unavailable) says why
+            self._check(headers)
+            self._check = None
+        return next(self._call)
+
+    def __getattr__(self, name: str) -> Any:  # cancel(), code(), details(), ...
+        return getattr(self._call, name)
+
+
+class CallerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Signs every call with the job secret and checks that the answer proves it too."""
+
+    def __init__(self, secret: str, clock: Clock = time.time) -> None:
+        self._secret = secret
+        self._clock = clock
+
+    def _sign(self, details: grpc.ClientCallDetails) -> tuple[_CallDetails, Callable[[Any], None]]:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        token, nonce = make_token(self._secret, method, self._clock())
+        metadata = [*(details.metadata or ()), (TOKEN_KEY, token)]
+
+        def check(headers: Any) -> None:
+            if not proof_is_good(self._secret, nonce, _header(headers, PROOF_KEY)):
+                raise Unproven(method)
+
+        return _CallDetails(details, metadata), check
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        details, check = self._sign(client_call_details)
+        outcome = continuation(details, request)
+        if outcome.exception() is None:  # an error answer is the error (the proof matters for what is acted on)
+            check(outcome.trailing_metadata())
+        return outcome
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        details, check = self._sign(client_call_details)
+        return _ProvenStream(continuation(details, request), check)
+
+
+def secured(channel: grpc.Channel, secret: str | None) -> grpc.Channel:
+    """`channel` with calls signed by `secret` (unchanged without one)."""
+    return channel if secret is None else grpc.intercept_channel(channel, CallerAuth(secret))
+
+
+class RendezvousAuth(grpc.aio.ServerInterceptor):
+    """Lets through only calls signed with the job secret, and proves the secret in the answer."""
+
+    def __init__(self, secret: str, on_refused: Callable[[str, str], None], clock: Clock = time.time) -> None:
+        """`on_refused(method, why)` hears of every refused call."""
+        self._secret = secret
+        self._checker = TokenChecker(secret)
+        self._on_refused = on_refused
+        self._clock = clock
+        self.refused = 0
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        nonce, why = self._checker.check(method, _header(handler_call_details.invocation_metadata, TOKEN_KEY), self._clock())
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        if nonce is None:
+            self.refused += 1
+            self._on_refused(method, why)
+            return _refusing(handler, f"{method} refused: {why}")
+        return _proving(handler, ((PROOF_KEY, make_proof(self._secret, nonce)),))
+
+
+def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    async def abort(request, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def abort_stream(request, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # pragma: no cover  (an async generator, as the stream's handler must be)
+
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(abort_stream, handler.request_deserializer, handler.response_serializer)
+    return grpc.unary_unary_rpc_method_handler(abort, handler.request_deserializer, handler.response_serializer)
+
+
+def _proving(handler: grpc.RpcMethodHandler, headers: tuple[tuple[str, str], ...]) -> grpc.RpcMethodHandler:
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request, context):
+            context.set_trailing_metadata(headers)  # sent with the answer, not as a frame of its own
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
+    if handler.unary_stream is not None:
+        inner_stream = handler.unary_stream
+
+        async def stream(request, context):
+            await context.send_initial_metadata(headers)
+            async for message in inner_stream(request, context):
+                yield message
+
+        return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
+    return handler  # the protocol has no other kinds of call

@@ -1,0 +1,167 @@
+"""Trust between the parts of a job: every gRPC call proves the job secret, in both directions.
+
+A real `ringmaster serve` and real `ringmaster agent` processes; the hostile callers are real
+gRPC clients on loopback, and the rendezvous an agent is pointed at is a real gRPC server that
+answers with a command to run. Each case of the threat list must do nothing at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import threading
+import urllib.error
+import urllib.request
+from typing import Iterator
+
+import grpc
+import pytest
+
+from harness import API_HEADERS, SECRET, WORKLOADS, wait_for
+from ringmaster.common.grpc_auth import RendezvousAuth, secured
+from ringmaster.common.secret import TOKEN_KEY, generate_secret, make_token
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.slow
+
+METHOD = "/ringmaster.v1.Rendezvous/AgentHeartbeat"
+
+
+def _code(call) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value.code()
+
+
+def test_calls_without_the_job_secret_are_refused_and_change_nothing(run_job, tmp_path) -> None:
+    serve = run_job("-H", "hostX:2", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
+                    verb="serve")
+    address = serve.wait_event("rendezvous.listening")["address"]
+    serve.wait_api()
+    for secret in (None, generate_secret()):  # no secret at all, then another job's
+        channel = secured(grpc.insecure_channel(address), secret)
+        stub = pb_grpc.RendezvousStub(channel)
+        try:
+            calls = {
+                "AgentSession": lambda: next(iter(stub.AgentSession(pb.AgentHello(host="hostX", pid=1), timeout=10))),
+                "ReportWorkerExit": lambda: stub.ReportWorkerExit(pb.WorkerExit(host="hostX", worker_id="hostX/1", exit_code=1), timeout=10),
+                "Ready": lambda: stub.Ready(pb.ReadyRequest(worker_id="hostX/1", failure="forged"), timeout=10),
+                "ReportDone": lambda: stub.ReportDone(pb.DoneRequest(worker_id="hostX/1"), timeout=10),
+                "WorkerSession": lambda: next(iter(stub.WorkerSession(pb.WorkerHello(worker_id="hostX/1"), timeout=10))),
+                "AgentHeartbeat": lambda: stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), timeout=10),
+            }
+            for name, call in calls.items():
+                assert _code(call) == grpc.StatusCode.UNAUTHENTICATED, name
+        finally:
+            channel.close()
+    # A token seen on the wire works once, for its method only.
+    channel = grpc.insecure_channel(address)
+    stub = pb_grpc.RendezvousStub(channel)
+    try:
+        token, _ = make_token(SECRET, METHOD, __import__("time").time())
+        stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), metadata=[(TOKEN_KEY, token)], timeout=10)
+        assert _code(lambda: stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), metadata=[(TOKEN_KEY, token)],
+                                                 timeout=10)) == grpc.StatusCode.UNAUTHENTICATED
+        assert _code(lambda: stub.ReportDone(pb.DoneRequest(worker_id="hostX/1"), metadata=[(TOKEN_KEY, token)],
+                                             timeout=10)) == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        channel.close()
+    status = serve.status()
+    assert status["refused_calls"] == 14 and status["state"] == "starting", status
+    assert [h["name"] for h in status["hosts"]] == ["hostX"] and not status["hosts"][0]["agent_connected"]
+    assert serve.events("rendezvous.call_refused")
+
+    # The control API: no change without the secret; reading the status is open on loopback only.
+    url = serve.api_url
+    for headers in ({"Content-Type": "application/json"}, {**API_HEADERS, "Authorization": "Bearer wrong"}):
+        request = urllib.request.Request(f"{url}/scale", data=b'{"np": 1}', method="POST", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=10)
+        assert info.value.code == 401 and "job secret" in json.load(info.value)["detail"]
+    assert serve.status()["target_np"] is None
+
+    # The real agent (with the secret) runs the job; a second agent for the same host is refused.
+    agent = run_job("--rendezvous", address, "--host", "hostX", verb="agent")
+    serve.wait_status(lambda s: s["hosts"][0]["agent_connected"], 60, "the real agent")
+    second = run_job("--rendezvous", address, "--host", "hostX", verb="agent")
+    assert second.wait(60) == 2
+    assert second.events("agent.refused") and "already has an agent connected" in second.output
+    # With the secret, an exit report for a worker of another host is refused too.
+    channel = secured(grpc.insecure_channel(address), SECRET)
+    try:
+        stub = pb_grpc.RendezvousStub(channel)
+        worker = serve.wait_status(lambda s: s["workers"], 60, "workers")["workers"][0]["worker_id"]
+        assert _code(lambda: stub.ReportWorkerExit(pb.WorkerExit(host="hostY", worker_id=worker, exit_code=1),
+                                                   timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        channel.close()
+    assert serve.wait(180) == 0, serve.output
+    assert agent.wait(60) == 0, agent.output
+    assert not serve.events("host.blacklisted")
+
+
+class _PosingRendezvous(pb_grpc.RendezvousServicer):
+    """Answers an agent's hello with a worker that writes a file: what a hostile server would send."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+        self.hellos = 0
+
+    async def AgentSession(self, request, context):
+        self.hellos += 1
+        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=["/bin/sh", "-c", f"id > {self.marker}"])])
+        await asyncio.sleep(30)
+
+    async def AgentHeartbeat(self, request, context):
+        return pb.Ack(ok=True)
+
+    async def ReportWorkerExit(self, request, context):
+        return pb.Ack(ok=True)
+
+
+def _posing_server(servicer: _PosingRendezvous, secret: str | None) -> Iterator[str]:
+    """A real gRPC server on a free loopback port, in a thread of its own; yields its address."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder: dict = {}
+
+    async def serve() -> None:
+        interceptors = [RendezvousAuth(secret, lambda method, why: None)] if secret else None
+        server = grpc.aio.server(interceptors=interceptors)
+        pb_grpc.add_RendezvousServicer_to_server(servicer, server)
+        holder["port"] = server.add_insecure_port("127.0.0.1:0")
+        holder["server"] = server
+        await server.start()
+        started.set()
+        await server.wait_for_termination()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield f"127.0.0.1:{holder['port']}"
+    finally:
+        asyncio.run_coroutine_threadsafe(holder["server"].stop(0), loop).result(10)
+        thread.join(10)
+
+
+@pytest.mark.parametrize("knows_secret", [False, True])
+def test_an_agent_obeys_only_a_rendezvous_that_proves_the_job_secret(run_job, tmp_path, knows_secret) -> None:
+    marker = tmp_path / "code-ran"
+    servicer = _PosingRendezvous(marker)
+    server = _posing_server(servicer, SECRET if knows_secret else None)
+    address = next(server)
+    try:
+        agent = run_job("--rendezvous", address, "--host", "nodeA", "--reconnect-timeout", "3", verb="agent")
+        if knows_secret:  # the control: a server that proves the secret is obeyed, so the test can fail
+            wait_for(lambda: marker.exists(), 60, "the command of a proven rendezvous")
+            agent.kill()
+            return
+        assert agent.wait(60) == 1, agent.output  # gave up on the address: nothing there is the job's
+        assert agent.events("agent.unproven") and servicer.hellos >= 1
+        assert not agent.events("process.started")
+        assert not marker.exists()
+    finally:
+        next(server, None)
