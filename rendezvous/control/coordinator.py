@@ -44,7 +44,7 @@ from ringmaster.rendezvous.control.facts import (
 from ringmaster.rendezvous.control.policies import ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
 from ringmaster.settings import JobSettings
-from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
+from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env, rank_env, tentative_rank_env
 
 #: Seconds after which a host that is neither discovered nor connected, and runs no worker, is
 #: forgotten (it leaves `/status` and the store): agents that said hello and vanished do not
@@ -313,8 +313,14 @@ class Coordinator:
         for host in self.hosts.values():
             host.agent_connected = host.agent_connected and agents_survive
             host.last_heartbeat = now
+        store = f"{self.ring_store.host}:{self.ring_store.port}"
         for worker in self.workers.values():
             worker.last_heartbeat = worker.ready_at = now
+            # The store is data: a worker's environment is this job's own (its settings, this
+            # rendezvous and ring store), with only its place in the ring taken from the record.
+            place = {name: value for name, value in worker.env.items() if name in RANK_ENV_NAMES}
+            worker.env = {**base_env(worker.worker_id, worker.host, worker.slot, self.rendezvous_address, store,
+                                     self.settings), **place}
             if not agents_survive and worker.live:
                 worker.phase = Phase.EXITED
         number = self.generation.number if self.generation else 0

@@ -69,3 +69,8 @@ def tentative_rank_env(a: RankAssignment) -> dict[str, str]:
         env_names.HOROVOD_LOCAL_RANK: str(a.local_rank), env_names.HOROVOD_LOCAL_SIZE: str(a.local_size),
         env_names.HOROVOD_CROSS_RANK: str(a.cross_rank), env_names.HOROVOD_CROSS_SIZE: str(a.cross_size),
     }
+
+
+_EXAMPLE = RankAssignment("h/1", "h", 0, 1, 0, 1, 0, 1)
+#: The variables that say a worker's place in a generation (all else comes from the job's settings).
+RANK_ENV_NAMES = frozenset(rank_env(_EXAMPLE, 1, "h", 1)) | frozenset(tentative_rank_env(_EXAMPLE))

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ringmaster.common.errors import StateError
+from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.records import Generation, Host, Phase, Revised, Worker
 
@@ -24,6 +25,11 @@ R = TypeVar("R", bound=Revised)
 
 FORMAT = "ringmaster-rendezvous"
 VERSION = 1
+
+#: The environment variables Ringmaster sets for workers: the only ones a worker record may hold.
+ENV_NAMES = frozenset(value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str))
+#: Longest value of one of them (a list of rendezvous addresses is the longest).
+MAX_ENV_VALUE_CHARS = 8192
 
 JOB_KEY = "job"
 GENERATION_KEY = "generation"
@@ -64,6 +70,19 @@ class WorkerRecord(_Record):
     slot: int
     env: dict[str, str]
     phase: str
+
+    @field_validator("env")
+    @classmethod
+    def _only_ringmaster_names(cls, env: dict[str, str]) -> dict[str, str]:
+        """The store is data: an environment variable Ringmaster never sets (LD_PRELOAD,
+        PYTHONPATH, ...) in a worker's record means someone else wrote it."""
+        foreign = sorted(name for name in env if name not in ENV_NAMES)
+        if foreign:
+            raise ValueError(f"a worker's environment holds {', '.join(n[:60] for n in foreign[:3])}, which Ringmaster "
+                             "never sets (the record was written by something else)")
+        if any(len(value) > MAX_ENV_VALUE_CHARS for value in env.values()):
+            raise ValueError(f"a worker's environment holds a value of more than {MAX_ENV_VALUE_CHARS} characters")
+        return env
     registered: bool
     elastic: bool
     stopping: bool

@@ -331,3 +331,22 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
         await journal.clear()
         assert (await store.get_prefix(prefix + "state/"))[0] == []
     with_store(make_store, body)
+
+
+def test_a_worker_record_is_data_its_environment_comes_from_the_resuming_job() -> None:
+    rig, ids = running_job()
+    values = rig.coordinator.record()
+    # Someone with write access to the store plants variables in a worker's record.
+    planted = {**values[f"workers/{ids[0]}"]["env"], "LD_PRELOAD": "/tmp/evil.so"}
+    with pytest.raises(job_record.IncompatibleState, match="LD_PRELOAD, which Ringmaster never sets"):
+        job_record.read_job({**values, f"workers/{ids[0]}": {**values[f"workers/{ids[0]}"], "env": planted}})
+    # Variables Ringmaster does set, with other values, are replaced by the resuming job's own.
+    tampered = {**values[f"workers/{ids[0]}"]["env"], "RINGMASTER_CHECKPOINT_TRUSTED": "1",
+                "RINGMASTER_CHECKPOINT_DIR": "/tmp/planted", "RINGMASTER_RENDEZVOUS": "evil:1"}
+    restored = job_record.read_job({**values, f"workers/{ids[0]}": {**values[f"workers/{ids[0]}"], "env": tampered}})
+    new = Rig(min_np=2, max_np=8)
+    new.resume(restored)
+    env = new.coordinator.workers[ids[0]].env
+    assert "RINGMASTER_CHECKPOINT_TRUSTED" not in env and "RINGMASTER_CHECKPOINT_DIR" not in env
+    assert env["RINGMASTER_RENDEZVOUS"] == "127.0.0.1:1"
+    assert env["RANK"] == rig.coordinator.workers[ids[0]].env["RANK"]  # its place in the ring is kept
