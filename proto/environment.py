@@ -23,6 +23,9 @@ CHECKPOINT_INTERVAL = "RINGMASTER_CHECKPOINT_INTERVAL"  # or every T seconds
 CHECKPOINT_KEEP = "RINGMASTER_CHECKPOINT_KEEP"  # checkpoints kept on disk
 CHECKPOINT_TRUSTED = "RINGMASTER_CHECKPOINT_TRUSTED"  # "1": load checkpoints as full pickles (trusted folder)
 
+GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface Gloo rings use (--network-interface)
+NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"  # the interface NCCL bootstraps on (--network-interface)
+
 TORCHRUN_RANK = "RANK"
 TORCHRUN_WORLD_SIZE = "WORLD_SIZE"
 TORCHRUN_LOCAL_RANK = "LOCAL_RANK"

@@ -21,6 +21,7 @@ import urllib.request
 from typing import Callable, TypeVar
 
 from ringmaster.common.secret import SECRET_ENV, generate_secret
+from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
@@ -28,6 +29,8 @@ WORKLOADS = ROOT / "tests" / "workloads"
 # `scale` read, and which each process started here inherits).
 os.environ.setdefault(SECRET_ENV, generate_secret())
 SECRET = os.environ[SECRET_ENV]
+# Hosts in most tests are names emulated on this machine; the SSH tests give --launcher ssh.
+os.environ.setdefault(LAUNCHER_ENV, "local")
 #: Headers of a control API change (`POST /scale`).
 API_HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
 T = TypeVar("T")

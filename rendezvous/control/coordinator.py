@@ -39,7 +39,7 @@ from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot,
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.facts import (
-    AgentConnected, AgentLost, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
+    AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
 )
 from ringmaster.rendezvous.control.policies import ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
@@ -156,6 +156,12 @@ class Coordinator:
         self._sent_to_agents.pop(host, None)  # a new session needs the full picture
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
         self._observe(AgentConnected(host, frozenset(running or ())))
+
+    def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
+        """The launcher could not start the agent of `host` (its ssh exited before the agent
+        connected): the host counts as failed, by the blacklist's rules."""
+        if host in self.hosts:
+            self._observe(AgentUnreachable(host, reason))
 
     def agent_heartbeat(self, host: str, now: float) -> None:
         if host in self.hosts:
@@ -348,6 +354,10 @@ class Coordinator:
                 self._on_agent_connected(fact, now)
             elif isinstance(fact, AgentLost):
                 self._on_agent_lost(fact, now)
+            elif isinstance(fact, AgentUnreachable):
+                if not self.hosts.get(fact.host, Host(fact.host, 0)).agent_connected:
+                    self._emit(now, Kind.HOST_UNREACHABLE, host=fact.host, reason=fact.reason)
+                    self._blacklist_host(fact.host, f"its agent could not be started: {fact.reason}", now, by_itself=True)
             elif isinstance(fact, WorkerExited):
                 self._on_worker_exited(fact, now)
             elif isinstance(fact, SessionClosed):

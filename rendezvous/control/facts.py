@@ -28,6 +28,14 @@ class AgentLost:
 
 
 @dataclass(frozen=True)
+class AgentUnreachable:
+    """The agent of a host could not be started there (ssh refused, the host down, a bad key)."""
+
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class WorkerExited:
     """A worker process exited, as its agent saw it."""
 
@@ -61,4 +69,4 @@ class TrainingReturned:
     worker_id: str
 
 
-Fact = Union[AgentConnected, AgentLost, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned]
+Fact = Union[AgentConnected, AgentLost, AgentUnreachable, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned]

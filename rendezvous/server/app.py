@@ -1,7 +1,7 @@
 """Everything the rendezvous runs, on one asyncio loop: gRPC service, stores, control API,
 discovery polling and the coordinator's clock.
 
-`RendezvousServer` is used by `ringmaster run` (with emulated local hosts) and by
+`RendezvousServer` is used by `ringmaster run` (which starts the hosts' agents) and by
 `ringmaster serve` (agents connect from other machines). It first becomes the job's leader in
 its state store (a `serve` stands by while another leads), carries on the job the store holds
 if there is one, and keeps the store up to date (write-ahead) until the job ends, when the
@@ -33,7 +33,8 @@ from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11P
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
-from ringmaster.rendezvous.server.local_hosts import LocalHosts
+from ringmaster.rendezvous.server.agent_launcher import AgentLauncher
+from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
@@ -76,6 +77,8 @@ class RendezvousServer:
         port: int = 0,
         api_port: int | None = 0,
         local_hosts: bool = True,
+        launcher: str = "local",
+        ssh: SshOptions = SshOptions(),
         advertise: str | None = None,
         store: StoreSpec = StoreSpec("memory"),
         leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
@@ -93,7 +96,9 @@ class RendezvousServer:
         self.advertise = advertise or (socket.gethostname() if bind in ("0.0.0.0", "::", "") else bind)
         self.port = port
         self.api_port = api_port
-        self.use_local_hosts = local_hosts
+        self.use_local_hosts = local_hosts and launcher != "none"  # this process starts the agents
+        self.launcher = launcher
+        self.ssh = ssh
         self.address = ""
         self.api_url: str | None = None
         self.coordinator: Coordinator | None = None
@@ -133,7 +138,7 @@ class RendezvousServer:
             _say(Kind.JOB_PREVIOUS_ENDED, prefix=prefix, outcome=restored.job.outcome[1])
             restored = None
 
-        ring_stores = TorchStoreHost(self.advertise)
+        ring_stores = TorchStoreHost(self.bind, self.advertise)
         # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
         self.auth = RendezvousAuth(self.secret, self._refused) if self.secret is not None else None
         grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
@@ -143,7 +148,7 @@ class RendezvousServer:
         if self.address != leadership.address:
             await leadership.announce(self.address)
         coordinator = Coordinator(
-            self.settings, self.address, RingStoreAddress(self.bind, ring_stores.port), ring_stores.plain_store,
+            self.settings, self.address, RingStoreAddress(ring_stores.host, ring_stores.port), ring_stores.plain_store,
             on_event=lambda event: log_event(log, event),
         )
         self.coordinator = coordinator
@@ -161,7 +166,9 @@ class RendezvousServer:
         if self.api_port is not None:
             api, sock = self._make_api(coordinator, service)
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
-        local = LocalHosts(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s, self.secret) \
+        local = AgentLauncher(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
+                              self.secret, self.launcher, self.ssh,
+                              on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how)) \
             if self.use_local_hosts else None
         deposed: str | None = None
         try:
@@ -218,16 +225,13 @@ class RendezvousServer:
         assert coordinator.outcome is not None
         return coordinator.outcome
 
-    async def _wind_down(self, local: LocalHosts | None) -> None:
+    async def _wind_down(self, local: AgentLauncher | None) -> None:
         """Give agents time to receive the shutdown and stop their workers gracefully."""
         if local is None:
             await asyncio.sleep(REMOTE_AGENTS_SHUTDOWN_S)
             return
         deadline = time.monotonic() + self.settings.stop_grace_s + AGENT_EXIT_GRACE_S
-        while local.agents and time.monotonic() < deadline:
-            for name, proc in list(local.agents.items()):
-                if proc.poll() is not None:
-                    del local.agents[name]
+        while local.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
     def _refused(self, method: str, reason: str) -> None:

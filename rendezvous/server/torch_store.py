@@ -8,27 +8,40 @@ prefix, so each planned generation of theirs gets a fresh store; the last few ar
 
 from __future__ import annotations
 
+import socket
 from collections import OrderedDict
 from datetime import timedelta
 
 import torch.distributed as dist
 
+#: Connections a store's listening socket queues (a ring of thousands connects at once).
+LISTEN_BACKLOG = 4096
 #: Planned-generation stores kept alive (older ones are closed).
 KEEP_PLAIN_STORES = 2
 
 
 class TorchStoreHost:
-    """The TCPStores the rings meet on (torch.distributed's, not the rendezvous' state store)."""
+    """The TCPStores the rings meet on (torch.distributed's, not the rendezvous' state store).
 
-    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 300.0) -> None:
-        self.host = host
+    A TCPStore server listens on every interface by itself; each of ours is handed a socket
+    bound to the rendezvous' `bind` address instead, so `--bind 127.0.0.1` keeps it on this
+    machine. Workers are told `advertise`, the name other hosts dial."""
+
+    def __init__(self, bind: str = "127.0.0.1", advertise: str | None = None, timeout_s: float = 300.0) -> None:
+        self.bind = bind
+        self.host = advertise or bind
         self._timeout = timedelta(seconds=timeout_s)
         self.tcp_store = self._serve()
         self.port = self.tcp_store.port
         self._plain: OrderedDict[int, dist.TCPStore] = OrderedDict()
 
     def _serve(self) -> dist.TCPStore:
-        return dist.TCPStore(self.host, 0, is_master=True, wait_for_workers=False, timeout=self._timeout)
+        listener = socket.create_server((self.bind, 0), backlog=LISTEN_BACKLOG)
+        try:
+            return dist.TCPStore(self.host, 0, is_master=True, wait_for_workers=False, timeout=self._timeout,
+                                 master_listen_fd=listener.fileno())
+        finally:
+            listener.detach()  # the store owns the descriptor now (and closes it)
 
     def plain_store(self, generation: int) -> tuple[str, int]:
         """A fresh store for the plain workers of `generation`."""

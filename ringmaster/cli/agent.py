@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 from pydantic import ValidationError
 
@@ -18,7 +19,8 @@ from ringmaster import settings as defaults
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError
 from ringmaster.common.reconnect import parse_addresses
-from ringmaster.common.secret import SECRET_ENV, secret_from
+from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
+from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
 from ringmaster.settings import AgentSettings
 from ringmaster.worker.agent.daemon import Agent
 from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
@@ -39,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
+    parser.add_argument("--from-launcher", action="store_true",
+                        help="read the job secret and environment from the first line of stdin (as `ringmaster run` "
+                             "sends them over ssh) and stop when stdin closes (the launcher is gone)")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
@@ -46,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
                         help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
     args = parser.parse_args(argv)
+    handed: str | None = None
+    if args.from_launcher:
+        try:
+            handed, environment = read_handover(sys.stdin.buffer.readline(MAX_HANDOVER_BYTES + 1))
+        except ValueError as exc:
+            parser.error(str(exc))
+        os.environ.update(environment)  # the launching environment, as horovodrun forwards it
     logs.configure(args.log_format, args.log_level)
     if args.die_with_parent:
         die_with_parent(os.getppid())
@@ -59,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
     try:
-        secret = secret_from(args.secret_file, os.environ)
+        secret = check_secret(handed, "the launcher's handover") if handed else secret_from(args.secret_file, os.environ)
     except RingmasterError as exc:
         parser.error(str(exc))
     if secret is None:
@@ -67,7 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(settings, secret, on_stopping=exit_if_stuck)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
+    if args.from_launcher:
+        threading.Thread(target=_stop_when_closed, args=(agent,), daemon=True).start()
     return agent.run()
+
+
+def _stop_when_closed(agent: Agent) -> None:
+    """The launcher's connection (ssh) is this agent's lifeline: when stdin ends, stop."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    agent.request_stop("the launcher's connection closed")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster.common.network import interface_address, is_this_machine, route_address, this_machine_names
+from ringmaster.proto import environment as env_names
+from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, LAUNCHERS, SSH_OPTIONS_ENV, SshOptions
 from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
@@ -99,7 +102,13 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                              "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]' (list every member of an etcd cluster: when one "
                              "stops answering the next is used); with etcd a restarted or standby `serve` "
                              "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
-    parser.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the rendezvous listens on (default: %(default)s)")
+    parser.add_argument("--bind", default=None, metavar="ADDR",
+                        help="address the rendezvous and the rings' store listen on (default: --network-interface's address; "
+                             "else, for `run` with hosts reached over ssh, this machine's address on the route to the first "
+                             "of them; else 127.0.0.1)")
+    parser.add_argument("--network-interface", default=None, metavar="NAME",
+                        help="the interface the rendezvous, the rings' store and the Gloo/NCCL rings use, as horovodrun's "
+                             "flag (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME for the workers) (default: none)")
     parser.add_argument("--advertise-address", default=None, metavar="HOST",
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0, metavar="P", help="gRPC port of the rendezvous (default: a free one)")
@@ -114,7 +123,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringmaster", description="Elastic training for PyTorch.")
     sub = parser.add_subparsers(dest="verb", required=True)
-    _add_job_flags(sub.add_parser("run", help="run an elastic job; hosts are emulated on this machine"))
+    run = sub.add_parser("run", help="run an elastic job: starts the rendezvous and every host's agent (over ssh)")
+    _add_job_flags(run)
+    _add_launch_flags(run)
     _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
     scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
     scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
@@ -207,6 +218,28 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
     return events
 
 
+def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
+    """How `run` reaches its hosts (horovodrun's flags)."""
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
+                        help="how agents are started: 'ssh' runs each host's agent over ssh (hosts that are this machine "
+                             "run here), 'local' runs every host's agent on this machine (hosts emulated by name), 'none' "
+                             f"starts none (Kubernetes, Slurm... start `ringmaster agent`) (default: ${LAUNCHER_ENV}, else "
+                             f"{DEFAULT_LAUNCHER})")
+    parser.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
+    parser.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
+
+
+def choose_addresses(bind: str | None, advertise: str | None, interface: str | None,
+                     remote_hosts: list[str]) -> tuple[str, str | None]:
+    """(bind, advertise): where the rendezvous listens and what the hosts dial."""
+    if interface:
+        address = interface_address(interface)
+        return bind or address, advertise or address
+    if bind is None:
+        bind = route_address(remote_hosts[0]) if remote_hosts else "127.0.0.1"
+    return bind, advertise
+
+
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     from ringmaster.rendezvous.server.app import RendezvousServer  # heavy (torch, grpc): not for `scale`
 
@@ -216,11 +249,20 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store)
         secret = job_secret(args.secret_file, local_hosts)
-    except RingmasterError as exc:  # flags, discovery at start, --store, --secret-file
+        launcher = args.launcher if local_hosts else "none"
+        names = this_machine_names()
+        remote = [h for h in initial if launcher == "ssh" and not is_this_machine(h, names)]
+        bind, advertise = choose_addresses(args.bind, args.advertise_address, args.network_interface, remote)
+    except RingmasterError as exc:  # flags, discovery at start, --store, --secret-file, addresses
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    server = RendezvousServer(settings, discovery, bind=args.bind, port=args.port, api_port=args.api_port,
-                              local_hosts=local_hosts, advertise=args.advertise_address, store=store, secret=secret)
+    if args.network_interface:
+        os.environ[env_names.GLOO_SOCKET_IFNAME] = os.environ[env_names.NCCL_SOCKET_IFNAME] = args.network_interface
+    ssh = SshOptions.from_text(getattr(args, "ssh_port", None), getattr(args, "ssh_identity_file", None),
+                               os.environ.get(SSH_OPTIONS_ENV, ""))
+    server = RendezvousServer(settings, discovery, bind=bind, port=args.port, api_port=args.api_port,
+                              local_hosts=local_hosts, advertise=advertise, store=store, secret=secret,
+                              launcher=launcher, ssh=ssh)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()

@@ -25,6 +25,8 @@ class Kind(enum.StrEnum):
     HOSTS_CHANGED = "hosts.changed"
     DISCOVERY_FAILED = "discovery.failed"
     HOST_LOST = "host.lost"
+    HOST_UNREACHABLE = "host.unreachable"
+    AGENT_LAUNCHING = "agent.launching"
     HOST_LEFT = "host.left"
     HOST_BLACKLISTED = "host.blacklisted"
     HOST_SPARED = "host.spared"
@@ -112,6 +114,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.HOSTS_CHANGED: Spec(_I, "discovery: {description}"),
     Kind.DISCOVERY_FAILED: Spec(_W, "discovery failed, keeping the last good host set: {error}"),
     Kind.HOST_LOST: Spec(_W, "host {host} lost: its agent {reason}"),
+    Kind.HOST_UNREACHABLE: Spec(_E, "host {host} is unreachable: {reason}"),
+    Kind.AGENT_LAUNCHING: Spec(_I, "starting the agent of {host} {how}"),
     Kind.HOST_LEFT: Spec(_I, "agent for host {host} stopped: the host left the job"),
     Kind.HOST_BLACKLISTED: Spec(_W, "host {host} blacklisted {cooldown_s:cooldown} after a failure ({why})"),
     Kind.HOST_SPARED: Spec(_I, "host {host} is not blacklisted: without it fewer than --min-np {min_np} slots remain "

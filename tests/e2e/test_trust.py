@@ -105,8 +105,8 @@ def test_calls_without_the_job_secret_are_refused_and_change_nothing(run_job, tm
 class _PosingRendezvous(pb_grpc.RendezvousServicer):
     """Answers an agent's hello with a worker that writes a file: what a hostile server would send."""
 
-    def __init__(self, marker: pathlib.Path) -> None:
-        self.marker = marker
+    def __init__(self) -> None:
+        self.marker: pathlib.Path | None = None
         self.hellos = 0
 
     async def AgentSession(self, request, context):
@@ -121,47 +121,47 @@ class _PosingRendezvous(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
 
-def _posing_server(servicer: _PosingRendezvous, secret: str | None) -> Iterator[str]:
-    """A real gRPC server on a free loopback port, in a thread of its own; yields its address."""
+@pytest.fixture(scope="module")
+def posing() -> Iterator[dict[bool, tuple[str, _PosingRendezvous]]]:
+    """Two real gRPC servers posing as the rendezvous, on loopback, one of them knowing the job
+    secret; on one event loop in a thread of its own (grpc.aio keeps to the first loop it sees)."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
-    holder: dict = {}
+    servers: dict[bool, tuple[str, _PosingRendezvous]] = {}
+    running: list[grpc.aio.Server] = []
 
     async def serve() -> None:
-        interceptors = [RendezvousAuth(secret, lambda method, why: None)] if secret else None
-        server = grpc.aio.server(interceptors=interceptors)
-        pb_grpc.add_RendezvousServicer_to_server(servicer, server)
-        holder["port"] = server.add_insecure_port("127.0.0.1:0")
-        holder["server"] = server
-        await server.start()
+        for knows in (False, True):
+            servicer = _PosingRendezvous()
+            server = grpc.aio.server(interceptors=[RendezvousAuth(SECRET, lambda method, why: None)] if knows else None)
+            pb_grpc.add_RendezvousServicer_to_server(servicer, server)
+            servers[knows] = (f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}", servicer)
+            await server.start()
+            running.append(server)
         started.set()
-        await server.wait_for_termination()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    assert started.wait(30)
+    asyncio.run_coroutine_threadsafe(serve(), loop).result(30)
+    assert started.is_set()
     try:
-        yield f"127.0.0.1:{holder['port']}"
+        yield servers
     finally:
-        asyncio.run_coroutine_threadsafe(holder["server"].stop(0), loop).result(10)
+        for server in running:
+            asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
 
 
 @pytest.mark.parametrize("knows_secret", [False, True])
-def test_an_agent_obeys_only_a_rendezvous_that_proves_the_job_secret(run_job, tmp_path, knows_secret) -> None:
-    marker = tmp_path / "code-ran"
-    servicer = _PosingRendezvous(marker)
-    server = _posing_server(servicer, SECRET if knows_secret else None)
-    address = next(server)
-    try:
-        agent = run_job("--rendezvous", address, "--host", "nodeA", "--reconnect-timeout", "3", verb="agent")
-        if knows_secret:  # the control: a server that proves the secret is obeyed, so the test can fail
-            wait_for(lambda: marker.exists(), 60, "the command of a proven rendezvous")
-            agent.kill()
-            return
-        assert agent.wait(60) == 1, agent.output  # gave up on the address: nothing there is the job's
-        assert agent.events("agent.unproven") and servicer.hellos >= 1
-        assert not agent.events("process.started")
-        assert not marker.exists()
-    finally:
-        next(server, None)
+def test_an_agent_obeys_only_a_rendezvous_that_proves_the_job_secret(run_job, tmp_path, posing, knows_secret) -> None:
+    address, servicer = posing[knows_secret]
+    servicer.marker = marker = tmp_path / "code-ran"
+    agent = run_job("--rendezvous", address, "--host", "nodeA", "--reconnect-timeout", "3", verb="agent")
+    if knows_secret:  # the control: a server that proves the secret is obeyed, so the test can fail
+        wait_for(lambda: marker.exists(), 60, "the command of a proven rendezvous")
+        return
+    assert agent.wait(60) == 1, agent.output  # gave up on the address: nothing there is the job's
+    assert agent.events("agent.unproven") and servicer.hellos >= 1
+    assert not agent.events("process.started")
+    assert not marker.exists()

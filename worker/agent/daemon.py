@@ -152,8 +152,8 @@ class Agent:
             self._retired.get()
             channel.close()
 
-    def request_stop(self) -> None:
-        self._commands.put(pb.AgentCommand(shutdown=True, reason="agent interrupted"))
+    def request_stop(self, reason: str = "agent interrupted") -> None:
+        self._commands.put(pb.AgentCommand(shutdown=True, reason=reason))
 
     # -------------------------------------------------------------- threads
     def _read_sessions(self) -> None:

@@ -9,6 +9,7 @@ caller gets `HorovodInternalError` and `hvd.elastic.run` rolls back and re-forms
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import timedelta
@@ -17,6 +18,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from ringmaster.common.network import NetworkError, route_address
+from ringmaster.proto import environment as env_names
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 
@@ -175,9 +178,25 @@ class Pending:
             self.comm._await(self.future, self.what)
 
 
+def gloo_device(toward: str | None) -> object:
+    """The network device Gloo binds to: `GLOO_SOCKET_IFNAME`'s interface when set (horovodrun's
+    --network-interface), else this host's address on the route to the ring store, which the
+    other hosts reach too (Gloo's own default resolves the host name, which may name an address
+    the others cannot dial)."""
+    interface = os.environ.get(env_names.GLOO_SOCKET_IFNAME)
+    if interface:
+        return dist.ProcessGroupGloo.create_device(interface=interface)
+    if toward is None:
+        return dist.ProcessGroupGloo.create_default_device()
+    try:
+        return dist.ProcessGroupGloo.create_device(hostname=route_address(toward))
+    except NetworkError:
+        return dist.ProcessGroupGloo.create_default_device()
+
+
 def build_process_group(
     store: dist.Store, prefix: str, rank: int, size: int, timeout_s: float, backend: str,
-    is_over: Callable[[], str | None], link: RendezvousLink | None,
+    is_over: Callable[[], str | None], link: RendezvousLink | None, device: object | None = None,
 ) -> Ring:
     """Connect the ring of one generation on a fresh key prefix of the long-lived store.
 
@@ -192,7 +211,12 @@ def build_process_group(
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout
             return dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "nccl/", store), rank, size, options)
-        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
+        if device is None:
+            return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
+        gloo = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # the stubs lack it; torch has it
+        gloo._timeout = timeout
+        gloo._devices = [device]
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, gloo)
 
     if link is None or size == 1:
         return construct()

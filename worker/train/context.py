@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.worker.train.collectives import Communicator, build_process_group
+from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
@@ -57,6 +57,7 @@ class WorkerContext:
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None
         self._store_at: tuple[str, int] | None = None
+        self._gloo_device: object | None = None  # bound to the address the other hosts reach
         self.assignment: pb.Assignment | None = None
         self.comm: Communicator | None = None
         self._graveyard: list[Communicator] = []  # old rings with a collective stuck; see _retire_ring
@@ -120,6 +121,7 @@ class WorkerContext:
     def _connect_store(self, host: str, port: int) -> None:
         self.store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(self.timeout_s, 60)))
         self._store_at = (host, port)
+        self._gloo_device = gloo_device(host)
 
     def _build(self, a: pb.Assignment) -> None:
         assert self.link is not None and self.store is not None
@@ -129,6 +131,7 @@ class WorkerContext:
             return build_process_group(
                 self.store, a.store_prefix, a.rank, a.size, self.timeout_s, backend,  # type: ignore[arg-type]
                 lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
+                self._gloo_device if backend == "gloo" else None,
             )
 
         pg = ring("gloo")

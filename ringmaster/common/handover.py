@@ -1,0 +1,32 @@
+"""What `ringmaster run` hands a remote agent on its stdin: the job secret and the launching
+environment, as one JSON line (never on a command line, where `ps` shows it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+
+def handover(secret: str, environ: Mapping[str, str]) -> bytes:
+    """The one line written to a remote agent's stdin."""
+    return (json.dumps({"secret": secret, "env": dict(environ)}) + "\n").encode()
+
+
+#: Longest handover line an agent reads (the environment included).
+MAX_HANDOVER_BYTES = 1 << 20
+
+
+def read_handover(line: bytes) -> tuple[str, dict[str, str]]:
+    """(secret, environment) from a handover line; ValueError saying what is wrong."""
+    if len(line) > MAX_HANDOVER_BYTES:
+        raise ValueError(f"the launcher's handover is over {MAX_HANDOVER_BYTES} bytes")
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        raise ValueError("the launcher's handover on stdin is not JSON (start the agent with --from-launcher only "
+                         "from `ringmaster run`)") from None
+    secret, env = (raw.get("secret"), raw.get("env")) if isinstance(raw, dict) else (None, None)
+    if not isinstance(secret, str) or not isinstance(env, dict) or \
+            not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the launcher's handover lacks a secret or an environment of strings")
+    return secret, env
