@@ -142,7 +142,8 @@ class Job:
 
     def status(self) -> dict:
         url = self.api_url or self.wait_api()
-        with urllib.request.urlopen(f"{url}/status", timeout=5) as response:
+        request = urllib.request.Request(f"{url}/status", headers={"Authorization": API_HEADERS["Authorization"]})
+        with urllib.request.urlopen(request, timeout=5) as response:
             status = json.load(response)
         self._agent_pids.update(h["agent_pid"] for h in status["hosts"] if h["agent_pid"])
         return status

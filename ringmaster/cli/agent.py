@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ringmaster import settings as defaults
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError
+from ringmaster.proto import environment as env_names
 from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
 from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
@@ -37,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
-    parser.add_argument("--reconnect-timeout", type=float, default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
-                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, default=None,
+                        help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: "
+                             f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else {defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
     parser.add_argument("--from-launcher", action="store_true",
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = AgentSettings(rendezvous=parse_addresses(args.rendezvous), host=args.host,
                                  heartbeat_interval_s=args.heartbeat_interval, stop_grace_s=args.stop_grace,
-                                 reconnect_timeout_s=args.reconnect_timeout)
+                                 reconnect_timeout_s=args.reconnect_timeout if args.reconnect_timeout is not None else
+                                 os.environ.get(env_names.RECONNECT_TIMEOUT) or defaults.DEFAULT_RECONNECT_TIMEOUT_S)
     except ValidationError as exc:
         flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
                  "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}

@@ -201,14 +201,22 @@ class Agent:
             self._retired.put((channel, time.monotonic() + self._last_call_s))
 
     def _heartbeat(self) -> None:
+        """Heartbeat, and fence: an agent that has heard nothing from any rendezvous for its
+        reconnect window (a partition can leave its session's connection silently dead) stops
+        its workers, so a cut-off host never trains on beside the ones that replaced it."""
+        last_contact = time.monotonic()
         while not self._stop.wait(self.heartbeat_interval_s):
             stub = self._stub
-            if stub is None:
-                continue
-            try:
-                stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
-            except (grpc.RpcError, ValueError):
-                pass  # a lost session is noticed by _read_sessions (ValueError: its channel closed)
+            if stub is not None:
+                try:
+                    stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
+                    last_contact = time.monotonic()
+                    continue
+                except (grpc.RpcError, ValueError):
+                    pass  # a closed session is noticed by _read_sessions (ValueError: its channel closed)
+            if time.monotonic() - last_contact > self.reconnect_timeout_s:
+                self._commands.put(_LOST)
+                return
 
     def _next_command(self):
         try:

@@ -1,0 +1,124 @@
+"""Real hosts: each a Linux network namespace with its own address and its own sshd, reached by
+`ringmaster run` over ssh as horovodrun reaches machines; the rendezvous in the root namespace.
+
+Faults are real: a host's processes SIGKILLed, its link taken down (a partition), an sshd that
+refuses the key. Skipped only where namespaces cannot be made (not root); CI runs as root.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from harness import FAST, elastic_job, events, read_logs, wait_for
+from netns import NetworkHosts, skip_reason
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
+
+
+@pytest.fixture
+def net_hosts(tmp_path):
+    """Three namespaces with sshd; removed (processes, namespaces, bridge) whatever happens."""
+    made: list[NetworkHosts] = []
+
+    def make(count: int = 3) -> NetworkHosts:
+        hosts = NetworkHosts(count, tmp_path).start()
+        made.append(hosts)
+        return hosts
+
+    try:
+        yield make
+    finally:
+        for hosts in made:
+            hosts.remove()
+
+
+def ssh_job(run_job, net: NetworkHosts, hosts: str, *args: object, env: dict[str, str] | None = None):
+    return run_job("--launcher", "ssh", "--ssh-identity-file", net.key, "-H", hosts, *args,
+                   env={**net.ssh_env(), **(env or {})})
+
+
+def test_run_over_ssh_trains_to_the_end_on_hosts_with_their_own_network(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(2)
+    a, b = (h.address for h in net.hosts)
+    started = time.monotonic()
+    job = ssh_job(run_job, net, f"{a}:2,{b}:2", *FAST, *elastic_job(tmp_path / "log", epochs=2, samples=64))
+    assert job.wait(240) == 0, job.output
+    listening = job.events("rendezvous.listening")[0]["address"]
+    assert listening.startswith(f"{net.gateway}:"), listening  # the address the hosts reach, found by a route lookup
+    launched = job.events("agent.launching")
+    assert {e["host"] for e in launched} == {a, b} and all("over ssh" in e["how"] for e in launched)
+    assert {e["host"] for e in job.events("agent.connected")} == {a, b}
+    logs = read_logs(tmp_path / "log")
+    assert {r["size"] for r in events(logs, "done")} == {4}
+    print(f"\n[figure] ssh launch to the end of a 2-epoch job on 2 namespace hosts: {time.monotonic() - started:.1f} s")
+
+
+def test_a_host_killed_over_ssh_leaves_the_job_to_the_others(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(3)
+    a, b, c = (h.address for h in net.hosts)
+    job = ssh_job(run_job, net, f"{a}:1,{b}:1,{c}:1", "--min-np", "2", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=4, samples=192), "--timestamps")
+    job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 5, 180, "a ring of three training")
+    killed_at = time.time()
+    assert net.hosts[2].kill_all() > 0  # the host dies: its agent and workers, not its sshd
+    job.wait_event("generation.formed", 120, number=2)
+    assert job.wait(300) == 0, job.output
+    logs = read_logs(tmp_path / "log")
+    after = [r for r in events(logs, "synced") if r["generation"] >= 2]
+    assert after and {r["size"] for r in after} == {2}
+    first_commit = min(r["time"] for r in events(logs, "commit") if r["generation"] >= 2)
+    print(f"\n[figure] host killed -> first commit after it (namespaces, ssh): {first_commit - killed_at:.2f} s")
+
+
+def test_an_unreachable_host_is_left_out_naming_the_ssh_error(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(3)
+    a, b, c = (h.address for h in net.hosts)
+    net.hosts[2].kill_all(keep_sshd=False)  # nothing listens on c's port 22: ssh is refused
+    job = ssh_job(run_job, net, f"{a}:1,{b}:1,{c}:1", "--min-np", "2", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=1, samples=32))
+    unreachable = job.wait_event("host.unreachable", 120, host=c)
+    assert "ssh exited with code 255" in unreachable["reason"] and "Connection refused" in unreachable["reason"]
+    assert job.wait(240) == 0, job.output
+    assert job.events("host.blacklisted", host=c)
+    assert {r["size"] for r in events(read_logs(tmp_path / "log"), "done")} == {2}
+
+
+def test_a_wrong_key_is_named_and_a_job_without_enough_hosts_fails(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(1)
+    wrong = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    host = net.hosts[0].address
+    job = run_job("--launcher", "ssh", "--ssh-identity-file", wrong, "-H", f"{host}:2", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=1, samples=16), env=net.ssh_env())
+    assert job.wait(120) == 1, job.output
+    unreachable = job.events("host.unreachable", host=host)
+    assert unreachable and "Permission denied" in unreachable[0]["reason"], job.output
+
+
+def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(3)
+    a, b, c = (h.address for h in net.hosts)
+    marker = tmp_path / "log"
+    job = ssh_job(run_job, net, f"{a}:1,{b}:1,{c}:1", "--min-np", "2", *FAST, "--heartbeat-timeout", "3",
+                  "--collective-timeout", "5", "--blacklist-cooldown-range", "3", "3",
+                  *elastic_job(marker, epochs=8, samples=384), "--timestamps",
+                  env={"RINGMASTER_RECONNECT_TIMEOUT": "4"})
+    job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 5, 180, "a ring of three training")
+    cut_at = time.time()
+    net.hosts[2].link(False)
+    job.wait_event("host.lost", 60, host=c)
+    job.wait_event("generation.formed", 60, number=2)
+    # The cut-off agent hears nothing for its reconnect window and stops its workers (fencing).
+    wait_for(lambda: not net.hosts[2].pythons(), 60,
+             "the cut-off host's agent and workers to stop by themselves")
+    net.hosts[2].link(True)
+    back = job.wait_event("generation.formed", 120, number=3)  # back after its cooldown, through a new ssh
+    assert back["size"] == 3 and c in back["hosts"], back
+    assert job.wait(300) == 0, job.output
+    logs = read_logs(marker)
+    assert {r["size"] for r in events(logs, "synced") if r["generation"] == 2} == {2}
+    first_commit = min(r["time"] for r in events(logs, "commit") if r["generation"] == 2)
+    print(f"\n[figure] partition -> first commit of the survivors' ring: {first_commit - cut_at:.2f} s")
