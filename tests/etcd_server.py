@@ -11,18 +11,22 @@ import os
 import pathlib
 import shutil
 import signal
+import ssl
 import subprocess
 import urllib.request
 
 from harness import free_port, wait_for
+from tls_files import TlsFiles
 
 ETCD = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
 
 
 class EtcdServer:
-    def __init__(self, data_dir: pathlib.Path, name: str = "test") -> None:
+    def __init__(self, data_dir: pathlib.Path, name: str = "test", tls: "TlsFiles | None" = None) -> None:
+        """With `tls`, clients speak TLS to it (its certificate signed by `tls.ca`)."""
         self.data_dir = data_dir
         self.name = name
+        self.tls = tls
         self.client_port = free_port()
         self.peer_port = free_port()
         self.initial_cluster = f"{name}={self.peer_url}"
@@ -45,12 +49,14 @@ class EtcdServer:
         """Start the process without waiting (the members of a cluster wait for each other).
         Started again on the same folder it comes back with its data."""
         assert ETCD is not None
-        client = f"http://{self.address}"
+        client = f"{'https' if self.tls else 'http'}://{self.address}"
+        tls = ["--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key)] \
+            if self.tls else []
         self.proc = subprocess.Popen(
             [ETCD, "--name", self.name, "--data-dir", str(self.data_dir), "--listen-client-urls", client,
              "--advertise-client-urls", client, "--listen-peer-urls", self.peer_url,
              "--initial-advertise-peer-urls", self.peer_url, "--initial-cluster", self.initial_cluster,
-             "--heartbeat-interval", "10", "--election-timeout", "100"],
+             "--heartbeat-interval", "10", "--election-timeout", "100", *tls],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
 
@@ -64,6 +70,10 @@ class EtcdServer:
         if self.proc.poll() is not None:
             raise AssertionError(f"etcd exited with {self.proc.returncode}")
         try:
+            if self.tls:
+                context = ssl.create_default_context(cafile=str(self.tls.ca))
+                with urllib.request.urlopen(f"https://{self.address}/health", timeout=1, context=context) as response:
+                    return b'"health"' in response.read()
             with urllib.request.urlopen(f"http://{self.address}/health", timeout=1) as response:
                 return b'"true"' in response.read()
         except OSError:

@@ -19,9 +19,15 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import aetcd
 import aetcd.exceptions
+import aetcd.rpc
+import aetcd.watcher
+import grpc
 
 from ringmaster.common.events import Event, Kind
-from ringmaster.rendezvous.state.kv import Change, Entry, RevisionCompacted, StoreUnavailable, decode, encode
+from ringmaster.rendezvous.state.kv import (
+    Change, Entry, RevisionCompacted, StoreAccessRefused, StoreUnavailable, decode, encode,
+)
+from ringmaster.rendezvous.state.url import EtcdAccess
 
 T = TypeVar("T")
 
@@ -32,6 +38,69 @@ DEFAULT_REQUEST_TIMEOUT_S = 2
 #: Failures that say "this endpoint cannot serve us now" (not "the request was wrong").
 _UNREACHABLE = (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError,
                 aetcd.exceptions.InternalError)
+
+
+#: Answers that say "these credentials or this certificate are not welcome" (retrying cannot help).
+_REFUSED = (aetcd.exceptions.UnauthenticatedError, aetcd.exceptions.InvalidArgumentError)
+
+
+class _TlsClient(aetcd.Client):
+    """aetcd's client on a TLS channel (aetcd itself only opens plain ones). `connect` is
+    aetcd's own, step for step, but for the channel."""
+
+    def __init__(self, credentials: grpc.ChannelCredentials, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._credentials = credentials
+
+    async def connect(self) -> None:  # type: ignore[override]
+        try:
+            await self._connect_tls()
+        except aetcd.rpc.AioRpcError as exc:
+            aetcd.exceptions._handle_exception(exc)
+
+    async def _connect_tls(self) -> None:
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        try:
+            self._is_connecting = True
+            target = f"{self._host}:{self._port}"
+            self.channel = aetcd.rpc.secure_channel(target, self._credentials, options=self._options.items())
+            if self._username is not None and self._password is not None:
+                self.auth_stub = aetcd.rpc.AuthStub(self.channel)
+                request = aetcd.rpc.AuthenticateRequest(name=self._username, password=self._password)
+                response = await self.auth_stub.Authenticate(request, timeout=self._timeout)
+                self.metadata = (("token", response.token),)
+            self.kvstub = aetcd.rpc.KVStub(self.channel)
+            self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
+            self.leasestub = aetcd.rpc.LeaseStub(self.channel)
+            self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel), timeout=self._timeout,
+                                                  metadata=self.metadata)
+            self._connected.set()
+        finally:
+            self._is_connecting = False
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
+    except OSError as exc:
+        raise StoreAccessRefused(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def tls_credentials(access: EtcdAccess) -> grpc.ChannelCredentials:
+    """The TLS credentials `access` names (the system's CAs without --store-ca)."""
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(access.ca_file, "--store-ca"),
+        private_key=_read(access.key_file, "--store-key"),
+        certificate_chain=_read(access.cert_file, "--store-cert"),
+    )
 
 
 def _lease_gone(exc: Exception) -> bool:
@@ -51,11 +120,13 @@ def _closed_under_us(client: aetcd.Client, current: aetcd.Client) -> bool:
 
 class EtcdStore:
     def __init__(self, endpoints: list[tuple[str, int]], timeout_s: int = DEFAULT_REQUEST_TIMEOUT_S,
-                 log: Callable[[Event], None] | None = None) -> None:
+                 log: Callable[[Event], None] | None = None, access: EtcdAccess = EtcdAccess()) -> None:
         if not endpoints:
             raise ValueError("an etcd store needs at least one endpoint")
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
+        self.access = access
+        self._credentials = tls_credentials(access) if access.tls else None
         self.log = log
         self._index = 0
         self._client = self._new_client()
@@ -68,18 +139,22 @@ class EtcdStore:
 
     @classmethod
     async def connect(cls, endpoints: list[tuple[str, int]], timeout_s: int = DEFAULT_REQUEST_TIMEOUT_S,
-                      log: Callable[[Event], None] | None = None) -> "EtcdStore":
+                      log: Callable[[Event], None] | None = None, access: EtcdAccess = EtcdAccess()) -> "EtcdStore":
         """A store on the first endpoint that answers a status request; StoreUnavailable naming
-        every endpoint tried when none does."""
-        store = cls(endpoints, timeout_s)
+        every endpoint tried when none does, StoreAccessRefused when etcd refuses the credentials."""
+        store = cls(endpoints, timeout_s, access=access)
         await store._request(lambda client: client.status())
+        await store._request(lambda client: client.get(b"/"))  # a read: what etcd's authentication guards
         store.log = log  # from here on: endpoints skipped while connecting are not news
         return store
 
     # ------------------------------------------------------------ endpoints
     def _new_client(self) -> aetcd.Client:
         host, port = self.endpoints[self._index]
-        return aetcd.Client(host=host, port=port, timeout=self.timeout_s)
+        login = {"username": self.access.username, "password": self.access.password}
+        if self._credentials is not None:
+            return _TlsClient(self._credentials, host=host, port=port, timeout=self.timeout_s, **login)
+        return aetcd.Client(host=host, port=port, timeout=self.timeout_s, **login)
 
     def _move_on(self, failed: aetcd.Client, why: str) -> None:
         """Leave the endpoint whose client failed for the next one. Requests that were in flight
@@ -107,6 +182,12 @@ class EtcdStore:
             client, endpoint = self._client, self.endpoint
             try:
                 return await send(client)
+            except _REFUSED as exc:
+                if not any(word in str(exc) for word in ("authentication", "token", "permission", "user name")):
+                    raise
+                raise StoreAccessRefused(
+                    f"etcd at {endpoint} refused this store's access: {exc}; check the user and password in --store "
+                    "(etcd[s]://USER:PASSWORD@...) and that the user's role covers the prefix") from None
             except (*_UNREACHABLE, OSError) as exc:
                 failures.append(f"{endpoint} ({type(exc).__name__})")
                 self._move_on(client, type(exc).__name__)

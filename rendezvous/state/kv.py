@@ -36,6 +36,10 @@ class StoreUnavailable(StateError):
     """The store cannot be reached; the message names the endpoints tried."""
 
 
+class StoreAccessRefused(StateError):
+    """The store answered but refused us (credentials, certificates); the message says which."""
+
+
 class StoreFormatError(StateError):
     """A value under the job's prefix that this version cannot read (written by something else)."""
 

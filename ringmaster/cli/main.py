@@ -99,9 +99,15 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                              "lists and dicts only)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
-                             "'etcd://HOST:PORT[,HOST:PORT...][/PREFIX]' (list every member of an etcd cluster: when one "
+                             "'etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]' (etcds: TLS; USER:PASSWORD: "
+                             "etcd's authentication; list every member of an etcd cluster: when one "
                              "stops answering the next is used); with etcd a restarted or standby `serve` "
                              "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
+    parser.add_argument("--store-ca", default=None, metavar="FILE",
+                        help="CA certificate that etcd's certificate must chain to, for an etcds:// store (default: the system's)")
+    parser.add_argument("--store-cert", default=None, metavar="FILE",
+                        help="client certificate for an etcds:// store that asks for one (default: none)")
+    parser.add_argument("--store-key", default=None, metavar="FILE", help="the key of --store-cert (default: none)")
     parser.add_argument("--bind", default=None, metavar="ADDR",
                         help="address the rendezvous and the rings' store listen on (default: --network-interface's address; "
                              "else, for `run` with hosts reached over ssh, this machine's address on the route to the first "
@@ -247,7 +253,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
 
     try:
         settings, discovery, initial = settings_from_args(args)
-        store = parse_store(args.store)
+        store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key)
         secret = job_secret(args.secret_file, local_hosts)
         launcher = args.launcher if local_hosts else "none"
         names = this_machine_names()
@@ -273,7 +279,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     try:
         outcome = asyncio.run(main())
     except StoreUnavailable as exc:
-        print(f"ringmaster: error: cannot reach the store given by --store {args.store}: {exc}", file=sys.stderr)
+        print(f"ringmaster: error: cannot reach the store given by --store ({store.describe()}): {exc}", file=sys.stderr)
         return 2
     except RingmasterError as exc:  # another leader, a store this version cannot read
         print(f"ringmaster: error: {exc}", file=sys.stderr)

@@ -48,6 +48,8 @@ def with_store(make_store, body) -> None:
     ("etcd://127.0.0.1:2379", "etcd", (("127.0.0.1", 2379),), DEFAULT_PREFIX),
     ("etcd://a:1,b:2/jobs/train-7", "etcd", (("a", 1), ("b", 2)), "/jobs/train-7/"),
     ("etcd://a:1/x/", "etcd", (("a", 1),), "/x/"),
+    ("etcd://user:pw@a:1,b:2/x", "etcd", (("a", 1), ("b", 2)), "/x/"),  # credentials, not a host name
+    ("etcds://a:1", "etcd", (("a", 1),), DEFAULT_PREFIX),
 ])
 def test_store_urls(value, kind, endpoints, prefix) -> None:
     spec = parse_store(value)
@@ -55,11 +57,13 @@ def test_store_urls(value, kind, endpoints, prefix) -> None:
 
 
 @pytest.mark.parametrize("value, message", [
-    ("redis://a:1", "expected 'memory' or 'etcd://"),
+    ("redis://a:1", "expected 'memory' or 'etcd\\[s\\]://"),
     ("etcd://a", "endpoint 'a' is not HOST:PORT"),
     ("etcd://a:99999", "is not HOST:PORT"),
     ("etcd://a:1,,b:2", "endpoint '' is not HOST:PORT"),
     ("etcd://a:1/x//y", "has an empty part"),
+    ("etcd://user@a:1", "credentials are USER:PASSWORD@"),
+    ("etcd://u:hidden@a", r"etcd://u:\*\*\*@a"),  # the password is not repeated
 ])
 def test_bad_store_urls_say_what_is_expected(value, message) -> None:
     with pytest.raises(StoreUrlError, match=message):
