@@ -23,6 +23,7 @@ import uvicorn
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.grpc_auth import RendezvousAuth
+from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
@@ -83,10 +84,12 @@ class RendezvousServer:
         store: StoreSpec = StoreSpec("memory"),
         leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
         secret: str | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         """`secret`: the job secret. Every gRPC call must be signed with it and every change
         through the control API must carry it; `None` (tests of the parts alone) checks nothing."""
         self.secret = secret
+        self.tls = tls
         self.store_spec = store
         self.leader_ttl_s = leader_ttl_s
         self.settings = settings
@@ -143,7 +146,8 @@ class RendezvousServer:
         self.auth = RendezvousAuth(self.secret, self._refused) if self.secret is not None else None
         grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
                                       interceptors=[self.auth] if self.auth is not None else None)
-        port = grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
+        port = grpc_server.add_secure_port(f"{self.bind}:{self.port}", self.tls.grpc_credentials()) if self.tls \
+            else grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:
             await leadership.announce(self.address)
@@ -244,10 +248,12 @@ class RendezvousServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
-        self.api_url = f"http://{self.bind}:{sock.getsockname()[1]}"
+        self.api_url = f"{'https' if self.tls else 'http'}://{self.advertise}:{sock.getsockname()[1]}"
         _say(Kind.API_LISTENING, url=self.api_url)
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
         config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused), log_level="warning", lifespan="off",
-                                http=GuardedH11Protocol, backlog=MAX_CONNECTIONS)
+                                http=GuardedH11Protocol, backlog=MAX_CONNECTIONS,
+                                ssl_certfile=self.tls.cert_file if self.tls else None,
+                                ssl_keyfile=self.tls.key_file if self.tls else None)
         return _ApiServer(config), sock

@@ -61,7 +61,7 @@ class _TlsClient(aetcd.Client):
     async def _connect_tls(self) -> None:
         if self._connected.is_set():
             return
-        if self._is_connecting:
+        if self._is_connecting:  # type: ignore[has-type]  # aetcd's attribute, set in its __init__
             await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
             return
         try:

@@ -22,6 +22,7 @@ from ringmaster.proto import environment as env_names
 from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
 from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
+from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import AgentSettings
 from ringmaster.worker.agent.daemon import Agent
 from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else {defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE",
+                        help=f"the CA that the rendezvous' TLS certificate chains to: speak TLS to it (default: "
+                             f"${TLS_CA_ENV}, the PEM itself; else plain gRPC)")
     parser.add_argument("--from-launcher", action="store_true",
                         help="read the job secret and environment from the first line of stdin (as `ringmaster run` "
                              "sends them over ssh) and stop when stdin closes (the launcher is gone)")
@@ -79,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if secret is None:
         parser.error(f"the agent needs the job secret of its rendezvous: --secret-file FILE or ${SECRET_ENV}")
-    agent = Agent(settings, secret, on_stopping=exit_if_stuck)
+    try:
+        ca_pem = read_pem(args.tls_ca, "--tls-ca") if args.tls_ca else (os.environ.get(TLS_CA_ENV) or "").encode() or None
+    except RingmasterError as exc:
+        parser.error(str(exc))
+    agent = Agent(settings, secret, on_stopping=exit_if_stuck, ca_pem=ca_pem)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     if args.from_launcher:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import interface_address, is_this_machine, route_address, this_machine_names
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, LAUNCHERS, SSH_OPTIONS_ENV, SshOptions
@@ -119,6 +121,12 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="host name agents and workers dial (default: --bind, or this host's name when --bind is 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0, metavar="P", help="gRPC port of the rendezvous (default: a free one)")
     parser.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the HTTP control API (default: a free one)")
+    parser.add_argument("--tls-cert", default=None, metavar="FILE",
+                        help="serve gRPC and the control API over TLS with this certificate (PEM) (default: no TLS)")
+    parser.add_argument("--tls-key", default=None, metavar="FILE", help="the key of --tls-cert (default: none)")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE",
+                        help="the CA agents and workers check the certificate against; `run` hands it to the agents "
+                             "it starts (default: --tls-cert itself, for a self-signed certificate)")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help="the job secret that every agent, worker and API change must prove (mode 600; made with a "
                              f"new secret if missing) (default: ${SECRET_ENV}; else `run` makes one for the job and `serve` "
@@ -137,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
     scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
     scale.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
+    scale.add_argument("--tls-ca", default=None, metavar="FILE",
+                       help="the CA of an https:// control API's certificate (default: the system's)")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
     return parser
@@ -259,6 +269,9 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         names = this_machine_names()
         remote = [h for h in initial if launcher == "ssh" and not is_this_machine(h, names)]
         bind, advertise = choose_addresses(args.bind, args.advertise_address, args.network_interface, remote)
+        server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)
+        if server_tls is not None:  # the agents `run` starts, here or over ssh, get the CA in their environment
+            os.environ[TLS_CA_ENV] = read_pem(args.tls_ca, "--tls-ca").decode() if args.tls_ca else server_tls.cert.decode()
     except RingmasterError as exc:  # flags, discovery at start, --store, --secret-file, addresses
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -268,7 +281,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
                                os.environ.get(SSH_OPTIONS_ENV, ""))
     server = RendezvousServer(settings, discovery, bind=bind, port=args.port, api_port=args.api_port,
                               local_hosts=local_hosts, advertise=advertise, store=store, secret=secret,
-                              launcher=launcher, ssh=ssh)
+                              launcher=launcher, ssh=ssh, tls=server_tls)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
@@ -306,7 +319,7 @@ def job_secret(secret_file: str | None, generate: bool) -> str:
     )
 
 
-def _scale(api: str, np: int, secret_file: str | None) -> int:
+def _scale(api: str, np: int, secret_file: str | None, tls_ca: str | None = None) -> int:
     """POST /scale and print the answer (or what went wrong, whatever the server sent)."""
     try:
         secret = secret_from(secret_file, os.environ)
@@ -320,7 +333,8 @@ def _scale(api: str, np: int, secret_file: str | None) -> int:
         f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST", headers=headers,
     )
     try:
-        with urllib.request.urlopen(request, timeout=defaults.API_CLIENT_TIMEOUT_S) as response:
+        context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
+        with urllib.request.urlopen(request, timeout=defaults.API_CLIENT_TIMEOUT_S, context=context) as response:
             print(f"ringmaster: {_answer(response.read(), 'message')}")
             return 0
     except urllib.error.HTTPError as exc:
@@ -347,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb == "scale":
-        return _scale(args.api, args.np, args.secret_file)
+        return _scale(args.api, args.np, args.secret_file, args.tls_ca)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

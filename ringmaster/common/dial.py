@@ -7,20 +7,22 @@ import threading
 
 import grpc
 
+from ringmaster.common import tls
 from ringmaster.common.grpc_auth import secured
 from ringmaster.common.reconnect import Backoff
 
 
 def dial(addresses: list[str], backoff: Backoff, stop: threading.Event,
-         secret: str | None = None) -> tuple[str, grpc.Channel] | None:
+         secret: str | None = None, ca_pem: bytes | None = None) -> tuple[str, grpc.Channel] | None:
     """A ready channel to the first listed address that answers, and that address. None when
     `backoff`'s deadline passes or `stop` is set: the caller tells the two apart. With the job's
-    `secret`, every call on the channel is signed and its answer must prove the secret too."""
+    `secret`, every call on the channel is signed and its answer must prove the secret too; with
+    `ca_pem`, the channel is TLS and the rendezvous' certificate must chain to that CA."""
     while not stop.is_set():
         address = backoff.next_address(addresses)
         if address is None:
             return None
-        channel = grpc.insecure_channel(address)
+        channel = tls.channel(address, ca_pem)
         try:
             grpc.channel_ready_future(channel).result(timeout=backoff.connect_timeout_s)
         except grpc.FutureTimeoutError:

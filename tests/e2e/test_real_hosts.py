@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import FAST, elastic_job, events, read_logs, wait_for
+from harness import FAST, discovery_script, elastic_job, events, read_logs, wait_for, write_hosts
 from netns import NetworkHosts, skip_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
@@ -35,6 +35,12 @@ def net_hosts(tmp_path):
             hosts.remove()
 
 
+def assert_epochs_exactly_once(logs: dict) -> None:
+    """Every epoch's samples were each seen once by the committed model, across every resize."""
+    for record in events(logs, "epoch"):
+        assert record["min"] == record["max"] == 1.0, record
+
+
 def ssh_job(run_job, net: NetworkHosts, hosts: str, *args: object, env: dict[str, str] | None = None):
     return run_job("--launcher", "ssh", "--ssh-identity-file", net.key, "-H", hosts, *args,
                    env={**net.ssh_env(), **(env or {})})
@@ -53,7 +59,29 @@ def test_run_over_ssh_trains_to_the_end_on_hosts_with_their_own_network(run_job,
     assert {e["host"] for e in job.events("agent.connected")} == {a, b}
     logs = read_logs(tmp_path / "log")
     assert {r["size"] for r in events(logs, "done")} == {4}
-    print(f"\n[figure] ssh launch to the end of a 2-epoch job on 2 namespace hosts: {time.monotonic() - started:.1f} s")
+    connected = {e["host"]: e["time"] for e in job.events("agent.connected")}
+    per_host = [connected[e["host"]] - e["time"] for e in launched]
+    print(f"\n[figure] ssh launch to the end of a 2-epoch job on 2 namespace hosts: {time.monotonic() - started:.1f} s; "
+          f"ssh start -> agent connected: {', '.join(f'{t:.2f}' for t in per_host)} s")
+
+
+def test_a_discovery_script_printing_real_hosts_grows_and_shrinks_the_job(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(3)
+    a, b, c = (h.address for h in net.hosts)
+    script, hosts_file = discovery_script(tmp_path, {a: 1, b: 1})
+    job = run_job("--launcher", "ssh", "--ssh-identity-file", net.key, "--min-np", "2", "--max-np", "3",
+                  "--host-discovery-script", script, *FAST, *elastic_job(tmp_path / "log", epochs=6, samples=288),
+                  env=net.ssh_env())
+    job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 180, "a ring of two training")
+    write_hosts(hosts_file, {a: 1, b: 1, c: 1})  # a host added
+    grown = job.wait_event("generation.formed", 180, size=3)
+    assert c in grown["hosts"]
+    write_hosts(hosts_file, {a: 1, c: 1})  # a host removed
+    shrunk = job.wait_event("generation.formed", 180, number=grown["number"] + 1)
+    assert shrunk["size"] == 2 and b not in shrunk["hosts"], shrunk
+    assert job.wait(300) == 0, job.output
+    logs = read_logs(tmp_path / "log")
+    assert_epochs_exactly_once(logs)
 
 
 def test_a_host_killed_over_ssh_leaves_the_job_to_the_others(run_job, net_hosts, tmp_path) -> None:

@@ -165,3 +165,42 @@ def test_an_agent_obeys_only_a_rendezvous_that_proves_the_job_secret(run_job, tm
     assert agent.events("agent.unproven") and servicer.hellos >= 1
     assert not agent.events("process.started")
     assert not marker.exists()
+
+
+def test_a_job_over_tls_trains_and_nothing_speaks_to_it_in_the_clear(run_job, tmp_path) -> None:
+    import ssl
+    import subprocess
+    import sys
+
+    from harness import FAST, ROOT, elastic_job
+    from ringmaster.common import tls
+    from tls_files import make_tls_files
+
+    files = make_tls_files(tmp_path / "tls")
+    job = run_job("-np", "2", "--tls-cert", files.cert, "--tls-key", files.key, "--tls-ca", files.ca, *FAST,
+                  *elastic_job(tmp_path / "log", epochs=3, samples=192))
+    address = job.wait_event("rendezvous.listening")["address"]
+    url = job.wait_event("api.listening")["url"]
+    assert url.startswith("https://127.0.0.1:")
+    request = pb.AgentHeartbeatRequest(host="localhost")
+    plain = secured(grpc.insecure_channel(address), SECRET)
+    other = secured(tls.channel(address, make_tls_files(tmp_path / "other").ca.read_bytes()), SECRET)
+    trusted = secured(tls.channel(address, files.ca.read_bytes()), SECRET)
+    try:
+        for channel in (plain, other):
+            assert _code(lambda: pb_grpc.RendezvousStub(channel).AgentHeartbeat(request, timeout=10)) \
+                == grpc.StatusCode.UNAVAILABLE
+        assert pb_grpc.RendezvousStub(trusted).AgentHeartbeat(request, timeout=10).ok
+    finally:
+        for channel in (plain, other, trusted):
+            channel.close()
+    context = ssl.create_default_context(cafile=str(files.ca))
+    status_request = urllib.request.Request(f"{url}/status", headers={"Authorization": API_HEADERS["Authorization"]})
+    with urllib.request.urlopen(status_request, timeout=10, context=context) as response:
+        assert json.load(response)["state"] in ("starting", "running")
+    with pytest.raises(OSError):  # plain HTTP to the TLS port gets no answer it can read
+        urllib.request.urlopen(url.replace("https://", "http://") + "/healthz", timeout=10).read()
+    scaled = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", url, "-np", "2",
+                             "--tls-ca", str(files.ca)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert scaled.returncode == 0 and "scaling to 2 workers" in scaled.stdout, scaled.stderr
+    assert job.wait(240) == 0, job.output

@@ -36,6 +36,7 @@ from ringmaster.proto import environment as env_names
 from ringmaster.common.dial import dial
 from ringmaster.common.grpc_auth import Unproven
 from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.worker.agent.processes import die_with_parent
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
@@ -62,12 +63,13 @@ class _Child:
 
 class Agent:
     def __init__(self, settings: AgentSettings, secret: str | None = None,
-                 on_stopping: Callable[[float], None] | None = None) -> None:
+                 on_stopping: Callable[[float], None] | None = None, ca_pem: bytes | None = None) -> None:
         """`secret`: the job secret; calls are signed with it, only a rendezvous that proves it is
         obeyed, and workers get it in their environment. `on_stopping(bound_s)` is called once
         the agent begins to stop: the stop should take at most `bound_s` seconds (the CLI arms
         an exit watchdog with it)."""
         self.secret = secret
+        self.ca_pem = ca_pem  # the CA the rendezvous' TLS certificate chains to (None: no TLS)
         self.addresses = list(settings.rendezvous)
         self.host = settings.host
         self.heartbeat_interval_s = settings.heartbeat_interval_s
@@ -160,7 +162,7 @@ class Agent:
         """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
         backoff = Backoff(self.reconnect_timeout_s)
         while not self._stop.is_set():
-            dialed = dial(self.addresses, backoff, self._stop, self.secret)
+            dialed = dial(self.addresses, backoff, self._stop, self.secret, self.ca_pem)
             if dialed is None:
                 if not self._stop.is_set():
                     self._commands.put(_LOST)
@@ -246,6 +248,9 @@ class Agent:
         env.pop(SECRET_ENV, None)  # the job's secret is the agent's to give, not the rendezvous'
         if self.secret is not None:
             env[SECRET_ENV] = self.secret
+        env.pop(TLS_CA_ENV, None)
+        if self.ca_pem is not None:
+            env[TLS_CA_ENV] = self.ca_pem.decode()
         # Workers reach the rendezvous wherever this agent can (a standby included).
         known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))

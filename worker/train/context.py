@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
@@ -53,6 +54,7 @@ class WorkerContext:
                 self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
                 float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
                 secret=env.get(SECRET_ENV) or None,
+                ca_pem=env[TLS_CA_ENV].encode() if env.get(TLS_CA_ENV) else None,
             )
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None

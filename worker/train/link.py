@@ -44,8 +44,11 @@ class JobEnded(JobError):
 
 class RendezvousLink:
     def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
-                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None) -> None:
-        """`secret`: the job secret every call is signed with (the agent hands it over in the environment)."""
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None,
+                 ca_pem: bytes | None = None) -> None:
+        """`secret`: the job secret every call is signed with; `ca_pem`: the CA of the rendezvous'
+        TLS certificate (both handed over by the agent in the environment)."""
+        self._ca_pem = ca_pem
         self.addresses = parse_addresses(address)
         self._secret = secret
         self.address = self.addresses[0]
@@ -95,7 +98,7 @@ class RendezvousLink:
     def _open(self) -> bool:
         """Open a session with the first listed rendezvous that answers; False past the deadline."""
         while not self._closed.is_set():
-            dialed = dial(self.addresses, self._backoff, self._closed, self._secret)
+            dialed = dial(self.addresses, self._backoff, self._closed, self._secret, self._ca_pem)
             if dialed is None:
                 return False
             address, channel = dialed

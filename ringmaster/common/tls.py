@@ -1,0 +1,65 @@
+"""Optional TLS for the rendezvous' gRPC and HTTP: its certificate, and the CA its callers trust.
+
+The rendezvous serves with `--tls-cert`/`--tls-key`; agents, workers and `ringmaster scale` check
+its certificate against `--tls-ca` (agents and workers get the CA's PEM itself, in their
+environment or the launcher's handover, so no file needs to exist on a remote host). Who may
+call is the job secret's business (`secret`); TLS keeps what the calls carry (command lines,
+environments) from being read or changed on the way. The rings' own traffic (torch's TCPStore,
+Gloo) has no TLS: keep the hosts on a network you trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from ringmaster.common.errors import UsageError
+
+#: Environment variable carrying the CA's PEM (not a path) to agents and workers.
+TLS_CA_ENV = "RINGMASTER_TLS_CA_PEM"
+#: Largest certificate or key file read.
+MAX_PEM_BYTES = 1 << 20
+
+
+class TlsError(UsageError):
+    """A certificate, key or CA file that cannot be used; the message names the flag and file."""
+
+
+def read_pem(path: str, flag: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PEM_BYTES + 1)
+    except OSError as exc:
+        raise TlsError(f"{flag} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PEM_BYTES or b"-----BEGIN " not in data:
+        raise TlsError(f"{flag} {path} is not a PEM file (it should start with '-----BEGIN ...')")
+    return data
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The rendezvous' certificate and key (PEM), and the files they came from (uvicorn reads files)."""
+
+    cert: bytes
+    key: bytes
+    cert_file: str
+    key_file: str
+
+    @classmethod
+    def from_files(cls, cert_file: str | None, key_file: str | None) -> "ServerTls | None":
+        if not cert_file and not key_file:
+            return None
+        if not cert_file or not key_file:
+            raise TlsError("--tls-cert and --tls-key go together: the rendezvous' certificate and its key")
+        return cls(read_pem(cert_file, "--tls-cert"), read_pem(key_file, "--tls-key"), cert_file, key_file)
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)])
+
+
+def channel(address: str, ca_pem: bytes | None) -> grpc.Channel:
+    """A channel to `address`: TLS checked against `ca_pem` when given, plain otherwise."""
+    if ca_pem is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca_pem))
