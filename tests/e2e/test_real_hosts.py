@@ -70,7 +70,7 @@ def test_a_discovery_script_printing_real_hosts_grows_and_shrinks_the_job(run_jo
     a, b, c = (h.address for h in net.hosts)
     script, hosts_file = discovery_script(tmp_path, {a: 1, b: 1})
     job = run_job("--launcher", "ssh", "--ssh-identity-file", net.key, "--min-np", "2", "--max-np", "3",
-                  "--host-discovery-script", script, *FAST, *elastic_job(tmp_path / "log", epochs=6, samples=288),
+                  "--host-discovery-script", script, *FAST, *elastic_job(tmp_path / "log", epochs=10, samples=384),
                   env=net.ssh_env())
     job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 180, "a ring of two training")
     write_hosts(hosts_file, {a: 1, b: 1, c: 1})  # a host added
