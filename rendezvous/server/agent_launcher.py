@@ -26,7 +26,7 @@ from ringmaster.common.network import is_this_machine, this_machine_names
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
-from ringmaster.worker.agent.processes import die_with_parent
+from ringmaster.worker.agent.processes import dying_with_parent
 
 #: Lines of an ssh's output kept to say why it failed.
 KEPT_LINES = 5
@@ -91,7 +91,6 @@ class AgentLauncher:
         return f"{what} exited with code {launched.proc.returncode} before the agent connected: {said}"
 
     def _start(self, host: str) -> _Launched:
-        parent = os.getpid()
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
         if not self.is_remote(host):
@@ -103,9 +102,8 @@ class AgentLauncher:
         remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=True)
         argv = ssh_command(host, self._ssh, remote, os.getcwd())
         self._on_event(host, f"over ssh ({' '.join(argv[:-1])} ...)")
-        proc = subprocess.Popen(argv, start_new_session=True, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: die_with_parent(parent))
+        proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         launched = _Launched(proc, remote=True)
         threading.Thread(target=_relay, args=(proc, launched.output), daemon=True).start()
         assert proc.stdin is not None

@@ -61,11 +61,11 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
-                  *elastic_job(logs_dir, epochs=4, samples=128))
+                  *elastic_job(logs_dir, epochs=8, samples=128))
     job.wait_status(lambda s: s["steps"] >= 3, 120, "training on hostA")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})
     grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
-    assert grown["generation"] == 2, "both newcomers should join in one reset"
+    assert grown["generation"] == 2, "both newcomers should join in one reset:\n" + job.output
     hosts.write_text("hostA:2\nhostB:2\nhostC:many\n")
     job.wait_status(lambda s: any("hostC:many" in e for e in s["events"]), 60, "the bad discovery line to be reported")
     steps = job.status()["steps"]
@@ -78,7 +78,7 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     assert not next(h for h in gone["hosts"] if h["name"] == "hostA")["blacklisted"]
     assert job.wait(180) == 0, job.output
     logs = read_logs(logs_dir)
-    assert_every_sample_once(logs, 4)
+    assert_every_sample_once(logs, 8)
     assert_ranks_agree(logs)  # newcomers started from rank 0's parameters
     newcomer_sync = [r for r in events(logs, "synced") if r["worker"].startswith("hostB")]
     assert newcomer_sync and newcomer_sync[0]["step"] > 0

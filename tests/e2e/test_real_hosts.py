@@ -150,3 +150,19 @@ def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_jo
     assert {r["size"] for r in events(logs, "synced") if r["generation"] == 2} == {2}
     first_commit = min(r["time"] for r in events(logs, "commit") if r["generation"] == 2)
     print(f"\n[figure] partition -> first commit of the survivors' ring: {first_commit - cut_at:.2f} s")
+
+
+def test_the_network_interface_flag_and_a_loopback_rendezvous_that_remote_hosts_cannot_dial(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(1)
+    host = net.hosts[0].address
+    # --network-interface: the rendezvous, its store and the rings use that interface's address.
+    job = ssh_job(run_job, net, f"{host}:2", "--network-interface", net.bridge, *FAST,
+                  *elastic_job(tmp_path / "log", epochs=1, samples=32))
+    assert job.wait(180) == 0, job.output
+    assert job.events("rendezvous.listening")[0]["address"].startswith(f"{net.gateway}:")
+    # A rendezvous on loopback cannot be dialled from another machine: said, not hung on.
+    refused = ssh_job(run_job, net, f"{host}:2", "--bind", "127.0.0.1", *FAST,
+                      *elastic_job(tmp_path / "log2", epochs=1, samples=32))
+    assert refused.wait(120) == 1, refused.output
+    reason = refused.events("host.unreachable", host=host)[0]["reason"]
+    assert "another machine cannot dial" in reason and "--network-interface" in reason

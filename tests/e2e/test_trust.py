@@ -204,3 +204,16 @@ def test_a_job_over_tls_trains_and_nothing_speaks_to_it_in_the_clear(run_job, tm
                              "--tls-ca", str(files.ca)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert scaled.returncode == 0 and "scaling to 2 workers" in scaled.stdout, scaled.stderr
     assert job.wait(240) == 0, job.output
+
+
+def test_the_rings_store_listens_only_where_the_rendezvous_binds(run_job, tmp_path) -> None:
+    import subprocess
+
+    serve = run_job("-H", "hostX:1", "--bind", "127.0.0.1", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
+                    verb="serve")
+    serve.wait_event("rendezvous.listening")
+    serve.wait_api()
+    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    mine = [line.split()[3] for line in listening.splitlines() if f"pid={serve.proc.pid}," in line]
+    assert len(mine) >= 3, listening  # gRPC, the control API, the rings' store
+    assert all(address.startswith("127.0.0.1:") for address in mine), mine

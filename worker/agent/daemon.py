@@ -38,7 +38,7 @@ from ringmaster.common.grpc_auth import Unproven
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.worker.agent.processes import die_with_parent
+from ringmaster.worker.agent.processes import dying_with_parent
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
@@ -255,10 +255,8 @@ class Agent:
         known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
-        parent = os.getpid()
         proc = subprocess.Popen(
-            list(spec.argv), env=env, preexec_fn=lambda: die_with_parent(parent),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             threading.Thread(target=_forward, args=(pipe, sink, f"[{spec.worker_id}] "), daemon=True).start()

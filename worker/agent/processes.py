@@ -5,7 +5,9 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
+import shutil
 import signal
+import sys
 
 _PR_SET_PDEATHSIG = 1
 
@@ -33,3 +35,24 @@ def exit_if_stuck(bound_s: float) -> None:
     Python is stuck; it prints every thread's stack first, so the hang shows where it was.
     """
     faulthandler.dump_traceback_later(bound_s, exit=True)
+
+
+#: Sets PR_SET_PDEATHSIG, then becomes the command (for machines without setpriv(1)).
+_EXEC_WITH_PARENT_DEATH = (
+    "import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 9); os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """`argv` made to die (SIGKILL) with the process that starts it, without `preexec_fn`.
+
+    subprocess' `preexec_fn` runs Python in the child between fork and exec; in a process with
+    gRPC's threads that can crash the child before it ever runs (seen: SIGSEGV in the child's
+    after-fork handlers, reported as a worker killed by signal 11). setpriv(1) (util-linux) sets
+    the death signal and execs the command instead, keeping its pid; without it, a minimal
+    isolated Python does the same.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PARENT_DEATH, *argv]

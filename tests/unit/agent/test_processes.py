@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+from harness import wait_for
 
 STUCK = textwrap.dedent("""
     import threading
@@ -30,3 +36,35 @@ def test_a_process_that_finishes_in_time_keeps_its_exit_code() -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           start_new_session=True)
     assert proc.returncode == 3
+
+
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    from ringmaster.worker.agent import processes
+    if sys.argv[1] == "fallback":
+        processes.shutil.which = lambda name: None
+    child = subprocess.Popen(processes.dying_with_parent(["sleep", "60"]))
+    print(child.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.parametrize("how", ["setpriv", "fallback"])
+def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, how], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(parent.stdout.readline())
+        wait_for(lambda: "sleep" in open(f"/proc/{child}/cmdline").read(), 10, "the child to become the command")
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: _gone(child), 10, "the child to die with its parent")
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL) if parent.poll() is None else None
