@@ -122,11 +122,12 @@ class NetworkHosts:
         _ip("link", "set", self.bridge, "up")
         for host in self.hosts:
             _ip("netns", "add", host.netns)
-            _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            # Inside, the interface has the bridge's name: one name on every host, as --network-interface wants.
+            _ip("link", "add", host.veth, "type", "veth", "peer", "name", self.bridge, "netns", host.netns)
             _ip("link", "set", host.veth, "master", self.bridge)
             _ip("link", "set", host.veth, "up")
-            _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
-            _ip("-n", host.netns, "link", "set", "eth0", "up")
+            _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", self.bridge)
+            _ip("-n", host.netns, "link", "set", self.bridge, "up")
             _ip("-n", host.netns, "link", "set", "lo", "up")
 
     def _start_sshds(self) -> None:

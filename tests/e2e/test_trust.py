@@ -213,7 +213,11 @@ def test_the_rings_store_listens_only_where_the_rendezvous_binds(run_job, tmp_pa
                     verb="serve")
     serve.wait_event("rendezvous.listening")
     serve.wait_api()
-    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    mine = [line.split()[3] for line in listening.splitlines() if f"pid={serve.proc.pid}," in line]
-    assert len(mine) >= 3, listening  # gRPC, the control API, the rings' store
+    def listening() -> list[str]:
+        table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+        return [line.split()[3].replace("[::ffff:", "").replace("]", "")
+                for line in table.splitlines() if f"pid={serve.proc.pid}," in line]
+
+    mine = wait_for(lambda: (lambda found: found if len(found) >= 3 else None)(listening()), 30,
+                    "gRPC, the control API and the rings' store to listen")
     assert all(address.startswith("127.0.0.1:") for address in mine), mine

@@ -37,9 +37,11 @@ def exit_if_stuck(bound_s: float) -> None:
     faulthandler.dump_traceback_later(bound_s, exit=True)
 
 
-#: Sets PR_SET_PDEATHSIG, then becomes the command (for machines without setpriv(1)).
+#: Sets PR_SET_PDEATHSIG, exits if the parent died meanwhile, then becomes the command (for
+#: machines without setpriv(1)).
 _EXEC_WITH_PARENT_DEATH = (
-    "import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 9); os.execvp(sys.argv[1], sys.argv[1:])"
+    "import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 9); "
+    "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
 )
 
 
@@ -55,4 +57,4 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     setpriv = shutil.which("setpriv")
     if setpriv is not None:
         return [setpriv, "--pdeathsig", "KILL", "--", *argv]
-    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PARENT_DEATH, *argv]
+    return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), *argv]

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ringmaster.common.network import NetworkError, route_address
+from ringmaster.common.network import NetworkError, interface_names, route_address
 from ringmaster.proto import environment as env_names
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
@@ -185,6 +185,9 @@ def gloo_device(toward: str | None) -> object:
     the others cannot dial)."""
     interface = os.environ.get(env_names.GLOO_SOCKET_IFNAME)
     if interface:
+        if interface not in interface_names():
+            raise NetworkError(f"{env_names.GLOO_SOCKET_IFNAME}={interface} (--network-interface): this host has no such "
+                               f"interface (it has {', '.join(interface_names())}); name one that every host has")
         return dist.ProcessGroupGloo.create_device(interface=interface)
     if toward is None:
         return dist.ProcessGroupGloo.create_default_device()
