@@ -19,6 +19,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from harness import wait_for
+
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 
 
@@ -147,14 +149,14 @@ class NetworkHosts:
             ]))
             host.sshd = subprocess.Popen(["ip", "netns", "exec", host.netns, SSHD, "-D", "-e", "-f", str(config)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
         for host in self.hosts:
-            while host.run("ss", "-ltn", capture_output=True, text=True).stdout.count(f"{host.address}:22") == 0:
-                if host.sshd is not None and host.sshd.poll() is not None:
-                    raise RuntimeError(f"sshd in {host.netns} exited: {host.sshd.stderr.read().decode() if host.sshd.stderr else ''}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd in {host.netns} did not listen within 30 s")
-                time.sleep(0.05)
+            wait_for(lambda: self._listening(host), 30, f"sshd in {host.netns} to listen on {host.address}:22")
+
+    @staticmethod
+    def _listening(host: NetHost) -> bool:
+        if host.sshd is not None and host.sshd.poll() is not None:
+            raise RuntimeError(f"sshd in {host.netns} exited: {host.sshd.stderr.read().decode() if host.sshd.stderr else ''}")
+        return f"{host.address}:22" in host.run("ss", "-ltn", capture_output=True, text=True).stdout
 
     def ssh_env(self) -> dict[str, str]:
         """What `ringmaster run` needs to reach these hosts: the key's options, no known_hosts kept."""
