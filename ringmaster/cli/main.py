@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
-from ringmaster.common.network import interface_address, is_this_machine, route_address, this_machine_names
+from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, LAUNCHERS, SSH_OPTIONS_ENV, SshOptions
 from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, secret_from
@@ -252,7 +252,11 @@ def choose_addresses(bind: str | None, advertise: str | None, interface: str | N
         address = interface_address(interface)
         return bind or address, advertise or address
     if bind is None:
-        bind = route_address(remote_hosts[0]) if remote_hosts else "127.0.0.1"
+        try:
+            bind = route_address(remote_hosts[0]) if remote_hosts else "127.0.0.1"
+        except NetworkError as exc:
+            raise NetworkError(f"{exc} (hosts are reached over ssh; --launcher local emulates them by name on this "
+                               "machine)") from None
     return bind, advertise
 
 
