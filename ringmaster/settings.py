@@ -74,6 +74,11 @@ class JobSettings(BaseModel):
     discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
     heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, gt=0)
+    reconnect_timeout_s: float = Field(
+        DEFAULT_RECONNECT_TIMEOUT_S, gt=0,
+        description="how long the parts of a job wait for each other across a partition: agents and workers keep "
+                    "trying to reach a lost rendezvous (then agents stop their workers), and a rendezvous that hears "
+                    "from no host at all waits for them before counting them lost")
     collective_timeout_s: float = Field(DEFAULT_COLLECTIVE_TIMEOUT_S, gt=0)
     start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)

@@ -158,6 +158,11 @@ class NetworkHosts:
             raise RuntimeError(f"sshd in {host.netns} exited: {host.sshd.stderr.read().decode() if host.sshd.stderr else ''}")
         return f"{host.address}:22" in host.run("ss", "-ltn", capture_output=True, text=True).stdout
 
+    def cut_rendezvous(self, cut: bool) -> None:
+        """Cut the root namespace (the rendezvous) off from every host, or heal it: its address
+        leaves the bridge, so nothing reaches it while the hosts still reach each other."""
+        _ip("addr", "del" if cut else "add", f"{self.gateway}/24", "dev", self.bridge)
+
     def ssh_env(self) -> dict[str, str]:
         """What `ringmaster run` needs to reach these hosts: the key's options, no known_hosts kept."""
         return {"RINGMASTER_SSH_OPTIONS": "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}

@@ -114,6 +114,7 @@ class Coordinator:
         self._steps_at_start = 0  # the job's committed steps when the current generation formed
         self.last_tick: float | None = None
         self.stall_ended_at: float | None = None  # when the rendezvous last came back from a stall
+        self.isolated_since: float | None = None  # when every host fell silent at once (see _isolated)
         self._host_order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
         self._exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
@@ -444,18 +445,61 @@ class Coordinator:
             self._after_stall(now, now - self.last_tick)
         self.last_tick = now
         timeout = self.settings.heartbeat_timeout_s
+        isolated = self._isolated(now)  # then nobody is judged by silence: the rendezvous may be the one cut off
         for host in self.hosts.values():
-            if host.agent_connected and now - host.last_heartbeat > timeout:
+            if not isolated and host.agent_connected and now - host.last_heartbeat > timeout:
                 self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s")
         self._decide(now)  # a lost host before its workers' own silence: the host is the cause
         self._forget_departed_hosts(now)
-        for worker in list(self.workers.values()):
+        for worker in [] if isolated else list(self.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
                 self._worker_failed(
                     worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)", now,
                     blame_host=True, host_lost=False,
                 )
         self._reconcile(now)
+
+    def _isolated(self, now: float) -> bool:
+        """Every connected host (two or more) fell silent at once: more likely this rendezvous is
+        cut off than all of them died, and training needs no rendezvous. Nobody is judged by
+        silence then (hosts nor workers); once the first host is past the timeout the rendezvous
+        says it waits, up to `reconnect_timeout_s` (the agents fence themselves after that long
+        without us), then judges as usual. When anyone is heard again, everyone gets a fresh
+        window, so hosts whose heartbeats come back a moment later are not counted lost."""
+        if self.all_silent(now):
+            connected = [h for h in self.hosts.values() if h.agent_connected]
+            if self.isolated_since is None:
+                if not any(now - h.last_heartbeat > self.settings.heartbeat_timeout_s for h in connected):
+                    return True  # silent together, not yet for long: judge nobody
+                self.isolated_since = max(h.last_heartbeat for h in connected)
+                self._emit(now, Kind.RENDEZVOUS_ISOLATED, hosts=len(connected), seconds=now - self.isolated_since,
+                           wait_s=self.settings.reconnect_timeout_s)
+            return now - self.isolated_since < self.settings.reconnect_timeout_s
+        if self.isolated_since is not None:
+            self._emit(now, Kind.RENDEZVOUS_REJOINED, seconds=now - self.isolated_since)
+            self.isolated_since = None
+            for host in self.hosts.values():
+                host.last_heartbeat = max(host.last_heartbeat, now)
+            for worker in self.workers.values():
+                worker.last_heartbeat = max(worker.last_heartbeat, now)
+        return False
+
+    def _lately(self) -> float:
+        """Hosts beat every interval, so a partition silences them within about one interval of
+        each other: "at once" means none was heard for this long."""
+        return min(2 * self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s / 2)
+
+    def all_silent(self, now: float) -> bool:
+        """Two or more hosts connected, and none heard lately (see `_isolated`)."""
+        connected = [h for h in self.hosts.values() if h.agent_connected]
+        return len(connected) >= 2 and now - max(h.last_heartbeat for h in connected) > self._lately()
+
+    def waiting_out_isolation(self, now: float) -> bool:
+        """Is the rendezvous waiting, or about to wait, for hosts that all fell silent at once
+        (see `_isolated`)? A store lease that runs out meanwhile says nothing of its agent."""
+        if self.isolated_since is not None:
+            return now - self.isolated_since < self.settings.reconnect_timeout_s
+        return self.all_silent(now)
 
     def stalled_recently(self, now: float, window_s: float) -> bool:
         """Is the rendezvous stalled right now (no tick for STALL_S), or did it come back from a

@@ -43,12 +43,14 @@ class _Launched:
 class AgentLauncher:
     def __init__(self, rendezvous_address: str, heartbeat_interval_s: float, stop_grace_s: float,
                  secret: str | None = None, launcher: str = "local", ssh: SshOptions = SshOptions(),
-                 on_event: Callable[[str, str], None] = lambda host, how: None) -> None:
+                 on_event: Callable[[str, str], None] = lambda host, how: None,
+                 reconnect_timeout_s: float | None = None) -> None:
         """`secret` reaches the agents in their environment (here) or on stdin (over ssh), never
         on a command line. `on_event(host, how)` hears of each start."""
         self._address = rendezvous_address
         self._heartbeat = heartbeat_interval_s
         self._grace = stop_grace_s
+        self._reconnect = reconnect_timeout_s
         self._secret = secret
         self._launcher = launcher
         self._ssh = ssh
@@ -94,12 +96,14 @@ class AgentLauncher:
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
         if not self.is_remote(host):
-            argv = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=False)
+            argv = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=False,
+                                 reconnect_timeout_s=self._reconnect)
             if self._secret is not None:
                 env[SECRET_ENV] = self._secret
             self._on_event(host, "on this machine")
             return _Launched(subprocess.Popen(argv, start_new_session=True, env=env), remote=False)
-        remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=True)
+        remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=True,
+                               reconnect_timeout_s=self._reconnect)
         argv = ssh_command(host, self._ssh, remote, os.getcwd())
         self._on_event(host, f"over ssh ({' '.join(argv[:-1])} ...)")
         proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
@@ -147,7 +151,7 @@ def _relay(proc: subprocess.Popen, kept: collections.deque) -> None:
     """Copy what a remote agent (and ssh) prints to our stdout, keeping the last lines."""
     assert proc.stdout is not None
     for raw in iter(proc.stdout.readline, b""):
-        line = raw.decode(errors="replace").rstrip("\n")
+        line = raw.decode(errors="replace").rstrip("\r\n")
         kept.append(line[:500])
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -172,7 +172,8 @@ class RendezvousServer:
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
         local = AgentLauncher(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
                               self.secret, self.launcher, self.ssh,
-                              on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how)) \
+                              on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
+                              reconnect_timeout_s=self.settings.reconnect_timeout_s) \
             if self.use_local_hosts else None
         deposed: str | None = None
         try:

@@ -112,12 +112,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     def lease_expired(self, host: str) -> None:
         """An agent's lease ran out in the store. If the rendezvous itself was just stopped (it
-        could not refresh anything) and the agent's session is still open, the agent is not to
-        blame: its lease is granted again. Otherwise its host is lost."""
+        could not refresh anything), or waits for hosts that all fell silent at once (it may be
+        the one cut off), and the agent's session is still open, the agent is not to blame: its
+        lease is granted again. Otherwise its host is lost."""
         now = self.clock()
         window = 2.0 * (self.leases.ttl_s if self.leases is not None else 0.0)
         record = self.coordinator.hosts.get(host)
-        if host in self._agents and record is not None and self.coordinator.stalled_recently(now, window):
+        if host in self._agents and record is not None and (
+                self.coordinator.stalled_recently(now, window) or self.coordinator.waiting_out_isolation(now)):
             if self.leases is not None:
                 self._background(self.leases.connected(host, record.agent_pid or 0))
             return

@@ -74,6 +74,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds a discovery script may run (default: %(default)s)")
     parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
                         help="seconds between agent and worker heartbeats (default: %(default)s)")
+    parser.add_argument("--reconnect-timeout", type=float, metavar="S", default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
+                        help="seconds the parts wait for each other across a partition: agents and workers keep trying "
+                             "to reach a lost rendezvous, then agents stop their workers; a rendezvous that hears from no "
+                             "host at all waits this long before counting them lost (default: %(default)s)")
     parser.add_argument("--heartbeat-timeout", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
                         help="seconds without a heartbeat before a host or worker counts as dead (default: %(default)s)")
     parser.add_argument("--collective-timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
@@ -193,6 +197,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             reset_limit=args.reset_limit, discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
             heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
+            reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
             warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,

@@ -58,6 +58,8 @@ class Kind(enum.StrEnum):
     JOB_PREVIOUS_ENDED = "job.previous_ended"
     COMMITS_LOST = "commits.lost"
     RENDEZVOUS_STALLED = "rendezvous.stalled"
+    RENDEZVOUS_ISOLATED = "rendezvous.isolated"
+    RENDEZVOUS_REJOINED = "rendezvous.rejoined"
     RENDEZVOUS_LISTENING = "rendezvous.listening"
     API_LISTENING = "api.listening"
     EVENT_LOOP_ERROR = "rendezvous.loop_error"
@@ -149,6 +151,10 @@ SPECS: dict[Kind, Spec] = {
     Kind.COMMITS_LOST: Spec(_W, "every worker died and the job has no --checkpoint-dir: it restarts from its initial "
                                 "state, and the {steps} step(s) committed so far are lost (pass --checkpoint-dir DIR "
                                 "to resume from a durable checkpoint instead)"),
+    Kind.RENDEZVOUS_ISOLATED: Spec(_W, "no heartbeat from any of the {hosts} hosts for {seconds:.1f} s: this rendezvous "
+                                       "may be cut off from them; training goes on without it, waiting up to {wait_s:g} s "
+                                       "(--reconnect-timeout) before counting them lost"),
+    Kind.RENDEZVOUS_REJOINED: Spec(_I, "hosts are heard again after {seconds:.1f} s of silence"),
     Kind.RENDEZVOUS_STALLED: Spec(_W, "the rendezvous did not run for {seconds:.1f} s (stopped, swapped out or starved "
                                       "of CPU); hosts and workers are judged by the heartbeats that arrive from now on"),
     Kind.RENDEZVOUS_LISTENING: Spec(_I, "rendezvous listening on {address}; discovery: {discovery}; store: {store}"),

@@ -132,8 +132,7 @@ def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_jo
     marker = tmp_path / "log"
     job = ssh_job(run_job, net, f"{a}:1,{b}:1,{c}:1", "--min-np", "2", *FAST, "--heartbeat-timeout", "3",
                   "--collective-timeout", "5", "--blacklist-cooldown-range", "3", "3",
-                  *elastic_job(marker, epochs=8, samples=384), "--timestamps",
-                  env={"RINGMASTER_RECONNECT_TIMEOUT": "4"})
+                  "--reconnect-timeout", "4", *elastic_job(marker, epochs=8, samples=384), "--timestamps")
     job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 5, 180, "a ring of three training")
     cut_at = time.time()
     net.hosts[2].link(False)
@@ -166,3 +165,24 @@ def test_the_network_interface_flag_and_a_loopback_rendezvous_that_remote_hosts_
     assert refused.wait(120) == 1, refused.output
     reason = refused.events("host.unreachable", host=host)[0]["reason"]
     assert "another machine cannot dial" in reason and "--network-interface" in reason
+
+
+def test_a_rendezvous_cut_off_from_every_host_leaves_training_going_on(run_job, net_hosts, tmp_path) -> None:
+    net = net_hosts(2)
+    a, b = (h.address for h in net.hosts)
+    logs_dir = tmp_path / "log"
+    job = ssh_job(run_job, net, f"{a}:1,{b}:1", "--min-np", "2", *FAST, "--heartbeat-timeout", "3",
+                  *elastic_job(logs_dir, epochs=3, samples=480), "--timestamps")
+    job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 5, 180, "a ring of two training")
+    net.cut_rendezvous(True)
+    cut_at = time.time()
+    try:
+        job.wait_event("rendezvous.isolated", 60)
+        # The workers train on without the rendezvous: commits keep coming in generation 1.
+        wait_for(lambda: len([r for r in events(read_logs(logs_dir), "commit") if r["time"] > cut_at + 4]) >= 10, 60,
+                 "commits while the rendezvous is cut off")
+    finally:
+        net.cut_rendezvous(False)
+    job.wait_event("rendezvous.rejoined", 60)
+    assert job.wait(300) == 0, job.output
+    assert not job.events("host.lost") and not job.events("generation.formed", number=2), job.output

@@ -10,6 +10,7 @@ from ringmaster.rendezvous.control.effects import (
 from ringmaster.rendezvous.control.records import Phase
 from coordinator_rig import Rig
 from ringmaster.common.errors import Refused
+from ringmaster.common.events import Kind
 from ringmaster.settings import JobSettings
 
 
@@ -326,6 +327,49 @@ def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> Non
     assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
     assert rig.last(ids[0], EndGeneration).generation == 1
     assert ids[1] not in rig.specs("b")  # its agent kills it
+
+
+def test_every_host_silent_at_once_is_waited_for_as_the_rendezvous_may_be_cut_off() -> None:
+    rig = Rig(min_np=1, heartbeat_timeout_s=5, reconnect_timeout_s=60)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.now = 4.0
+    rig.agent_heartbeat("a")
+    rig.now = 4.9
+    rig.agent_heartbeat("b")  # then nothing from anyone: a partition around the rendezvous, most likely
+    rig.now = 9.1  # a is past the timeout, b not quite: they went silent together all the same
+    rig.tick()
+    assert rig.coordinator.hosts["a"].agent_connected
+    rig.now = 20
+    rig.tick()
+    assert all(rig.coordinator.workers[w].failed is None for w in ids)
+    assert all(h.agent_connected for h in rig.coordinator.hosts.values())
+    assert [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_ISOLATED]
+    rig.now = 30  # the link heals: a comes back first, b a moment later; nobody is counted lost
+    rig.agent_heartbeat("a")
+    rig.tick()
+    rig.now = 33
+    rig.agent_heartbeat("b")
+    for wid in ids:
+        rig.worker_heartbeat(wid, 5, True)
+    rig.tick()
+    assert all(rig.coordinator.workers[w].failed is None for w in ids)
+    assert rig.coordinator.generation.number == 1 and rig.coordinator.generation.over is None
+    assert [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_REJOINED]
+
+
+def test_hosts_silent_past_the_reconnect_window_are_lost_and_one_silent_host_is_lost_at_once() -> None:
+    rig = Rig(min_np=1, heartbeat_timeout_s=5, reconnect_timeout_s=60)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.now = 70  # longer than the agents wait for us: they have stopped their workers by now
+    rig.tick()
+    assert not any(h.agent_connected for h in rig.coordinator.hosts.values())
+    single = Rig(min_np=1, heartbeat_timeout_s=5, reconnect_timeout_s=60)
+    ids = single.start_elastic({"a": 1, "b": 1})
+    single.now = 6
+    single.agent_heartbeat("a")
+    single.worker_heartbeat(ids[0], 1, True)
+    single.tick()  # only b is silent: a host problem, judged at once
+    assert not single.coordinator.hosts["b"].agent_connected
 
 
 def test_blacklisted_host_returns_after_its_cooldown() -> None:
