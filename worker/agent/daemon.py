@@ -13,9 +13,11 @@ running and reconnects to the listed addresses in turn, with backoff, for up to
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -255,6 +257,12 @@ class Agent:
         known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
+        program = spec.argv[0] if spec.argv else ""
+        if not program or shutil.which(program, path=env.get("PATH")) is None:
+            # Said here as Popen itself would say it: the exec happens behind setpriv (dying_with_parent).
+            if os.sep in program and os.path.isfile(program):
+                raise PermissionError(errno.EACCES, "Permission denied", program)
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
         proc = subprocess.Popen(
             dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
