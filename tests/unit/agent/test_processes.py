@@ -39,13 +39,13 @@ def test_a_process_that_finishes_in_time_keeps_its_exit_code() -> None:
 
 
 PARENT = textwrap.dedent("""
-    import subprocess, sys, time
+    import signal, subprocess, sys
     from ringmaster.worker.agent import processes
     if sys.argv[1] == "fallback":
         processes.shutil.which = lambda name: None
     child = subprocess.Popen(processes.dying_with_parent(["sleep", "60"]))
     print(child.pid, flush=True)
-    time.sleep(60)
+    signal.pause()  # until the test kills this parent
 """)
 
 
