@@ -848,7 +848,8 @@ class Coordinator:
         eligible = {h.name for h in self.eligible_hosts(now)}
         survivors = [self.workers[i] for i in gen.member_ids]
         survivors = [w for w in survivors if self._candidate(w, eligible)]
-        newcomers = [w for w in self.workers.values() if self._candidate(w, eligible) and w not in survivors]
+        kept = {w.worker_id for w in survivors}  # by id: comparing the records field by field is quadratic
+        newcomers = [w for w in self.workers.values() if w.worker_id not in kept and self._candidate(w, eligible)]
         if not survivors and not newcomers:
             if not any(w.live for w in self.workers.values()):
                 self._note_lost_commits(now)

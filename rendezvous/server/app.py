@@ -25,6 +25,7 @@ from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.grpc_auth import RendezvousAuth
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
+from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.server.http_api import create_app
@@ -144,8 +145,7 @@ class RendezvousServer:
         ring_stores = TorchStoreHost(self.bind, self.advertise)
         # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
         self.auth = RendezvousAuth(self.secret, self._refused) if self.secret is not None else None
-        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
-                                      interceptors=[self.auth] if self.auth is not None else None)
+        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         port = grpc_server.add_secure_port(f"{self.bind}:{self.port}", self.tls.grpc_credentials()) if self.tls \
             else grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
@@ -160,7 +160,9 @@ class RendezvousServer:
         leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service
-        pb_grpc.add_RendezvousServicer_to_server(service, grpc_server)
+        pb_grpc.add_RendezvousServicer_to_server(
+            self.auth.guard(service, pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
+            grpc_server)
         await grpc_server.start()
         _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=self.discovery.describe(),
              store=self.store_spec.describe())

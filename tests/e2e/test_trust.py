@@ -133,8 +133,9 @@ def posing() -> Iterator[dict[bool, tuple[str, _PosingRendezvous]]]:
     async def serve() -> None:
         for knows in (False, True):
             servicer = _PosingRendezvous()
-            server = grpc.aio.server(interceptors=[RendezvousAuth(SECRET, lambda method, why: None)] if knows else None)
-            pb_grpc.add_RendezvousServicer_to_server(servicer, server)
+            guarded = RendezvousAuth(SECRET, lambda method, why: None).guard(servicer, pb.DESCRIPTOR.services_by_name["Rendezvous"])
+            server = grpc.aio.server()
+            pb_grpc.add_RendezvousServicer_to_server(guarded if knows else servicer, server)
             servers[knows] = (f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}", servicer)
             await server.start()
             running.append(server)
