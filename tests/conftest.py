@@ -71,8 +71,9 @@ def run_job():
     """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
     jobs: list[Job] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run", preexec=None) -> Job:
-        job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec)
+    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run", preexec=None,
+              prefix: list[str] | None = None) -> Job:
+        job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec, prefix=prefix)
         jobs.append(job)
         return job
 

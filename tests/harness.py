@@ -76,11 +76,12 @@ class Job:
     which its agents and workers inherit), so tests look at event kinds and fields."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run",
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, prefix: list[str] | None = None) -> None:
+        """`prefix` goes before the command (`ip netns exec NAME` runs it on a namespace host)."""
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", RINGMASTER_LOG_FORMAT="json")
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ringmaster.cli", verb, *args],
+            [*(prefix or []), sys.executable, "-m", "ringmaster.cli", verb, *args],
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, preexec_fn=preexec,
         )

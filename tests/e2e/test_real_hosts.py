@@ -186,3 +186,27 @@ def test_a_rendezvous_cut_off_from_every_host_leaves_training_going_on(run_job, 
     job.wait_event("rendezvous.rejoined", 60)
     assert job.wait(300) == 0, job.output
     assert not job.events("host.lost") and not job.events("generation.formed", number=2), job.output
+
+
+def test_serve_with_agents_started_by_something_else_on_hosts_with_their_own_network(run_job, net_hosts, tmp_path) -> None:
+    """`ringmaster serve` in the root namespace and `ringmaster agent` started on each host by
+    something other than ringmaster (Kubernetes, Slurm: here `ip netns exec`), as the README's
+    multi-machine setup says; an agent with another secret is refused and says so."""
+    net = net_hosts(2)
+    a, b = (h.address for h in net.hosts)
+    server = run_job("--bind", net.gateway, "--port", "0", "-H", f"{a}:2,{b}:2", *FAST,
+                     *elastic_job(tmp_path / "log", epochs=2, samples=64), verb="serve")
+    address = server.wait_event("rendezvous.listening")["address"]
+    assert address.startswith(f"{net.gateway}:"), address
+    on = {h.address: ["ip", "netns", "exec", h.netns] for h in net.hosts}
+    stranger = run_job("--rendezvous", address, "--host", a, verb="agent", prefix=on[a],
+                       env={"RINGMASTER_SECRET": "another-job-secret-0123456789"})
+    assert stranger.wait(60) != 0, stranger.output
+    assert "start the agent with the job's secret" in stranger.output, stranger.output
+    server.wait_event("rendezvous.call_refused", 30)
+    agents = [run_job("--rendezvous", address, "--host", host, verb="agent", prefix=on[host]) for host in (a, b)]
+    assert server.wait(240) == 0, server.output
+    for agent in agents:
+        assert agent.wait(60) == 0, agent.output
+    assert {e["host"] for e in server.events("agent.connected")} == {a, b}
+    assert {r["size"] for r in events(read_logs(tmp_path / "log"), "done")} == {4}

@@ -189,7 +189,10 @@ class Agent:
                 say(self.host, Kind.AGENT_UNPROVEN, address=address, error=exc.details())
             except grpc.RpcError as exc:
                 if exc.code() in _REFUSED_FOR_GOOD:  # a bad --host, another agent's host, the wrong secret
-                    say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=exc.details())
+                    error = exc.details() or str(exc.code())
+                    if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
+                        error += "; start the agent with the job's secret (--secret-file or $RINGMASTER_SECRET)"
+                    say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=error)
                     self._commands.put(_REFUSED)
                     session.cancel()
                     return  # the main thread closes the channel
