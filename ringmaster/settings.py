@@ -33,6 +33,10 @@ DEFAULT_RECONNECT_TIMEOUT_S = 300.0
 DEFAULT_START_TIMEOUT_S = 30.0
 #: Seconds a stopped worker gets between SIGTERM and SIGKILL.
 DEFAULT_STOP_GRACE_S = 5.0
+#: Warm spare worker processes per agent (0: none); see worker/agent/spares.py.
+DEFAULT_SPARES = 1
+SPARES_ENV = "RINGMASTER_SPARES"  # where --spares takes its default from
+MAX_SPARES = 64
 #: Seconds a ready newcomer waits for the other newcomers still warming up, so that they join
 #: the ring together in one reset.
 DEFAULT_WARMUP_GRACE_S = 5.0
@@ -82,6 +86,8 @@ class JobSettings(BaseModel):
     collective_timeout_s: float = Field(DEFAULT_COLLECTIVE_TIMEOUT_S, gt=0)
     start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
+    spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES,
+                        description="warm spare worker processes each agent that `run` starts keeps ready (0: none)")
     blacklist_cooldown_s: Optional[tuple[float, float]] = None
     warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
@@ -123,3 +129,4 @@ class AgentSettings(BaseModel):
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     reconnect_timeout_s: float = Field(DEFAULT_RECONNECT_TIMEOUT_S, gt=0)
+    spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES, description="warm spare worker processes kept ready (0: none)")

@@ -44,13 +44,14 @@ class AgentLauncher:
     def __init__(self, rendezvous_address: str, heartbeat_interval_s: float, stop_grace_s: float,
                  secret: str | None = None, launcher: str = "local", ssh: SshOptions = SshOptions(),
                  on_event: Callable[[str, str], None] = lambda host, how: None,
-                 reconnect_timeout_s: float | None = None) -> None:
+                 reconnect_timeout_s: float | None = None, spares: int | None = None) -> None:
         """`secret` reaches the agents in their environment (here) or on stdin (over ssh), never
         on a command line. `on_event(host, how)` hears of each start."""
         self._address = rendezvous_address
         self._heartbeat = heartbeat_interval_s
         self._grace = stop_grace_s
         self._reconnect = reconnect_timeout_s
+        self._spares = spares
         self._secret = secret
         self._launcher = launcher
         self._ssh = ssh
@@ -97,13 +98,13 @@ class AgentLauncher:
         env.pop(SECRET_ENV, None)
         if not self.is_remote(host):
             argv = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=False,
-                                 reconnect_timeout_s=self._reconnect)
+                                 reconnect_timeout_s=self._reconnect, spares=self._spares)
             if self._secret is not None:
                 env[SECRET_ENV] = self._secret
             self._on_event(host, "on this machine")
             return _Launched(subprocess.Popen(argv, start_new_session=True, env=env), remote=False)
         remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=True,
-                               reconnect_timeout_s=self._reconnect)
+                               reconnect_timeout_s=self._reconnect, spares=self._spares)
         argv = ssh_command(host, self._ssh, remote, os.getcwd())
         self._on_event(host, f"over ssh ({' '.join(argv[:-1])} ...)")
         proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,

@@ -175,7 +175,7 @@ class RendezvousServer:
         local = AgentLauncher(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
                               self.secret, self.launcher, self.ssh,
                               on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
-                              reconnect_timeout_s=self.settings.reconnect_timeout_s) \
+                              reconnect_timeout_s=self.settings.reconnect_timeout_s, spares=self.settings.spares) \
             if self.use_local_hosts else None
         deposed: str | None = None
         try:

@@ -46,13 +46,15 @@ class SshOptions:
 
 
 def agent_command(python: str, rendezvous: str, host: str, heartbeat_interval_s: float, stop_grace_s: float,
-                  handed_over: bool, reconnect_timeout_s: float | None = None) -> list[str]:
+                  handed_over: bool, reconnect_timeout_s: float | None = None, spares: int | None = None) -> list[str]:
     """The agent's argv. `handed_over`: it reads the secret and environment from stdin and stops
     when stdin closes (remote agents); otherwise it dies with its parent (local ones)."""
     argv = [python, "-m", "ringmaster.worker.agent", "--rendezvous", rendezvous, "--host", host,
             "--heartbeat-interval", str(heartbeat_interval_s), "--stop-grace", str(stop_grace_s)]
     if reconnect_timeout_s is not None:
         argv += ["--reconnect-timeout", str(reconnect_timeout_s)]
+    if spares is not None:
+        argv += ["--spares", str(spares)]
     return argv + (["--from-launcher"] if handed_over else ["--die-with-parent"])
 
 

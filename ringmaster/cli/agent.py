@@ -23,7 +23,7 @@ from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
 from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
-from ringmaster.settings import AgentSettings
+from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent
 from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
 
@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reconnect-timeout", type=float, default=None,
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: "
                              f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else {defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
+    parser.add_argument("--spares", type=int, default=None, metavar="N",
+                        help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
+                             f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
     parser.add_argument("--tls-ca", default=None, metavar="FILE",
@@ -71,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         settings = AgentSettings(rendezvous=parse_addresses(args.rendezvous), host=args.host,
                                  heartbeat_interval_s=args.heartbeat_interval, stop_grace_s=args.stop_grace,
                                  reconnect_timeout_s=args.reconnect_timeout if args.reconnect_timeout is not None else
-                                 os.environ.get(env_names.RECONNECT_TIMEOUT) or defaults.DEFAULT_RECONNECT_TIMEOUT_S)
+                                 os.environ.get(env_names.RECONNECT_TIMEOUT) or defaults.DEFAULT_RECONNECT_TIMEOUT_S,
+                                 spares=args.spares if args.spares is not None else
+                                 os.environ.get(SPARES_ENV) or defaults.DEFAULT_SPARES)
     except ValidationError as exc:
         flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
-                 "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout"}
+                 "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout",
+                 "spares": f"--spares (or ${SPARES_ENV})"}
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
     try:

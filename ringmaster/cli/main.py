@@ -86,6 +86,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, metavar="S", default=defaults.DEFAULT_STOP_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
+    parser.add_argument("--spares", type=int, metavar="N", default=None,
+                        help="warm spare worker processes each agent keeps ready (torch imported), so a newcomer skips "
+                             f"Python's and torch's start (default: ${defaults.SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
     parser.add_argument("--warmup-grace", type=float, metavar="S", default=defaults.DEFAULT_WARMUP_GRACE_S,
                         help="seconds a ready newcomer waits for newcomers still warming up, to join in one reset (default: %(default)s)")
     parser.add_argument("--crash-loop-limit", type=int, metavar="N", default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
@@ -199,6 +202,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
             reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
+            spares=args.spares if args.spares is not None else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES,
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
             warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
             exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
@@ -216,7 +220,8 @@ def _flag_error(error: Mapping[str, Any]) -> str:
     field = error["loc"][0] if error.get("loc") else ""
     flags = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout",
              "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
-             "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout"}
+             "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout",
+             "spares": f"--spares (or ${defaults.SPARES_ENV})"}
     flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message

@@ -84,6 +84,10 @@ class Kind(enum.StrEnum):
     AGENT_STOPPING = "agent.stopping"
     PROCESS_STARTED = "process.started"
     PROCESS_START_FAILED = "process.start_failed"
+    SPARE_USED = "spare.used"
+    SPARE_UNFIT = "spare.unfit"
+    SPARE_TOO_BIG = "spare.too_big"
+    SPARE_OFF = "spare.off"
     # worker (the training library)
     RING_JOINED = "ring.joined"
     RING_JOIN_FAILED = "ring.join_failed"
@@ -181,6 +185,11 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_STOPPING: Spec(_I, "stopping: {reason}"),
     Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
+    Kind.SPARE_USED: Spec(_I, "worker {worker} runs in a warm spare (pid {pid}, warm for {warm_s:g} s)"),
+    Kind.SPARE_UNFIT: Spec(_I, "worker {worker} starts fresh, not in a warm spare: {reason}"),
+    Kind.SPARE_TOO_BIG: Spec(_W, "stopped a warm spare (pid {pid}) holding {rss_mb} MB, more than {limit_mb} MB"),
+    Kind.SPARE_OFF: Spec(_W, "no warm spares on this host: {failures} died before use (last: {reason}); workers start "
+                             "fresh (start the agent with --spares 0 to not try)"),
     Kind.RING_JOINED: Spec(_I, "joined generation {generation} as rank {rank} of {size}: waited {waited_ms:.0f} ms for "
                                "the ring, built it in {built_ms:.0f} ms, synced state in {sync_ms:.0f} ms, reset "
                                "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms (rank 0's commit went to "

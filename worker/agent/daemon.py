@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
 
@@ -41,10 +41,13 @@ from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.worker.agent.processes import dying_with_parent
+from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
+#: Seconds between two looks at the warm spares (memory, replacements).
+TEND_SPARES_S = 0.5
 
 
 _logger = logging.getLogger(logs.AGENT)
@@ -91,6 +94,9 @@ class Agent:
         self._on_stopping = on_stopping
         self._reader = threading.Thread(target=self._read_sessions, daemon=True)
         self._heartbeater = threading.Thread(target=self._heartbeat, daemon=True)
+        self.spares = SparePool(settings.spares, lambda: self._worker_env({}), _forward_output,
+                                lambda kind, **fields: say(self.host, kind, **fields))
+        self._spares_tended = 0.0
 
     @property
     def _last_call_s(self) -> float:
@@ -124,6 +130,9 @@ class Agent:
                     self._apply(command.workers)
                 self._reap()
                 self._close_retired()
+                if time.monotonic() - self._spares_tended >= TEND_SPARES_S:
+                    self._spares_tended = time.monotonic()
+                    self.spares.tend()
         finally:
             if self._on_stopping is not None:
                 self._on_stopping(self.stop_bound_s)
@@ -247,9 +256,10 @@ class Agent:
                     say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=str(exc))
                     self._unstartable.append(worker_id)
 
-    def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
+    def _worker_env(self, spec_env: Mapping[str, str]) -> dict[str, str]:
+        """A worker's environment: this agent's, the rendezvous' variables for it, the secret."""
         env = dict(os.environ)
-        env.update(spec.env)
+        env.update(spec_env)
         env.pop(SECRET_ENV, None)  # the job's secret is the agent's to give, not the rendezvous'
         if self.secret is not None:
             env[SECRET_ENV] = self.secret
@@ -259,6 +269,10 @@ class Agent:
         # Workers reach the rendezvous wherever this agent can (a standby included).
         known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
+        return env
+
+    def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
+        env = self._worker_env(spec.env)
         say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
         program = spec.argv[0] if spec.argv else ""
         if not program or shutil.which(program, path=env.get("PATH")) is None:
@@ -266,11 +280,13 @@ class Agent:
             if os.sep in program and os.path.isfile(program):
                 raise PermissionError(errno.EACCES, "Permission denied", program)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
-        proc = subprocess.Popen(
-            dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-            threading.Thread(target=_forward, args=(pipe, sink, f"[{spec.worker_id}] "), daemon=True).start()
+        proc = self.spares.take(list(spec.argv), env, spec.worker_id)
+        if proc is None:
+            proc = subprocess.Popen(
+                dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            _forward_output(proc, [f"[{spec.worker_id}] "])
+        self.spares.hold()
         return proc
 
     def _terminate(self, child: _Child) -> None:
@@ -312,6 +328,7 @@ class Agent:
             self._unsent.pop(0)
 
     def _stop_all(self) -> None:
+        self.spares.close()
         for child in self.children.values():
             if child.kill_at is None:
                 self._terminate(child)
@@ -333,10 +350,17 @@ _REFUSED = object()
 _OUTPUT_LOCK = threading.Lock()
 
 
-def _forward(pipe, sink, prefix: str) -> None:
+def _forward_output(proc: subprocess.Popen, prefix: list[str]) -> None:
+    """Copy a worker's stdout and stderr to ours, each line prefixed with `prefix[0]` as it is
+    when the line comes (a warm spare's changes when it becomes a worker)."""
+    for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+        threading.Thread(target=_forward, args=(pipe, sink, prefix), daemon=True).start()
+
+
+def _forward(pipe, sink, prefix: list[str]) -> None:
     """Copy a worker's output line by line, prefixed with its id, so workers never interleave mid-line."""
     for raw in iter(pipe.readline, b""):
-        line = prefix + raw.decode(errors="replace").rstrip("\n") + "\n"
+        line = prefix[0] + raw.decode(errors="replace").rstrip("\n") + "\n"
         with _OUTPUT_LOCK:
             sink.write(line)
             sink.flush()

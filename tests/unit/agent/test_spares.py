@@ -1,0 +1,240 @@
+"""Warm spares: which workers a spare may become (pure), and real spare processes that must be
+indistinguishable, for the script they run, from a fresh `python script.py`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from harness import wait_for
+from ringmaster.common.events import Kind
+from ringmaster.worker.agent.spare import MAX_ASSIGNMENT_BYTES, parse_assignment
+from ringmaster.worker.agent.spares import SparePool, rss_bytes, spare_assignment
+
+PY = sys.executable
+
+#: What a script can see of how it was started.
+PROBE = textwrap.dedent("""
+    import json, os, signal, sys
+    seen = {k: repr(v) for k, v in globals().items() if k.startswith("__") and k not in ("__builtins__", "__loader__")}
+    seen["loader"] = type(globals().get("__loader__")).__name__
+    seen["builtins"] = type(globals()["__builtins__"]).__name__
+    print(json.dumps({
+        "argv": sys.argv, "globals": seen, "path0": sys.path[0], "cwd": os.getcwd(), "env": dict(os.environ),
+        "main_is_this": sys.modules["__main__"].__dict__ is globals(),
+        "signals": {s: repr(signal.getsignal(getattr(signal, s))) for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGUSR1")},
+        "stdin": sys.stdin.read(),
+    }, sort_keys=True))
+    sys.stdout.flush()
+    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+""")
+
+
+def test_a_python_script_or_module_with_the_same_environment_fits(tmp_path) -> None:
+    (tmp_path / "train.py").write_text("pass\n")
+    env = {"PATH": os.environ["PATH"], "HOME": "/root"}
+    worker_env = {**env, "RANK": "3", "RINGMASTER_WORKER_ID": "h/4", "RINGMASTER_SECRET": "x" * 20}
+    assignment, why = spare_assignment([PY, "train.py", "--lr", "1"], worker_env, str(tmp_path), env, PY)
+    assert why == "" and assignment is not None
+    assert (assignment.kind, assignment.target, assignment.args, assignment.cwd) == ("script", "train.py", ["--lr", "1"], str(tmp_path))
+    assert assignment.env == worker_env
+    module, _ = spare_assignment([PY, "-m", "pkg.train", "x"], env, str(tmp_path), env, PY)
+    assert module is not None and (module.kind, module.target, module.args) == ("module", "pkg.train", ["x"])
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["/bin/sh", "train.py"], "is not this agent's Python"),
+    ([PY, "-u", "train.py"], "interpreter options"),
+    ([PY, "-c", "pass"], "interpreter options"),
+    ([PY], "interpreter options"),
+    ([PY, "missing.py"], "is not a script file"),
+    ([], "no command"),
+])
+def test_commands_a_spare_cannot_be_start_fresh(tmp_path, argv, reason) -> None:
+    (tmp_path / "train.py").write_text("pass\n")
+    env = {"PATH": os.environ["PATH"]}
+    assignment, why = spare_assignment(argv, env, str(tmp_path), env, PY)
+    assert assignment is None and reason in why
+
+
+def test_an_environment_that_differs_beyond_the_worker_variables_starts_fresh(tmp_path) -> None:
+    """PYTHONPATH, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES... may have shaped the spare's imports."""
+    (tmp_path / "train.py").write_text("pass\n")
+    spare_env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "2"}
+    for worker_env in ({**spare_env, "OMP_NUM_THREADS": "1"}, {**spare_env, "PYTHONPATH": "/x"}, {"PATH": os.environ["PATH"]}):
+        assignment, why = spare_assignment([PY, "train.py"], worker_env, str(tmp_path), spare_env, PY)
+        assert assignment is None and "differs from the spare's in" in why
+
+
+@pytest.mark.parametrize("line, problem", [
+    (b"not json\n", "Expecting value"),
+    (b"[1]\n", "not a JSON object"),
+    (b'{"kind": "shell", "target": "x", "args": [], "env": {}, "cwd": "/"}\n', "no script or module"),
+    (b'{"kind": "script", "target": "x", "args": [1], "env": {}, "cwd": "/"}\n', "arguments"),
+    (b'{"kind": "script", "target": "x", "args": [], "env": {"A": 1}, "cwd": "/"}\n', "environment"),
+    (b'{"kind": "script", "target": "x", "args": [], "env": {}, "cwd": "rel"}\n', "working directory"),
+    (b"x" * (MAX_ASSIGNMENT_BYTES + 1), "longer than"),
+])
+def test_a_malformed_assignment_is_refused_naming_what_is_wrong(line, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_assignment(line)
+
+
+class _Output:
+    """Collects the lines of processes, with the prefix each line had when it came."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def forward(self, proc: subprocess.Popen, prefix: list[str]) -> None:
+        def read(pipe) -> None:
+            for raw in iter(pipe.readline, b""):
+                self.lines.append(prefix[0] + raw.decode())
+
+        for pipe in (proc.stdout, proc.stderr):
+            thread = threading.Thread(target=read, args=(pipe,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+
+@pytest.fixture
+def pool_of(tmp_path, monkeypatch):
+    """Real spare pools over this test's folder; every spare and worker killed at teardown."""
+    monkeypatch.chdir(tmp_path)
+    made: list[tuple[SparePool, list]] = []
+
+    def make(count: int = 1, env: dict[str, str] | None = None, **kwargs) -> tuple[SparePool, _Output, list]:
+        output, said = _Output(), []
+        pool = SparePool(count, lambda: dict(env if env is not None else os.environ), output.forward,
+                         lambda kind, **fields: said.append((kind, fields)), replace_after_s=0.0, **kwargs)
+        made.append((pool, said))
+        return pool, output, said
+
+    procs: list[subprocess.Popen] = []
+    try:
+        yield make
+    finally:
+        for pool, _ in made:
+            procs += [s.proc for s in pool.idle]
+            pool.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def warm(pool: SparePool) -> None:
+    pool.hold()
+    pool.tend()
+    assert len(pool.idle) == pool.count
+
+
+def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of, tmp_path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    pool, output, said = pool_of(1)
+    warm(pool)
+    env = {**os.environ, "RANK": "1", "RINGMASTER_WORKER_ID": "hostA/2"}
+    argv = [PY, "probe.py", "--epochs", "3"]
+    proc = pool.take(argv, env, "hostA/2")
+    assert proc is not None
+    assert proc.wait(60) == 0
+    fresh = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    wait_for(lambda: not any(t.is_alive() for t in output.threads), 10, "the spare's output")
+    ran = [line for line in output.lines if line.startswith("[hostA/2] {")]
+    assert len(ran) == 1, output.lines
+    as_spare, as_fresh = json.loads(ran[0].removeprefix("[hostA/2] ")), json.loads(fresh.stdout)
+    assert as_spare == as_fresh
+    assert as_spare["argv"] == ["probe.py", "--epochs", "3"] and as_spare["env"]["RANK"] == "1"
+    assert said[-1][0] is Kind.SPARE_USED and said[-1][1]["pid"] == proc.pid
+
+
+def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(pool_of, tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "probe.py").write_text(PROBE)
+    env = {**os.environ, "PROBE_EXIT": "7"}
+    pool, output, _ = pool_of(1, env=env)  # (a variable of the spare's own environment: it fits)
+    warm(pool)
+    proc = pool.take([PY, "-m", "pkg.probe", "a"], env, "w1")
+    assert proc is not None and proc.wait(60) == 7
+    fresh = subprocess.run([PY, "-m", "pkg.probe", "a"], env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+    assert fresh.returncode == 7
+    wait_for(lambda: not any(t.is_alive() for t in output.threads), 10, "the spare's output")
+    as_spare = json.loads(next(line for line in output.lines if line.startswith("[w1] {")).removeprefix("[w1] "))
+    as_fresh = json.loads(fresh.stdout)
+    for key in ("argv", "path0", "cwd", "env", "signals", "stdin", "main_is_this"):
+        assert as_spare[key] == as_fresh[key], key
+    for key in ("__name__", "__file__", "__package__"):
+        assert as_spare["globals"][key] == as_fresh["globals"][key], key
+
+
+def test_a_used_spare_is_replaced_and_an_unfit_worker_leaves_the_spare_idle(pool_of, tmp_path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    pool, _, said = pool_of(1)
+    warm(pool)
+    first = pool.idle[0].proc.pid
+    assert pool.take(["/bin/true"], dict(os.environ), "w0") is None  # not Python: fresh, the spare stays
+    assert [s.proc.pid for s in pool.idle] == [first] and said[-1][0] is Kind.SPARE_UNFIT
+    proc = pool.take([PY, "probe.py"], dict(os.environ), "w1")
+    assert proc is not None and proc.pid == first and not pool.idle
+    pool.tend()
+    assert len(pool.idle) == 1 and pool.idle[0].proc.pid != first
+    assert proc.wait(60) == 0
+
+
+def test_spares_are_stopped_when_retired_or_grown_too_big(pool_of) -> None:
+    pool, _, said = pool_of(2, max_rss_bytes=1 << 20)  # 1 MiB: any Python is past it
+    pool.hold()
+    pool.tend()
+    started = [s.proc for s in pool.idle]
+    assert len(started) == 2
+    wait_for(lambda: all(rss_bytes(p.pid) > 1 << 20 for p in started), 30, "the spares' Python to be running")
+    pool._next_start = float("inf")  # (no replacements: this test looks at the stopping alone)
+    pool.tend()
+    assert not pool.idle and all(p.poll() is not None for p in started)
+    assert [kind for kind, _ in said] == [Kind.SPARE_TOO_BIG] * 2
+    pool, _, _ = pool_of(1)
+    warm(pool)
+    spare = pool.idle[0].proc
+    pool.close()
+    assert spare.poll() is not None and not pool.idle
+
+
+def test_spares_that_die_before_use_turn_spares_off_once(pool_of) -> None:
+    """PYTHONHOME pointing nowhere: the interpreter cannot even start (as a broken environment)."""
+    pool, output, said = pool_of(1, env={**os.environ, "PYTHONHOME": "/nonexistent"})
+    pool.hold()
+    for _ in range(3):
+        pool.tend()
+        wait_for(lambda: all(s.proc.poll() is not None for s in pool.idle), 30, "the broken spare to die")
+        pool._next_start = 0.0  # (its replacement now, not after replace_after_s)
+    pool.tend()
+    assert pool.count == 0 and not pool.idle
+    assert [kind for kind, _ in said] == [Kind.SPARE_OFF]
+    assert "exited with code" in said[0][1]["reason"]
+
+
+def test_a_spare_whose_agent_closes_its_stdin_exits_without_running_anything(tmp_path) -> None:
+    marker = tmp_path / "ran"
+    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.spare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(b"", timeout=60)
+        assert proc.returncode == 0, err
+        proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.spare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        out, err = proc.communicate(b'{"kind": "script", "target": "' + str(marker).encode() + b'", "args": []}\n', timeout=60)
+        assert proc.returncode == 3 and b"refused its assignment" in err and not marker.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

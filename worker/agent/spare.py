@@ -1,0 +1,123 @@
+"""A warm spare: a worker process started before it is needed.
+
+It imports what every worker imports and that takes seconds (`PRELOADED`: torch, the
+Ringmaster library), then waits, running nothing else, for one assignment on stdin: the
+training command, its environment and working directory (one JSON line from its agent). It
+then becomes that worker as a fresh interpreter would: stdin from /dev/null, the working
+directory and environment replaced, `sys.argv` and `sys.path[0]` set as `python script.py` or
+`python -m module` sets them, and the program run as `__main__` (a fresh module for a script,
+as the interpreter makes it; runpy's for a module, as `python -m` itself does). End of stdin before an
+assignment (the agent retired it, or died) ends the spare.
+
+Run as `python -m ringmaster.worker.agent.spare` by the agent (see `spares.py`), never by hand.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import json
+import os
+import runpy
+import sys
+import types
+from importlib.machinery import SourceFileLoader
+from dataclasses import dataclass
+
+#: Modules imported ahead of need (the interpreter-level heavy ones; never the user's).
+PRELOADED = ("torch", "torch.distributed", "ringmaster.torch")
+#: Most bytes an assignment may have (a command line and an environment).
+MAX_ASSIGNMENT_BYTES = 1 << 20
+#: Exit code of a spare that could not import `PRELOADED` or got a malformed assignment.
+SPARE_FAILED = 3
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What a spare becomes: `kind` is "script" (target: its path) or "module" (target: its name)."""
+
+    kind: str
+    target: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+
+    def to_line(self) -> bytes:
+        return json.dumps({"kind": self.kind, "target": self.target, "args": self.args, "env": self.env,
+                           "cwd": self.cwd}).encode() + b"\n"
+
+
+def parse_assignment(line: bytes) -> Assignment:
+    """The assignment in `line`; ValueError naming what is wrong otherwise."""
+    if len(line) > MAX_ASSIGNMENT_BYTES:
+        raise ValueError(f"the assignment is longer than {MAX_ASSIGNMENT_BYTES} bytes")
+    raw = json.loads(line)
+    if not isinstance(raw, dict):
+        raise ValueError("the assignment is not a JSON object")
+    kind, target, args, env, cwd = (raw.get(k) for k in ("kind", "target", "args", "env", "cwd"))
+    if kind not in ("script", "module") or not isinstance(target, str) or not target:
+        raise ValueError("the assignment names no script or module")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError("the assignment's arguments are not a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the assignment's environment is not a map of strings")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        raise ValueError("the assignment's working directory is not an absolute path")
+    return Assignment(kind, target, args, env, cwd)
+
+
+def become(assignment: Assignment) -> None:
+    """Turn this process into the assigned worker and run it (returns when the program does)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # nothing more comes from the agent; the worker reads no commands from stdin
+    os.close(null)
+    os.chdir(assignment.cwd)
+    os.environ.clear()
+    os.environ.update(assignment.env)  # (putenv too: C libraries see the worker's environment)
+    if assignment.kind == "script":
+        sys.argv = [assignment.target, *assignment.args]
+        sys.path[0] = os.path.dirname(os.path.realpath(assignment.target))  # as `python script.py`
+        run_script(assignment.target)
+    else:
+        sys.argv = [assignment.target, *assignment.args]  # run_module puts the module's file in argv[0]
+        sys.path[0] = os.getcwd()  # as `python -m module`
+        runpy.run_module(assignment.target, run_name="__main__", alter_sys=True)
+
+
+def run_script(target: str) -> None:
+    """Run the file `target` as `python target` runs it: in a fresh `__main__` module with the
+    attributes the interpreter gives one (an absolute `__file__`, a source loader, no package or
+    spec). runpy.run_path differs (a relative `__file__`, no loader, `__package__` "")."""
+    path = os.path.abspath(target)
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update(__file__=path, __cached__=None, __loader__=SourceFileLoader("__main__", path),
+                                __package__=None, __spec__=None, __annotations__={}, __builtins__=builtins)
+    sys.modules["__main__"] = main_module
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    exec(code, main_module.__dict__)
+
+
+def main() -> int:
+    try:
+        for name in PRELOADED:
+            importlib.import_module(name)
+    except Exception as exc:  # an environment without torch: the agent starts workers fresh
+        print(f"warm spare: cannot import {name}: {exc}", file=sys.stderr)
+        return SPARE_FAILED
+    line = sys.stdin.buffer.readline(MAX_ASSIGNMENT_BYTES + 1)
+    if not line:
+        return 0  # retired before any assignment
+    try:
+        assignment = parse_assignment(line)
+    except ValueError as exc:
+        print(f"warm spare: refused its assignment: {exc}", file=sys.stderr)
+        return SPARE_FAILED
+    become(assignment)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    if code:  # the worker's own exit (sys.exit, an exception) never comes here: it leaves through become()
+        sys.exit(code)

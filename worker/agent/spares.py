@@ -1,0 +1,197 @@
+"""Warm spares: worker processes an agent starts ahead of need (see `spare.py`).
+
+A newcomer taken from a spare costs its script's own start (building the model), not the
+interpreter's and torch's (about 2.5 s of CPU here). A spare is used only where it cannot be
+told from a fresh process by the script:
+- the command is `PYTHON script.py ...` or `PYTHON -m module ...` with the very interpreter the
+  spare runs (no interpreter options: `-u`, `-X`, `-W` start a worker fresh);
+- its environment differs from the spare's only in the variables Ringmaster itself sets for a
+  worker (`proto/environment.py`, the secret, the CA), which nothing reads at import time.
+Otherwise the worker starts fresh, as without spares. Spares run no user code before they are
+assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
+that grows past it is stopped), and a used one is replaced `replace_after_s` later (so a burst
+of newcomers does not share the CPU with a spare's imports). Spares that die before use three
+times in a row (an environment without torch) turn spares off for this agent, said once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ringmaster.common.events import Kind
+from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.tls import TLS_CA_ENV
+from ringmaster.proto import environment as env_names
+from ringmaster.worker.agent.processes import dying_with_parent
+from ringmaster.worker.agent.spare import Assignment
+
+#: A spare holding more resident memory than this is stopped (torch imported: about 250 MB).
+DEFAULT_MAX_RSS_BYTES = 2 << 30
+#: Seconds after a spare is used before its replacement starts.
+DEFAULT_REPLACE_AFTER_S = 2.0
+#: Spares that die unused in a row before spares are turned off for the agent.
+MAX_FAILURES = 3
+#: Variables a worker's environment may hold that a spare's did not (or with other values).
+WORKER_VARIABLES = frozenset(
+    {value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str)}
+    | {SECRET_ENV, TLS_CA_ENV}
+)
+
+
+def spare_assignment(argv: list[str], env: Mapping[str, str], cwd: str, spare_env: Mapping[str, str],
+                     interpreter: str = sys.executable) -> tuple[Assignment | None, str]:
+    """(the assignment that turns a spare into the worker `argv` with `env`, "") or (None, why a
+    spare cannot be it). `spare_env` is the environment the spare was started with."""
+    if not argv:
+        return None, "no command"
+    program = shutil.which(argv[0], path=env.get("PATH"))
+    if program is None or os.path.abspath(program) != os.path.abspath(interpreter):
+        return None, f"the command's program {argv[0]} is not this agent's Python ({interpreter})"
+    if len(argv) >= 3 and argv[1] == "-m":
+        kind, target, args = "module", argv[2], list(argv[3:])
+    elif len(argv) >= 2 and not argv[1].startswith("-"):
+        kind, target, args = "script", argv[1], list(argv[2:])
+        path = os.path.join(cwd, target)
+        if not os.path.isfile(path) or zipfile.is_zipfile(path):
+            return None, f"{target} is not a script file"  # started fresh, so Python itself says what it is
+    else:
+        return None, "the command gives the interpreter options (only `python script.py` and `python -m module` are warm)"
+    differing = sorted(name for name in set(env) | set(spare_env)
+                       if env.get(name) != spare_env.get(name) and name not in WORKER_VARIABLES)
+    if differing:
+        return None, f"the worker's environment differs from the spare's in {', '.join(differing[:5])}"
+    return Assignment(kind, target, args, dict(env), cwd), ""
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@dataclass
+class _Spare:
+    proc: subprocess.Popen
+    env: dict[str, str]
+    started: float
+    on_output: list[str] = field(default_factory=lambda: ["[spare] "])  # its output's prefix, set when used
+
+
+class SparePool:
+    """The agent's spares. Not thread-safe: the agent's main thread owns it."""
+
+    def __init__(self, count: int, env: Callable[[], dict[str, str]], forward: Callable[[subprocess.Popen, list[str]], None],
+                 say: Callable[..., None], max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
+                 replace_after_s: float = DEFAULT_REPLACE_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
+        """`env()`: the environment of a worker before its own variables (what spares start with).
+        `forward(proc, prefix)` copies a process' output with a changeable prefix. `say(kind, **fields)`."""
+        self.count = count
+        self._env = env
+        self._forward = forward
+        self._say = say
+        self._max_rss = max_rss_bytes
+        self._replace_after_s = replace_after_s
+        self._clock = clock
+        self.idle: list[_Spare] = []
+        self._next_start: float | None = None  # None: no worker started yet, so no spare either
+        self._failures = 0
+        self.used = 0
+
+    def take(self, argv: list[str], env: dict[str, str], worker_id: str) -> subprocess.Popen | None:
+        """A spare turned into worker `worker_id`, or None (start it fresh) when none fits."""
+        self._drop_dead()
+        while self.idle:
+            spare = self.idle.pop(0)
+            assignment, why = spare_assignment(argv, env, os.getcwd(), spare.env)
+            if assignment is None:
+                self._say(Kind.SPARE_UNFIT, worker=worker_id, reason=why)
+                self.idle.append(spare)  # it may fit the next worker; this one starts fresh
+                return None
+            try:
+                assert spare.proc.stdin is not None
+                spare.proc.stdin.write(assignment.to_line())
+                spare.proc.stdin.close()
+            except (BrokenPipeError, ValueError, OSError):
+                _kill(spare.proc)
+                continue  # it died meanwhile: try the next
+            spare.on_output[0] = f"[{worker_id}] "
+            self.used += 1
+            self._failures = 0
+            self.hold()
+            self._say(Kind.SPARE_USED, worker=worker_id, pid=spare.proc.pid, warm_s=round(self._clock() - spare.started, 2))
+            return spare.proc
+        return None
+
+    def hold(self) -> None:
+        """A worker started just now: spares start (or are replaced) `replace_after_s` from now,
+        not beside its own start-up."""
+        later = self._clock() + self._replace_after_s
+        self._next_start = later if self._next_start is None else max(self._next_start, later)
+
+    def tend(self) -> None:
+        """Replace what was used or died, and stop spares grown too big (called every poll)."""
+        if self.count <= 0:
+            return
+        self._drop_dead()
+        for spare in list(self.idle):
+            size = rss_bytes(spare.proc.pid)
+            if size > self._max_rss:
+                self.idle.remove(spare)
+                _kill(spare.proc)
+                self._say(Kind.SPARE_TOO_BIG, pid=spare.proc.pid, rss_mb=size >> 20, limit_mb=self._max_rss >> 20)
+        while self._next_start is not None and len(self.idle) < self.count and self._clock() >= self._next_start:
+            self._start()
+
+    def close(self) -> None:
+        """Stop every idle spare (the agent is stopping)."""
+        for spare in self.idle:
+            _kill(spare.proc)
+        self.idle.clear()
+
+    def _start(self) -> None:
+        env = self._env()
+        try:
+            proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "ringmaster.worker.agent.spare"]),
+                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            self._failed(f"cannot start: {exc}")
+            return
+        spare = _Spare(proc, env, self._clock())
+        self._forward(proc, spare.on_output)
+        self.idle.append(spare)
+
+    def _drop_dead(self) -> None:
+        for spare in list(self.idle):
+            code = spare.proc.poll()
+            if code is not None:
+                self.idle.remove(spare)
+                self._failed(f"exited with code {code} before it was used")
+
+    def _failed(self, why: str) -> None:
+        self._failures += 1
+        self.hold()
+        if self._failures >= MAX_FAILURES:
+            self._say(Kind.SPARE_OFF, reason=why, failures=self._failures)
+            self.count = 0
+            self.close()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
