@@ -96,9 +96,13 @@ def main() -> None:
     parser.add_argument("--die-in-backward-at", type=int, default=None, metavar="STEP",
                         help="the last rank of generation 1 exits (code 1) inside backward at this step, after the "
                              "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD)")
+    parser.add_argument("--newcomer-delay", type=float, default=0.0, metavar="S",
+                        help="a worker started as a newcomer (to join a running job) waits this long first (a slow model build)")
     parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
     args = parser.parse_args()
 
+    if os.environ.get("RINGMASTER_GENERATION") == "0":
+        time.sleep(args.newcomer_delay)  # (the simulated cost itself, not a wait for something)
     hvd.init()
     worker_id = os.environ.get("RINGMASTER_WORKER_ID", "local").replace("/", "_")
     log_path = os.path.join(args.log_dir, f"{worker_id}.jsonl")

@@ -30,6 +30,8 @@ PRELOADED = ("torch", "torch.distributed", "ringmaster.torch")
 MAX_ASSIGNMENT_BYTES = 1 << 20
 #: Exit code of a spare that could not import `PRELOADED` or got a malformed assignment.
 SPARE_FAILED = 3
+#: The descriptor on which a spare says it is warm (one byte, then closed); from its agent.
+READY_FD_ENV = "RINGMASTER_SPARE_READY_FD"
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,13 @@ def main() -> int:
     except Exception as exc:  # an environment without torch: the agent starts workers fresh
         print(f"warm spare: cannot import {name}: {exc}", file=sys.stderr)
         return SPARE_FAILED
+    ready_fd = os.environ.pop(READY_FD_ENV, None)
+    if ready_fd is not None and ready_fd.isdigit():
+        try:
+            os.write(int(ready_fd), b"1")
+            os.close(int(ready_fd))
+        except OSError:
+            pass  # the agent stopped listening: it can still assign this spare
     line = sys.stdin.buffer.readline(MAX_ASSIGNMENT_BYTES + 1)
     if not line:
         return 0  # retired before any assignment

@@ -30,7 +30,7 @@ from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.worker.agent.processes import dying_with_parent
-from ringmaster.worker.agent.spare import Assignment
+from ringmaster.worker.agent.spare import READY_FD_ENV, Assignment
 
 #: A spare holding more resident memory than this is stopped (torch imported: about 250 MB).
 DEFAULT_MAX_RSS_BYTES = 2 << 30
@@ -84,7 +84,28 @@ class _Spare:
     proc: subprocess.Popen
     env: dict[str, str]
     started: float
+    ready_pipe: int | None  # our end of the pipe on which it says it is warm; None once it did
+    ready_s: float | None = None  # seconds its imports took
     on_output: list[str] = field(default_factory=lambda: ["[spare] "])  # its output's prefix, set when used
+
+    def poll_ready(self, now: float) -> bool:
+        """True the first time the spare is seen warm."""
+        if self.ready_pipe is None:
+            return False
+        try:
+            said = os.read(self.ready_pipe, 1)
+        except BlockingIOError:
+            return False
+        os.close(self.ready_pipe)
+        self.ready_pipe = None
+        if said:
+            self.ready_s = now - self.started
+        return bool(said)
+
+    def forget(self) -> None:
+        if self.ready_pipe is not None:
+            os.close(self.ready_pipe)
+            self.ready_pipe = None
 
 
 class SparePool:
@@ -122,13 +143,16 @@ class SparePool:
                 spare.proc.stdin.write(assignment.to_line())
                 spare.proc.stdin.close()
             except (BrokenPipeError, ValueError, OSError):
-                _kill(spare.proc)
+                _kill(spare)
                 continue  # it died meanwhile: try the next
             spare.on_output[0] = f"[{worker_id}] "
+            spare.poll_ready(self._clock())
+            spare.forget()
             self.used += 1
             self._failures = 0
             self.hold()
-            self._say(Kind.SPARE_USED, worker=worker_id, pid=spare.proc.pid, warm_s=round(self._clock() - spare.started, 2))
+            self._say(Kind.SPARE_USED, worker=worker_id, pid=spare.proc.pid, warm=spare.ready_s is not None,
+                      age_s=round(self._clock() - spare.started, 2))
             return spare.proc
         return None
 
@@ -144,10 +168,12 @@ class SparePool:
             return
         self._drop_dead()
         for spare in list(self.idle):
+            if spare.poll_ready(self._clock()):
+                self._say(Kind.SPARE_READY, pid=spare.proc.pid, took_s=round(spare.ready_s or 0.0, 2))
             size = rss_bytes(spare.proc.pid)
             if size > self._max_rss:
                 self.idle.remove(spare)
-                _kill(spare.proc)
+                _kill(spare)
                 self._say(Kind.SPARE_TOO_BIG, pid=spare.proc.pid, rss_mb=size >> 20, limit_mb=self._max_rss >> 20)
         while self._next_start is not None and len(self.idle) < self.count and self._clock() >= self._next_start:
             self._start()
@@ -155,18 +181,24 @@ class SparePool:
     def close(self) -> None:
         """Stop every idle spare (the agent is stopping)."""
         for spare in self.idle:
-            _kill(spare.proc)
+            _kill(spare)
         self.idle.clear()
 
     def _start(self) -> None:
         env = self._env()
+        ours, theirs = os.pipe()
+        os.set_blocking(ours, False)
         try:
             proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "ringmaster.worker.agent.spare"]),
-                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                    env={**env, READY_FD_ENV: str(theirs)}, pass_fds=(theirs,),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
+            os.close(ours)
             self._failed(f"cannot start: {exc}")
             return
-        spare = _Spare(proc, env, self._clock())
+        finally:
+            os.close(theirs)
+        spare = _Spare(proc, env, self._clock(), ours)
         self._forward(proc, spare.on_output)
         self.idle.append(spare)
 
@@ -175,6 +207,7 @@ class SparePool:
             code = spare.proc.poll()
             if code is not None:
                 self.idle.remove(spare)
+                spare.forget()
                 self._failed(f"exited with code {code} before it was used")
 
     def _failed(self, why: str) -> None:
@@ -186,7 +219,9 @@ class SparePool:
             self.close()
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(spare: _Spare) -> None:
+    spare.forget()
+    proc = spare.proc
     try:
         proc.kill()
     except ProcessLookupError:

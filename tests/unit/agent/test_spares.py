@@ -131,9 +131,16 @@ def pool_of(tmp_path, monkeypatch):
 
 
 def warm(pool: SparePool) -> None:
+    """Start the pool's spares and wait until each says it has imported what it preloads."""
     pool.hold()
     pool.tend()
     assert len(pool.idle) == pool.count
+
+    def ready() -> bool:
+        pool.tend()
+        return all(s.ready_s is not None for s in pool.idle)
+
+    wait_for(ready, 60, "the spares to be warm")
 
 
 def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of, tmp_path) -> None:
@@ -152,7 +159,8 @@ def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of
     as_spare, as_fresh = json.loads(ran[0].removeprefix("[hostA/2] ")), json.loads(fresh.stdout)
     assert as_spare == as_fresh
     assert as_spare["argv"] == ["probe.py", "--epochs", "3"] and as_spare["env"]["RANK"] == "1"
-    assert said[-1][0] is Kind.SPARE_USED and said[-1][1]["pid"] == proc.pid
+    assert [kind for kind, _ in said] == [Kind.SPARE_READY, Kind.SPARE_USED]
+    assert said[-1][1]["pid"] == proc.pid and said[-1][1]["warm"] is True
 
 
 def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(pool_of, tmp_path) -> None:
@@ -201,7 +209,7 @@ def test_spares_are_stopped_when_retired_or_grown_too_big(pool_of) -> None:
     pool._next_start = float("inf")  # (no replacements: this test looks at the stopping alone)
     pool.tend()
     assert not pool.idle and all(p.poll() is not None for p in started)
-    assert [kind for kind, _ in said] == [Kind.SPARE_TOO_BIG] * 2
+    assert [kind for kind, _ in said if kind is not Kind.SPARE_READY] == [Kind.SPARE_TOO_BIG] * 2
     pool, _, _ = pool_of(1)
     warm(pool)
     spare = pool.idle[0].proc
