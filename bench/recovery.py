@@ -2,7 +2,9 @@
 
 Part 1 (a real `ringmaster run`, 4 workers on 2 emulated hosts, a commit every step):
   - seconds from SIGKILL of a host to the first completed step after it, and steps redone;
-  - seconds from a discovery change (a host added) to the first step at the new size.
+  - seconds from a discovery change to the first step at the new size: a new host (its agent
+    starts then), and two slots more on a host whose agent runs (its warm spares used), each
+    next to the survivors' longest pause; without warm spares and with (`--spares 0,2`).
 Part 2 (raw torch.distributed, N processes on this machine):
   - ring rebuild as Ringmaster does it (a new Gloo group on a fresh key prefix of a long-lived
     store) next to a fresh `init_process_group` (new TCP rendezvous, as a restart does),
@@ -31,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 
 # ----------------------------------------------------------------------------- part 1
-def job_figures() -> dict[str, float]:
-    from harness import WORKLOADS, Job, discovery_script, events, read_logs, write_hosts
+def job_figures(spares: int) -> dict[str, float]:
+    from harness import WORKLOADS, Job, discovery_script, events, read_logs, wait_for, write_hosts
 
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,6 +42,7 @@ def job_figures() -> dict[str, float]:
         script, hosts = discovery_script(d, {"hostA": 2, "hostB": 2})
         (d / "log").mkdir()
         job = Job(["--min-np", "2", "--max-np", "8", "--host-discovery-script", str(script), "--discovery-interval", "0.2",
+                   "--spares", str(spares),
                    "python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(d / "log"), "--epochs", "1000",
                    "--samples", "256", "--step-time", "0.02", "--timestamps"])
         try:
@@ -70,6 +73,19 @@ def job_figures() -> dict[str, float]:
             figures["steps_while_newcomers_warmed_up"] = sum(
                 1 for r in logs[survivors[0]] if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
             )
+            # Slots added on a host whose agent runs (its spares warm): hostA 2 -> 4.
+            wait_for(lambda: len(job.events("spare.ready", host="hostA")) >= spares, 120, "hostA's spares warm")
+            changed_at = time.time()
+            write_hosts(hosts, {"hostA": 4, "hostB": 2, "hostC": 2})
+            grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 6 and r["time"] > changed_at, 180)
+            figures["slots_added_to_first_step_s"] = grown["time"] - changed_at
+            logs = read_logs(d / "log")
+            gaps = []
+            for worker in survivors:
+                times = [r["time"] for r in logs[worker] if r["event"] == "commit" and r["time"] > changed_at]
+                gaps += [b - a for a, b in zip(times, times[1:]) if b <= grown["time"] + 1]
+            figures["survivor_pause_during_slots_added_s"] = max(gaps)
+            figures["spares_used"] = len(job.events("spare.used"))
         finally:
             job.kill()
     return figures
@@ -158,16 +174,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--skip-job", action="store_true", help="only the ring rebuild figures")
+    parser.add_argument("--spares", type=lambda text: [int(n) for n in text.split(",")], default=[0, 2],
+                        help="the job's --spares, one run each (default: 0,2)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores")
     if not args.skip_job:
-        f = job_figures()
-        print("elastic job, 4 workers on 2 emulated hosts, commit every step:")
-        print(f"  SIGKILL of a host -> first completed step after it: {f['kill_to_first_step_s']:.3f} s")
-        print(f"  steps redone after the kill:                         {f['steps_redone']:.0f}")
-        print(f"  discovery change (host added) -> first step at 4:  {f['discovery_change_to_first_step_s']:.3f} s")
-        print(f"    steps the survivors trained while newcomers warmed up: {f['steps_while_newcomers_warmed_up']:.0f}")
-        print(f"    longest pause between two survivor steps meanwhile:    {f['survivor_pause_during_grow_s']:.3f} s")
+        runs = {spares: job_figures(spares) for spares in args.spares}
+        print("elastic job, 4 workers on 2 emulated hosts, commit every step, discovery polled every 0.2 s:")
+        print(f"  {'--spares':<58}" + "".join(f"{spares:>10}" for spares in runs))
+        rows = [
+            ("SIGKILL of a host -> first completed step after it (s)", "kill_to_first_step_s", ".3f"),
+            ("steps redone after the kill", "steps_redone", ".0f"),
+            ("a new host (hostC:2) -> first step at 4 (s)", "discovery_change_to_first_step_s", ".3f"),
+            ("  steps the survivors trained meanwhile", "steps_while_newcomers_warmed_up", ".0f"),
+            ("  survivors' longest pause between two steps (s)", "survivor_pause_during_grow_s", ".3f"),
+            ("2 slots more on a running host (hostA 2->4) -> first step at 6 (s)", "slots_added_to_first_step_s", ".3f"),
+            ("  survivors' longest pause between two steps (s)", "survivor_pause_during_slots_added_s", ".3f"),
+            ("  newcomers that ran in a warm spare", "spares_used", ".0f"),
+        ]
+        for label, key, spec in rows:
+            print(f"  {label:<58}" + "".join(f"{format(f[key], spec):>10}" for f in runs.values()))
     print(f"ring rebuild to first allreduce (median of {args.rounds - 1} rounds, slowest rank):")
     print(f"  {'ranks':>5}  {'ringmaster (prefix on long-lived store)':>40}  {'fresh init_process_group':>25}  speed-up")
     for size in (2, 4, 8):

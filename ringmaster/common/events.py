@@ -186,7 +186,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_STOPPING: Spec(_I, "stopping: {reason}"),
     Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
-    Kind.SPARE_READY: Spec(_D, "warm spare (pid {pid}) ready: its imports took {took_s:g} s"),
+    Kind.SPARE_READY: Spec(_I, "warm spare (pid {pid}) ready: its imports took {took_s:g} s"),
     Kind.SPARE_USED: Spec(_I, "worker {worker} runs in a spare (pid {pid}, started {age_s:g} s ago, warm: {warm})"),
     Kind.SPARE_UNFIT: Spec(_I, "worker {worker} starts fresh, not in a warm spare: {reason}"),
     Kind.SPARE_TOO_BIG: Spec(_W, "stopped a warm spare (pid {pid}) holding {rss_mb} MB, more than {limit_mb} MB"),
