@@ -286,7 +286,7 @@ class Agent:
                 dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
             _forward_output(proc, [f"[{spec.worker_id}] "])
-        self.spares.hold()
+            self.spares.started_fresh()
         return proc
 
     def _terminate(self, child: _Child) -> None:

@@ -9,8 +9,10 @@ told from a fresh process by the script:
   worker (`proto/environment.py`, the secret, the CA), which nothing reads at import time.
 Otherwise the worker starts fresh, as without spares. Spares run no user code before they are
 assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
-that grows past it is stopped), and a used one is replaced `replace_after_s` later (so a burst
-of newcomers does not share the CPU with a spare's imports). Spares that die before use three
+that grows past it is stopped). They never share the CPU with a worker's start-up: spares are
+started `fresh_hold_s` after the agent last started a worker fresh (its imports take seconds of
+CPU; an agent's first workers are always fresh), and a used one is replaced `replace_after_s`
+after its use. Spares that die before use three
 times in a row (an environment without torch) turn spares off for this agent, said once.
 """
 
@@ -36,6 +38,8 @@ from ringmaster.worker.agent.spare import READY_FD_ENV, Assignment
 DEFAULT_MAX_RSS_BYTES = 2 << 30
 #: Seconds after a spare is used before its replacement starts.
 DEFAULT_REPLACE_AFTER_S = 2.0
+#: Seconds after a worker started fresh before spares start.
+DEFAULT_FRESH_HOLD_S = 10.0
 #: Spares that die unused in a row before spares are turned off for the agent.
 MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
@@ -113,7 +117,8 @@ class SparePool:
 
     def __init__(self, count: int, env: Callable[[], dict[str, str]], forward: Callable[[subprocess.Popen, list[str]], None],
                  say: Callable[..., None], max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
-                 replace_after_s: float = DEFAULT_REPLACE_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 replace_after_s: float = DEFAULT_REPLACE_AFTER_S, fresh_hold_s: float = DEFAULT_FRESH_HOLD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`env()`: the environment of a worker before its own variables (what spares start with).
         `forward(proc, prefix)` copies a process' output with a changeable prefix. `say(kind, **fields)`."""
         self.count = count
@@ -122,6 +127,7 @@ class SparePool:
         self._say = say
         self._max_rss = max_rss_bytes
         self._replace_after_s = replace_after_s
+        self._fresh_hold_s = fresh_hold_s
         self._clock = clock
         self.idle: list[_Spare] = []
         self._next_start: float | None = None  # None: no worker started yet, so no spare either
@@ -150,16 +156,19 @@ class SparePool:
             spare.forget()
             self.used += 1
             self._failures = 0
-            self.hold()
+            self.hold(self._replace_after_s)
             self._say(Kind.SPARE_USED, worker=worker_id, pid=spare.proc.pid, warm=spare.ready_s is not None,
                       age_s=round(self._clock() - spare.started, 2))
             return spare.proc
         return None
 
-    def hold(self) -> None:
-        """A worker started just now: spares start (or are replaced) `replace_after_s` from now,
-        not beside its own start-up."""
-        later = self._clock() + self._replace_after_s
+    def started_fresh(self) -> None:
+        """The agent started a worker without a spare just now: no spare starts beside its start-up."""
+        self.hold(self._fresh_hold_s)
+
+    def hold(self, seconds: float = 0.0) -> None:
+        """Start no spare in the next `seconds` (the first call lets spares start at all)."""
+        later = self._clock() + seconds
         self._next_start = later if self._next_start is None else max(self._next_start, later)
 
     def tend(self) -> None:
@@ -212,7 +221,7 @@ class SparePool:
 
     def _failed(self, why: str) -> None:
         self._failures += 1
-        self.hold()
+        self.hold(self._replace_after_s)
         if self._failures >= MAX_FAILURES:
             self._say(Kind.SPARE_OFF, reason=why, failures=self._failures)
             self.count = 0
