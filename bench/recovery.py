@@ -47,6 +47,9 @@ def job_figures(spares: int) -> dict[str, float]:
                    "--samples", "256", "--step-time", "0.02", "--timestamps"])
         try:
             job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 20, 180, "4 workers training")
+            # A running job's steady state: its spares warm (on one machine their imports would
+            # otherwise share the CPU with the newcomers measured below; on real hosts they never do).
+            wait_for(lambda: len(job.events("spare.ready")) >= 2 * spares, 120, "the spares warm")
             victim = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hostB")
             killed_at = time.time()
             os.killpg(victim, signal.SIGKILL)
