@@ -1,6 +1,7 @@
 """The HTTP control API (FastAPI): what the job is doing, and scaling it.
 
-`GET /status` returns a `JobStatus`; `POST /scale` with `{"np": N}` asks for N workers;
+`GET /status` returns a `JobStatus`; `GET /events?since=N&limit=M` the job's events from
+number N on (an `EventPage`); `POST /scale` with `{"np": N}` asks for N workers;
 `GET /healthz` answers while the rendezvous lives. Handlers are `async`, so they run on the
 rendezvous' event loop, the only thread that touches the coordinator.
 """
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
@@ -23,6 +25,8 @@ from ringmaster.rendezvous.control.coordinator import Coordinator
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
+#: Most events one `GET /events` answers with (ask again from `next` for more).
+MAX_EVENTS_PAGE = 1000
 
 
 class HostStatus(BaseModel):
@@ -71,6 +75,39 @@ class JobStatus(BaseModel):
     events: list[str]
     events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
     refused_calls: int = 0  # gRPC calls refused for want of the job secret
+
+
+class EventRecord(BaseModel):
+    seq: int = Field(description="the event's number in the job, from 0")
+    kind: str
+    level: str
+    generation: Optional[int]
+    time: float = Field(description="seconds since the epoch")
+    message: str
+    fields: dict[str, Any]
+
+
+class EventPage(BaseModel):
+    events: list[EventRecord]
+    next: int = Field(description="ask for `since=next` to get what comes after these")
+    dropped: int = Field(description="events older than the oldest still kept (the job keeps its newest 1000)")
+
+
+def event_page(coordinator: Coordinator, since: int, limit: int, wall_offset: float) -> EventPage:
+    """Events numbered `since` on (at most `limit`); `wall_offset` turns the coordinator's clock
+    into seconds since the epoch."""
+    summary = coordinator.summary
+    kept = list(summary.events)
+    first = summary.events_dropped  # the number of the oldest kept event
+    start = max(since, first) - first
+    chosen = kept[start:start + limit]
+    records = [
+        EventRecord(seq=first + start + i, kind=e.kind.value, level=logging.getLevelName(e.level), generation=e.generation,
+                    time=e.time + wall_offset, message=e.message,
+                    fields={k: v for k, v in e.as_dict().items() if k not in ("kind", "generation")})
+        for i, e in enumerate(chosen)
+    ]
+    return EventPage(events=records, next=first + start + len(chosen), dropped=first)
 
 
 def is_loopback(address: str) -> bool:
@@ -155,6 +192,10 @@ def create_app(
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status() -> JobStatus:
         return job_status(coordinator, clock(), refused_calls())
+
+    @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
+    async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
+        return event_page(coordinator, since, limit, time.time() - clock())
 
     @app.post("/scale", response_model=ScaleReply, dependencies=[Depends(authorized)])
     async def scale(request: ScaleRequest) -> ScaleReply:

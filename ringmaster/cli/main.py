@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster.cli import remote
+from ringmaster.cli.api_client import ApiClient
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
 from ringmaster.proto import environment as env_names
@@ -149,11 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_flags(run)
     _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
     scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
-    scale.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
+    remote.add_api_flags(scale)
     scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
-    scale.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
-    scale.add_argument("--tls-ca", default=None, metavar="FILE",
-                       help="the CA of an https:// control API's certificate (default: the system's)")
+    remote.add_api_flags(sub.add_parser("status", help="print a running job's state, hosts and workers"))
+    events = sub.add_parser("events", help="print a running job's events (--follow: until it ends)")
+    remote.add_api_flags(events)
+    events.add_argument("--since", type=int, default=0, metavar="N", help="from the event numbered N (default: the first kept)")
+    events.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
+    events.add_argument("--json", action="store_true", help="one JSON object per event (seq, kind, level, generation, time, message, fields)")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
     return parser
@@ -333,39 +334,22 @@ def job_secret(secret_file: str | None, generate: bool) -> str:
     )
 
 
-def _scale(api: str, np: int, secret_file: str | None, tls_ca: str | None = None) -> int:
-    """POST /scale and print the answer (or what went wrong, whatever the server sent)."""
+def _remote(args: argparse.Namespace) -> int:
+    """The verbs that talk to a running job's control API."""
     try:
-        secret = secret_from(secret_file, os.environ)
+        client = ApiClient(args.api, secret_from(args.secret_file, os.environ), args.tls_ca)
+        if args.verb == "scale":
+            return remote.scale(client, args.np)
+        if args.verb == "status":
+            return remote.status(client)
+        if args.since < 0:
+            raise UsageError(f"--since {args.since}: event numbers start at 0")
+        return remote.events(client, args.since, args.follow, args.json)
     except RingmasterError as exc:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    headers = {"Content-Type": "application/json"}
-    if secret is not None:
-        headers["Authorization"] = f"Bearer {secret}"
-    request = urllib.request.Request(
-        f"{api.rstrip('/')}/scale", data=json.dumps({"np": np}).encode(), method="POST", headers=headers,
-    )
-    try:
-        context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
-        with urllib.request.urlopen(request, timeout=defaults.API_CLIENT_TIMEOUT_S, context=context) as response:
-            print(f"ringmaster: {_answer(response.read(), 'message')}")
-            return 0
-    except urllib.error.HTTPError as exc:
-        print(f"ringmaster: error: {api} answered HTTP {exc.code}: {_answer(exc.read(), 'detail')}", file=sys.stderr)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"ringmaster: error: cannot reach the control API at {api}: {exc}", file=sys.stderr)
-    return 1
-
-
-def _answer(raw: bytes, field: str) -> str:
-    """The `field` of a JSON answer, or the start of whatever else came (not a traceback)."""
-    try:
-        value = json.loads(raw)[field]
-    except (ValueError, TypeError, KeyError, IndexError):
-        text = raw[:300].decode(errors="replace").strip()
-        return f"(not a Ringmaster answer) {text}" if text else "(empty answer)"
-    return value if isinstance(value, str) else json.dumps(value)
+    except KeyboardInterrupt:
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "ringmaster.cli.agent", *argv[1:]])
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
-    if args.verb == "scale":
-        return _scale(args.api, args.np, args.secret_file, args.tls_ca)
+    if args.verb in ("scale", "status", "events"):
+        return _remote(args)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

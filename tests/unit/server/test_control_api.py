@@ -138,3 +138,63 @@ def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(cl
     assert client.get("/status").status_code == (200 if client_host == "127.0.0.1" else 401)
     assert client.get("/status", headers=good).status_code == 200
     assert client.get("/healthz").status_code == 200
+
+
+def test_events_are_paged_by_number_with_what_each_said() -> None:
+    now = [100.0]
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    client = TestClient(create_app(coordinator, clock=lambda: now[0]))
+    assert client.get("/events").json() == {"events": [], "next": 0, "dropped": 0}
+    coordinator.set_hosts({"a": 2}, 100.0)
+    coordinator.agent_connected("a", 77, 100.0)
+    coordinator.settle(100.0)
+    page = client.get("/events", params={"limit": 2}).json()
+    assert [e["seq"] for e in page["events"]] == [0, 1] and page["next"] == 2
+    everything = client.get("/events").json()["events"]
+    formed = next(e for e in everything if e["kind"] == "generation.formed")
+    assert formed["fields"]["size"] == 2 and formed["generation"] == 1 and formed["level"] == "INFO"
+    assert "generation 1 formed" in formed["message"]
+    assert abs(formed["time"] - time.time()) < 60  # wall-clock seconds, not the coordinator's clock
+    rest = client.get("/events", params={"since": page["next"]}).json()
+    assert [e["seq"] for e in rest["events"]] == list(range(2, len(everything)))
+    assert client.get("/events", params={"since": 10_000}).json()["events"] == []
+    for bad in ({"since": -1}, {"limit": 0}, {"limit": 100_000}, {"since": "x"}):
+        assert client.get("/events", params=bad).status_code == 422
+
+
+def test_events_dropped_from_the_bounded_history_are_counted_not_lost_silently() -> None:
+    from ringmaster.common.events import Event, Kind
+    from ringmaster.rendezvous.control.records import MAX_EVENTS
+
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    for i in range(MAX_EVENTS + 5):
+        coordinator.summary.add_event(Event(Kind.HOSTS_CHANGED, {"description": f"change {i}"}, 1, 0.0))
+    client = TestClient(create_app(coordinator, clock=lambda: 0.0))
+    page = client.get("/events", params={"since": 0, "limit": 1}).json()
+    assert page["dropped"] == 5 and page["events"][0]["seq"] == 5 and page["events"][0]["fields"]["description"] == "change 5"
+
+
+def test_ringmaster_status_and_events_print_a_running_api(served_api, capsys) -> None:
+    """The CLI verbs against a real server: a table, then events (JSON and text)."""
+    import json
+
+    from ringmaster.cli.main import main
+
+    port, _ = served_api
+    api = f"http://127.0.0.1:{port}"
+    assert main(["status", "--api", api]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("running: generation 1, world size 4 (target 4), 0 steps committed, 0 reset(s); job start")
+    assert "a/1     a     0     spawning  0        -" in out
+    assert "host  slots  state      agent pid" in out and "a     4      connected  77" in out
+    assert main(["events", "--api", api, "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert records and [r["seq"] for r in records] == list(range(len(records)))
+    assert main(["events", "--api", api, "--since", str(len(records) - 1)]) == 0
+    assert capsys.readouterr().out.count("\n") == 1
+    assert main(["events", "--api", "ftp://x"]) == 1
+    assert "give the control API's URL" in capsys.readouterr().err
+    assert main(["status", "--api", f"http://127.0.0.1:{free_port()}"]) == 1
+    assert "cannot reach the control API" in capsys.readouterr().err

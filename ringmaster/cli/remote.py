@@ -1,0 +1,99 @@
+"""The commands that talk to a running job through its control API: `ringmaster scale`,
+`ringmaster status` (the job as a table) and `ringmaster events` (its events, `--follow`ed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from ringmaster.cli.api_client import ApiClient
+from ringmaster.common.secret import SECRET_ENV
+
+#: Seconds between two polls of `ringmaster events --follow`.
+FOLLOW_POLL_S = 0.5
+
+
+def add_api_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
+    parser.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE",
+                        help="the CA of an https:// control API's certificate (default: the system's)")
+
+
+def scale(client: ApiClient, np: int, out: TextIO | None = None) -> int:
+    """POST /scale and print the answer."""
+    out = out or sys.stdout
+    answer = client.post("/scale", {"np": np})
+    print(f"ringmaster: {_text(answer, 'message')}", file=out)
+    return 0
+
+
+def status(client: ApiClient, out: TextIO | None = None) -> int:
+    """GET /status, printed as `ringmaster run`'s status line and tables of hosts and workers."""
+    out = out or sys.stdout
+    print(render_status(client.get("/status")), file=out)
+    return 0
+
+
+def events(client: ApiClient, since: int, follow: bool, as_json: bool, out: TextIO | None = None,
+           sleep: Callable[[float], None] = time.sleep, keep_going: Callable[[], bool] = lambda: True) -> int:
+    """Print the job's events from number `since` on; with `follow`, keep printing new ones
+    until the job has ended and everything it said is printed (Ctrl-C stops earlier)."""
+    out = out or sys.stdout
+    while True:
+        page = client.get("/events", since=since)
+        if not isinstance(page, dict) or not isinstance(page.get("events"), list):
+            raise ValueError(f"{client.api}/events answered something else than a page of events")
+        if page.get("dropped", 0) > since:
+            print(f"({page['dropped'] - since} older event(s) are no longer kept by the job)", file=out)
+        for record in page["events"]:
+            print(json.dumps(record) if as_json else render_event(record), file=out, flush=True)
+        since = int(page.get("next", since))
+        if page["events"]:
+            continue  # more may be waiting
+        if not follow or not keep_going():
+            return 0
+        if client.get("/status").get("state") in ("succeeded", "failed"):
+            last = client.get("/events", since=since)
+            if not last.get("events"):
+                return 0
+            continue
+        sleep(FOLLOW_POLL_S)
+
+
+def render_event(record: dict[str, Any]) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(float(record.get("time", 0))))
+    generation = record.get("generation")
+    where = f"[gen {generation}] " if generation is not None else ""
+    return f"{stamp} #{record.get('seq')} {record.get('level', '')[:1]} {where}{record.get('message', '')}"
+
+
+def render_status(job: dict[str, Any]) -> str:
+    """The status as text: one line, then hosts and workers as aligned tables."""
+    target = "" if job.get("target_np") is None else f" (target {job['target_np']})"
+    lines = [
+        f"{job.get('state')}: generation {job.get('generation')}, world size {job.get('world_size')}{target}, "
+        f"{job.get('steps')} steps committed, {job.get('resets')} reset(s); {job.get('message')}",
+    ]
+    hosts = [(h["name"], str(h["slots"]), "blacklisted" if h["blacklisted"] else
+              ("connected" if h["agent_connected"] else ("discovered" if h["discovered"] else "gone")),
+              str(h.get("agent_pid") or "-")) for h in job.get("hosts", [])]
+    lines += ["", *table(("host", "slots", "state", "agent pid"), hosts)]
+    workers = [(w["worker_id"], w["host"], "-" if w.get("rank") is None else str(w["rank"]), w["phase"],
+                str(w.get("commits", 0)), str(w.get("pid") or "-"), w.get("failed") or ("done" if w.get("done") else ""))
+               for w in job.get("workers", [])]
+    lines += ["", *table(("worker", "host", "rank", "phase", "commits", "pid", "note"), workers)]
+    return "\n".join(lines)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
+
+
+def _text(answer: Any, field: str) -> str:
+    value = answer.get(field) if isinstance(answer, dict) else None
+    return value if isinstance(value, str) else json.dumps(answer)[:300]
