@@ -48,7 +48,7 @@ def _serve(secret: str | None, port: multiprocessing.Queue) -> None:
     asyncio.run(serve())
 
 
-def _server(secret: str | None) -> tuple[multiprocessing.Process, str]:
+def _server(secret: str | None) -> tuple[multiprocessing.process.BaseProcess, str]:
     """A real server in a process of its own (None: no interceptor) and its address."""
     context = multiprocessing.get_context("spawn")  # no fork beside gRPC's threads
     port: multiprocessing.Queue = context.Queue()

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.common.secret import SECRET_ENV
@@ -89,7 +89,7 @@ def render_status(job: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
 
