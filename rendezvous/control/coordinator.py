@@ -42,7 +42,7 @@ from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
 )
 from ringmaster.rendezvous.control.policies import ExitMeaning, generation_policy, policy_of
-from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, Summary, Worker
+from ringmaster.rendezvous.control.records import Generation, Host, JobOutcome, Phase, ResetCause, Summary, Worker
 from ringmaster.settings import JobSettings
 from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env, rank_env, tentative_rank_env
 
@@ -106,6 +106,9 @@ class Coordinator:
         self._next_id = 1  # worker ids are host/N with N never reused in a job
         self._hosts_sequence = 0
         self._pending_cause: list[str] = []
+        self._pending_kinds: set[ResetCause] = set()  # the same, typed
+        self._fault_at: float | None = None  # when the failure not yet recovered from was seen
+        self._fault_generation = 0  # the generation it broke
         self._first_discovery_at: float | None = None
         self._short_since: float | None = None
         self._sent_to_agents: dict[str, tuple] = {}
@@ -136,6 +139,10 @@ class Coordinator:
             self._emit(now, Kind.HOSTS_CHANGED, description=change.describe(), added=dict(change.added),
                        removed=list(change.removed), resized={h: list(ab) for h, ab in change.resized.items()})
             self._pending_cause.append(f"discovery {change.describe()}")
+            if change.added or any(new > old for old, new in change.resized.values()):
+                self._pending_kinds.add(ResetCause.HOST_ADDED)
+            if change.removed or any(new < old for old, new in change.resized.values()):
+                self._pending_kinds.add(ResetCause.HOST_REMOVED)
         for name, slots in hosts.items():
             host = self.hosts.setdefault(name, Host(name, slots))
             host.slots, host.discovered = slots, True
@@ -232,7 +239,7 @@ class Coordinator:
         if worker is None:
             return
         worker.last_heartbeat = now
-        self._note_commits(worker, commits)
+        self._note_commits(worker, commits, now)
         if elastic and not worker.elastic:
             worker.elastic = True
             self._unsettled = True
@@ -260,7 +267,7 @@ class Coordinator:
         worker = self.workers.get(worker_id)
         if worker is None or worker.done:
             return
-        self._note_commits(worker, commits)
+        self._note_commits(worker, commits, now)
         worker.done = True
         self._emit(now, Kind.WORKER_RETURNED, worker=worker_id)
         if warning:
@@ -279,6 +286,7 @@ class Coordinator:
         self.target_np = np
         self._emit(now, Kind.SCALE_REQUESTED, np=np)
         self._pending_cause.append(f"scaled to {np}")
+        self._pending_kinds.add(ResetCause.SCALE)
         self._unsettled = True
 
     @property
@@ -336,6 +344,7 @@ class Coordinator:
                    hosts=sum(1 for h in self.hosts.values() if h.agent_connected))
         if not agents_survive and self.generation is not None:
             self._pending_cause.append("the previous rendezvous and its hosts ended")
+            self._pending_kinds.add(ResetCause.RESTART)
             self._end_generation("the previous `ringmaster run` ended with its workers", now)
         if job.outcome is not None:
             self._end_job(JobOutcome(*job.outcome), now)
@@ -395,6 +404,7 @@ class Coordinator:
             return
         self._emit(now, Kind.HOST_LOST, host=host, reason=reason)
         self._pending_cause.append(f"host {host} lost")
+        self._pending_kinds.add(ResetCause.HOST_LOST)
         for worker in self._workers_on(host):
             if worker.live and not worker.stopping and not worker.done:
                 self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
@@ -606,12 +616,16 @@ class Coordinator:
         gen = self.generation
         return gen is not None and worker.worker_id in gen.member_set
 
-    def _note_commits(self, worker: Worker, commits: int) -> None:
-        """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's."""
+    def _note_commits(self, worker: Worker, commits: int, now: float) -> None:
+        """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's.
+        Rank 0's first commit in a generation formed after a failure ends the recovery from it."""
         worker.commits = commits
         gen = self.generation
         if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
             self.summary.steps = commits
+            if self._fault_at is not None and gen.number > self._fault_generation and commits > self._steps_at_start:
+                self._emit(now, Kind.JOB_RECOVERED, seconds=now - self._fault_at, number=gen.number)
+                self._fault_at = None
 
     def _blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
         """Horovod's rule: the host of a failed worker is blacklisted. An elastic worker that
@@ -644,8 +658,12 @@ class Coordinator:
             return
         worker.failed = reason
         self._emit(now, Kind.WORKER_FAILED, worker=worker.worker_id, host=worker.host, reason=reason)
+        if self._fault_at is None and not worker.stopping:
+            self._fault_at = now
+            self._fault_generation = self.generation.number if self.generation is not None else 0
         if not host_lost:  # a lost host is its own cause
             self._pending_cause.append(f"worker {worker.worker_id} on {worker.host} failed ({reason})")
+            self._pending_kinds.add(ResetCause.FAILURE)
         if self._is_member(worker):
             self._end_generation(f"worker {worker.worker_id} on {worker.host} failed: {reason}", now)
         if blame_host:
@@ -658,6 +676,8 @@ class Coordinator:
         gen.over = reason
         if not self._pending_cause:
             self._pending_cause.append(reason)
+        if not self._pending_kinds:
+            self._pending_kinds.add(ResetCause.OTHER)
         self._emit(now, Kind.GENERATION_OVER, number=gen.number, reason=reason)
         # A generation that committed steps trained: however short it was, it is no crash loop.
         progressed = self.summary.steps > self._steps_at_start
@@ -708,6 +728,8 @@ class Coordinator:
         number = (self.generation.number if self.generation else 0) + 1
         cause = "; ".join(dict.fromkeys(self._pending_cause)) or "job start"
         self._pending_cause = []
+        causes = (sorted(kind.value for kind in self._pending_kinds) or [ResetCause.OTHER.value]) if self.generation is not None else []
+        self._pending_kinds = set()
         gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self._hosts_sequence)
         if self.generation is not None:
             self.summary.resets += 1
@@ -720,7 +742,8 @@ class Coordinator:
         hosts: dict[str, int] = {}
         for a in members:
             hosts[a.host] = hosts.get(a.host, 0) + 1
-        self._emit(now, Kind.GENERATION_FORMED, number=number, size=len(members), hosts=hosts, cause=cause)
+        self._emit(now, Kind.GENERATION_FORMED, number=number, size=len(members), hosts=hosts, cause=cause,
+                   causes=causes)
         return gen
 
     def _exceeds_reset_limit(self, now: float) -> bool:
@@ -931,19 +954,25 @@ class Coordinator:
         ]
         if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < self.settings.warmup_grace_s:
             ready_newcomers = []  # let the others finish warming up and join in the same reset
+        kinds = set()
         if ready_newcomers and room > 0:
             reasons.append("new worker(s) ready: " + ", ".join(w.worker_id for w in ready_newcomers[:room]))
+            kinds.add(ResetCause.HOST_ADDED)
         leaving = [w for w in members if w.live and w.host not in eligible]
         if leaving:
             reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+            kinds.add(ResetCause.HOST_REMOVED)
         if sum(1 for w in members if w.live) > limit:
             reasons.append(f"scaling down to {limit} workers")
+            kinds.add(ResetCause.SCALE)
         if not reasons:
             return
         self._hosts_sequence += 1
         gen.update_sequence = self._hosts_sequence
         reason = "; ".join(reasons)
         self._pending_cause.append(reason)
+        if not self._pending_kinds:  # (discovery or a scale request said it first where they caused it)
+            self._pending_kinds |= kinds
         self._emit(now, Kind.HOSTS_UPDATED, reason=reason)
         for w in members:
             if w.live and w.registered:
@@ -954,6 +983,7 @@ class Coordinator:
         size = sum(1 for w in members if w.live)
         if self.capacity(now) > size:
             self._pending_cause.append(f"capacity grew to {self.capacity(now)}")
+            self._pending_kinds.add(ResetCause.HOST_ADDED)
             self._end_generation(f"more slots available ({self.capacity(now)} > {size}); restarting all workers", now)
         elif self.limit is not None and size > self.limit:
             self._end_generation(f"scaled down to {self.limit} workers; restarting all workers", now)

@@ -10,6 +10,18 @@ from ringmaster.common.events import Event
 from ringmaster.rendezvous.control.assignment import RankAssignment
 
 
+class ResetCause(str, enum.Enum):
+    """Why a generation replaced the last one (its `causes`; the metrics count resets by them)."""
+
+    FAILURE = "failure"  # a worker failed (crashed, killed, hung)
+    HOST_LOST = "host_lost"  # a host's agent fell silent or its session closed: dead or cut off (a partition)
+    HOST_ADDED = "host_added"  # discovery added a host or slots, or a host came back (cooldown over)
+    HOST_REMOVED = "host_removed"  # discovery removed a host or slots
+    SCALE = "scale"  # `ringmaster scale` / POST /scale
+    RESTART = "restart"  # a new rendezvous took over a job whose workers had ended
+    OTHER = "other"
+
+
 class Phase(enum.Enum):
     """Where a worker process is in its life, as the rendezvous sees it."""
 

@@ -64,6 +64,7 @@ class WorkerContext:
         self.comm: Communicator | None = None
         self._graveyard: list[Communicator] = []  # old rings with a collective stuck; see _retire_ring
         self.commits = 0
+        self._first_commit_reported = -1  # the generation whose first commit was reported at once
         #: seconds of the last join: (waiting for the assignment, building the ring)
         self.last_join_s: tuple[float, float] = (0.0, 0.0)
 
@@ -198,10 +199,16 @@ class WorkerContext:
         return self.comm
 
     def note_commit(self, commits: int) -> None:
-        """The state's commit count (it goes back on a rollback), reported with heartbeats."""
+        """The state's commit count (it goes back on a rollback), reported with heartbeats. The
+        first commit in a generation is reported at once: it is when training resumed after a
+        reset (the rendezvous measures recovery by it)."""
         self.commits = commits
         if self.link is not None:
             self.link.commits = self.commits
+            generation = self.assignment.generation if self.assignment is not None else 0
+            if generation != self._first_commit_reported:
+                self._first_commit_reported = generation
+                self.link.beat_soon()
 
     def report_done(self, warning: str = "") -> None:
         if self.link is not None:

@@ -66,6 +66,7 @@ class RendezvousLink:
         self._lost: str | None = None
         self._waiters: set[threading.Event] = set()
         self._closed = threading.Event()
+        self._beat_now = threading.Event()  # set: heartbeat before the interval is over
         self._backoff = Backoff(reconnect_timeout_s)
         self._channel: grpc.Channel | None = None
         self._stub: pb_grpc.RendezvousStub | None = None
@@ -86,6 +87,7 @@ class RendezvousLink:
         """End the session and wait (bounded) for its threads: a thread woken by the channel's
         teardown after the interpreter began to finalize would abort the process."""
         self._closed.set()
+        self._beat_now.set()  # the heartbeat thread ends now, not at its interval's end
         if self._session is not None:
             self._session.cancel()
         if self._channel is not None:
@@ -257,6 +259,14 @@ class RendezvousLink:
             event.set()
         self._cond.notify_all()
 
+    def beat_soon(self) -> None:
+        """Have the heartbeat thread beat now rather than at the end of its interval."""
+        self._beat_now.set()
+
     def _beat(self) -> None:
-        while not self._closed.wait(self.heartbeat_interval_s):
+        while not self._closed.is_set():
+            self._beat_now.wait(self.heartbeat_interval_s)
+            self._beat_now.clear()
+            if self._closed.is_set():
+                return
             self.heartbeat_now()

@@ -660,3 +660,39 @@ def test_inputs_record_facts_and_settle_decides_on_them_in_order() -> None:
     assert kinds.index(Kind.WORKER_EXITED) < kinds.index(Kind.HOST_LOST)
     assert Kind.GENERATION_OVER in kinds and kinds.count(Kind.HOST_BLACKLISTED) >= 1
     assert any(isinstance(e, StopAgent) and e.host == "b" for e in coordinator.drain())
+
+
+def test_resets_name_their_causes_and_recovery_ends_at_rank_zeros_first_commit() -> None:
+    rig = Rig(min_np=1, max_np=8)
+    ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
+
+    def formed() -> list:
+        return [e.fields for e in rig.coordinator.summary.events if e.kind is Kind.GENERATION_FORMED]
+
+    def recovered() -> list:
+        return [e.fields for e in rig.coordinator.summary.events if e.kind is Kind.JOB_RECOVERED]
+
+    assert formed()[0]["causes"] == []  # the job's start is no reset
+    rig.worker_heartbeat(ids[0], 5, True)
+    rig.now = 10.0
+    rig.agent_disconnected("c")  # the failure is seen now
+    rig.now = 10.2
+    rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    rig.worker_ready(ids[1], 1, "allreduce failed", True)
+    assert formed()[-1]["causes"] == ["host_lost"]
+    rig.now = 10.5
+    rig.worker_heartbeat(ids[0], 5, True)  # synced to the last commit: not a step yet
+    rig.worker_heartbeat(ids[1], 6, True)  # not rank 0
+    assert recovered() == []
+    rig.now = 10.8
+    rig.worker_heartbeat(ids[0], 6, True)
+    assert len(recovered()) == 1 and recovered()[0]["seconds"] == pytest.approx(0.8) and recovered()[0]["number"] == 2
+    rig.now = 11.0
+    rig.worker_heartbeat(ids[0], 7, True)
+    assert len(recovered()) == 1  # once per failure
+    rig.scale(1)
+    rig.worker_ready(ids[0], 2, "", True)
+    rig.worker_ready(ids[1], 2, "", True)
+    assert formed()[-1]["causes"] == ["scale"]
+    rig.worker_heartbeat(ids[0], 8, True)
+    assert len(recovered()) == 1  # a scale-down is no failure to recover from
