@@ -30,6 +30,11 @@ class BackgroundWriter:
         #: Steps written, oldest first (this process only).
         self.written: list[int] = []
         self.failures = 0
+        self.bytes_written = 0  # tensor bytes of the checkpoints written
+
+    def figures(self) -> tuple[int, int, int]:
+        """(checkpoints written, writes failed, bytes written) so far, for the worker's figures."""
+        return len(self.written), self.failures, self.bytes_written
 
     def submit(self, snapshot: HostSnapshot, step: int, world_size: int, generation: int) -> bool:
         """Stage `snapshot` for writing as `step`. False (nothing staged) while a write is in flight."""
@@ -94,6 +99,7 @@ class BackgroundWriter:
                     )
                 self._failing = ""
                 self.written.append(step)
+                self.bytes_written += self._staging.nbytes
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()

@@ -174,14 +174,46 @@ class ReadyRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "commits", "elastic")
+    __slots__ = ("worker_id", "commits", "elastic", "stats")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     commits: int
     elastic: bool
-    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
+    stats: WorkerStats
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ..., stats: _Optional[_Union[WorkerStats, _Mapping]] = ...) -> None: ...
+
+class Timing(_message.Message):
+    __slots__ = ("count", "seconds", "buckets")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    seconds: float
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, count: _Optional[int] = ..., seconds: _Optional[float] = ..., buckets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WorkerStats(_message.Message):
+    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss")
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    SYNCS_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAS_LOSS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    commits: Timing
+    syncs: Timing
+    rollbacks: int
+    checkpoints_written: int
+    checkpoint_failures: int
+    checkpoint_bytes: int
+    has_loss: bool
+    loss: float
+    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
     __slots__ = ("worker_id", "commits", "warning")

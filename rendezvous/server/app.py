@@ -38,6 +38,7 @@ from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leaders
 from ringmaster.rendezvous.server.agent_launcher import AgentLauncher
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
+from ringmaster.rendezvous.server.metrics import JobMetrics
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
@@ -108,6 +109,7 @@ class RendezvousServer:
         self.coordinator: Coordinator | None = None
         self.service: RendezvousService | None = None
         self._stop_reason: str | None = None
+        self.metrics: JobMetrics | None = None
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -153,10 +155,13 @@ class RendezvousServer:
             await leadership.announce(self.address)
         coordinator = Coordinator(
             self.settings, self.address, RingStoreAddress(ring_stores.host, ring_stores.port), ring_stores.plain_store,
-            on_event=lambda event: log_event(log, event),
+            on_event=self._on_event,
         )
         self.coordinator = coordinator
         service = RendezvousService(coordinator, journal=journal)
+        self.metrics = JobMetrics(coordinator, service.clock, lambda: self.auth.refused if self.auth is not None else 0,
+                                  lambda: journal.degraded, address=self.address)
+        service.figures = self.metrics.figures
         leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service
@@ -187,7 +192,8 @@ class RendezvousServer:
             journal_task = asyncio.create_task(service.keep_journal())
             background += [
                 journal_task,
-                asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s)),
+                asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s,
+                                                   self.metrics.discovery)),
                 asyncio.create_task(leadership.keep(journal.trouble)),
                 asyncio.create_task(journal.keep_job_lease()),
                 asyncio.create_task(leases.watch()),
@@ -241,6 +247,12 @@ class RendezvousServer:
         while local.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
+    def _on_event(self, event: Event) -> None:
+        """The coordinator's events: logged, and counted by the metrics."""
+        log_event(log, event)
+        if self.metrics is not None:
+            self.metrics.on_event(event)
+
     def _refused(self, method: str, reason: str) -> None:
         """Log a refused call: the first ones, then one in a hundred (a flood must not flood the log)."""
         assert self.auth is not None
@@ -255,7 +267,8 @@ class RendezvousServer:
         _say(Kind.API_LISTENING, url=self.api_url)
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
-        config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused), log_level="warning", lifespan="off",
+        config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused,
+                                           metrics=self.metrics), log_level="warning", lifespan="off",
                                 http=GuardedH11Protocol, backlog=MAX_CONNECTIONS,
                                 ssl_certfile=self.tls.cert_file if self.tls else None,
                                 ssl_keyfile=self.tls.key_file if self.tls else None)

@@ -10,15 +10,21 @@ import asyncio
 
 from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
+from ringmaster.rendezvous.server.metrics import DiscoveryStats
 
 
-async def poll_discovery(discovery: HostDiscovery, service: RendezvousService, interval_s: float) -> None:
+async def poll_discovery(discovery: HostDiscovery, service: RendezvousService, interval_s: float,
+                         stats: DiscoveryStats | None = None) -> None:
+    """`stats` counts the runs and failed runs (for the metrics)."""
     last_hosts: dict[str, int] | None = None
     last_error: str | None = None
+    stats = stats or DiscoveryStats()
     while True:
         try:
+            stats.runs += 1
             hosts = await asyncio.to_thread(discovery.find_hosts)
         except DiscoveryError as exc:
+            stats.errors += 1
             if str(exc) != last_error:
                 last_error = str(exc)
                 service.call(service.coordinator.discovery_failed, last_error)

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Callable
 
 import grpc
 
+from ringmaster.common.figures import FigureTotals, check_stats
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -47,6 +48,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._tasks: set[asyncio.Task] = set()
         self._settle_scheduled = False
         self._settle_cost = 0.0  # seconds the last settling pass took
+        self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
 
     # ---------------------------------------------------------------- plumbing
     def call(self, method: Callable, *args):
@@ -228,8 +230,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:
-        """A worker is alive; it carries its commit count and whether it runs `hvd.elastic.run`."""
+        """A worker is alive; it carries its commit count, whether it runs `hvd.elastic.run`, and
+        its figures (kept for the metrics when they have the shape a worker sends)."""
         self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic)
+        if self.figures is not None and request.HasField("stats") and request.worker_id in self.coordinator.workers \
+                and not check_stats(request.stats):
+            self.figures.update(request.worker_id, request.stats)
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:

@@ -16,12 +16,13 @@ from typing import Any, Callable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.control.coordinator import Coordinator
+from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
@@ -161,6 +162,7 @@ def create_app(
     call: Callable[..., object] | None = None,
     secret: str | None = None,
     refused_calls: Callable[[], int] = lambda: 0,
+    metrics: JobMetrics | None = None,
 ) -> FastAPI:
     """`call(method, *args)` runs a coordinator method with the time and delivers what it says
     (the gRPC service's `call`); by default it just runs it. With the job `secret`, every
@@ -192,6 +194,13 @@ def create_app(
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status() -> JobStatus:
         return job_status(coordinator, clock(), refused_calls())
+
+    @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
+    async def prometheus() -> Response:
+        """The job's metrics in Prometheus' text format (see rendezvous/server/metrics.py)."""
+        if metrics is None:
+            raise HTTPException(status_code=404, detail="this rendezvous keeps no metrics")
+        return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
     async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:

@@ -116,6 +116,11 @@ class Journal:
         except StoreUnavailable as exc:
             _say(Kind.STORE_CLEANUP_FAILED, error=str(exc), ttl_s=self.job_ttl_s)
 
+    @property
+    def degraded(self) -> bool:
+        """True while the store is unreachable (training goes on; membership changes wait)."""
+        return self._trouble is not None
+
     def trouble(self, message: str | None) -> None:
         """Log the store becoming unreachable, and reachable again, once each."""
         if message is not None and self._trouble is None:

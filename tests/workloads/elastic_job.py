@@ -182,6 +182,7 @@ def main() -> None:
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 loss.backward()
                 optimizer.step()
+                hvd.report(loss=loss)  # for the job's metrics and status
                 counts = torch.zeros(args.samples)
                 counts[index] += 1
                 state.seen += hvd.allreduce(counts, op=hvd.Sum)

@@ -13,7 +13,7 @@ if __name__ != "ringmaster.torch":  # pragma: no cover - a wrong import path, ca
 from ringmaster.torch import adasum
 from ringmaster.torch.basics import (
     Adasum, Average, Max, Min, Sum, context, cross_rank, cross_size, gloo_enabled, init, is_homogeneous,
-    is_initialized, local_rank, local_size, nccl_built, rank, shutdown, size,
+    is_initialized, local_rank, local_size, nccl_built, rank, report, shutdown, size,
 )
 from ringmaster.torch.collectives import (
     allgather, allgather_object, allreduce, allreduce_, barrier, broadcast, broadcast_, broadcast_object,
@@ -31,5 +31,5 @@ __all__ = [
     "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
     "context", "cross_rank", "cross_size", "elastic", "gloo_enabled", "grouped_allreduce", "grouped_allreduce_",
     "init", "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "nccl_built", "rank",
-    "shutdown", "size",
+    "report", "shutdown", "size",
 ]

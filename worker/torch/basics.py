@@ -53,6 +53,13 @@ def context() -> WorkerContext:
     return _context
 
 
+def report(loss: float | torch.Tensor) -> None:
+    """Report the training loss (a number or a one-element tensor) for the job's status, dashboard and metrics; call it
+    as often as you like: the newest value goes out with the next heartbeat."""
+    value = float(loss.item() if hasattr(loss, "item") else loss)
+    context().figures.report(value)
+
+
 def rank() -> int:
     """This worker's rank in the current generation (0 .. size()-1); it can change at a reset."""
     return context().topology()[0]

@@ -18,6 +18,7 @@ import grpc
 import torch
 import torch.distributed as dist
 
+from ringmaster.common.figures import WorkerFigures
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
@@ -49,12 +50,15 @@ class WorkerContext:
         #: started with). Its local rank may change between generations; its tensors do not move.
         self.device_index = self._tentative[2]
         self.link: RendezvousLink | None = None
+        #: What this worker did so far (commits, syncs, rollbacks, checkpoints, loss), sent with heartbeats.
+        self.figures = WorkerFigures()
         if self.address:
             self.link = RendezvousLink(
                 self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
                 float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
                 secret=env.get(SECRET_ENV) or None,
                 ca_pem=env[TLS_CA_ENV].encode() if env.get(TLS_CA_ENV) else None,
+                stats=self.figures.stats,
             )
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Callable
 
 import grpc
 
@@ -45,9 +46,11 @@ class JobEnded(JobError):
 class RendezvousLink:
     def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
                  reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None,
-                 ca_pem: bytes | None = None) -> None:
+                 ca_pem: bytes | None = None, stats: Callable[[], pb.WorkerStats] | None = None) -> None:
         """`secret`: the job secret every call is signed with; `ca_pem`: the CA of the rendezvous'
-        TLS certificate (both handed over by the agent in the environment)."""
+        TLS certificate (both handed over by the agent in the environment); `stats()`: the
+        worker's figures, sent with every heartbeat."""
+        self._stats = stats
         self._ca_pem = ca_pem
         self.addresses = parse_addresses(address)
         self._secret = secret
@@ -159,7 +162,9 @@ class RendezvousLink:
             return False
         try:
             stub.WorkerHeartbeat(
-                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic), timeout=HEARTBEAT_RPC_TIMEOUT_S
+                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
+                                          stats=self._stats() if self._stats is not None else None),
+                timeout=HEARTBEAT_RPC_TIMEOUT_S
             )
             return True
         except grpc.RpcError:

@@ -15,6 +15,7 @@ keyword becomes an attribute saved, restored and broadcast as a Python object.
 from __future__ import annotations
 
 import copy
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -69,6 +70,7 @@ class State:
     def commit(self) -> None:
         """Snapshot the state, then raise HostsUpdatedInterrupt if the ring must change."""
         with record_function("ringmaster.commit"):
+            started = time.perf_counter()
             self._commits += 1
             self.save()
             ctx = context()
@@ -77,6 +79,8 @@ class State:
                 rank, size = ctx.topology()[:2]
                 generation = ctx.assignment.generation if ctx.assignment else 0
                 self._durable.after_commit(self._snapshot, self._commits, rank, size, generation)
+                ctx.figures.checkpoints = self._durable.writer.figures
+            ctx.figures.commit(time.perf_counter() - started)
             try:
                 self.check_host_updates()
             except HostsUpdatedInterrupt as exc:
@@ -136,6 +140,7 @@ class State:
         """Go back to the last commit."""
         self._load_entries(self._snapshot)
         context().note_commit(self._commits)
+        context().figures.rollback()
 
     def sync(self) -> None:
         """Give every worker rank 0's current state (commits it first)."""
@@ -149,6 +154,7 @@ class State:
 
         `after_reset` says this rank went through a reset; the plan returned says whether any
         rank did (or rank 0 resumed from a checkpoint): then reset callbacks are due everywhere."""
+        started = time.perf_counter()
         comm = context().communicator()
         if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:
             self._tried_disk = True
@@ -160,6 +166,7 @@ class State:
         if self._durable is not None:
             self._durable.resumed(self._commits)
         context().note_commit(self._commits)
+        context().figures.sync(time.perf_counter() - started)
         return the_plan
 
     def verify_replicas(self) -> None:

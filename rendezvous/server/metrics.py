@@ -1,0 +1,191 @@
+"""The job's Prometheus metrics (`GET /metrics`, text format 0.0.4, `prometheus_client`).
+
+What the rendezvous knows is read when scraped (generation, world size, hosts by state, workers
+by phase, committed steps, steps/s, store state, refused calls, discovery runs); what happened
+is counted as the coordinator's events come (resets by cause, recovery times); what workers did
+(commits, syncs, rollbacks, checkpoints, loss) comes with their heartbeats (`FigureTotals`).
+Every name starts with `ringmaster_`; counters end in `_total`, durations are in seconds and
+bytes in bytes, as Prometheus' conventions ask. One registry per job, never the global one.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from ringmaster.common.events import Event, Kind
+from ringmaster.common.figures import FigureTotals, TimingTotal
+from ringmaster.rendezvous.control.coordinator import Coordinator
+from ringmaster.rendezvous.control.records import Phase, ResetCause
+
+#: The content type of `GET /metrics`.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: Seconds of committed steps over which steps/s is measured.
+RATE_WINDOW_S = 30.0
+#: Buckets of the recovery histogram (seconds from a failure seen to the first step after it).
+RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Host states, as `ringmaster_hosts{state=...}` counts them.
+HOST_STATES = ("active", "warming", "idle", "blacklisted", "unreachable")
+#: Kinds after which a worker's process is gone (its figures stay in the totals).
+_DEPARTED = {Kind.WORKER_EXITED, Kind.WORKER_STOPPED, Kind.WORKER_FINISHED}
+
+
+@dataclass
+class DiscoveryStats:
+    """Discovery runs and failed runs, counted by the poller."""
+
+    runs: int = 0
+    errors: int = 0
+
+
+class JobMetrics:
+    """The metrics of one job: feed it the coordinator's events (`on_event`), the workers'
+    figures (`figures`), and render them (`render`)."""
+
+    def __init__(self, coordinator: Coordinator, clock: Callable[[], float], refused_calls: Callable[[], int] = lambda: 0,
+                 store_degraded: Callable[[], bool] = lambda: False, discovery: DiscoveryStats | None = None,
+                 address: str = "") -> None:
+        self.coordinator = coordinator
+        self.clock = clock
+        self.figures = FigureTotals()
+        self.discovery = discovery or DiscoveryStats()
+        self._refused_calls = refused_calls
+        self._store_degraded = store_degraded
+        self._address = address
+        self._steps: collections.deque[tuple[float, int]] = collections.deque()  # (time, committed steps)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._resets = Counter("ringmaster_resets", "Generations that replaced the last one, by cause (a reset can "
+                               "have several)", ["cause"], registry=self.registry)
+        for cause in ResetCause:
+            self._resets.labels(cause.value)  # every cause shows, at 0 until it happens
+        self._recovery = Histogram("ringmaster_recovery_seconds", "From a failure seen by the rendezvous to rank 0's "
+                                   "first commit after it", buckets=RECOVERY_BUCKETS, registry=self.registry)
+        self.registry.register(_Scraped(self))
+
+    def on_event(self, event: Event) -> None:
+        """Count what happened (the coordinator's `on_event` calls this for every event)."""
+        if event.kind is Kind.GENERATION_FORMED:
+            for cause in event.fields.get("causes", ()):
+                self._resets.labels(str(cause)).inc()
+        elif event.kind is Kind.JOB_RECOVERED:
+            self._recovery.observe(float(event.fields.get("seconds", 0.0)))
+        elif event.kind in _DEPARTED and "worker" in event.fields:
+            self.figures.departed(str(event.fields["worker"]))
+
+    def steps_per_second(self) -> float:
+        """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples)."""
+        now, steps = self.clock(), self.coordinator.summary.steps
+        samples = self._steps
+        if not samples or samples[-1][1] != steps or now - samples[-1][0] >= 1.0:
+            if samples and steps < samples[-1][1]:
+                samples.clear()  # a rollback or a restart from a checkpoint: the rate starts over
+            samples.append((now, steps))
+        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
+            samples.popleft()
+        if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+            return 0.0
+        return (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
+
+    def loss(self) -> float | None:
+        """Rank 0's last reported loss, else the median of the others'; None if none reported."""
+        gen = self.coordinator.generation
+        losses = self.figures.losses
+        if gen is not None and gen.members and gen.members[0].worker_id in losses:
+            return losses[gen.members[0].worker_id]
+        return statistics.median(losses.values()) if losses else None
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Scraped(Collector):
+    """What is read from the coordinator and the totals at each scrape."""
+
+    def __init__(self, metrics: JobMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator:
+        m, coordinator = self.m, self.m.coordinator
+        now = m.clock()
+        gen = coordinator.generation
+        yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)",
+                                value=gen.number if gen else 0)
+        yield GaugeMetricFamily("ringmaster_world_size", "Workers in the current generation", value=len(gen.members) if gen else 0)
+        if coordinator.limit is not None:
+            yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale target)",
+                                    value=coordinator.limit)
+        hosts = GaugeMetricFamily("ringmaster_hosts", "Discovered hosts by state: active (a worker in the current "
+                                  "generation), warming (workers starting), idle, blacklisted, unreachable (no agent)",
+                                  labels=["state"])
+        for state, count in _host_states(coordinator, now).items():
+            hosts.add_metric([state], count)
+        yield hosts
+        workers = GaugeMetricFamily("ringmaster_workers", "Live worker processes by phase", labels=["phase"])
+        phases = collections.Counter(w.phase.value for w in coordinator.workers.values() if w.live)
+        for phase in Phase:
+            workers.add_metric([phase.value], phases.get(phase.value, 0))
+        yield workers
+        yield GaugeMetricFamily("ringmaster_committed_steps", "Rank 0's commits (goes back on a rollback)",
+                                value=coordinator.summary.steps)
+        yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",
+                                value=m.steps_per_second())
+        loss = m.loss()
+        if loss is not None:
+            yield GaugeMetricFamily("ringmaster_loss", "The training loss last reported (hvd.report; rank 0's)", value=loss)
+        totals = m.figures.totals
+        yield CounterMetricFamily("ringmaster_commits", "Commits by all workers", value=totals.commits.count)
+        yield _histogram("ringmaster_commit_seconds", "Time of one commit (snapshot and checkpoint hand-off)", totals.commits)
+        yield _histogram("ringmaster_sync_seconds", "Time of one state sync after a reset", totals.syncs)
+        yield CounterMetricFamily("ringmaster_rollbacks", "Workers' restores to their last commit", value=totals.rollbacks)
+        yield CounterMetricFamily("ringmaster_checkpoint_writes", "Durable checkpoints written",
+                                  value=totals.checkpoints_written)
+        yield CounterMetricFamily("ringmaster_checkpoint_failures", "Durable checkpoint writes that failed",
+                                  value=totals.checkpoint_failures)
+        yield CounterMetricFamily("ringmaster_checkpoint_bytes", "Tensor bytes of the durable checkpoints written",
+                                  value=totals.checkpoint_bytes)
+        yield CounterMetricFamily("ringmaster_discovery_runs", "Host discovery runs", value=m.discovery.runs)
+        yield CounterMetricFamily("ringmaster_discovery_errors", "Host discovery runs that failed", value=m.discovery.errors)
+        yield GaugeMetricFamily("ringmaster_store_degraded", "1 while the store is unreachable (training goes on)",
+                                value=1 if m._store_degraded() else 0)
+        leader = GaugeMetricFamily("ringmaster_leader_info", "The rendezvous that leads the job (this one)", labels=["address"])
+        leader.add_metric([m._address], 1)
+        yield leader
+        yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused for want of the job secret",
+                                  value=m._refused_calls())
+
+
+def _histogram(name: str, documentation: str, timing: TimingTotal) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, documentation, buckets=[(b, float(c)) for b, c in timing.cumulative()],
+                                 sum_value=timing.seconds)
+
+
+def _host_states(coordinator: Coordinator, now: float) -> dict[str, int]:
+    gen = coordinator.generation
+    members = gen.member_set if gen else frozenset()
+    counts = dict.fromkeys(HOST_STATES, 0)
+    live_on: dict[str, list] = {}
+    for w in coordinator.workers.values():
+        if w.live:
+            live_on.setdefault(w.host, []).append(w)
+    for host in coordinator.hosts.values():
+        if not host.discovered:
+            continue
+        live = live_on.get(host.name, [])
+        if coordinator.blacklist.is_blacklisted(host.name, now):
+            state = "blacklisted"
+        elif not host.agent_connected:
+            state = "unreachable"
+        elif any(w.worker_id in members for w in live):
+            state = "active"
+        elif live:
+            state = "warming"
+        else:
+            state = "idle"
+        counts[state] += 1
+    return counts

@@ -1,0 +1,56 @@
+"""Seeing a real job: its Prometheus metrics through a host failure, its events followed to the
+end with `ringmaster events --follow`, and `ringmaster status`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import API_HEADERS, FAST, ROOT, elastic_job, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": API_HEADERS["Authorization"]})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
+    job = run_job("--min-np", "2", "-H", "hostA:2,hostB:2", *FAST, *elastic_job(tmp_path / "log", epochs=5, samples=192))
+    url = job.wait_api()
+    follower = subprocess.Popen([sys.executable, "-m", "ringmaster.cli", "events", "--api", url, "--follow"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+        wait_for(lambda: scrape(url).get(("ringmaster_commits_total", ()), 0) > 0, 30, "workers' figures in the metrics")
+        job.kill_host("hostB")
+        job.wait_event("job.recovered", 60)
+        m = scrape(url)
+        assert m[("ringmaster_generation", ())] == 2 and m[("ringmaster_world_size", ())] == 2
+        assert m[("ringmaster_resets_total", (("cause", "host_lost"),))] == 1
+        assert m[("ringmaster_resets_total", (("cause", "scale"),))] == 0
+        assert m[("ringmaster_hosts", (("state", "active"),))] == 1
+        assert m[("ringmaster_recovery_seconds_count", ())] == 1 and m[("ringmaster_recovery_seconds_sum", ())] < 30
+        assert m[("ringmaster_commit_seconds_count", ())] >= 5 and m[("ringmaster_sync_seconds_count", ())] >= 4
+        assert ("ringmaster_loss", ()) in m and m[("ringmaster_refused_calls_total", ())] == 0
+        status = subprocess.run([sys.executable, "-m", "ringmaster.cli", "status", "--api", url], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and status.stdout.startswith("running: generation 2, world size 2"), status
+        assert job.wait(240) == 0, job.output
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    lines = out.splitlines()
+    assert any("generation 2 formed" in line for line in lines) and any("training resumed" in line for line in lines)
+    assert "job succeeded" in lines[-1] or any("job succeeded" in line for line in lines[-3:]), lines[-3:]
