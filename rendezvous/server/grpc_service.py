@@ -233,8 +233,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         """A worker is alive; it carries its commit count, whether it runs `hvd.elastic.run`, and
         its figures (kept for the metrics when they have the shape a worker sends)."""
         self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic)
-        if self.figures is not None and request.HasField("stats") and request.worker_id in self.coordinator.workers \
-                and not check_stats(request.stats):
+        worker = self.coordinator.workers.get(request.worker_id)
+        if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
+                and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)
             self.figures.update(request.worker_id, request.stats)
         return pb.Ack(ok=True)
 
