@@ -113,6 +113,7 @@ class Coordinator:
         self._short_since: float | None = None
         self._sent_to_agents: dict[str, tuple] = {}
         self._generation_started = 0.0
+        self.generation_formed_at = 0.0  # when the current generation formed (the last reset)
         self._quick_failures = 0  # consecutive generations that failed soon after forming, without progress
         self._steps_at_start = 0  # the job's committed steps when the current generation formed
         self.last_tick: float | None = None
@@ -738,6 +739,7 @@ class Coordinator:
         self.summary.generations += 1
         self.generation = gen
         self._generation_started = now
+        self.generation_formed_at = now
         self._steps_at_start = self.summary.steps
         hosts: dict[str, int] = {}
         for a in members:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
+from ringmaster.cli.progress import ProgressLine
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
 from ringmaster.proto import environment as env_names
@@ -302,7 +303,12 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, server.request_stop, f"interrupted by {signal.Signals(sig).name}")
-        return await server.run(initial)
+        progress = asyncio.create_task(ProgressLine(sys.stdout, sys.stdout.isatty(), time.monotonic).run(server))
+        try:
+            return await server.run(initial)
+        finally:
+            progress.cancel()
+            await asyncio.gather(progress, return_exceptions=True)
 
     try:
         outcome = asyncio.run(main())

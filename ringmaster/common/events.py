@@ -54,6 +54,7 @@ class Kind(enum.StrEnum):
     JOB_FAILED = "job.failed"
     JOB_RESUMED = "job.resumed"
     JOB_RECOVERED = "job.recovered"
+    JOB_PROGRESS = "job.progress"
     JOB_SUMMARY = "job.summary"
     JOB_WARNING = "job.warning"
     JOB_PREVIOUS_ENDED = "job.previous_ended"
@@ -148,6 +149,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_FINISHING: Spec(_I, "training function returned; waiting for the other workers to finish"),
     Kind.JOB_SUCCEEDED: Spec(_I, "job succeeded: {reason}"),
     Kind.JOB_FAILED: Spec(_E, "job failed: {reason}"),
+    Kind.JOB_PROGRESS: Spec(_I, "generation {number}, world size {size}, {steps} steps committed, {rate:g} steps/s, "
+                                "{since_reset_s:g} s since the last reset"),
     Kind.JOB_RECOVERED: Spec(_I, "training resumed {seconds:.2f} s after the failure was seen (rank 0's first commit "
                                  "in generation {number})"),
     Kind.JOB_RESUMED: Spec(_I, "resumed the job from the store: generation {number}, {live} live worker(s) on "

@@ -54,3 +54,37 @@ def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path)
     lines = out.splitlines()
     assert any("generation 2 formed" in line for line in lines) and any("training resumed" in line for line in lines)
     assert "job succeeded" in lines[-1] or any("job succeeded" in line for line in lines[-3:]), lines[-3:]
+
+
+def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:
+    """`ringmaster run` with its stdout on a pseudo-terminal (as a user's shell gives it)."""
+    import os
+    import pty
+    import select
+    import signal
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--launcher", "local",
+                             *elastic_job(tmp_path / "log", epochs=3, samples=96)],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary, start_new_session=True)
+    os.close(secondary)
+    seen = b""
+    try:
+        while proc.poll() is None or select.select([primary], [], [], 0)[0]:
+            if select.select([primary], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # the terminal closed with the process
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+        assert proc.wait(120) == 0, seen.decode(errors="replace")[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(primary)
+    text = seen.decode(errors="replace")
+    assert "\r\x1b[Kgeneration 1, world size 2, " in text and "steps committed" in text, text[-2000:]
+    assert "job succeeded" in text

@@ -1,0 +1,76 @@
+"""`ringmaster run`'s progress: the status line on a terminal, job.progress events otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import types
+
+from coordinator_rig import Rig
+from ringmaster.cli.progress import ProgressLine, progress_fields, status_text
+from ringmaster.common import logs
+from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.rendezvous.server.metrics import JobMetrics
+
+
+def job() -> tuple[Rig, types.SimpleNamespace]:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 2})
+    rig.now = 5.0
+    rig.worker_heartbeat(ids[0], 40, True)
+    server = types.SimpleNamespace(coordinator=rig.coordinator, metrics=JobMetrics(rig.coordinator, lambda: rig.now))
+    return rig, server
+
+
+def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_reset() -> None:
+    rig, server = job()
+    fields = progress_fields(server, 12.5)  # type: ignore[arg-type]
+    assert fields == {"number": 1, "size": 2, "steps": 40, "rate": 0.0, "since_reset_s": 12.5}
+    assert status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
+    assert progress_fields(types.SimpleNamespace(coordinator=None, metrics=None), 0.0) is None  # type: ignore[arg-type]
+
+
+def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() -> None:
+    _, server = job()
+    out = io.StringIO()
+    logs.configure("text", "INFO", stream=out)
+
+    async def show() -> None:
+        task = asyncio.create_task(ProgressLine(out, True, lambda: 8.0, every_s=0.01).run(server))  # type: ignore[arg-type]
+        while "steps committed" not in out.getvalue():
+            await asyncio.sleep(0.01)
+        log_event(logging.getLogger(logs.RENDEZVOUS), Event(Kind.HOSTS_CHANGED, {"description": "added b:1"}))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(show(), 30))
+    finally:
+        logs.configure("text", "INFO")
+    text = out.getvalue()
+    assert "\r\x1b[Kgeneration 1, world size 2, 40 steps committed" in text
+    assert "since the last reset\r\x1b[Kringmaster: discovery: added b:1\n" in text  # cleared, then the log line
+    assert text.endswith("\n")  # the line was not drawn again after the log line: nothing left over
+
+
+def test_elsewhere_progress_is_a_plain_event_now_and_then() -> None:
+    _, server = job()
+    out = io.StringIO()
+    logs.configure("json", "INFO", stream=out)
+
+    async def show() -> None:
+        task = asyncio.create_task(ProgressLine(io.StringIO(), False, lambda: 8.0, every_s=0.01).run(server))  # type: ignore[arg-type]
+        while "job.progress" not in out.getvalue():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(show(), 30))
+    finally:
+        logs.configure("text", "INFO")
+    import json
+
+    record = json.loads(next(line for line in out.getvalue().splitlines() if "job.progress" in line))
+    assert record["kind"] == "job.progress" and record["steps"] == 40 and record["since_reset_s"] == 8.0
