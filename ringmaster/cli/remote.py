@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence, TextIO
 
-from ringmaster.cli.api_client import ApiClient
+from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.common.secret import SECRET_ENV
 
 #: Seconds between two polls of `ringmaster events --follow`.
@@ -38,29 +38,32 @@ def status(client: ApiClient, out: TextIO | None = None) -> int:
     return 0
 
 
+#: The kinds that end a job: `events --follow` stops after printing one.
+_ENDS = ("job.succeeded", "job.failed")
+
+
 def events(client: ApiClient, since: int, follow: bool, as_json: bool, out: TextIO | None = None,
-           sleep: Callable[[float], None] = time.sleep, keep_going: Callable[[], bool] = lambda: True) -> int:
-    """Print the job's events from number `since` on; with `follow`, keep printing new ones
-    until the job has ended and everything it said is printed (Ctrl-C stops earlier)."""
+           sleep: Callable[[float], None] = time.sleep) -> int:
+    """Print the job's events from number `since` on. With `follow`, keep printing new ones
+    until the job's end is printed (exit 0 if it succeeded, 1 if it failed; Ctrl-C stops earlier).
+    The job's end is known by its last event, not by asking afterwards: `ringmaster run` and its
+    API are gone moments after it."""
     out = out or sys.stdout
     while True:
         page = client.get("/events", since=since)
         if not isinstance(page, dict) or not isinstance(page.get("events"), list):
-            raise ValueError(f"{client.api}/events answered something else than a page of events")
+            raise ApiError(f"{client.api}/events answered something else than a page of events")
         if page.get("dropped", 0) > since:
             print(f"({page['dropped'] - since} older event(s) are no longer kept by the job)", file=out)
         for record in page["events"]:
             print(json.dumps(record) if as_json else render_event(record), file=out, flush=True)
+            if follow and record.get("kind") in _ENDS:
+                return 0 if record["kind"] == "job.succeeded" else 1
         since = int(page.get("next", since))
         if page["events"]:
             continue  # more may be waiting
-        if not follow or not keep_going():
+        if not follow:
             return 0
-        if client.get("/status").get("state") in ("succeeded", "failed"):
-            last = client.get("/events", since=since)
-            if not last.get("events"):
-                return 0
-            continue
         sleep(FOLLOW_POLL_S)
 
 

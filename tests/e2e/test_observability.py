@@ -53,7 +53,7 @@ def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path)
     assert follower.returncode == 0, err
     lines = out.splitlines()
     assert any("generation 2 formed" in line for line in lines) and any("training resumed" in line for line in lines)
-    assert "job succeeded" in lines[-1] or any("job succeeded" in line for line in lines[-3:]), lines[-3:]
+    assert "job succeeded" in lines[-1], lines[-3:]  # it stopped at the job's end, with the job's outcome (0)
 
 
 def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:

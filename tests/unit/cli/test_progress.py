@@ -74,3 +74,32 @@ def test_elsewhere_progress_is_a_plain_event_now_and_then() -> None:
 
     record = json.loads(next(line for line in out.getvalue().splitlines() if "job.progress" in line))
     assert record["kind"] == "job.progress" and record["steps"] == 40 and record["since_reset_s"] == 8.0
+
+
+def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() -> None:
+    """A stand-in for the API (its pages), so the end can come at a chosen poll."""
+    from ringmaster.cli.remote import events
+
+    def record(seq: int, kind: str, message: str) -> dict:
+        return {"seq": seq, "kind": kind, "level": "INFO", "generation": 1, "time": 0.0, "message": message, "fields": {}}
+
+    for end, code in (("job.succeeded", 0), ("job.failed", 1)):
+        pages = [
+            {"events": [record(0, "generation.formed", "generation 1 formed")], "next": 1, "dropped": 0},
+            {"events": [], "next": 1, "dropped": 0},
+            {"events": [record(1, end, "the end")], "next": 2, "dropped": 0},
+        ]
+        asked: list[int] = []
+
+        class Client:
+            api = "http://test"
+
+            def get(self, path: str, since: int = 0) -> dict:
+                asked.append(since)
+                return pages.pop(0)  # (an IndexError if it asked once more after the end)
+
+        out, slept = io.StringIO(), []
+        assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append) == code  # type: ignore[arg-type]
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 2 and lines[0].endswith("[gen 1] generation 1 formed") and lines[1].endswith("the end")
+        assert asked == [0, 1, 1] and slept == [0.5]
