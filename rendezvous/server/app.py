@@ -28,7 +28,7 @@ from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
-from ringmaster.rendezvous.server.http_api import create_app
+from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
@@ -55,6 +55,11 @@ FINAL_SAVE_TIMEOUT_S = 10.0
 REFUSALS_LOGGED = 20
 #: Seconds calls in flight get when the gRPC server stops.
 GRPC_STOP_GRACE_S = 0.5
+#: At the job's end, the most seconds the control API waits for a reader of /events to fetch the
+#: last ones; a reader that asked nothing for FOLLOWER_IDLE_S is not waited for (`ringmaster
+#: events --follow` asks every 0.5 s).
+FOLLOWER_GRACE_S = 3.0
+FOLLOWER_IDLE_S = 1.5
 
 
 log = logging.getLogger(logs.RENDEZVOUS)
@@ -110,6 +115,7 @@ class RendezvousServer:
         self.service: RendezvousService | None = None
         self._stop_reason: str | None = None
         self.metrics: JobMetrics | None = None
+        self.followers = EventFollowers()  # readers of GET /events, given their last events at the end
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -221,6 +227,7 @@ class RendezvousServer:
                     await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
                 await self._wind_down(local)
                 await journal.clear()
+                await self._let_followers_catch_up(coordinator, service)
         except Deposed as exc:
             deposed = str(exc)
         finally:
@@ -247,6 +254,13 @@ class RendezvousServer:
         while local.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
+    async def _let_followers_catch_up(self, coordinator: Coordinator, service: RendezvousService) -> None:
+        """Keep the control API up until a reader of /events (`ringmaster events --follow`) has
+        fetched the job's last events, for at most FOLLOWER_GRACE_S; at once when nobody reads."""
+        deadline = time.monotonic() + FOLLOWER_GRACE_S
+        while time.monotonic() < deadline and not self.followers.caught_up(coordinator, service.clock(), FOLLOWER_IDLE_S):
+            await asyncio.sleep(0.05)
+
     def _on_event(self, event: Event) -> None:
         """The coordinator's events: logged, and counted by the metrics."""
         log_event(log, event)
@@ -263,12 +277,13 @@ class RendezvousServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
+        sock.listen(MAX_CONNECTIONS)  # connections queue from now on: the URL said below answers at once
         self.api_url = f"{'https' if self.tls else 'http'}://{self.advertise}:{sock.getsockname()[1]}"
         _say(Kind.API_LISTENING, url=self.api_url)
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
         config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused,
-                                           metrics=self.metrics), log_level="warning", lifespan="off",
+                                           metrics=self.metrics, followers=self.followers), log_level="warning", lifespan="off",
                                 http=GuardedH11Protocol, backlog=MAX_CONNECTIONS,
                                 ssl_certfile=self.tls.cert_file if self.tls else None,
                                 ssl_keyfile=self.tls.key_file if self.tls else None)

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -111,6 +112,22 @@ def event_page(coordinator: Coordinator, since: int, limit: int, wall_offset: fl
     return EventPage(events=records, next=first + start + len(chosen), dropped=first)
 
 
+@dataclass
+class EventFollowers:
+    """Who reads the events: when /events was last asked, and how far its answer went. A job
+    that ends waits (a little) for a follower to fetch its last events before the API goes."""
+
+    last_poll: float | None = None
+    served_upto: int = 0
+
+    def caught_up(self, coordinator: Coordinator, now: float, idle_s: float) -> bool:
+        """True when nobody asked for events in the last `idle_s`, or the last answer held them all."""
+        if self.last_poll is None or now - self.last_poll > idle_s:
+            return True
+        summary = coordinator.summary
+        return self.served_upto >= summary.events_dropped + len(summary.events)
+
+
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8 and ::1: a caller on this machine."""
     try:
@@ -163,6 +180,7 @@ def create_app(
     secret: str | None = None,
     refused_calls: Callable[[], int] = lambda: 0,
     metrics: JobMetrics | None = None,
+    followers: EventFollowers | None = None,
 ) -> FastAPI:
     """`call(method, *args)` runs a coordinator method with the time and delivers what it says
     (the gRPC service's `call`); by default it just runs it. With the job `secret`, every
@@ -204,7 +222,10 @@ def create_app(
 
     @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
     async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
-        return event_page(coordinator, since, limit, time.time() - clock())
+        page = event_page(coordinator, since, limit, time.time() - clock())
+        if followers is not None:
+            followers.last_poll, followers.served_upto = clock(), page.next
+        return page
 
     @app.post("/scale", response_model=ScaleReply, dependencies=[Depends(authorized)])
     async def scale(request: ScaleRequest) -> ScaleReply:

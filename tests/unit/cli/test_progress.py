@@ -98,7 +98,7 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
                 asked.append(since)
                 return pages.pop(0)  # (an IndexError if it asked once more after the end)
 
-        out, slept = io.StringIO(), []
+        out, slept = io.StringIO(), list[float]()
         assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append) == code  # type: ignore[arg-type]
         lines = out.getvalue().splitlines()
         assert len(lines) == 2 and lines[0].endswith("[gen 1] generation 1 formed") and lines[1].endswith("the end")

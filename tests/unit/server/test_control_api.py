@@ -198,3 +198,23 @@ def test_ringmaster_status_and_events_print_a_running_api(served_api, capsys) ->
     assert "give the control API's URL" in capsys.readouterr().err
     assert main(["status", "--api", f"http://127.0.0.1:{free_port()}"]) == 1
     assert "cannot reach the control API" in capsys.readouterr().err
+
+
+def test_a_job_ending_waits_only_for_an_events_reader_that_has_not_fetched_the_last_ones() -> None:
+    from ringmaster.rendezvous.server.http_api import EventFollowers
+
+    now = [0.0]
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    followers = EventFollowers()
+    client = TestClient(create_app(coordinator, clock=lambda: now[0], followers=followers))
+    assert followers.caught_up(coordinator, 0.0, 1.5)  # nobody reads
+    coordinator.set_hosts({"a": 2}, 0.0)
+    coordinator.agent_connected("a", 77, 0.0)
+    coordinator.settle(0.0)
+    client.get("/events", params={"limit": 1})
+    assert followers.last_poll == 0.0 and not followers.caught_up(coordinator, 0.5, 1.5)  # more to fetch
+    client.get("/events", params={"since": followers.served_upto})
+    assert followers.caught_up(coordinator, 0.5, 1.5)
+    coordinator.scale(2, 0.0)  # a new event
+    assert not followers.caught_up(coordinator, 1.0, 1.5) and followers.caught_up(coordinator, 2.0, 1.5)  # gone quiet
