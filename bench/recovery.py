@@ -66,13 +66,8 @@ def job_figures(spares: int) -> dict[str, float]:
             write_hosts(hosts, {"hostA": 2, "hostB": 2, "hostC": 2})
             grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 4 and r["time"] > changed_at, 180)
             figures["discovery_change_to_first_step_s"] = grown["time"] - changed_at
-            # What the survivors paid: their longest gap between two commits while the newcomers joined.
             logs = read_logs(d / "log")
-            gaps = []
-            for worker in survivors:
-                times = [r["time"] for r in logs[worker] if r["event"] == "commit" and r["time"] > changed_at]
-                gaps += [b - a for a, b in zip(times, times[1:]) if b <= grown["time"] + 1]
-            figures["survivor_pause_during_grow_s"] = max(gaps)
+            figures["survivor_pause_during_grow_s"] = longest_pause(logs, survivors, changed_at, grown["time"])
             figures["steps_while_newcomers_warmed_up"] = sum(
                 1 for r in logs[survivors[0]] if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
             )
@@ -82,16 +77,22 @@ def job_figures(spares: int) -> dict[str, float]:
             write_hosts(hosts, {"hostA": 4, "hostB": 2, "hostC": 2})
             grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 6 and r["time"] > changed_at, 180)
             figures["slots_added_to_first_step_s"] = grown["time"] - changed_at
-            logs = read_logs(d / "log")
-            gaps = []
-            for worker in survivors:
-                times = [r["time"] for r in logs[worker] if r["event"] == "commit" and r["time"] > changed_at]
-                gaps += [b - a for a, b in zip(times, times[1:]) if b <= grown["time"] + 1]
-            figures["survivor_pause_during_slots_added_s"] = max(gaps)
+            figures["survivor_pause_during_slots_added_s"] = longest_pause(read_logs(d / "log"), survivors, changed_at,
+                                                                           grown["time"])
             figures["spares_used"] = len(job.events("spare.used"))
         finally:
             job.kill()
     return figures
+
+
+def longest_pause(logs: dict[str, list[dict]], survivors: list[str], since: float, until: float) -> float:
+    """What the survivors paid while newcomers joined: their longest gap between two commits
+    from `since` to a second after `until` (the first step at the new size)."""
+    gaps = []
+    for worker in survivors:
+        times = [r["time"] for r in logs[worker] if r["event"] == "commit" and r["time"] > since]
+        gaps += [b - a for a, b in zip(times, times[1:]) if b <= until + 1]
+    return max(gaps)
 
 
 def wait_record(directory: pathlib.Path, predicate, timeout_s: float = 120) -> dict:
