@@ -11,6 +11,7 @@ replayed with UNAUTHENTICATED before the service sees them, and counts them.
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 import types
 from typing import Any, Callable, Iterator
@@ -22,6 +23,9 @@ from ringmaster.common.errors import RingmasterError
 from ringmaster.common.secret import PROOF_KEY, TOKEN_KEY, TokenChecker, make_proof, make_token, proof_is_good
 
 Clock = Callable[[], float]
+#: Seconds a stream answered without headers is given to show that it ended (then its own error
+#: is raised); one still open without a proof is not the job's rendezvous.
+ENDED_WAIT_S = 2.0
 
 
 class Unproven(RingmasterError, grpc.RpcError):
@@ -74,8 +78,15 @@ class _ProvenStream:
     def __next__(self) -> Any:
         if self._check is not None:
             headers = self._call.initial_metadata()
-            if not headers and self._call.done():
-                return next(self._call)  # it ended without headers: its own error (refused, unavailable) says why
+            if not headers:
+                # A call refused before any message (too big, unavailable) ends with a status and
+                # no headers; its end may be recorded a moment after the (empty) headers are.
+                ended = threading.Event()
+                if not self._call.add_callback(ended.set):
+                    ended.set()  # already over
+                ended.wait(ENDED_WAIT_S)
+                if self._call.done():
+                    return next(self._call)  # its own error (refused, unavailable) says why
             self._check(headers)
             self._check = None
         return next(self._call)
