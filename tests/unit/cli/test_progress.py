@@ -6,6 +6,7 @@ import asyncio
 import io
 import logging
 import types
+from typing import Callable
 
 from coordinator_rig import Rig
 from ringmaster.cli.progress import ProgressLine, progress_fields, status_text
@@ -23,6 +24,23 @@ def job() -> tuple[Rig, types.SimpleNamespace]:
     return rig, server
 
 
+def show_until(line: ProgressLine, server: types.SimpleNamespace, out: io.StringIO, text: str,
+               then: Callable[[], None] = lambda: None) -> None:
+    """Run `line` until `text` is in `out` (30 s at most), call `then`, stop it; logging goes back to stderr."""
+    async def show() -> None:
+        task = asyncio.create_task(line.run(server))  # type: ignore[arg-type]
+        while text not in out.getvalue():
+            await asyncio.sleep(0.01)
+        then()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(show(), 30))
+    finally:
+        logs.configure("text", "INFO")
+
+
 def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_reset() -> None:
     rig, server = job()
     fields = progress_fields(server, 12.5)  # type: ignore[arg-type]
@@ -36,18 +54,10 @@ def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() ->
     out = io.StringIO()
     logs.configure("text", "INFO", stream=out)
 
-    async def show() -> None:
-        task = asyncio.create_task(ProgressLine(out, True, lambda: 8.0, every_s=0.01).run(server))  # type: ignore[arg-type]
-        while "steps committed" not in out.getvalue():
-            await asyncio.sleep(0.01)
+    def log_one() -> None:
         log_event(logging.getLogger(logs.RENDEZVOUS), Event(Kind.HOSTS_CHANGED, {"description": "added b:1"}))
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
-    try:
-        asyncio.run(asyncio.wait_for(show(), 30))
-    finally:
-        logs.configure("text", "INFO")
+    show_until(ProgressLine(out, True, lambda: 8.0, every_s=0.01), server, out, "steps committed", log_one)
     text = out.getvalue()
     assert "\r\x1b[Kgeneration 1, world size 2, 40 steps committed" in text
     assert "since the last reset\r\x1b[Kringmaster: discovery: added b:1\n" in text  # cleared, then the log line
@@ -59,17 +69,7 @@ def test_elsewhere_progress_is_a_plain_event_now_and_then() -> None:
     out = io.StringIO()
     logs.configure("json", "INFO", stream=out)
 
-    async def show() -> None:
-        task = asyncio.create_task(ProgressLine(io.StringIO(), False, lambda: 8.0, every_s=0.01).run(server))  # type: ignore[arg-type]
-        while "job.progress" not in out.getvalue():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    try:
-        asyncio.run(asyncio.wait_for(show(), 30))
-    finally:
-        logs.configure("text", "INFO")
+    show_until(ProgressLine(io.StringIO(), False, lambda: 8.0, every_s=0.01), server, out, "job.progress")
     import json
 
     record = json.loads(next(line for line in out.getvalue().splitlines() if "job.progress" in line))
