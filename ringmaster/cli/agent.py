@@ -25,7 +25,7 @@ from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent
-from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck
+from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck, exit_now
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
 
@@ -109,4 +109,4 @@ def _stop_when_closed(agent: Agent) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

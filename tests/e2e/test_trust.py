@@ -98,7 +98,8 @@ def test_calls_without_the_job_secret_are_refused_and_change_nothing(run_job, tm
     finally:
         channel.close()
     assert serve.wait(180) == 0, serve.output
-    assert agent.wait(60) == 0, agent.output
+    code = agent.wait(60)
+    assert code == 0, f"agent exited with {code}:\n{agent.output}\n--- serve:\n{serve.output}"
     assert not serve.events("host.blacklisted")
 
 

@@ -1,7 +1,6 @@
 """`python -m ringmaster.worker.agent ...` runs a host agent (`ringmaster agent` does the same)."""
 
-import sys
-
 from ringmaster.cli.agent import main
+from ringmaster.worker.agent.processes import exit_now
 
-sys.exit(main())
+exit_now(main())

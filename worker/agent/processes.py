@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import logging
 import os
 import shutil
 import signal
@@ -35,6 +36,25 @@ def exit_if_stuck(bound_s: float) -> None:
     Python is stuck; it prints every thread's stack first, so the hang shows where it was.
     """
     faulthandler.dump_traceback_later(bound_s, exit=True)
+
+
+def exit_now(code: int) -> None:
+    """Flush what was said, then end this process with `code`, skipping the interpreter's
+    finalization.
+
+    For a daemon whose work is done (workers stopped, channels closed): at finalization its
+    daemon threads (a gRPC stream reader, gRPC's own channel thread) are frozen wherever they
+    were, maybe holding a call's lock, and the finalizer of that call (`grpc._channel`'s
+    `__del__`) then waits for the lock forever (seen: an agent hung 30 s at exit until
+    `exit_if_stuck` ended it with code 1). Nothing left needs finalizing.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken stream: nothing more can be said on it
+    os._exit(code)
 
 
 #: Sets PR_SET_PDEATHSIG, exits if the parent died meanwhile, then becomes the command (for

@@ -68,3 +68,57 @@ def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
         wait_for(lambda: _gone(child), 10, "the child to die with its parent")
     finally:
         os.killpg(parent.pid, signal.SIGKILL) if parent.poll() is None else None
+
+
+# A finalizer that needs a lock a daemon thread holds: at the interpreter's finalization that
+# thread is frozen, so the finalizer waits forever (as gRPC's call finalizer can in an agent).
+HELD_AT_EXIT = textwrap.dedent("""
+    import gc, logging, sys, threading, time
+    from ringmaster.worker.agent.processes import exit_if_stuck, exit_now
+
+    lock = threading.Lock()
+
+    class Call:
+        def __init__(self):
+            self.lock = lock
+
+        def __del__(self):
+            with self.lock:
+                pass
+
+    def hold():
+        with lock:
+            held.set()
+            time.sleep(600)
+
+    held = threading.Event()
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    call = Call()
+    call.me = call  # garbage in a cycle (as gRPC's calls are), left for the collection at exit
+    del call
+    gc.disable()
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    logging.getLogger("x").info("said before the exit")
+    sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)  # block-buffered
+    print("printed before the exit")
+    exit_if_stuck(5)
+    if sys.argv[1] == "exit_now":
+        exit_now(4)
+    raise SystemExit(4)
+""")
+
+
+def test_a_finished_daemon_exits_with_its_code_without_finalization_hanging() -> None:
+    proc = subprocess.run([sys.executable, "-c", HELD_AT_EXIT, "exit_now"], capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stdout == "printed before the exit\n" and "said before the exit" in proc.stderr
+    assert "Timeout" not in proc.stderr
+
+
+def test_without_exit_now_such_a_finalizer_hangs_the_exit() -> None:
+    """The hazard `exit_now` avoids is real: a plain exit hangs until the watchdog ends it."""
+    proc = subprocess.run([sys.executable, "-c", HELD_AT_EXIT, "plain"], capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert proc.returncode == 1 and "Timeout" in proc.stderr and "__del__" in proc.stderr
