@@ -22,6 +22,7 @@ CHECKPOINT_EVERY = "RINGMASTER_CHECKPOINT_EVERY"  # write one every N commits
 CHECKPOINT_INTERVAL = "RINGMASTER_CHECKPOINT_INTERVAL"  # or every T seconds
 CHECKPOINT_KEEP = "RINGMASTER_CHECKPOINT_KEEP"  # checkpoints kept on disk
 CHECKPOINT_TRUSTED = "RINGMASTER_CHECKPOINT_TRUSTED"  # "1": load checkpoints as full pickles (trusted folder)
+TIMELINE_SPANS = "RINGMASTER_TIMELINE_SPANS"  # "1": record timeline spans, sent with heartbeats (--timeline)
 
 GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface Gloo rings use (--network-interface)
 NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"  # the interface NCCL bootstraps on (--network-interface)

@@ -1,10 +1,34 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SpanKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPAN_UNKNOWN: _ClassVar[SpanKind]
+    SPAN_FORWARD: _ClassVar[SpanKind]
+    SPAN_BACKWARD: _ClassVar[SpanKind]
+    SPAN_ALLREDUCE: _ClassVar[SpanKind]
+    SPAN_OPTIMIZER_STEP: _ClassVar[SpanKind]
+    SPAN_COMMIT: _ClassVar[SpanKind]
+    SPAN_RESTORE: _ClassVar[SpanKind]
+    SPAN_SYNC: _ClassVar[SpanKind]
+    SPAN_RING_BUILD: _ClassVar[SpanKind]
+    SPAN_WAITING: _ClassVar[SpanKind]
+SPAN_UNKNOWN: SpanKind
+SPAN_FORWARD: SpanKind
+SPAN_BACKWARD: SpanKind
+SPAN_ALLREDUCE: SpanKind
+SPAN_OPTIMIZER_STEP: SpanKind
+SPAN_COMMIT: SpanKind
+SPAN_RESTORE: SpanKind
+SPAN_SYNC: SpanKind
+SPAN_RING_BUILD: SpanKind
+SPAN_WAITING: SpanKind
 
 class Ack(_message.Message):
     __slots__ = ("ok", "message")
@@ -174,16 +198,36 @@ class ReadyRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "commits", "elastic", "stats")
+    __slots__ = ("worker_id", "commits", "elastic", "stats", "spans", "spans_dropped")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    SPANS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     commits: int
     elastic: bool
     stats: WorkerStats
-    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ..., stats: _Optional[_Union[WorkerStats, _Mapping]] = ...) -> None: ...
+    spans: _containers.RepeatedCompositeFieldContainer[Span]
+    spans_dropped: int
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ..., stats: _Optional[_Union[WorkerStats, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., spans_dropped: _Optional[int] = ...) -> None: ...
+
+class Span(_message.Message):
+    __slots__ = ("kind", "start_us", "duration_us", "rank", "generation", "detail")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    DURATION_US_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: SpanKind
+    start_us: int
+    duration_us: int
+    rank: int
+    generation: int
+    detail: int
+    def __init__(self, kind: _Optional[_Union[SpanKind, str]] = ..., start_us: _Optional[int] = ..., duration_us: _Optional[int] = ..., rank: _Optional[int] = ..., generation: _Optional[int] = ..., detail: _Optional[int] = ...) -> None: ...
 
 class Timing(_message.Message):
     __slots__ = ("count", "seconds", "buckets")

@@ -35,6 +35,10 @@ DEFAULT_START_TIMEOUT_S = 30.0
 DEFAULT_STOP_GRACE_S = 5.0
 #: Warm spare worker processes per agent (0: none); see worker/agent/spares.py.
 DEFAULT_SPARES = 1
+#: Size (MiB) at which the timeline file (--timeline) is rotated to FILE.1.
+DEFAULT_TIMELINE_MAX_MB = 64
+#: Environment variables that give the timeline file when --timeline is not given (the first set wins).
+TIMELINE_ENV = ("RINGMASTER_TIMELINE", "HOROVOD_TIMELINE")
 SPARES_ENV = "RINGMASTER_SPARES"  # where --spares takes its default from
 MAX_SPARES = 64
 #: Seconds a ready newcomer waits for the other newcomers still warming up, so that they join
@@ -103,6 +107,10 @@ class JobSettings(BaseModel):
     checkpoint_trusted: bool = Field(
         False, description="load checkpoints as full pickles (objects of any class): only for a folder that nobody "
                            "but the job can write; False: tensors, numbers, strings and containers only")
+    timeline: Optional[str] = Field(None, max_length=4096,
+                                    description="file the job's Chrome trace timeline is written to; None: no timeline")
+    timeline_max_mb: int = Field(DEFAULT_TIMELINE_MAX_MB, ge=1, le=1 << 20,
+                                 description="size at which the timeline file is rotated to FILE.1")
 
     @model_validator(mode="after")
     def _check(self) -> "JobSettings":

@@ -23,6 +23,8 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
         env_names.HOROVOD_HOSTNAME: host,
         env_names.HOROVOD_LOCAL_RANK: str(slot),
     }
+    if settings.timeline:
+        env[env_names.TIMELINE_SPANS] = "1"
     if settings.checkpoint_dir:
         env[env_names.CHECKPOINT_DIR] = settings.checkpoint_dir
         env[env_names.CHECKPOINT_KEEP] = str(settings.checkpoint_keep)

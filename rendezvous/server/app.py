@@ -23,6 +23,7 @@ import uvicorn
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.grpc_auth import RendezvousAuth
+from ringmaster.common.spans import now_us
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -39,6 +40,8 @@ from ringmaster.rendezvous.server.agent_launcher import AgentLauncher
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.server.metrics import JobMetrics
+from ringmaster.rendezvous.server.timeline import TraceBuilder
+from ringmaster.rendezvous.server.trace_file import JobTimeline
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
@@ -116,6 +119,7 @@ class RendezvousServer:
         self._stop_reason: str | None = None
         self.metrics: JobMetrics | None = None
         self.followers = EventFollowers()  # readers of GET /events, given their last events at the end
+        self.timeline: JobTimeline | None = None
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -135,8 +139,28 @@ class RendezvousServer:
             with contextlib.suppress(Exception):
                 await store.close()
 
+    def _open_timeline(self) -> JobTimeline | None:
+        """The job's timeline file (--timeline), or None; RingmasterError when it cannot be written."""
+        if not self.settings.timeline:
+            return None
+
+        def members() -> list[tuple[str, str]]:
+            gen = self.coordinator.generation if self.coordinator is not None else None
+            return [(m.worker_id, m.host) for m in gen.members] if gen is not None else []
+
+        return JobTimeline(self.settings.timeline, self.settings.timeline_max_mb << 20, TraceBuilder(members), now_us,
+                           lambda error: _say(Kind.TIMELINE_FAILED, error=error))
+
     async def _lead(self, store: KeyValueStore, initial_hosts: Mapping[str, int]) -> JobOutcome:
         prefix = self.store_spec.prefix
+        self.timeline = self._open_timeline()
+        try:
+            return await self._lead_with_timeline(store, initial_hosts, prefix)
+        finally:
+            if self.timeline is not None:
+                self.timeline.close()
+
+    async def _lead_with_timeline(self, store: KeyValueStore, initial_hosts: Mapping[str, int], prefix: str) -> JobOutcome:
         wanted = f"{self.advertise}:{self.port}" if self.port else f"{self.advertise}:(a free port)"
         leadership = Leadership(store, prefix, wanted, self.leader_ttl_s)
         await leadership.acquire(wait=not self.use_local_hosts)
@@ -168,6 +192,7 @@ class RendezvousServer:
         self.metrics = JobMetrics(coordinator, service.clock, lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
+        service.timeline = self.timeline
         leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service
@@ -220,6 +245,8 @@ class RendezvousServer:
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + TICK_S
                     service.call(coordinator.tick)
+                    if self.timeline is not None:
+                        self.timeline.flush()
                 if local is not None:
                     local.reconcile(coordinator, time.monotonic())
             if deposed is None:
@@ -266,6 +293,8 @@ class RendezvousServer:
         log_event(log, event)
         if self.metrics is not None:
             self.metrics.on_event(event)
+        if self.timeline is not None:
+            self.timeline.on_event(event)
 
     def _refused(self, method: str, reason: str) -> None:
         """Log a refused call: the first ones, then one in a hundred (a flood must not flood the log)."""

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable
 import grpc
 
 from ringmaster.common.figures import FigureTotals, check_stats
+from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -24,6 +25,7 @@ from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.effects import Effect, RunWorkers, StopAgent
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.state.journal import Journal
+from ringmaster.rendezvous.server.trace_file import JobTimeline
 
 Clock = Callable[[], float]
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
@@ -49,6 +51,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._settle_scheduled = False
         self._settle_cost = 0.0  # seconds the last settling pass took
         self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
+        self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
 
     # ---------------------------------------------------------------- plumbing
     def call(self, method: Callable, *args):
@@ -237,6 +240,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
                 and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)
             self.figures.update(request.worker_id, request.stats)
+        if self.timeline is not None and request.spans and worker is not None \
+                and len(request.spans) <= MAX_SPANS_PER_HEARTBEAT and 0 <= request.spans_dropped < (1 << 53):
+            self.timeline.on_spans(request.worker_id, request.spans, request.spans_dropped)
         return pb.Ack(ok=True)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:

@@ -2,13 +2,15 @@
 
 `GET /status` returns a `JobStatus`; `GET /events?since=N&limit=M` the job's events from
 number N on (an `EventPage`); `POST /scale` with `{"np": N}` asks for N workers;
-`GET /healthz` answers while the rendezvous lives. Handlers are `async`, so they run on the
-rendezvous' event loop, the only thread that touches the coordinator.
+`GET /healthz` answers while the rendezvous lives; `GET /` is the dashboard page. Handlers are
+`async`, so they run on the rendezvous' event loop, the only thread that touches the coordinator.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+import importlib.resources
 import ipaddress
 import logging
 import time
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.control.coordinator import Coordinator
-from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
+from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics, host_states
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
@@ -38,6 +40,16 @@ class HostStatus(BaseModel):
     agent_connected: bool
     agent_pid: Optional[int]
     blacklisted: bool
+    state: str = Field("", description="active, warming, idle, blacklisted or unreachable; '' when not discovered")
+
+
+class GenerationStatus(BaseModel):
+    number: int
+    size: int
+    cause: str
+    causes: list[str] = Field(description="why it replaced the one before: failure, host_added, host_lost, ...")
+    started: float = Field(description="when it formed, seconds since the epoch")
+    recovery_s: Optional[float] = Field(None, description="from the failure before it to rank 0's first commit")
 
 
 class WorkerStatus(BaseModel):
@@ -77,6 +89,11 @@ class JobStatus(BaseModel):
     events: list[str]
     events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
     refused_calls: int = 0  # gRPC calls refused for want of the job secret
+    min_np: int = 1
+    max_np: Optional[int] = None
+    steps_per_second: Optional[float] = None  # committed steps per second lately (with metrics)
+    loss: Optional[float] = None  # the loss last reported by the script (hvd.report), rank 0's
+    generations: list[GenerationStatus] = Field(default_factory=list, description="the newest generations, oldest first")
 
 
 class EventRecord(BaseModel):
@@ -128,6 +145,28 @@ class EventFollowers:
         return self.served_upto >= summary.events_dropped + len(summary.events)
 
 
+#: The dashboard's files and their types, read once (they ship with Ringmaster).
+_DASHBOARD_TYPES = {"index.html": "text/html; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8",
+                    "dashboard.css": "text/css; charset=utf-8"}
+#: The page runs only its own script and talks only to this API; no other site may frame it.
+_DASHBOARD_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+@functools.cache
+def _dashboard_file(name: str) -> bytes:
+    return (importlib.resources.files("ringmaster.rendezvous.server") / "dashboard" / name).read_bytes()
+
+
+def _page(name: str) -> Response:
+    return Response(content=_dashboard_file(name), media_type=_DASHBOARD_TYPES[name], headers=_DASHBOARD_HEADERS)
+
+
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8 and ::1: a caller on this machine."""
     try:
@@ -136,8 +175,9 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0) -> JobStatus:
+def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0, metrics: JobMetrics | None = None) -> JobStatus:
     gen = coordinator.generation
+    states = host_states(coordinator, now)
     ranks = {a.worker_id: a.rank for a in gen.members} if gen else {}
     outcome = coordinator.outcome
     if outcome is not None:
@@ -156,6 +196,7 @@ def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0) -> 
             HostStatus(
                 name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
                 agent_pid=h.agent_pid, blacklisted=coordinator.blacklist.is_blacklisted(h.name, now),
+                state=states.get(h.name, ""),
             )
             for h in coordinator.hosts.values()
         ],
@@ -170,6 +211,11 @@ def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0) -> 
         events=[f"[gen {e.generation}] {e.message}" for e in list(coordinator.summary.events)[-200:]],
         events_dropped=coordinator.summary.events_dropped,
         refused_calls=refused_calls,
+        min_np=coordinator.settings.min_np,
+        max_np=coordinator.settings.max_np,
+        steps_per_second=metrics.steps_per_second() if metrics is not None else None,
+        loss=metrics.loss() if metrics is not None else None,
+        generations=[GenerationStatus(**vars(entry)) for entry in metrics.generations] if metrics is not None else [],
     )
 
 
@@ -211,7 +257,7 @@ def create_app(
 
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status() -> JobStatus:
-        return job_status(coordinator, clock(), refused_calls())
+        return job_status(coordinator, clock(), refused_calls(), metrics)
 
     @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
     async def prometheus() -> Response:
@@ -236,6 +282,19 @@ def create_app(
         capacity = coordinator.capacity(clock())
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> Response:
+        """The dashboard page (it reads /status from the browser; see rendezvous/server/dashboard)."""
+        return _page("index.html")
+
+    @app.get("/dashboard.js", include_in_schema=False)
+    async def dashboard_script() -> Response:
+        return _page("dashboard.js")
+
+    @app.get("/dashboard.css", include_in_schema=False)
+    async def dashboard_style() -> Response:
+        return _page("dashboard.css")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

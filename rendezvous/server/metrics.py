@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -36,6 +37,23 @@ HOST_STATES = ("active", "warming", "idle", "blacklisted", "unreachable")
 _DEPARTED = {Kind.WORKER_EXITED, Kind.WORKER_STOPPED, Kind.WORKER_FINISHED}
 
 
+#: Generations the job's history keeps (the dashboard's strip); older ones are counted, not kept.
+GENERATIONS_KEPT = 200
+
+
+@dataclass
+class GenerationEntry:
+    """One generation as the dashboard shows it: when it formed (seconds since the epoch), why,
+    and how long training took to resume after the failure that ended the one before."""
+
+    number: int
+    size: int
+    cause: str
+    causes: list[str]
+    started: float
+    recovery_s: float | None = None
+
+
 @dataclass
 class DiscoveryStats:
     """Discovery runs and failed runs, counted by the poller."""
@@ -50,7 +68,7 @@ class JobMetrics:
 
     def __init__(self, coordinator: Coordinator, clock: Callable[[], float], refused_calls: Callable[[], int] = lambda: 0,
                  store_degraded: Callable[[], bool] = lambda: False, discovery: DiscoveryStats | None = None,
-                 address: str = "") -> None:
+                 address: str = "", wall_clock: Callable[[], float] = time.time) -> None:
         self.coordinator = coordinator
         self.clock = clock
         self.figures = FigureTotals()
@@ -59,6 +77,9 @@ class JobMetrics:
         self._store_degraded = store_degraded
         self._address = address
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # (time, committed steps)
+        #: The newest generations, oldest first (GENERATIONS_KEPT at most).
+        self.generations: collections.deque[GenerationEntry] = collections.deque(maxlen=GENERATIONS_KEPT)
+        self._wall_clock = wall_clock
         self.registry = CollectorRegistry(auto_describe=True)
         self._resets = Counter("ringmaster_resets", "Generations that replaced the last one, by cause (a reset can "
                                "have several)", ["cause"], registry=self.registry)
@@ -71,10 +92,19 @@ class JobMetrics:
     def on_event(self, event: Event) -> None:
         """Count what happened (the coordinator's `on_event` calls this for every event)."""
         if event.kind is Kind.GENERATION_FORMED:
-            for cause in event.fields.get("causes", ()):
-                self._resets.labels(str(cause)).inc()
+            causes = [str(cause) for cause in event.fields.get("causes", ())]
+            for cause in causes:
+                self._resets.labels(cause).inc()
+            self.generations.append(GenerationEntry(
+                number=int(event.fields.get("number", 0)), size=int(event.fields.get("size", 0)),
+                cause=str(event.fields.get("cause", "")), causes=causes, started=self._wall_clock()))
         elif event.kind is Kind.JOB_RECOVERED:
-            self._recovery.observe(float(event.fields.get("seconds", 0.0)))
+            seconds = float(event.fields.get("seconds", 0.0))
+            self._recovery.observe(seconds)
+            for entry in reversed(self.generations):
+                if entry.number == event.fields.get("number"):
+                    entry.recovery_s = seconds
+                    break
         elif event.kind in _DEPARTED and "worker" in event.fields:
             self.figures.departed(str(event.fields["worker"]))
 
@@ -165,14 +195,16 @@ def _histogram(name: str, documentation: str, timing: TimingTotal) -> HistogramM
                                  sum_value=timing.seconds)
 
 
-def _host_states(coordinator: Coordinator, now: float) -> dict[str, int]:
+def host_states(coordinator: Coordinator, now: float) -> dict[str, str]:
+    """Each discovered host's state (one of HOST_STATES): active (a worker in the current
+    generation), warming (workers starting), idle, blacklisted, unreachable (no agent)."""
     gen = coordinator.generation
     members = gen.member_set if gen else frozenset()
-    counts = dict.fromkeys(HOST_STATES, 0)
     live_on: dict[str, list] = {}
     for w in coordinator.workers.values():
         if w.live:
             live_on.setdefault(w.host, []).append(w)
+    states = {}
     for host in coordinator.hosts.values():
         if not host.discovered:
             continue
@@ -187,5 +219,12 @@ def _host_states(coordinator: Coordinator, now: float) -> dict[str, int]:
             state = "warming"
         else:
             state = "idle"
+        states[host.name] = state
+    return states
+
+
+def _host_states(coordinator: Coordinator, now: float) -> dict[str, int]:
+    counts = dict.fromkeys(HOST_STATES, 0)
+    for state in host_states(coordinator, now).values():
         counts[state] += 1
     return counts

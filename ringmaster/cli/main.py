@@ -105,6 +105,13 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="load checkpoints that hold objects of any class (a full unpickle, which runs code from the "
                              "file): only for a folder nobody but this job can write (default: tensors, numbers, strings, "
                              "lists and dicts only)")
+    parser.add_argument("--timeline", default=None, metavar="FILE",
+                        help="write the job's timeline to FILE as a Chrome trace (chrome://tracing, ui.perfetto.dev): "
+                             "a track per rank (forward, backward, allreduce buckets, optimizer step, commit, restore, "
+                             "sync, ring build, waiting) and the rendezvous' generations, host changes and failures "
+                             f"(default: ${defaults.TIMELINE_ENV[0]}, else ${defaults.TIMELINE_ENV[1]}, else none)")
+    parser.add_argument("--timeline-max-mb", type=int, default=defaults.DEFAULT_TIMELINE_MAX_MB, metavar="MB",
+                        help="size at which the timeline file is renamed FILE.1 and a new one begun (default: %(default)s)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
                              "'etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]' (etcds: TLS; USER:PASSWORD: "
@@ -212,10 +219,23 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_keep=args.checkpoint_keep,
             checkpoint_trusted=args.checkpoint_trusted,
+            timeline=timeline_path(args.timeline, os.environ), timeline_max_mb=args.timeline_max_mb,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
     return settings, discovery, initial
+
+
+def timeline_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """The timeline file: --timeline, else the first of its environment variables that is set
+    (absolute, so that it does not depend on where the rendezvous runs from)."""
+    path = flag or next((environ[name] for name in defaults.TIMELINE_ENV if environ.get(name)), None)
+    if path is None:
+        return None
+    if path.upper() == "DYNAMIC":
+        raise UsageError("HOROVOD_TIMELINE=DYNAMIC (a timeline started from the script) is not supported; "
+                         "give a file: --timeline FILE")
+    return os.path.abspath(path)
 
 
 def _flag_error(error: Mapping[str, Any]) -> str:
@@ -223,7 +243,8 @@ def _flag_error(error: Mapping[str, Any]) -> str:
     flags = {"min_np": "--min-np", "max_np": "--max-np", "elastic_timeout_s": "--elastic-timeout",
              "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
              "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout",
-             "spares": f"--spares (or ${defaults.SPARES_ENV})"}
+             "spares": f"--spares (or ${defaults.SPARES_ENV})", "timeline": "--timeline",
+             "timeline_max_mb": "--timeline-max-mb"}
     flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message

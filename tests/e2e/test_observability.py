@@ -1,8 +1,9 @@
 """Seeing a real job: its Prometheus metrics through a host failure, its events followed to the
-end with `ringmaster events --follow`, and `ringmaster status`."""
+end with `ringmaster events --follow`, `ringmaster status`, and its timeline."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import urllib.request
@@ -88,3 +89,42 @@ def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:
     text = seen.decode(errors="replace")
     assert "\r\x1b[Kgeneration 1, world size 2, " in text and "steps committed" in text, text[-2000:]
     assert "job succeeded" in text
+
+
+def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
+    """`--timeline FILE`: a Chrome trace of the job, a track per rank with the training steps and
+    the elastic machinery, and the rendezvous' generations, with arrows from the failure to the
+    survivors' recovery."""
+    path = tmp_path / "timeline.json"
+    job = run_job("--min-np", "2", "-H", "hostA:2,hostB:2", "--timeline", str(path), *FAST,
+                  *elastic_job(tmp_path / "log", epochs=4, samples=192))
+    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+    job.kill_host("hostB")
+    job.wait_event("job.recovered", 60)
+    assert job.wait(240) == 0, job.output
+    trace = json.loads(path.read_text())  # plain JSON once the job has ended
+
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace if e["name"] == "thread_name"}
+    assert {names[(0, 0)], names[(0, 1)], names[(0, 2)]} == {"generations", "hosts", "failures"}
+    assert {names[(1, rank)] for rank in range(4)} == {"rank 0", "rank 1", "rank 2", "rank 3"}
+    generations = [e for e in trace if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 0]
+    assert [g["name"] for g in generations] == ["generation 1", "generation 2"]
+    assert "host_lost" in generations[1]["args"]["causes"] and generations[1]["args"]["size"] == 2
+    spans = [e for e in trace if e["ph"] == "X" and e["pid"] == 1]
+    kinds = {e["name"] for e in spans}
+    assert {"forward", "backward", "allreduce", "optimizer step", "commit", "sync", "ring build", "waiting",
+            "restore"} <= kinds, kinds
+    for rank in (0, 1):  # the survivors trained in both generations
+        assert {e["args"]["generation"] for e in spans if e["tid"] == rank and e["name"] == "ring build"} == {1, 2}
+    assert any(e["ph"] == "i" and e["name"] == "hostB: lost" for e in trace)
+    starts = {e["id"]: e for e in trace if e["ph"] == "s"}
+    ends = {e["id"]: e for e in trace if e["ph"] == "f"}
+    assert len(starts) == 2 and ends.keys() == starts.keys(), (starts, ends)  # one arrow per survivor
+    assert {e["tid"] for e in ends.values()} == {0, 1}
+    failure_at = min(s["ts"] for s in starts.values())
+    for end in ends.values():  # each lands on that rank's recovery: a restore, a wait or a ring build
+        landing = [e for e in spans if e["tid"] == end["tid"] and e["ts"] <= end["ts"] <= e["ts"] + e["dur"]]
+        assert {e["name"] for e in landing} & {"restore", "waiting", "ring build"}, (end, landing)
+        assert end["ts"] >= failure_at - 5_000_000
+    steps = [e for e in spans if e["name"] == "optimizer step"]
+    assert all(0 <= e["dur"] < 5_000_000 for e in steps) and len(steps) >= 40

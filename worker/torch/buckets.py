@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import torch
 
+from ringmaster.common.spans import SpanRecorder, now_us
+from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train import flat
 from ringmaster.worker.train.collectives import Pending
 from ringmaster.worker.train.errors import HorovodInternalError
@@ -109,7 +111,14 @@ class GradientBuckets:
 
     def __init__(self, params: list[torch.Tensor], threshold_bytes: int, passes_per_step: int,
                  wire_dtype: Callable[[torch.dtype], torch.dtype], communicator: Callable[[], Any],
-                 prescale: Callable[[], float], postscale: Callable[[], float]) -> None:
+                 prescale: Callable[[], float], postscale: Callable[[], float],
+                 spans: SpanRecorder | None = None) -> None:
+        """`spans`: the worker's timeline; with it on, each step is told as forward (from
+        `forward_from_us`, which the optimizer sets), backward, one span per bucket's allreduce."""
+        self.spans = spans or SpanRecorder()
+        self.forward_from_us = 0
+        self._first_grad_us = 0
+        self._last_grad_us = 0
         self.buckets = [_Bucket(group) for group in plan_buckets(params, threshold_bytes)]
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._passes: dict[int, int] = {}
@@ -127,6 +136,9 @@ class GradientBuckets:
     def _grad_ready(self, param: torch.Tensor) -> None:
         if self._generation is not None and self._communicator().generation != self._generation:
             self._reset()  # a reset happened mid-step (another collective failed): start over
+        if self.spans.on:
+            self._last_grad_us = now_us()
+            self._first_grad_us = self._first_grad_us or self._last_grad_us
         bucket = self._bucket_of[id(param)]
         passes = self._passes.get(id(param), 0) + 1
         self._passes[id(param)] = passes
@@ -170,14 +182,36 @@ class GradientBuckets:
             bucket.grads = grads
             comm = self._communicator()
             self._generation = comm.generation
+            started = now_us() if self.spans.on else 0
             bucket.pending = comm.allreduce_async_(bucket.wire)
+            if started:
+                self._tell_completion(bucket.pending, started)
         except HorovodInternalError:
             self.clear()
             raise
 
+    def _tell_completion(self, pending: Pending, started_us: int) -> None:
+        """A span for a bucket's allreduce, ended when Gloo completes it (its future's callback
+        runs on Gloo's thread: it only takes the time)."""
+        index, spans = self._next, self.spans
+        if pending.future is None:  # a ring of one: nothing travels
+            spans.add(pb.SPAN_ALLREDUCE, started_us, now_us(), index)
+            return
+        pending.future.add_done_callback(lambda _: spans.add(pb.SPAN_ALLREDUCE, started_us, now_us(), index))
+
+    def _tell_step(self) -> None:
+        """Forward and backward of the step whose gradients are now all in."""
+        if self._first_grad_us:
+            if self.forward_from_us and self.forward_from_us < self._first_grad_us:
+                self.spans.add(pb.SPAN_FORWARD, self.forward_from_us, self._first_grad_us)
+            self.spans.add(pb.SPAN_BACKWARD, self._first_grad_us, self._last_grad_us)
+        self._first_grad_us = self._last_grad_us = self.forward_from_us = 0
+
     # ------------------------------------------------------------ at step()
     def synchronize(self) -> None:
         """Start what is left, wait for every bucket in order, write the results back."""
+        if self.spans.on:
+            self._tell_step()
         try:
             for bucket in self.buckets[self._next:]:
                 bucket.ready = len(bucket.params)

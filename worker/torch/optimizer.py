@@ -19,6 +19,8 @@ from typing import Any, Iterable, TypeVar
 
 import torch
 
+from ringmaster.common.spans import SpanRecorder, now_us
+from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import adasum
 from ringmaster.torch.basics import context, size
 from ringmaster.torch.buckets import GradientBuckets, fusion_threshold, take_over
@@ -62,6 +64,13 @@ class _DistributedOptimizerMixin:
         finally:
             self._hvd_should_sync = True
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's; with a timeline, the step's forward is told from here."""
+        super().zero_grad(set_to_none)  # type: ignore[misc]
+        buckets = self._hvd_buckets
+        if buckets is not None and buckets.spans.on:
+            buckets.forward_from_us = now_us()
+
     def step(self, closure=None):  # type: ignore[override]
         """Wait for the gradients' reduction (unless `skip_synchronize()`), then step the wrapped optimizer."""
         if self._hvd_op == "adasum":
@@ -69,7 +78,16 @@ class _DistributedOptimizerMixin:
         if self._hvd_should_sync and not self._hvd_synchronized:
             self.synchronize()
         self._hvd_synchronized = False
-        return super().step(closure)  # type: ignore[misc]
+        buckets = self._hvd_buckets
+        if buckets is None or not buckets.spans.on:
+            return super().step(closure)  # type: ignore[misc]
+        started = now_us()
+        try:
+            return super().step(closure)  # type: ignore[misc]
+        finally:
+            ended = now_us()
+            buckets.spans.add(pb.SPAN_OPTIMIZER_STEP, started, ended)
+            buckets.forward_from_us = ended  # the next forward starts here unless zero_grad() comes later
 
 
     def _adasum_step(self, closure=None):
@@ -89,6 +107,14 @@ class _DistributedOptimizerMixin:
                 for d, part in zip(group, flat_buffers.views(reduced, group)):
                     target[id(d)].copy_(origin[id(d)] + part)
         return loss
+
+
+def _worker_spans() -> SpanRecorder | None:
+    """This worker's timeline recorder (None before `hvd.init()`: no timeline then)."""
+    try:
+        return context().spans
+    except ValueError:
+        return None
 
 
 #: The wrapped optimizer's own class: `optimizer = hvd.DistributedOptimizer(optimizer)` keeps its type.
@@ -142,5 +168,6 @@ def DistributedOptimizer(
             lambda: context().communicator(),
             prescale=lambda: 1.0 / gradient_predivide_factor if average else 1.0,
             postscale=lambda: gradient_predivide_factor / size() if average else 1.0,
+            spans=_worker_spans(),
         )
     return wrapped

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ringmaster.common.figures import WorkerFigures
 from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.spans import TIMELINE_SPANS_ENV, SpanRecorder, now_us
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -52,13 +53,15 @@ class WorkerContext:
         self.link: RendezvousLink | None = None
         #: What this worker did so far (commits, syncs, rollbacks, checkpoints, loss), sent with heartbeats.
         self.figures = WorkerFigures()
+        #: Its timeline spans (`--timeline`), sent with heartbeats; off unless the job has a timeline.
+        self.spans = SpanRecorder(on=env.get(TIMELINE_SPANS_ENV) == "1")
         if self.address:
             self.link = RendezvousLink(
                 self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
                 float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
                 secret=env.get(SECRET_ENV) or None,
                 ca_pem=env[TLS_CA_ENV].encode() if env.get(TLS_CA_ENV) else None,
-                stats=self.figures.stats,
+                stats=self.figures.stats, spans=self.spans,
             )
         self._store_address = env.get(env_names.STORE)
         self.store: dist.Store | None = None
@@ -110,17 +113,22 @@ class WorkerContext:
     def _join(self, after: int, first_ready: bool, failure: str = "") -> None:
         assert self.link is not None
         self._retire_ring()
-        started = time.perf_counter()
+        started, started_us = time.perf_counter(), now_us()
         if first_ready:
             self.link.ready(after, failure)
         while True:
             assignment = self.link.wait_assignment(after)
-            assigned = time.perf_counter()
+            assigned, assigned_us = time.perf_counter(), now_us()
             try:
-                self._build(assignment)
+                try:
+                    self._build(assignment)
+                finally:
+                    self.spans.add(pb.SPAN_WAITING, started_us, assigned_us)
+                    self.spans.add(pb.SPAN_RING_BUILD, assigned_us, now_us())
                 self.last_join_s = (assigned - started, time.perf_counter() - assigned)
                 return
             except HorovodInternalError as exc:
+                started_us = now_us()
                 say(Kind.RING_JOIN_FAILED, assignment.generation, error=str(exc))
                 after = assignment.generation
                 self.link.ready(after, str(exc))
@@ -147,6 +155,7 @@ class WorkerContext:
             torch.cuda.set_device(self.device_index % torch.cuda.device_count())
             cuda_pg = ring("nccl")
         self.assignment = a
+        self.spans.place = (a.rank, a.generation)
         self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg)
 
     def _retire_ring(self) -> None:

@@ -24,6 +24,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
 
@@ -46,11 +47,13 @@ class JobEnded(JobError):
 class RendezvousLink:
     def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
                  reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None,
-                 ca_pem: bytes | None = None, stats: Callable[[], pb.WorkerStats] | None = None) -> None:
+                 ca_pem: bytes | None = None, stats: Callable[[], pb.WorkerStats] | None = None,
+                 spans: SpanRecorder | None = None) -> None:
         """`secret`: the job secret every call is signed with; `ca_pem`: the CA of the rendezvous'
         TLS certificate (both handed over by the agent in the environment); `stats()`: the
-        worker's figures, sent with every heartbeat."""
+        worker's figures, sent with every heartbeat; `spans`: its timeline spans, taken by them."""
         self._stats = stats
+        self.spans = spans
         self._ca_pem = ca_pem
         self.addresses = parse_addresses(address)
         self._secret = secret
@@ -88,7 +91,10 @@ class RendezvousLink:
 
     def close(self, join_timeout_s: float = 2.0) -> None:
         """End the session and wait (bounded) for its threads: a thread woken by the channel's
-        teardown after the interpreter began to finalize would abort the process."""
+        teardown after the interpreter began to finalize would abort the process. The last
+        timeline spans go out first."""
+        if self.spans is not None and self.spans.pending() and self._lost is None and not self._closed.is_set():
+            self.heartbeat_now(timeout_s=join_timeout_s)
         self._closed.set()
         self._beat_now.set()  # the heartbeat thread ends now, not at its interval's end
         if self._session is not None:
@@ -154,20 +160,26 @@ class RendezvousLink:
         assert stub is not None
         return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
 
-    def heartbeat_now(self) -> bool:
+    def heartbeat_now(self, timeout_s: float = HEARTBEAT_RPC_TIMEOUT_S) -> bool:
         """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
         by the session reader, not here)."""
         stub = self._stub
         if stub is None:
             return False
+        spans = self.spans
+        taken = spans.take() if spans is not None and spans.on else []
         try:
             stub.WorkerHeartbeat(
                 pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
-                                          stats=self._stats() if self._stats is not None else None),
-                timeout=HEARTBEAT_RPC_TIMEOUT_S
+                                          stats=self._stats() if self._stats is not None else None,
+                                          spans=SpanRecorder.proto(taken),
+                                          spans_dropped=spans.dropped if spans is not None else 0),
+                timeout=timeout_s
             )
             return True
-        except grpc.RpcError:
+        except (grpc.RpcError, ValueError):  # (ValueError: the channel was closed meanwhile)
+            if taken:
+                spans.give_back(taken)  # type: ignore[union-attr]
             return False
 
     # ------------------------------------------------------------ facts
@@ -274,4 +286,5 @@ class RendezvousLink:
             self._beat_now.clear()
             if self._closed.is_set():
                 return
-            self.heartbeat_now()
+            if self.heartbeat_now() and self.spans is not None and self.spans.pending() >= MAX_SPANS_PER_HEARTBEAT // 2:
+                self._beat_now.set()  # a busy timeline: its spans go out as fast as they come

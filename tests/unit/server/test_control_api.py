@@ -30,7 +30,9 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     body = client.get("/status").json()
     assert body["state"] == "running" and body["generation"] == 1 and body["world_size"] == 2
     assert body["hosts"] == [{"name": "a", "slots": 2, "discovered": True, "agent_connected": True,
-                              "agent_pid": 77, "blacklisted": False}]
+                              "agent_pid": 77, "blacklisted": False, "state": "active"}]
+    assert body["min_np"] == 2 and body["max_np"] is None
+    assert body["steps_per_second"] is None and body["loss"] is None and body["generations"] == []  # (no metrics kept)
     assert sorted(w["rank"] for w in body["workers"]) == [0, 1]
     assert any("generation 1 formed" in e for e in body["events"])
     assert client.get("/healthz").json() == {"status": "ok"}
@@ -218,3 +220,46 @@ def test_a_job_ending_waits_only_for_an_events_reader_that_has_not_fetched_the_l
     assert followers.caught_up(coordinator, 0.5, 1.5)
     coordinator.scale(2, 0.0)  # a new event
     assert not followers.caught_up(coordinator, 1.0, 1.5) and followers.caught_up(coordinator, 2.0, 1.5)  # gone quiet
+
+
+def test_the_dashboard_page_is_served_whole_from_the_api_and_runs_nothing_else() -> None:
+    coordinator = Coordinator(JobSettings(command=["x"]), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    client = TestClient(create_app(coordinator, secret="s3cret"))
+    page = client.get("/")  # the page itself holds no data: open, like /healthz
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "default-src 'none'" in policy
+    for name, kind in (("dashboard.js", "text/javascript"), ("dashboard.css", "text/css")):
+        reply = client.get(f"/{name}")
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith(kind), name
+        assert "http://" not in reply.text and "https://" not in reply.text and "innerHTML" not in reply.text
+    assert 'src="dashboard.js"' in page.text and "<script>" not in page.text  # no inline script, no CDN
+    assert "http://" not in page.text and "https://" not in page.text
+
+
+def test_status_with_metrics_has_the_generations_their_causes_rate_and_loss() -> None:
+    from coordinator_rig import Rig
+    from ringmaster.common.figures import WorkerFigures
+    from ringmaster.rendezvous.server.metrics import JobMetrics
+
+    rig = Rig(min_np=1, max_np=8)
+    wall = [1000.0]
+    metrics = JobMetrics(rig.coordinator, lambda: rig.now, wall_clock=lambda: wall[0])
+    rig.coordinator._on_event = metrics.on_event
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    figures = WorkerFigures()
+    figures.report(0.5)
+    metrics.figures.update(ids[0], figures.stats())
+    rig.now, wall[0] = 10.0, 1010.0
+    rig.agent_disconnected("b")
+    rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    rig.now = 10.25
+    rig.worker_heartbeat(ids[0], 3, True)
+    client = TestClient(create_app(rig.coordinator, clock=lambda: rig.now, metrics=metrics))
+    body = client.get("/status").json()
+    gens = body["generations"]
+    assert [g["number"] for g in gens] == [1, 2] and [g["started"] for g in gens] == [1000.0, 1010.0]
+    assert "host_lost" in gens[1]["causes"] and gens[1]["size"] == 1 and abs(gens[1]["recovery_s"] - 0.25) < 1e-9
+    assert body["loss"] == 0.5 and body["steps_per_second"] is not None
+    assert {h["name"]: h["state"] for h in body["hosts"]} == {"a": "active", "b": "blacklisted"}

@@ -24,6 +24,7 @@ from torch.profiler import record_function
 from ringmaster.checkpoint import fit
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import has_plain_leaves
+from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.checkpointing import Checkpointing
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
@@ -69,11 +70,11 @@ class State:
 
     def commit(self) -> None:
         """Snapshot the state, then raise HostsUpdatedInterrupt if the ring must change."""
-        with record_function("ringmaster.commit"):
+        ctx = context()
+        with record_function("ringmaster.commit"), ctx.spans.span(pb.SPAN_COMMIT):
             started = time.perf_counter()
             self._commits += 1
             self.save()
-            ctx = context()
             ctx.note_commit(self._commits)
             if self._durable is not None:
                 rank, size = ctx.topology()[:2]
@@ -138,9 +139,11 @@ class State:
 
     def restore(self) -> None:
         """Go back to the last commit."""
-        self._load_entries(self._snapshot)
-        context().note_commit(self._commits)
-        context().figures.rollback()
+        ctx = context()
+        with ctx.spans.span(pb.SPAN_RESTORE):
+            self._load_entries(self._snapshot)
+        ctx.note_commit(self._commits)
+        ctx.figures.rollback()
 
     def sync(self) -> None:
         """Give every worker rank 0's current state (commits it first)."""
@@ -154,6 +157,10 @@ class State:
 
         `after_reset` says this rank went through a reset; the plan returned says whether any
         rank did (or rank 0 resumed from a checkpoint): then reset callbacks are due everywhere."""
+        with context().spans.span(pb.SPAN_SYNC):
+            return self._sync_committed(after_reset)
+
+    def _sync_committed(self, after_reset: bool) -> SyncPlan:
         started = time.perf_counter()
         comm = context().communicator()
         if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:

@@ -1,0 +1,116 @@
+"""The dashboard (`GET /` on the control API) in a real headless browser: Debian's chromium,
+driven by Selenium through Debian's chromedriver (no browser is downloaded), during a job that
+loses a host and is then scaled from the page itself."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from harness import FAST, SECRET, elastic_job, wait_for
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+#: Where to also save a screenshot of the job's three generations (README's picture is made so).
+SCREENSHOT_ENV = "RINGMASTER_DASHBOARD_SCREENSHOT"
+
+
+@pytest.fixture
+def browser():
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromedriver are missing: .ci/setup installs them (Debian's chromium, chromium-driver)")
+        pytest.skip("needs Debian's chromium and chromium-driver (bash .ci/setup installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1150",
+                 "--no-first-run", "--disable-extensions", "--disable-background-networking"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _page(driver, script: str):
+    return driver.execute_script(script)
+
+
+def test_the_dashboard_shows_a_lost_host_as_a_new_generation_and_scales_the_job(run_job, browser, tmp_path) -> None:
+    from selenium.webdriver.common.by import By
+
+    stop = tmp_path / "stop"
+    job = run_job("--min-np", "1", "--max-np", "4", "-H", "hostA:2,hostB:2", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=1000, samples=96), "--stop-file", str(stop))
+    url = job.wait_api()
+    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 3, 120, "4 workers training")
+
+    browser.get(url + "/")
+    wait_for(lambda: _page(browser, "return window.ringmasterFirstRender"), 30, "the page's first drawing")
+    load_ms = _page(browser, "return window.ringmasterFirstRender")
+    dom_ms = _page(browser, "return performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    print(f"\ndashboard: DOM ready {dom_ms:.0f} ms, first drawing with the job's status {load_ms:.0f} ms after navigation")
+
+    def shown() -> dict:
+        return _page(browser, """
+            const rows = (id) => Array.from(document.querySelectorAll('#' + id + ' tbody tr'))
+                .map((tr) => Array.from(tr.cells).map((td) => td.textContent));
+            return {generation: document.body.dataset.generation, state: document.body.dataset.state,
+                    world: document.getElementById('world-size').textContent,
+                    loss: document.getElementById('loss').textContent,
+                    strip: Array.from(document.querySelectorAll('#strip .gen')).map((g) => [g.dataset.number, g.dataset.cause]),
+                    hosts: rows('hosts'), ranks: rows('ranks'),
+                    events: Array.from(document.querySelectorAll('#events li')).map((li) => li.textContent)};""")
+
+    first = wait_for(lambda: (lambda s: s if s["generation"] == "1" and len(s["ranks"]) == 4 else None)(shown()), 30,
+                     "generation 1 with 4 ranks on the page")
+    assert first["state"] == "running" and first["world"] == "4"
+    assert sorted(h[0] for h in first["hosts"]) == ["hostA", "hostB"] and {h[2] for h in first["hosts"]} == {"active"}
+    assert [r[0] for r in first["ranks"]] == ["0", "1", "2", "3"]
+
+    job.kill_host("hostB")
+    after = wait_for(lambda: (lambda s: s if s["generation"] == "2" and len(s["ranks"]) == 2 else None)(shown()), 60,
+                     "generation 2 on the page after hostB was killed")
+    assert after["strip"][-1] == ["2", "host_lost"] and after["strip"][0][0] == "1"
+    assert {h[0]: h[2] for h in after["hosts"]}["hostB"] in ("blacklisted", "unreachable")
+    assert all(r[2] == "hostA" for r in after["ranks"])
+    wait_for(lambda: shown()["loss"] not in ("–", ""), 30, "the loss the script reports")
+    assert any("lost" in line for line in shown()["events"])
+    shot = tmp_path / "dashboard.png"
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+    # Scaling from the page: refused without the secret (the page says why), done with it.
+    browser.find_element(By.ID, "scale-np").send_keys("1")
+    browser.find_element(By.ID, "token").send_keys("not the secret")
+    browser.find_element(By.CSS_SELECTOR, "#scale-form button").click()
+    wait_for(lambda: "refused (401)" in browser.find_element(By.ID, "scale-reply").text, 20, "the refusal on the page")
+    assert job.status()["target_np"] == 4  # nothing changed (--max-np)
+    token = browser.find_element(By.ID, "token")
+    token.clear()
+    token.send_keys(SECRET)
+    browser.find_element(By.CSS_SELECTOR, "#scale-form button").click()
+    wait_for(lambda: "scaling to 1 workers" in browser.find_element(By.ID, "scale-reply").text, 20, "the scale reply")
+    scaled = wait_for(lambda: (lambda s: s if s["generation"] == "3" and len(s["ranks"]) == 1 else None)(shown()), 60,
+                      "generation 3 with one rank on the page")
+    assert scaled["strip"][-1] == ["3", "scale"]
+    if os.environ.get(SCREENSHOT_ENV):  # README's picture: the three generations
+        steps = job.status()["steps"]
+        wait_for(lambda: job.status()["steps"] >= steps + 30, 120, "some more steps on the charts")
+        browser.save_screenshot(os.environ[SCREENSHOT_ENV])
+
+    renders = _page(browser, "return window.ringmasterRenders")
+    elapsed_s = (_page(browser, "return performance.now()") - load_ms) / 1000
+    print(f"dashboard: {renders} drawings in {elapsed_s:.0f} s")
+    stop.touch()
+    assert job.wait(240) == 0, job.output
+    wait_for(lambda: shown()["state"] == "succeeded" or "does not answer" in browser.find_element(By.ID, "problem").text,
+             30, "the page to see the job's end")
