@@ -77,12 +77,14 @@ def render_event(record: dict[str, Any]) -> str:
 def render_status(job: dict[str, Any]) -> str:
     """The status as text: one line, then hosts and workers as aligned tables."""
     target = "" if job.get("target_np") is None else f" (target {job['target_np']})"
+    rate = "" if job.get("steps_per_second") is None else f", {job['steps_per_second']:.2f} steps/s"
+    loss = "" if job.get("loss") is None else f", loss {job['loss']:.4g}"
     lines = [
         f"{job.get('state')}: generation {job.get('generation')}, world size {job.get('world_size')}{target}, "
-        f"{job.get('steps')} steps committed, {job.get('resets')} reset(s); {job.get('message')}",
+        f"{job.get('steps')} steps committed{rate}{loss}, {job.get('resets')} reset(s); {job.get('message')}",
     ]
-    hosts = [(h["name"], str(h["slots"]), "blacklisted" if h["blacklisted"] else
-              ("connected" if h["agent_connected"] else ("discovered" if h["discovered"] else "gone")),
+    hosts = [(h["name"], str(h["slots"]), h.get("state") or ("blacklisted" if h["blacklisted"] else
+              ("connected" if h["agent_connected"] else ("discovered" if h["discovered"] else "gone"))),
               str(h.get("agent_pid") or "-")) for h in job.get("hosts", [])]
     lines += ["", *table(("host", "slots", "state", "agent pid"), hosts)]
     workers = [(w["worker_id"], w["host"], "-" if w.get("rank") is None else str(w["rank"]), w["phase"],

@@ -190,7 +190,7 @@ def test_ringmaster_status_and_events_print_a_running_api(served_api, capsys) ->
     out = capsys.readouterr().out
     assert out.startswith("running: generation 1, world size 4 (target 4), 0 steps committed, 0 reset(s); job start")
     assert "a/1     a     0     spawning  0        -" in out
-    assert "host  slots  state      agent pid" in out and "a     4      connected  77" in out
+    assert "host  slots  state   agent pid" in out and "a     4      active  77" in out
     assert main(["events", "--api", api, "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert records and [r["seq"] for r in records] == list(range(len(records)))
@@ -263,3 +263,12 @@ def test_status_with_metrics_has_the_generations_their_causes_rate_and_loss() ->
     assert "host_lost" in gens[1]["causes"] and gens[1]["size"] == 1 and abs(gens[1]["recovery_s"] - 0.25) < 1e-9
     assert body["loss"] == 0.5 and body["steps_per_second"] is not None
     assert {h["name"]: h["state"] for h in body["hosts"]} == {"a": "active", "b": "blacklisted"}
+
+
+def test_the_status_line_has_the_rate_and_the_loss_when_they_are_known() -> None:
+    from ringmaster.cli.remote import render_status
+
+    job = {"state": "running", "generation": 2, "world_size": 2, "target_np": None, "steps": 10, "resets": 1,
+           "message": "m", "steps_per_second": 2.5, "loss": 0.12345, "hosts": [], "workers": []}
+    assert render_status(job).startswith("running: generation 2, world size 2, 10 steps committed, 2.50 steps/s, "
+                                         "loss 0.1235, 1 reset(s); m")
