@@ -98,11 +98,13 @@ def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
     path = tmp_path / "timeline.json"
     job = run_job("--min-np", "2", "-H", "hostA:2,hostB:2", "--timeline", str(path), *FAST,
                   *elastic_job(tmp_path / "log", epochs=4, samples=192))
-    job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+    status = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
+    _send_spans_no_worker_would(job.wait_event("rendezvous.listening")["address"], status["workers"][0]["worker_id"])
     job.kill_host("hostB")
     job.wait_event("job.recovered", 60)
     assert job.wait(240) == 0, job.output
     trace = json.loads(path.read_text())  # plain JSON once the job has ended
+    assert not [e for e in trace if e.get("tid") in (777, 778, -1) or e.get("ts") in (0, 1)], "refused spans were written"
 
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace if e["name"] == "thread_name"}
     assert {names[(0, 0)], names[(0, 1)], names[(0, 2)]} == {"generations", "hosts", "failures"}
@@ -128,3 +130,26 @@ def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
         assert end["ts"] >= failure_at - 5_000_000
     steps = [e for e in spans if e["name"] == "optimizer step"]
     assert all(0 <= e["dur"] < 5_000_000 for e in steps) and len(steps) >= 40
+
+
+def _send_spans_no_worker_would(address: str, worker_id: str) -> None:
+    """Heartbeats (with the job secret) carrying spans the rendezvous must leave out of the trace:
+    too many at once, of an unknown kind or out of range, or for a worker it does not know."""
+    import grpc
+
+    from harness import SECRET
+    from ringmaster.common.grpc_auth import secured
+    from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
+    from ringmaster.proto import ringmaster_pb2 as pb
+    from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+
+    good = pb.Span(kind=pb.SPAN_COMMIT, start_us=1_800_000_000_000_000, duration_us=10, rank=777, generation=1)
+    with secured(grpc.insecure_channel(address), SECRET) as channel:
+        stub = pb_grpc.RendezvousStub(channel)
+        for worker, spans in ((worker_id, [good] * (MAX_SPANS_PER_HEARTBEAT + 1)),
+                              (worker_id, [pb.Span(kind=pb.SpanKind.ValueType(99), start_us=5, rank=778),
+                                           pb.Span(kind=pb.SPAN_SYNC, start_us=0, rank=778),
+                                           pb.Span(kind=pb.SPAN_SYNC, start_us=1, duration_us=-3, rank=778),
+                                           pb.Span(kind=pb.SPAN_SYNC, start_us=1, rank=-1)]),
+                              ("nobody/1", [good])):
+            assert stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=worker, spans=spans), timeout=10).ok
