@@ -153,7 +153,6 @@ class RendezvousServer:
 
     async def _lead(self, store: KeyValueStore, initial_hosts: Mapping[str, int]) -> JobOutcome:
         prefix = self.store_spec.prefix
-        self.timeline = self._open_timeline()
         try:
             return await self._lead_with_timeline(store, initial_hosts, prefix)
         finally:
@@ -167,6 +166,7 @@ class RendezvousServer:
         journal = Journal(store, prefix, leadership)
         try:
             restored = await journal.load()
+            self.timeline = self._open_timeline()  # only once leading: a standby must not touch the leader's file
         except Exception:
             await leadership.resign()
             raise

@@ -4,7 +4,8 @@ The file is a JSON array written as events come (Chrome and Perfetto also open o
 closing `]` is missing, so a file is useful while the job runs and after a crash). When a file
 reaches `max_bytes` it is closed and renamed `FILE.1` (replacing an older one), and a new FILE
 begins with the track names again: the timeline never takes more than about twice `max_bytes`
-on disk, and FILE always holds the latest part of the job.
+on disk, and FILE always holds the latest part of the job. A FILE already there when the
+timeline begins (an earlier run's, or that of a leader that died) becomes `FILE.1` first.
 """
 
 from __future__ import annotations
@@ -37,7 +38,16 @@ class TraceFile:
         self._file: TextIO | None = None
         self._size = 0
         self._empty = True
+        if self.path.is_file() and self.path.stat().st_size > 0:
+            self._keep_previous()  # a timeline left from before (an earlier run, a leader that died) is kept
         self._open()
+
+    def _keep_previous(self) -> None:
+        try:
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        except OSError as exc:
+            raise RingmasterError(f"--timeline {self.path}: cannot keep the file already there as "
+                                  f"{self.path.name}.1 ({exc.strerror}); give another file") from None
 
     def _open(self) -> None:
         try:

@@ -235,7 +235,12 @@ def timeline_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
     if path.upper() == "DYNAMIC":
         raise UsageError("HOROVOD_TIMELINE=DYNAMIC (a timeline started from the script) is not supported; "
                          "give a file: --timeline FILE")
-    return os.path.abspath(path)
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
+        raise UsageError(f"--timeline {path}: {'that is a folder' if os.path.isdir(path) else f'cannot write in {folder}'}; "
+                         "give a file in a folder that exists and is writable")
+    return path
 
 
 def _flag_error(error: Mapping[str, Any]) -> str:

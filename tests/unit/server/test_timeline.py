@@ -147,11 +147,25 @@ def test_a_timeline_that_cannot_be_written_stops_quietly_and_the_job_goes_on(tmp
         TraceFile(tmp_path / "no" / "such" / "folder.json", 100, lambda: [])
 
 
-def test_the_timeline_file_comes_from_the_flag_then_the_environment() -> None:
+def test_the_timeline_file_comes_from_the_flag_then_the_environment(tmp_path, monkeypatch) -> None:
+    t, x, r = (str(tmp_path / name) for name in ("t.json", "x.json", "r.json"))
     assert timeline_path(None, {}) is None
-    assert timeline_path("/tmp/t.json", {"HOROVOD_TIMELINE": "/x.json"}) == "/tmp/t.json"
-    assert timeline_path(None, {"HOROVOD_TIMELINE": "/x.json"}) == "/x.json"
-    assert timeline_path(None, {"HOROVOD_TIMELINE": "/x.json", "RINGMASTER_TIMELINE": "/r.json"}) == "/r.json"
-    assert timeline_path(None, {"RINGMASTER_TIMELINE": "rel.json"}).endswith("/rel.json")
+    assert timeline_path(t, {"HOROVOD_TIMELINE": x}) == t
+    assert timeline_path(None, {"HOROVOD_TIMELINE": x}) == x
+    assert timeline_path(None, {"HOROVOD_TIMELINE": x, "RINGMASTER_TIMELINE": r}) == r
+    monkeypatch.chdir(tmp_path)
+    assert timeline_path(None, {"RINGMASTER_TIMELINE": "rel.json"}) == str(tmp_path / "rel.json")
     with pytest.raises(UsageError, match="DYNAMIC"):
         timeline_path(None, {"HOROVOD_TIMELINE": "DYNAMIC"})
+    with pytest.raises(UsageError, match="cannot write in .*no/such"):
+        timeline_path(str(tmp_path / "no" / "such" / "t.json"), {})
+    with pytest.raises(UsageError, match="that is a folder"):
+        timeline_path(str(tmp_path), {})
+
+
+def test_a_timeline_file_left_from_before_is_kept_as_file_1(tmp_path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text("[\n{\"name\": \"an earlier run\"}\n]\n")
+    TraceFile(path, 1 << 20, lambda: []).close()
+    assert json.loads((tmp_path / "t.json.1").read_text()) == [{"name": "an earlier run"}]
+    assert json.loads(path.read_text()) == []
