@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Iterator
 
 from ringmaster.proto import environment as env_names
@@ -52,6 +52,7 @@ def now_us() -> int:
 
 
 Record = tuple[int, int, int, int, int, int]  # kind, start_us, duration_us, rank, generation, detail
+_NOTHING: AbstractContextManager[None] = nullcontext()
 
 
 class SpanRecorder:
@@ -79,12 +80,12 @@ class SpanRecorder:
                 return
             self._spans.append(record)
 
+    def span(self, kind: int, detail: int = 0) -> AbstractContextManager[None]:
+        """Record the enclosed block as a span of `kind` (also when it raises); nothing when off."""
+        return self._span(kind, detail) if self.on else _NOTHING
+
     @contextmanager
-    def span(self, kind: int, detail: int = 0) -> Iterator[None]:
-        """Record the enclosed block as a span of `kind` (also when it raises)."""
-        if not self.on:
-            yield
-            return
+    def _span(self, kind: int, detail: int) -> Iterator[None]:
         start = now_us()
         try:
             yield
