@@ -41,7 +41,7 @@ from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.server.metrics import JobMetrics
 from ringmaster.rendezvous.server.timeline import TraceBuilder
-from ringmaster.rendezvous.server.trace_file import JobTimeline
+from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
@@ -148,8 +148,12 @@ class RendezvousServer:
             gen = self.coordinator.generation if self.coordinator is not None else None
             return [(m.worker_id, m.host) for m in gen.members] if gen is not None else []
 
+        def written(file: TraceFile) -> None:
+            _say(Kind.TIMELINE_WRITTEN, path=str(file.path), megabytes=file.total_bytes / 1e6,
+                 rotated=f"; older parts in {file.path.name}.1" if file.rotations else "")
+
         return JobTimeline(self.settings.timeline, self.settings.timeline_max_mb << 20, TraceBuilder(members), now_us,
-                           lambda error: _say(Kind.TIMELINE_FAILED, error=error))
+                           lambda error: _say(Kind.TIMELINE_FAILED, error=error), written)
 
     async def _lead(self, store: KeyValueStore, initial_hosts: Mapping[str, int]) -> JobOutcome:
         prefix = self.store_spec.prefix

@@ -38,6 +38,7 @@ class TraceFile:
         self._file: TextIO | None = None
         self._size = 0
         self._empty = True
+        self.total_bytes = 0  # written in all, over every rotation
         if self.path.is_file() and self.path.stat().st_size > 0:
             self._keep_previous()  # a timeline left from before (an earlier run, a leader that died) is kept
         self._open()
@@ -73,6 +74,7 @@ class TraceFile:
             line = ("" if self._empty else ",\n") + json.dumps(event, separators=(",", ":"), default=str)
             self._file.write(line)
             self._size += len(line)
+            self.total_bytes += len(line)
             self._empty = False
 
     def _rotate(self) -> None:
@@ -105,10 +107,12 @@ class JobTimeline:
     once through `on_failed`, never the job."""
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int, builder: "TraceBuilder",
-                 clock_us: Callable[[], int], on_failed: Callable[[str], None]) -> None:
+                 clock_us: Callable[[], int], on_failed: Callable[[str], None],
+                 on_written: Callable[[TraceFile], None] = lambda _: None) -> None:
         self.builder = builder
         self._clock_us = clock_us
         self._on_failed = on_failed
+        self._on_written = on_written
         self.file: TraceFile | None = TraceFile(path, max_bytes, builder.metadata)
 
     def on_event(self, event: "Event") -> None:
@@ -125,7 +129,10 @@ class JobTimeline:
 
     def close(self) -> None:
         if self.file is not None:
+            file = self.file
             self._guarded(lambda file: file.close(self.builder.close(self._clock_us())))
+            if self.file is not None:
+                self._on_written(file)
             self.file = None
 
     def _guarded(self, action: Callable[[TraceFile], None]) -> None:

@@ -67,6 +67,7 @@ class Kind(enum.StrEnum):
     EVENT_LOOP_ERROR = "rendezvous.loop_error"
     CALL_REFUSED = "rendezvous.call_refused"
     TIMELINE_FAILED = "timeline.failed"
+    TIMELINE_WRITTEN = "timeline.written"
     # durable state and leadership
     LEADER_STANDING_BY = "leader.standing_by"
     LEADER_LEADING_ON = "leader.leading_on"
@@ -173,6 +174,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.API_LISTENING: Spec(_I, "control API on {url}"),
     Kind.CALL_REFUSED: Spec(_W, "refused a call of {method}: {reason} ({refused} refused so far)"),
     Kind.TIMELINE_FAILED: Spec(_W, "the timeline stopped: cannot write {error}; the job goes on without it"),
+    Kind.TIMELINE_WRITTEN: Spec(_I, "timeline written to {path} ({megabytes:.1f} MB{rotated}); open it in "
+                                    "chrome://tracing or ui.perfetto.dev"),
     Kind.EVENT_LOOP_ERROR: Spec(_W, "event loop: {error}{repeats:repeats}"),
     Kind.LEADER_STANDING_BY: Spec(_I, "standing by: the rendezvous at {leader} leads this job; taking over if it stops"),
     Kind.LEADER_LEADING_ON: Spec(_W, "the leader lease had run out but no other rendezvous took the job: leading on"),
