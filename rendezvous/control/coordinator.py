@@ -176,13 +176,15 @@ class Coordinator:
         if host in self.hosts:
             self.hosts[host].last_heartbeat = now
 
-    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection") -> None:
+    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection", silent: bool = False) -> None:
+        """The host's agent is gone: its session closed, or (`silent`) it stopped answering
+        without closing it, as a host cut off by a partition (or frozen) does."""
         record = self.hosts.get(host)
         if record is None or not record.agent_connected:
             return
         record.agent_connected = False
         self._sent_to_agents.pop(host, None)
-        self._observe(AgentLost(host, reason))
+        self._observe(AgentLost(host, reason, silent))
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
         """A worker process exited (its agent's report)."""
@@ -405,7 +407,7 @@ class Coordinator:
             return
         self._emit(now, Kind.HOST_LOST, host=host, reason=reason)
         self._pending_cause.append(f"host {host} lost")
-        self._pending_kinds.add(ResetCause.HOST_LOST)
+        self._pending_kinds.add(ResetCause.PARTITION if fact.silent else ResetCause.HOST_LOST)
         for worker in self._workers_on(host):
             if worker.live and not worker.stopping and not worker.done:
                 self._worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
@@ -459,7 +461,8 @@ class Coordinator:
         isolated = self._isolated(now)  # then nobody is judged by silence: the rendezvous may be the one cut off
         for host in self.hosts.values():
             if not isolated and host.agent_connected and now - host.last_heartbeat > timeout:
-                self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s")
+                self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s",
+                                        silent=True)
         self._decide(now)  # a lost host before its workers' own silence: the host is the cause
         self._forget_departed_hosts(now)
         for worker in [] if isolated else list(self.workers.values()):

@@ -21,10 +21,12 @@ class AgentConnected:
 
 @dataclass(frozen=True)
 class AgentLost:
-    """An agent's session closed, or its heartbeats or store lease ran out."""
+    """An agent's session closed, or its heartbeats or store lease ran out (`silent`: the host
+    may be alive beyond a partition, or frozen)."""
 
     host: str
     reason: str
+    silent: bool = False
 
 
 @dataclass(frozen=True)

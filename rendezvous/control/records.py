@@ -14,7 +14,8 @@ class ResetCause(str, enum.Enum):
     """Why a generation replaced the last one (its `causes`; the metrics count resets by them)."""
 
     FAILURE = "failure"  # a worker failed (crashed, killed, hung)
-    HOST_LOST = "host_lost"  # a host's agent fell silent or its session closed: dead or cut off (a partition)
+    HOST_LOST = "host_lost"  # a host's agent closed its session: the host or its agent died
+    PARTITION = "partition"  # a host's agent fell silent without closing it: cut off (or frozen)
     HOST_ADDED = "host_added"  # discovery added a host or slots, or a host came back (cooldown over)
     HOST_REMOVED = "host_removed"  # discovery removed a host or slots
     SCALE = "scale"  # `ringmaster scale` / POST /scale

@@ -128,7 +128,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             if self.leases is not None:
                 self._background(self.leases.connected(host, record.agent_pid or 0))
             return
-        self.call(lambda now: self.coordinator.agent_disconnected(host, now, "its lease in the store expired (no heartbeat)"))
+        self.call(lambda now: self.coordinator.agent_disconnected(host, now, "its lease in the store expired (no heartbeat)", silent=True))
 
     def _background(self, coro) -> None:
         task = asyncio.create_task(coro)

@@ -662,6 +662,20 @@ def test_inputs_record_facts_and_settle_decides_on_them_in_order() -> None:
     assert any(isinstance(e, StopAgent) and e.host == "b" for e in coordinator.drain())
 
 
+def test_a_host_that_falls_silent_is_a_partition_and_one_that_closes_its_session_is_lost() -> None:
+    rig = Rig(min_np=1, max_np=8)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    timeout = rig.coordinator.settings.heartbeat_timeout_s
+    for step in range(int(timeout) + 2):  # a and its worker go on; b and its worker fall silent (cut off)
+        rig.now = float(step + 1)
+        rig.agent_heartbeat("a")
+        rig.worker_heartbeat(ids[0], step, True)
+        rig.tick()
+    rig.worker_ready(ids[0], 1, "allreduce failed", True)
+    formed = [e.fields for e in rig.coordinator.summary.events if e.kind is Kind.GENERATION_FORMED]
+    assert formed[-1]["causes"] == ["partition"] and formed[-1]["size"] == 1
+
+
 def test_resets_name_their_causes_and_recovery_ends_at_rank_zeros_first_commit() -> None:
     rig = Rig(min_np=1, max_np=8)
     ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
