@@ -1,20 +1,24 @@
 """The data path side by side in one run: DDP against Ringmaster's DistributedOptimizer.
 
-2 ranks on this machine, Gloo, one thread each, the same models; the median time of a training
-step (zero_grad, forward, backward, step) over the timed steps after warm-up, and samples/s
-over both ranks, for
-  - a compute floor: one process, no communication (the same step with a plain optimizer);
-  - DDP (torch.nn.parallel.DistributedDataParallel, default buckets), raw torch.distributed,
-    and DDP with its fp16 compression hook;
-  - Ringmaster (`hvd.DistributedOptimizer` under `ringmaster run -np 2`), with
-    `Compression.fp16`, and with `backward_passes_per_step=4` (per backward pass);
-on an MLP of 1.3 M parameters, one of 25 M (100 MB of gradients), both batch 64, and a
-ResNet-18-sized conv net (11.7 M parameters, written here: torchvision's wheel here is a CUDA
-build) on 64x64 images, batch 16. Then allreduce throughput for 1, 16 and 64 MB:
-`hvd.allreduce_` (in place), `hvd.allreduce` (Average, a new tensor) and raw
-`torch.distributed.all_reduce`. Ranks must end with identical parameters (checked).
+2 ranks on this machine, Gloo, one thread each, the same models. Every way of training runs in
+the same two processes (workers of one `ringmaster run -np 2 --spares 0` job per model), in
+alternating blocks of steps, so that each way sees the same machine at the same moments (on 2
+busy cores, separate runs differ by 20% and more from one minute to the next):
+  - DDP (torch.nn.parallel.DistributedDataParallel, default buckets, on its own
+    `init_process_group("gloo")`), and DDP with its fp16 compression hook;
+  - Ringmaster (`hvd.DistributedOptimizer`), with `Compression.fp16`, and with
+    `backward_passes_per_step=4` (per backward pass);
+and a compute floor: one process, no communication (the same step with a plain optimizer).
+The median time of a training step (zero_grad, forward, backward, step) over the timed steps,
+samples/s over both ranks, on an MLP of 1.3 M parameters, one of 25 M (100 MB of gradients),
+both batch 64, and a ResNet-18-sized conv net (11.7 M parameters, written here: torchvision's
+wheel here is a CUDA build) on 64x64 images, batch 16. Then allreduce throughput for 1, 16 and
+64 MB, alternating in the same processes too: `hvd.allreduce_` (in place), `hvd.allreduce`
+(Average, a new tensor) and raw `torch.distributed.all_reduce`. Ranks must end with identical
+parameters (checked for every way). `--spares 0`: a warm spare importing torch beside the job
+would take a core from it for a few seconds.
 
-Run: python bench/datapath.py [--steps 10] [--models mlp-1.3m,mlp-25m,resnet-18]
+Run: python bench/datapath.py [--steps 60] [--models mlp-1.3m,mlp-25m,resnet-18]
 """
 
 from __future__ import annotations
@@ -82,165 +86,162 @@ def resnet18() -> Any:
     return nn.Sequential(*layers)
 
 
-def timed_steps(model: Any, optimizer: Any, batch: Callable[[], Any], steps: int, passes: int = 1) -> list[float]:
-    """Seconds per backward pass of each timed step (a step is `passes` backward passes)."""
-    x = batch()
-    times = []
-    for i in range(WARMUP + steps):
-        started = time.perf_counter()
-        optimizer.zero_grad()
-        for _ in range(passes):
-            model(x).square().mean().backward()
-        optimizer.step()
-        if i >= WARMUP:
-            times.append((time.perf_counter() - started) / passes)
-    return times
+def one_step(model: Any, optimizer: Any, x: Any, passes: int = 1) -> float:
+    """Seconds of one training step per backward pass (a step is `passes` backward passes)."""
+    started = time.perf_counter()
+    optimizer.zero_grad()
+    for _ in range(passes):
+        model(x).square().mean().backward()
+    optimizer.step()
+    return (time.perf_counter() - started) / passes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# ---------------------------------------------------------------- baselines (raw torch)
 def floor(name: str, steps: int) -> float:
+    """The compute alone: one process, a plain optimizer."""
     import torch
 
     torch.set_num_threads(1)
     model, batch, _ = build(name)
-    return statistics.median(timed_steps(model, torch.optim.SGD(model.parameters(), lr=1e-4), batch, steps))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = batch()
+    times = [one_step(model, optimizer, x) for _ in range(WARMUP + steps)]
+    return statistics.median(times[WARMUP:])
 
 
-def _ddp_rank(rank: int, port: int, name: str, steps: int, fp16: bool, out: str) -> None:
+#: The ways of training compared, in the order printed: (name, DDP?, compression, passes per step).
+WAYS = (("DDP", True, "", 1), ("DDP fp16", True, "fp16", 1), ("Ringmaster", False, "none", 1),
+        ("fp16", False, "fp16", 1), ("bpps=4", False, "none", 4))
+#: Steps per block; a way's first step in a block is not timed (the others' buffers were in cache).
+BLOCK = 5
+
+
+def _ddp_group() -> None:
+    """A plain torch.distributed group beside Ringmaster's rings, on a port rank 0 chose."""
+    import torch.distributed as dist
+
+    import ringmaster.torch as hvd
+
+    port = hvd.broadcast_object(_free_port() if hvd.rank() == 0 else 0, root_rank=0)
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # this group hosts its own store
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(), world_size=hvd.size())
+
+
+def worker(mode: str, name: str, steps: int, out: str) -> None:
+    import copy
+
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    model, batch, _ = build(name)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    if fp16:
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    times = timed_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=1e-4), batch, steps)
-    if rank == 0:
-        pathlib.Path(out).write_text(json.dumps(times))
-    dist.destroy_process_group()
-
-
-def _allreduce_rank(rank: int, port: int, out: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    seconds = {}
-    for mb in SIZES_MB:
-        tensor = torch.ones(mb * (1 << 20) // 4)
-        dist.all_reduce(tensor)
-        samples = []
-        for _ in range(REPEATS):
-            started = time.perf_counter()
-            dist.all_reduce(tensor)
-            samples.append(time.perf_counter() - started)
-        seconds[mb] = statistics.median(samples)
-    if rank == 0:
-        pathlib.Path(out).write_text(json.dumps(seconds))
-    dist.destroy_process_group()
-
-
-def spawn_two(target: Callable, *args: Any) -> Any:
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.json")
-        mp.spawn(target, args=(_free_port(), *args, out), nprocs=2)
-        return json.loads(pathlib.Path(out).read_text())
-
-
-# ---------------------------------------------------------------- Ringmaster
-def worker(mode: str, name: str, steps: int, compression: str, passes: int, out: str) -> None:
-    import torch
 
     import ringmaster.torch as hvd
 
     torch.set_num_threads(1)
     hvd.init()
+    _ddp_group()
     if mode == "allreduce":
-        seconds: dict[str, dict[int, float]] = {"in_place": {}, "average": {}}
-        for mb in SIZES_MB:
-            tensor = torch.ones(mb * (1 << 20) // 4)
-            hvd.allreduce_(tensor, op=hvd.Sum)
-            for kind, run in (("in_place", lambda: hvd.allreduce_(tensor, op=hvd.Sum)), ("average", lambda: hvd.allreduce(tensor))):
-                samples = []
-                for _ in range(REPEATS):
-                    started = time.perf_counter()
-                    run()
-                    samples.append(time.perf_counter() - started)
-                seconds[kind][mb] = statistics.median(samples)
-        if hvd.rank() == 0:
-            pathlib.Path(out).write_text(json.dumps(seconds))
+        _allreduce(out)
+        dist.destroy_process_group()
         return
-    model, batch, _ = build(name)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4),
-                                         named_parameters=model.named_parameters(),
-                                         compression=getattr(hvd.Compression, compression), backward_passes_per_step=passes)
-    times = timed_steps(model, optimizer, batch, steps, passes)
-    digest = hvd.allgather_object(float(sum(p.double().sum() for p in model.parameters())))
+    base, batch, _ = build(name)
+    x = batch()
+    ways = []
+    for label, ddp, compression, passes in WAYS:
+        model = copy.deepcopy(base)
+        if ddp:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            if compression == "fp16":
+                model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+        else:
+            optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4),
+                                                 named_parameters=model.named_parameters(),
+                                                 compression=getattr(hvd.Compression, compression),
+                                                 backward_passes_per_step=passes)
+        ways.append((label, model, optimizer, passes))
+    times: dict[str, list[float]] = {label: [] for label, *_ in ways}
+    for block in range(max(1, -(-steps // (BLOCK - 1)))):
+        order = ways if block % 2 == 0 else ways[::-1]
+        for label, model, optimizer, passes in order:
+            for i in range(BLOCK):
+                seconds = one_step(model, optimizer, x, passes)
+                if i:
+                    times[label].append(seconds)
+    digests = {label: hvd.allgather_object(float(sum(p.double().sum() for p in model.parameters())))
+               for label, model, _, _ in ways}
     if hvd.rank() == 0:
-        pathlib.Path(out).write_text(json.dumps({"times": times, "digests": digest}))
+        pathlib.Path(out).write_text(json.dumps({"times": times, "digests": digests}))
+    dist.destroy_process_group()
 
 
-def ringmaster(mode: str, name: str = "", steps: int = 0, compression: str = "none", passes: int = 1) -> Any:
+def _allreduce(out: str) -> None:
+    """GB/s of the three allreduces, alternating on the same tensors."""
+    import torch
+    import torch.distributed as dist
+
+    import ringmaster.torch as hvd
+
+    seconds: dict[str, dict[int, float]] = {"raw": {}, "in_place": {}, "average": {}}
+    for mb in SIZES_MB:
+        tensor = torch.ones(mb * (1 << 20) // 4)
+        runs = {"raw": lambda: dist.all_reduce(tensor), "in_place": lambda: hvd.allreduce_(tensor, op=hvd.Sum),
+                "average": lambda: hvd.allreduce(tensor)}
+        samples: dict[str, list[float]] = {kind: [] for kind in runs}
+        for repeat in range(1 + REPEATS):
+            for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
+                started = time.perf_counter()
+                run()
+                if repeat:
+                    samples[kind].append(time.perf_counter() - started)
+        for kind in runs:
+            seconds[kind][mb] = statistics.median(samples[kind])
+    if hvd.rank() == 0:
+        pathlib.Path(out).write_text(json.dumps(seconds))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ringmaster(mode: str, name: str = "", steps: int = 0) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", sys.executable, __file__, "--worker", mode,
-                        "--model", name or "-", "--steps", str(steps), "--compression", compression, "--passes", str(passes),
-                        "--out", out], cwd=ROOT, check=True, capture_output=True, timeout=900)
-        result = json.loads(pathlib.Path(out).read_text())
-        if mode == "allreduce":
-            return result
-        assert len(set(result["digests"])) == 1, f"ranks differ after {name}: {result['digests']}"
-        return statistics.median(result["times"])
+        subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--spares", "0", sys.executable, __file__,
+                        "--worker", mode, "--model", name or "-", "--steps", str(steps), "--out", out],
+                       cwd=ROOT, check=True, capture_output=True, timeout=1800)
+        return json.loads(pathlib.Path(out).read_text())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per way")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--compression", default="none", help=argparse.SUPPRESS)
-    parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.model, args.steps, args.compression, args.passes, args.out)
+        worker(args.worker, args.model, args.steps, args.out)
         return
-    print(f"2 ranks, Gloo, 1 thread each; median of {args.steps} steps after {WARMUP} warm-up; "
-          "ms per step (per backward pass with bpps=4), samples/s over both ranks, ratio to DDP")
-    header = ["floor", "DDP", "DDP fp16", "Ringmaster", "fp16", "bpps=4"]
+    print(f"2 ranks, Gloo, 1 thread each, every way in the same two processes in alternating blocks; median of "
+          f"{args.steps} steps; ms per step (per backward pass with bpps=4), samples/s over both ranks, ratio to DDP")
+    header = ["floor", *(label for label, *_ in WAYS)]
     print(f"{'model':<10} " + " ".join(f"{h:>19}" for h in header))
     for name in args.models.split(","):
         batch = build(name)[2]
-        base = statistics.median(spawn_two(_ddp_rank, name, args.steps, False))
-        cells = {
-            "floor": floor(name, args.steps),
-            "DDP": base,
-            "DDP fp16": statistics.median(spawn_two(_ddp_rank, name, args.steps, True)),
-            "Ringmaster": ringmaster("train", name, args.steps),
-            "fp16": ringmaster("train", name, args.steps, "fp16"),
-            "bpps=4": ringmaster("train", name, args.steps, passes=4),
-        }
+        result = ringmaster("train", name, args.steps)
+        for label, digests in result["digests"].items():
+            assert len(set(digests)) == 1, f"ranks differ after {name} ({label}): {digests}"
+        cells = {"floor": floor(name, args.steps), **{label: statistics.median(t) for label, t in result["times"].items()}}
+        base = cells["DDP"]
         row = [f"{s * 1e3:6.1f} {2 * batch / s:6.0f}/s {s / base:4.2f}x" for s in cells.values()]
         print(f"{name:<10} " + " ".join(f"{c:>19}" for c in row), flush=True)
-    raw = spawn_two(_allreduce_rank)
     ours = ringmaster("allreduce")
-    print("\nallreduce of N MB (2 ranks, GB/s = N MB / median time): "
+    print("\nallreduce of N MB (2 ranks, GB/s = N MB / median time, alternating): "
           "torch.distributed.all_reduce | hvd.allreduce_ (in place) | hvd.allreduce (Average, new tensor)")
     for mb in SIZES_MB:
-        gbs = [mb / 1024 / t for t in (raw[str(mb)], ours["in_place"][str(mb)], ours["average"][str(mb)])]
+        gbs = [mb / 1024 / ours[kind][str(mb)] for kind in ("raw", "in_place", "average")]
         print(f"{mb:>3} MB  {gbs[0]:6.2f} GB/s  {gbs[1]:6.2f} GB/s ({gbs[1] / gbs[0]:4.2f}x)  "
               f"{gbs[2]:6.2f} GB/s ({gbs[2] / gbs[0]:4.2f}x)")
 

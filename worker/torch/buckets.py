@@ -60,25 +60,29 @@ def fusion_threshold(environ: dict[str, str] | None = None) -> int:
 def plan_buckets(params: list[torch.Tensor], threshold_bytes: int,
                  first_bytes: int = FIRST_BUCKET_BYTES) -> list[list[torch.Tensor]]:
     """Parameters in buckets: reverse order, one (device, dtype) per bucket, at most
-    `threshold_bytes` each, the first of each kind at most `first_bytes` (so communication
-    starts soon after backward does; a larger tensor is a bucket of its own). Pure, and the same
-    on every rank that has the same model."""
+    `threshold_bytes` each (a larger tensor is a bucket of its own). The first bucket of each
+    kind takes tensors until it holds `first_bytes` (as DDP's first bucket does: the tensor that
+    crosses the mark joins it), so that communication starts while backward computes the rest.
+    Pure, and the same on every rank that has the same model."""
     buckets: list[list[torch.Tensor]] = []
-    started: set[tuple[torch.device, torch.dtype]] = set()
+    first_done: set[tuple[torch.device, torch.dtype]] = set()
     open_bucket: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[int]]] = {}
     for p in reversed(params):
         key = (p.device, p.dtype)
         nbytes = p.numel() * p.element_size()
         current = open_bucket.get(key)
-        cap = threshold_bytes if key in started else min(threshold_bytes, first_bytes)
-        if current is None or (current[0] and current[1][0] + nbytes > cap):
-            if current is not None:
-                started.add(key)
+        if current is not None and current[0] and current[1][0] + nbytes > threshold_bytes:
+            first_done.add(key)  # full: the next bucket of this kind begins
+            current = None
+        if current is None:
             current = ([], [0])
             open_bucket[key] = current
             buckets.append(current[0])
         current[0].append(p)
         current[1][0] += nbytes
+        if key not in first_done and current[1][0] >= min(first_bytes, threshold_bytes):
+            first_done.add(key)
+            open_bucket.pop(key)  # the first bucket holds enough to start early: closed
     return buckets
 
 

@@ -20,7 +20,11 @@ def test_buckets_follow_reverse_order_split_by_kind_and_threshold() -> None:
     assert [[id(t) for t in g] for g in plan_buckets([a, half, b], 1 << 20)] == [[id(b), id(a)], [id(half)]]
     assert len(plan_buckets([a, b, c], 0)) == 3  # 0: no fusion, one tensor per bucket
     w1, w2 = torch.zeros(1 << 19), torch.zeros(1 << 19)  # 2 MB each
-    assert [len(g) for g in plan_buckets([w1, w2, a], 64 << 20)] == [1, 2]  # the first bucket: at most 1 MB
+    # The first bucket takes tensors until it holds 1 MB (the one crossing the mark included), so it
+    # goes out during backward; then up to the threshold.
+    assert [[id(t) for t in g] for g in plan_buckets([w1, w2, a], 64 << 20)] == [[id(a), id(w2)], [id(w1)]]
+    w0 = torch.zeros(1 << 17)  # 0.5 MB
+    assert [len(g) for g in plan_buckets([w1, w2, w0, w0.clone(), w0.clone()], 64 << 20)] == [2, 3]  # 2 x 0.5 MB reach it
     big = torch.zeros(100)
     assert [len(g) for g in plan_buckets([a, big, b], 32)] == [1, 1, 1]  # too big: a bucket of its own
 
