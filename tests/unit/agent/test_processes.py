@@ -73,7 +73,7 @@ def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
 # A finalizer that needs a lock a daemon thread holds: at the interpreter's finalization that
 # thread is frozen, so the finalizer waits forever (as gRPC's call finalizer can in an agent).
 HELD_AT_EXIT = textwrap.dedent("""
-    import gc, logging, sys, threading, time
+    import gc, logging, sys, threading
     from ringmaster.worker.agent.processes import exit_if_stuck, exit_now
 
     lock = threading.Lock()
@@ -89,7 +89,7 @@ HELD_AT_EXIT = textwrap.dedent("""
     def hold():
         with lock:
             held.set()
-            time.sleep(600)
+            threading.Event().wait()  # holds the lock until the process ends
 
     held = threading.Event()
     threading.Thread(target=hold, daemon=True).start()
