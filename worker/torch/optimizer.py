@@ -64,9 +64,10 @@ class _DistributedOptimizerMixin:
         finally:
             self._hvd_should_sync = True
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """The wrapped optimizer's; with a timeline, the step's forward is told from here."""
-        super().zero_grad(set_to_none)  # type: ignore[misc]
+    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
+        """The wrapped optimizer's (with its own arguments); with a timeline, the step's forward
+        is told from here."""
+        super().zero_grad(*args, **kwargs)  # type: ignore[misc]
         buckets = self._hvd_buckets
         if buckets is not None and buckets.spans.on:
             buckets.forward_from_us = now_us()

@@ -62,3 +62,18 @@ def test_the_newest_optimizer_of_a_parameter_hears_its_gradients(alone) -> None:
     model(torch.ones(1, 3)).sum().backward()  # the first optimizer (k=1) no longer counts these
     assert first._hvd_buckets.in_flight == 0 and second._hvd_buckets.in_flight == 1
     second.step()
+
+
+def test_an_optimizer_with_its_own_zero_grad_keeps_it(alone) -> None:
+    class Plain(torch.optim.SGD):
+        def zero_grad(self) -> None:  # type: ignore[override]  # no set_to_none, as some optimizers have
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+
+    model = torch.nn.Linear(2, 1)
+    optimizer: Any = hvd.DistributedOptimizer(Plain(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
