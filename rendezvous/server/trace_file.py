@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from ringmaster.common.events import Event
     from ringmaster.rendezvous.server.timeline import TraceBuilder
 
-#: Default size at which the timeline file is rotated (`--timeline-max-mb`).
-DEFAULT_MAX_MB = 64
 #: Bytes buffered before a write reaches the file (it is also flushed every rendezvous tick).
 _BUFFER_BYTES = 1 << 16
 
@@ -128,11 +126,12 @@ class JobTimeline:
             self._guarded(lambda file: file.flush())
 
     def close(self) -> None:
-        if self.file is not None:
-            file = self.file
-            self._guarded(lambda file: file.close(self.builder.close(self._clock_us())))
-            if self.file is not None:
-                self._on_written(file)
+        """The last events and the closing bracket; `on_written` says where it all went."""
+        if self.file is None:
+            return
+        self._guarded(lambda file: file.close(self.builder.close(self._clock_us())))
+        if self.file is not None:  # (None: the last write failed, and that was said)
+            self._on_written(self.file)
             self.file = None
 
     def _guarded(self, action: Callable[[TraceFile], None]) -> None:
