@@ -6,15 +6,17 @@ alternating blocks of steps, so that each way sees the same machine at the same 
 busy cores, separate runs differ by 20% and more from one minute to the next):
   - DDP (torch.nn.parallel.DistributedDataParallel, default buckets, on its own
     `init_process_group("gloo")`), and DDP with its fp16 compression hook;
-  - Ringmaster (`hvd.DistributedOptimizer`), with `Compression.fp16`, and with
+  - Ringmaster (`hvd.DistributedOptimizer`), with `Compression.fp16`, `Compression.bf16`, and with
     `backward_passes_per_step=4` (per backward pass);
 and a compute floor: one process, no communication (the same step with a plain optimizer).
 The median time of a training step (zero_grad, forward, backward, step) over the timed steps,
 samples/s over both ranks, on an MLP of 1.3 M parameters, one of 25 M (100 MB of gradients),
 both batch 64, and a ResNet-18-sized conv net (11.7 M parameters, written here: torchvision's
 wheel here is a CUDA build) on 64x64 images, batch 16. Then allreduce throughput for 1, 16 and
-64 MB, alternating in the same processes too: `hvd.allreduce_` (in place), `hvd.allreduce`
-(Average, a new tensor) and raw `torch.distributed.all_reduce`. Ranks must end with identical
+64 MB, alternating in the same processes too: `hvd.allreduce_` (in place) against raw
+`torch.distributed.all_reduce`, and `hvd.allreduce` (Average, a new tensor) against the same
+with torch.distributed alone (clone, all_reduce, div_): a new tensor of over 32 MB is fresh
+memory from the kernel each time (page faults) that an in-place reduction never touches. Ranks must end with identical
 parameters (checked for every way). `--spares 0`: a warm spare importing torch beside the job
 would take a core from it for a few seconds.
 
@@ -110,7 +112,7 @@ def floor(name: str, steps: int) -> float:
 
 #: The ways of training compared, in the order printed: (name, DDP?, compression, passes per step).
 WAYS = (("DDP", True, "", 1), ("DDP fp16", True, "fp16", 1), ("Ringmaster", False, "none", 1),
-        ("fp16", False, "fp16", 1), ("bpps=4", False, "none", 4))
+        ("fp16", False, "fp16", 1), ("bf16", False, "bf16", 1), ("bpps=4", False, "none", 4))
 #: Steps per block; a way's first step in a block is not timed (the others' buffers were in cache).
 BLOCK = 5
 
@@ -180,11 +182,17 @@ def _allreduce(out: str) -> None:
 
     import ringmaster.torch as hvd
 
-    seconds: dict[str, dict[int, float]] = {"raw": {}, "in_place": {}, "average": {}}
+    seconds: dict[str, dict[int, float]] = {"raw": {}, "in_place": {}, "average": {}, "raw_average": {}}
     for mb in SIZES_MB:
         tensor = torch.ones(mb * (1 << 20) // 4)
+
+        def raw_average() -> Any:  # an average as a new tensor with torch.distributed alone
+            out = tensor.clone()
+            dist.all_reduce(out)
+            return out.div_(hvd.size())
+
         runs = {"raw": lambda: dist.all_reduce(tensor), "in_place": lambda: hvd.allreduce_(tensor, op=hvd.Sum),
-                "average": lambda: hvd.allreduce(tensor)}
+                "average": lambda: hvd.allreduce(tensor), "raw_average": raw_average}
         samples: dict[str, list[float]] = {kind: [] for kind in runs}
         for repeat in range(1 + REPEATS):
             for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
@@ -238,12 +246,12 @@ def main() -> None:
         row = [f"{s * 1e3:6.1f} {2 * batch / s:6.0f}/s {s / base:4.2f}x" for s in cells.values()]
         print(f"{name:<10} " + " ".join(f"{c:>19}" for c in row), flush=True)
     ours = ringmaster("allreduce")
-    print("\nallreduce of N MB (2 ranks, GB/s = N MB / median time, alternating): "
-          "torch.distributed.all_reduce | hvd.allreduce_ (in place) | hvd.allreduce (Average, new tensor)")
+    print("\nallreduce of N MB (2 ranks, GB/s = N MB / median time, alternating; ratios to all_reduce in place):\n"
+          "        all_reduce (in place) | hvd.allreduce_ (in place) | torch average as a new tensor "
+          "(clone, all_reduce, div_) | hvd.allreduce (Average, new tensor)")
     for mb in SIZES_MB:
-        gbs = [mb / 1024 / ours[kind][str(mb)] for kind in ("raw", "in_place", "average")]
-        print(f"{mb:>3} MB  {gbs[0]:6.2f} GB/s  {gbs[1]:6.2f} GB/s ({gbs[1] / gbs[0]:4.2f}x)  "
-              f"{gbs[2]:6.2f} GB/s ({gbs[2] / gbs[0]:4.2f}x)")
+        gbs = [mb / 1024 / ours[kind][str(mb)] for kind in ("raw", "in_place", "raw_average", "average")]
+        print(f"{mb:>3} MB  {gbs[0]:6.2f} GB/s  " + "  ".join(f"{g:6.2f} GB/s ({g / gbs[0]:4.2f}x)" for g in gbs[1:]))
 
 
 if __name__ == "__main__":

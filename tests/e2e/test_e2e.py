@@ -165,7 +165,8 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         # gradients went out in buckets while backward ran, and reduce to the plain average
         buckets = result["buckets"]
         assert buckets["buckets"] >= 4 and buckets["in_flight_after_backward"] >= 2, buckets
-        assert buckets["matches_1"] and buckets["matches_2"] and buckets["unused_grads"] == [0.0, 0.0], buckets
+        assert buckets["matches_1_none"] and buckets["matches_2_none"] and buckets["unused_grads"] == [0.0, 0.0], buckets
+        assert buckets["matches_1_fp16"] and buckets["matches_1_bf16"], buckets
         assert result["grouped"] == [[3.0], [3, 3]]
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1

@@ -41,7 +41,8 @@ def check_state_sync(rank: int) -> dict:
 def check_buckets(rank: int, size: int) -> dict:
     """Gradients reduced in buckets while backward runs (a tiny fusion threshold: several
     buckets), checked against a plain average of every gradient; an unused branch's parameters
-    count as zeros; gradient_predivide_factor changes nothing but the order of the scaling."""
+    count as zeros; gradient_predivide_factor changes nothing but the order of the scaling; fp16
+    and bf16 compression reduce to the average within their precision."""
     os.environ["HOROVOD_FUSION_THRESHOLD"] = "64"  # bytes: each layer's weight is a bucket of its own
     torch.manual_seed(0)
     # Buckets follow the reverse order of the parameters: the unused branch, declared first, is
@@ -49,10 +50,11 @@ def check_buckets(rank: int, size: int) -> dict:
     model = torch.nn.ModuleDict({"unused": torch.nn.Linear(2, 2),
                                  "body": torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))})
     seen: dict = {}
-    for predivide in (1.0, 2.0):
+    for predivide, compression in ((1.0, "none"), (2.0, "none"), (1.0, "fp16"), (1.0, "bf16")):
         optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
                                                   named_parameters=model.named_parameters(),
-                                                  gradient_predivide_factor=predivide)
+                                                  gradient_predivide_factor=predivide,
+                                                  compression=getattr(hvd.Compression, compression))
         optimizer.zero_grad()
         x = torch.full((3, 4), float(rank + 1))
         model["body"](x).pow(2).sum().backward()
@@ -61,8 +63,9 @@ def check_buckets(rank: int, size: int) -> dict:
         local = {n: p.grad.clone() for n, p in model["body"].named_parameters()}
         expected = {n: hvd.allreduce(g) for n, g in local.items()}  # after the buckets, on every rank
         optimizer.step()
-        seen[f"matches_{predivide:g}"] = all(torch.allclose(p.grad, expected[n], atol=1e-6)
-                                             for n, p in model["body"].named_parameters())
+        tolerance = {"none": 1e-6, "fp16": 1e-3, "bf16": 1e-2}[compression]
+        seen[f"matches_{predivide:g}_{compression}"] = all(
+            torch.allclose(p.grad, expected[n], rtol=tolerance, atol=tolerance) for n, p in model["body"].named_parameters())
         seen["unused_grads"] = [p.grad.abs().sum().item() for p in model["unused"].parameters()]
     del os.environ["HOROVOD_FUSION_THRESHOLD"]
     return seen

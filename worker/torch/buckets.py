@@ -3,12 +3,14 @@
 Parameters are split into buckets (per device and dtype, in reverse order of the model's
 parameters, as their gradients tend to become ready; each at most the fusion threshold in
 bytes). A hook after each gradient's accumulation marks it ready; when every gradient of a
-bucket is ready, the bucket is packed into a buffer kept across steps (cast into a kept wire
-buffer when compressing) and its allreduce starts while backward goes on. Buckets start in one
-fixed order on every rank (a ready bucket waits for the ones before it), as the rings require.
+bucket is ready, the bucket is packed into its wire buffer, kept across steps (cast on the way
+when compressing), and its allreduce starts while backward goes on. Buckets start in one fixed
+order on every rank (a ready bucket waits for the ones before it), as the rings require.
 `synchronize()` starts what is left (a parameter without a gradient this step counts as zeros,
-as in Horovod), waits for every bucket in order and writes the averages back, the division
-folded into that copy.
+as in Horovod) and waits for every bucket in order. Uncompressed, the average is taken while
+packing (one pass, as DDP divides before its allreduce) and the gradients then are views of
+the reduced buffer: nothing is copied back. Compressed (or with a predivide factor) the results
+are written back into the gradients, cast and scaled in the same pass.
 
 With `backward_passes_per_step=k`, a gradient counts as ready on its k-th accumulation only.
 A failed collective (a peer died) clears the whole step, gradients included, before the error
@@ -102,8 +104,9 @@ class _Bucket:
     params: list[torch.Tensor]
     ready: int = 0
     pending: Pending | None = None
-    buffer: torch.Tensor | None = None  # packed gradients, kept across steps
-    wire: torch.Tensor | None = None  # what travels (the buffer itself, or a cast copy)
+    wire: torch.Tensor | None = None  # what travels: the packed gradients (cast when compressing), kept across steps
+    views: list[torch.Tensor] = field(default_factory=list)  # of `wire`, one shaped like each parameter
+    in_place: bool = False  # this step's average was taken while packing: the views are the results
     grads: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -171,18 +174,16 @@ class GradientBuckets:
                 elif p.grad.is_sparse:
                     p.grad = p.grad.to_dense()
                 grads.append(p.grad)
-            total = sum(g.numel() for g in grads)
-            if bucket.buffer is None or bucket.buffer.numel() != total:
-                bucket.buffer = torch.empty(total, dtype=grads[0].dtype, device=grads[0].device)
-                wire = self._wire_dtype(grads[0].dtype)
-                bucket.wire = bucket.buffer if wire == bucket.buffer.dtype else torch.empty(total, dtype=wire, device=grads[0].device)
-            assert bucket.wire is not None
-            flat.pack(grads, out=bucket.buffer)
+            wire_dtype = self._wire_dtype(grads[0].dtype)
+            if bucket.wire is None or bucket.wire.dtype != wire_dtype:
+                bucket.wire = torch.empty(sum(p.numel() for p in bucket.params), dtype=wire_dtype, device=grads[0].device)
+                bucket.views = list(flat.views(bucket.wire, bucket.params))
             prescale = self._prescale()
-            if bucket.wire is not bucket.buffer:
-                torch.mul(bucket.buffer, prescale, out=bucket.wire) if prescale != 1.0 else bucket.wire.copy_(bucket.buffer)
-            elif prescale != 1.0:
-                bucket.wire.mul_(prescale)
+            # Uncompressed and not predivided: the whole average is taken on the way in (one
+            # pass, as DDP divides before its allreduce) and the gradients become views of the
+            # reduced buffer, so nothing is copied back after the wait.
+            bucket.in_place = wire_dtype == grads[0].dtype and prescale == 1.0
+            flat.pack_scaled(grads, bucket.views, self._postscale() if bucket.in_place else prescale)
             bucket.grads = grads
             comm = self._communicator()
             self._generation = comm.generation
@@ -224,7 +225,11 @@ class GradientBuckets:
             for bucket in self.buckets:
                 assert bucket.pending is not None and bucket.wire is not None
                 bucket.pending.wait()
-                flat.unpack(bucket.wire, bucket.grads, postscale)
+                if bucket.in_place:  # already averaged: the gradients are the reduced buffer's views
+                    for p, view in zip(bucket.params, bucket.views):
+                        p.grad = view
+                else:
+                    flat.unpack(bucket.wire, bucket.grads, postscale)
         except HorovodInternalError:
             self.clear()
             raise

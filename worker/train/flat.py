@@ -30,6 +30,18 @@ def pack(group: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Te
     return torch.cat(flat, out=out)
 
 
+def pack_scaled(group: list[torch.Tensor], views_out: list[torch.Tensor], scale: float) -> None:
+    """Write each tensor of `group` into its view of a flat buffer, multiplied by `scale` and cast
+    to the buffer's dtype on the way: one pass over the bytes. A tensor that already is its view
+    (a gradient accumulated into the buffer) is scaled where it is."""
+    with torch.no_grad():
+        for t, view in zip(group, views_out):
+            if scale != 1.0:
+                torch.mul(t.detach(), scale, out=view)
+            elif t.data_ptr() != view.data_ptr() or t.dtype != view.dtype:
+                view.copy_(t)
+
+
 def views(flat: torch.Tensor, group: list[torch.Tensor]) -> Iterator[torch.Tensor]:
     """Consecutive slices of `flat`, each shaped like the matching tensor of `group`."""
     offset = 0

@@ -231,10 +231,13 @@ def test_fit_names_missing_extra_and_reshaped_entries() -> None:
     assert fit.differences({"a": [1, 2]}, {"a": [1, 2, 3]}) == []  # plain lists of values may change
 
 
-@pytest.mark.parametrize("compression", ["none", "fp16"])
-def test_gradients_are_reduced_through_buffers_kept_across_steps(compression) -> None:
+@pytest.mark.parametrize("compression", ["none", "fp16", "bf16"])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_gradients_are_reduced_through_buffers_kept_across_steps(compression, set_to_none) -> None:
     """A job of one: averaging over one worker leaves the gradients as they are (fp16: rounded
-    to half precision on the wire), and the fusion buffers are allocated once, not per step."""
+    to half precision on the wire, bf16 to bfloat16), and the fusion buffer is allocated once, not per step.
+    Uncompressed, the gradients after `synchronize()` are views of that buffer (nothing copied
+    back), and gradients accumulated into those views by the next backward are right too."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 1))
     optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
@@ -242,18 +245,19 @@ def test_gradients_are_reduced_through_buffers_kept_across_steps(compression) ->
                                               compression=getattr(hvd.Compression, compression))
     addresses = None
     for _ in range(3):
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=set_to_none)
         model(torch.randn(4, 5)).sum().backward()
         expected = [p.grad.clone() for p in model.parameters()]
         optimizer.synchronize()
         for p, e in zip(model.parameters(), expected):
-            want = e.half().float() if compression == "fp16" else e
+            wire = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[compression]
+            want = e.to(wire).float()
             assert torch.equal(p.grad, want)
-        buckets = optimizer._hvd_buckets.buckets
-        now = sorted({t.data_ptr() for b in buckets for t in (b.buffer, b.wire)})
-        assert addresses is None or now == addresses
-        addresses = now
-    assert len(buckets) == 1  # 4 small tensors: one bucket under the 64 MiB fusion threshold
-    assert len(addresses) == (2 if compression == "fp16" else 1)  # float32 pack (+ float16 wire)
+        (bucket,) = optimizer._hvd_buckets.buckets  # 4 small tensors: one bucket under the 64 MiB threshold
+        assert addresses is None or bucket.wire.data_ptr() == addresses
+        addresses = bucket.wire.data_ptr()
+        assert bucket.wire.dtype == wire
+        within = [bucket.wire.data_ptr() <= p.grad.data_ptr() < addresses + bucket.wire.nbytes for p in model.parameters()]
+        assert within == [compression == "none"] * 4  # views of the reduced buffer, or gradients of their own
     with optimizer.skip_synchronize():
         optimizer.step()
