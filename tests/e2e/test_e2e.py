@@ -152,6 +152,7 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         assert result["rank"] == r and result["size"] == 3
         assert result["average"] == [2.0, 4.0] and result["sum"] == [6.0, 12.0] and result["max"] == [3.0, 6.0]
         assert result["input_untouched"] == [r + 1.0, 2.0 * (r + 1)]
+        assert result["half_sum"] == [6.0] and result["bf16_average"] == [2.0]
         assert result["allgather"] == [[0, 0], [1, 1], [1, 1], [2, 2], [2, 2], [2, 2]]
         assert result["broadcast"] == [20.0]
         assert result["object"] == {"from": 0, "text": "hi"}
@@ -259,17 +260,22 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
     assert not job.events("state.rolled_back")
 
 
-def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(run_job, tmp_path) -> None:
+@pytest.mark.parametrize("compression, hidden", [("none", 8), ("fp16", 1 << 17)])
+def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(run_job, tmp_path, compression, hidden) -> None:
     """A worker dies inside backward while its later layers' gradient buckets are already being
     reduced: the survivors' wait fails fast, the step is dropped with its gradients (none is
-    left half-reduced for the next optimizer step), and the ring re-forms without its host."""
+    left half-reduced for the next optimizer step), and the ring re-forms without its host.
+    With fp16 and a wide hidden layer, the buckets in flight are 256 KiB of float16 each: they
+    go around the half-precision ring of point-to-point transfers, not Gloo's allreduce."""
     log_dir = tmp_path / "log"
     job = run_job("--min-np", "2", "-H", "hostA:2,hostB:1", *FAST, *elastic_job(log_dir, epochs=2, samples=48),
-                  "--die-in-backward-at", "5", env={"HOROVOD_FUSION_THRESHOLD": "64"})
+                  "--die-in-backward-at", "5", "--compression", compression, "--hidden", str(hidden),
+                  env={"HOROVOD_FUSION_THRESHOLD": "64"})
     assert job.wait(180) == 0, job.output
     logs = read_logs(log_dir)
     (dying,) = events(logs, "dying")
     assert dying["in_flight"] >= 1, dying  # buckets were out when it died
+    assert dying["half_ring"] == (compression == "fp16"), dying
     resets = events(logs, "reset")
     assert len(resets) == 2 and all(r["grads_cleared"] for r in resets), resets
     assert job.events("worker.exited", exit_code=1) and job.events("generation.formed", number=2, size=2)

@@ -99,6 +99,9 @@ def main() -> None:
     result["max"] = hvd.allreduce(value, op=hvd.Max).tolist()
     result["adasum"] = hvd.allreduce(value, op=hvd.Adasum).tolist()
     result["input_untouched"] = value.tolist()
+    # 600 KB of float16 / bfloat16: summed around the half-precision ring of point-to-point transfers
+    result["half_sum"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.float16), op=hvd.Sum).tolist()))
+    result["bf16_average"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.bfloat16)).tolist()))
     result["allgather"] = hvd.allgather(torch.full((rank + 1, 2), rank)).tolist()
     result["broadcast"] = hvd.broadcast(torch.tensor([rank * 10.0]), root_rank=size - 1).tolist()
     result["object"] = hvd.broadcast_object({"from": rank, "text": "hi"}, root_rank=0)

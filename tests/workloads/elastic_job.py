@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="sgd")
+    parser.add_argument("--compression", choices=["none", "fp16", "bf16"], default="none",
+                        help="gradient compression (fp16/bf16 buckets of 256 KiB and more go around the half-precision ring)")
     parser.add_argument("--base-lr", type=float, default=BASE_LR, help="learning rate of a ring of one")
     parser.add_argument("--lr-callback", action="store_true",
                         help="lr = base lr x world size, set again by a reset callback after every reset (Horovod's style)")
@@ -126,7 +128,8 @@ def main() -> None:
         base: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     else:
         base = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if args.optimizer == "momentum" else 0.0)
-    optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+                                         compression=getattr(hvd.Compression, args.compression))
     extra: dict[str, Any] = {}
     if args.scheduler:
         extra["scheduler"] = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=GAMMA)
@@ -160,7 +163,8 @@ def main() -> None:
         def die_mid_backward(param: torch.Tensor) -> None:  # the first layer's gradient comes last
             generation = hvd.context().assignment.generation
             if generation == 1 and hvd.rank() == hvd.size() - 1 and state.step + 1 == args.die_in_backward_at:
-                log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight)
+                log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight,
+                    half_ring=hvd.context().communicator()._half_ring is not None)
                 os._exit(1)
         first_layer: Any = model[0]
         first_layer.weight.register_post_accumulate_grad_hook(die_mid_backward)

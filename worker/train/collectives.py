@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ringmaster.common.network import NetworkError, interface_names, route_address
 from ringmaster.proto import environment as env_names
+from ringmaster.worker.train import half_ring
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 
@@ -51,6 +52,7 @@ class Communicator:
         self.link = link
         self.timeout_s = timeout_s
         self._in_flight: list[torch.futures.Future] = []  # issued, not known to be done
+        self._half_ring: half_ring.HalfRing | None = None  # made at the first large half-precision sum
 
     @property
     def idle(self) -> bool:
@@ -60,18 +62,21 @@ class Communicator:
 
     # ------------------------------------------------------------ collectives (in place)
     def allreduce_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> torch.Tensor:
-        if self.size > 1:
-            options = dist.AllreduceOptions()
-            options.reduceOp = op
-            self._wait(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce")
+        self.allreduce_async_(tensor, op).wait()
         return tensor
 
     def allreduce_async_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> "Pending":
         """Start reducing `tensor` in place and return at once; `Pending.wait()` waits for it, as
         boundedly as every other collective. Collectives started this way go out in the order
-        they are started, which must be the same on every rank."""
+        they are started, which must be the same on every rank. Large float16/bfloat16 sums on
+        the CPU go around `HalfRing` (Gloo's own half-precision sums are slow)."""
         if self.size == 1:
             return Pending(self, None, "allreduce")
+        if op == ReduceOp.SUM and half_ring.takes(tensor, self.size):
+            if self._half_ring is None:
+                self._half_ring = half_ring.HalfRing(self.pg, self.rank, self.size, self.timeout_s)
+            ring = self._half_ring
+            return Pending(self, self._issue_future(lambda: ring.sum_async_(tensor), "allreduce"), "allreduce")
         options = dist.AllreduceOptions()
         options.reduceOp = op
         return Pending(self, self._issue(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce"), "allreduce")
@@ -124,10 +129,13 @@ class Communicator:
 
     def _issue(self, issue: Callable[[], dist.Work], what: str) -> torch.futures.Future:
         """Start a collective (unless the generation is already over); its future."""
+        return self._issue_future(lambda: _future_of(issue()), what)
+
+    def _issue_future(self, issue: Callable[[], torch.futures.Future], what: str) -> torch.futures.Future:
         if self.link is not None:
             self._raise_if_over(what)
         try:
-            future = _future_of(issue())
+            future = issue()
         except RuntimeError as exc:
             raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
         self._in_flight.append(future)

@@ -32,13 +32,12 @@ def pack(group: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Te
 
 def pack_scaled(group: list[torch.Tensor], views_out: list[torch.Tensor], scale: float) -> None:
     """Write each tensor of `group` into its view of a flat buffer, multiplied by `scale` and cast
-    to the buffer's dtype on the way: one pass over the bytes. A tensor that already is its view
-    (a gradient accumulated into the buffer) is scaled where it is."""
+    to the buffer's dtype on the way: one pass over the bytes (compression casts as it packs)."""
     with torch.no_grad():
         for t, view in zip(group, views_out):
             if scale != 1.0:
                 torch.mul(t.detach(), scale, out=view)
-            elif t.data_ptr() != view.data_ptr() or t.dtype != view.dtype:
+            else:
                 view.copy_(t)
 
 

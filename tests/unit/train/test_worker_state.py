@@ -235,9 +235,8 @@ def test_fit_names_missing_extra_and_reshaped_entries() -> None:
 @pytest.mark.parametrize("set_to_none", [True, False])
 def test_gradients_are_reduced_through_buffers_kept_across_steps(compression, set_to_none) -> None:
     """A job of one: averaging over one worker leaves the gradients as they are (fp16: rounded
-    to half precision on the wire, bf16 to bfloat16), and the fusion buffer is allocated once, not per step.
-    Uncompressed, the gradients after `synchronize()` are views of that buffer (nothing copied
-    back), and gradients accumulated into those views by the next backward are right too."""
+    to half precision on the wire, bf16 to bfloat16), and the fusion buffer (the wire: cast into
+    as it is packed) is allocated once, not per step; gradients zeroed in place work alike."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 1))
     optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
@@ -257,7 +256,5 @@ def test_gradients_are_reduced_through_buffers_kept_across_steps(compression, se
         assert addresses is None or bucket.wire.data_ptr() == addresses
         addresses = bucket.wire.data_ptr()
         assert bucket.wire.dtype == wire
-        within = [bucket.wire.data_ptr() <= p.grad.data_ptr() < addresses + bucket.wire.nbytes for p in model.parameters()]
-        assert within == [compression == "none"] * 4  # views of the reduced buffer, or gradients of their own
     with optimizer.skip_synchronize():
         optimizer.step()
