@@ -26,8 +26,10 @@ import torch
 DTYPES = (torch.float16, torch.bfloat16)
 #: Smaller tensors go to Gloo's own allreduce (a ring of 2(n-1) transfers costs more than the sum).
 MIN_BYTES = 256 << 10
-#: Gloo's point-to-point tags are 32-bit; ours wrap below this.
-_TAG_SPACE = 1 << 30
+#: Gloo's point-to-point tags are 32-bit; ours lie in [_TAG_BASE, _TAG_BASE + _TAG_SPACE), apart
+#: from the tags of the communicator's own send/recv (0: state sync).
+_TAG_BASE = 1 << 20
+_TAG_SPACE = 1 << 29
 
 
 def takes(tensor: torch.Tensor, size: int) -> bool:
@@ -57,7 +59,7 @@ class HalfRing:
     def sum_async_(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start summing `tensor` in place across the ring; its future is done (or failed) when
         the sum is in `tensor`."""
-        first_tag = next(self._tags) * 2 * (self.size - 1) % _TAG_SPACE
+        first_tag = _TAG_BASE + next(self._tags) * 2 * (self.size - 1) % _TAG_SPACE
         future: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
