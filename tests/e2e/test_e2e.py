@@ -60,8 +60,10 @@ def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp
 def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir = tmp_path / "log"
+    # Declared head first: the survivors rebuilt their buckets after their first step; the ring
+    # with newcomers agrees on them anew (a layout that differed would leave replicas apart).
     job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
-                  *elastic_job(logs_dir, epochs=8, samples=128))
+                  *elastic_job(logs_dir, epochs=8, samples=128), "--head-first", env={"HOROVOD_FUSION_THRESHOLD": "0"})
     job.wait_status(lambda s: s["steps"] >= 3, 120, "training on hostA")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})
     grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
@@ -169,6 +171,12 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         assert buckets["matches_1_none"] and buckets["matches_2_none"] and buckets["unused_grads"] == [0.0, 0.0], buckets
         assert buckets["matches_1_fp16"] and buckets["matches_1_bf16"], buckets
         assert result["grouped"] == [[3.0], [3, 3]]
+        order = result["bucket_order"]
+        assert all(order[f"matches_{step}"] for step in range(3)), order
+        assert order["before"] == ["side.bias", "side.weight", "body.bias", "body.weight", "head.bias", "head.weight"]
+        assert order["order_0"] == order["order_1"] == order["order_2"] == results[0]["bucket_order"]["order_0"]
+        assert order["order_0"][:2] in (["side.bias", "side.weight"], ["side.weight", "side.bias"]), order  # rank 0's
+        assert set(order["order_0"][2:4]) == {"head.bias", "head.weight"}, order
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1
     # state sync moves only what differs, and leaves every rank with rank 0's commit

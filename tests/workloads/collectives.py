@@ -71,6 +71,34 @@ def check_buckets(rank: int, size: int) -> dict:
     return seen
 
 
+def check_bucket_order(rank: int) -> dict:
+    """Ranks whose gradients become ready in different orders (rank 0 runs the side branch
+    last, the others first) all rebuild their buckets in rank 0's order after the first step,
+    and keep reducing to the plain average."""
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # one tensor per bucket: the order shows
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"head": torch.nn.Linear(4, 2), "body": torch.nn.Linear(3, 4), "side": torch.nn.Linear(3, 2)})
+    names = [n for n, _ in model.named_parameters()]
+    optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                              named_parameters=model.named_parameters())
+    seen: dict = {"before": [names[i] for i in optimizer._hvd_buckets.order]}
+    x = torch.full((3, 3), float(rank + 1))
+    for step in range(3):
+        optimizer.zero_grad()
+        if rank == 0:
+            out = model["head"](model["body"](x)) + model["side"](x)  # side's gradients come first
+        else:
+            out = model["side"](x) + model["head"](model["body"](x))  # side's come last
+        out.pow(2).sum().backward()
+        local = {n: p.grad.clone() for n, p in model.named_parameters()}
+        expected = {n: hvd.allreduce(g) for n, g in local.items()}
+        optimizer.step()
+        seen[f"matches_{step}"] = all(torch.allclose(p.grad, expected[n], atol=1e-6) for n, p in model.named_parameters())
+        seen[f"order_{step}"] = [names[i] for i in optimizer._hvd_buckets.order]
+    del os.environ["HOROVOD_FUSION_THRESHOLD"]
+    return seen
+
+
 def check_cuda_buckets(rank: int) -> bool:
     """The same bucketed reduction on CUDA tensors (NCCL ring): equal to a plain average."""
     os.environ["HOROVOD_FUSION_THRESHOLD"] = "4096"
@@ -139,6 +167,7 @@ def main() -> None:
     result["adasum_delta"] = (before - model.weight.detach()).tolist()
     result["adasum_weights"] = model.weight.detach().tolist()
     result["buckets"] = check_buckets(rank, size)
+    result["bucket_order"] = check_bucket_order(rank)
     result["grouped"] = [t.tolist() for t in hvd.grouped_allreduce([torch.tensor([float(rank)]), torch.tensor([rank, 1])],
                                                                     op=hvd.Sum)]
     result["sync"] = check_state_sync(rank)

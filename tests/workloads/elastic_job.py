@@ -30,7 +30,7 @@ import json
 import os
 import resource
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -58,6 +58,20 @@ def _canonical(value: Any) -> Any:
 
 def state_digest(parts: dict[str, Any]) -> str:
     return hashlib.sha256(repr(_canonical(parts)).encode()).hexdigest()[:16]
+
+
+class HeadFirst(torch.nn.Module):
+    """The same network with its output layer declared before the hidden one: its gradients
+    become ready in another order than the declaration suggests, so buckets are rebuilt after
+    the first step of every generation (and newcomers must agree with the survivors on them)."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(hidden, 1)
+        self.body = torch.nn.Linear(4, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.body(x)))
 
 
 class RankStamp:
@@ -95,6 +109,7 @@ def main() -> None:
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
                              "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
     parser.add_argument("--hidden", type=int, default=8, help="width of the model's hidden layer")
+    parser.add_argument("--head-first", action="store_true", help="declare the output layer first (see HeadFirst)")
     parser.add_argument("--die-in-backward-at", type=int, default=None, metavar="STEP",
                         help="the last rank of generation 1 exits (code 1) inside backward at this step, after the "
                              "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD)")
@@ -122,7 +137,8 @@ def main() -> None:
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     torch.manual_seed(1234)
-    model = torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1))
+    model: torch.nn.Module = (HeadFirst(args.hidden) if args.head_first else
+                              torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1)))
     lr = args.base_lr * (hvd.size() if args.lr_callback else 1)
     if args.optimizer == "adam":
         base: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -166,7 +182,7 @@ def main() -> None:
                 log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight,
                     half_ring=hvd.context().communicator()._half_ring is not None)
                 os._exit(1)
-        first_layer: Any = model[0]
+        first_layer: Any = model.body if isinstance(model, HeadFirst) else cast(torch.nn.Sequential, model)[0]
         first_layer.weight.register_post_accumulate_grad_hook(die_mid_backward)
 
     def full_loss() -> float:

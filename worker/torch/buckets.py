@@ -12,6 +12,10 @@ and the cast back from the wire dtype folded into that one copy. (Leaving the gr
 views of the reduced buffer instead, with the division taken while packing, measured a few
 percent slower on the 100 MB model: the copy back is not where the time goes.)
 
+After a generation's first step the buckets are rebuilt in the order gradients really became
+ready on rank 0 (DDP's `_rebuild_buckets`); every new ring starts from the default layout again,
+so survivors and newcomers plan alike.
+
 With `backward_passes_per_step=k`, a gradient counts as ready on its k-th accumulation only.
 A failed collective (a peer died) clears the whole step, gradients included, before the error
 reaches `hvd.elastic.run`: nothing half-reduced is left behind to be applied after the rollback.
@@ -61,15 +65,22 @@ def fusion_threshold(environ: dict[str, str] | None = None) -> int:
 
 def plan_buckets(params: list[torch.Tensor], threshold_bytes: int,
                  first_bytes: int = FIRST_BUCKET_BYTES) -> list[list[torch.Tensor]]:
-    """Parameters in buckets: reverse order, one (device, dtype) per bucket, at most
-    `threshold_bytes` each (a larger tensor is a bucket of its own). The first bucket of each
-    kind takes tensors until it holds `first_bytes` (as DDP's first bucket does: the tensor that
-    crosses the mark joins it), so that communication starts while backward computes the rest.
-    Pure, and the same on every rank that has the same model."""
+    """Parameters in buckets, in reverse order of `params` (the order gradients tend to become
+    ready in): see `plan_buckets_in_order`."""
+    return plan_buckets_in_order(list(reversed(params)), threshold_bytes, first_bytes)
+
+
+def plan_buckets_in_order(params: list[torch.Tensor], threshold_bytes: int,
+                          first_bytes: int = FIRST_BUCKET_BYTES) -> list[list[torch.Tensor]]:
+    """Parameters in buckets, in the order given (the order their gradients become ready), one
+    (device, dtype) per bucket, at most `threshold_bytes` each (a larger tensor is a bucket of
+    its own). The first bucket of each kind takes tensors until it holds `first_bytes` (as DDP's
+    first bucket does: the tensor that crosses the mark joins it), so that communication starts
+    while backward computes the rest. Pure, and the same on every rank given the same order."""
     buckets: list[list[torch.Tensor]] = []
     first_done: set[tuple[torch.device, torch.dtype]] = set()
     open_bucket: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[int]]] = {}
-    for p in reversed(params):
+    for p in params:
         key = (p.device, p.dtype)
         nbytes = p.numel() * p.element_size()
         current = open_bucket.get(key)
@@ -125,8 +136,16 @@ class GradientBuckets:
         self.forward_from_us = 0
         self._first_grad_us = 0
         self._last_grad_us = 0
-        self.buckets = [_Bucket(group) for group in plan_buckets(params, threshold_bytes)]
-        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self._params = params
+        self._index = {id(p): i for i, p in enumerate(params)}
+        self._threshold = threshold_bytes
+        self.buckets: list[_Bucket] = []
+        self._bucket_of: dict[int, _Bucket] = {}
+        self._plan(None)
+        self._observed: list[int] = []  # this step's gradients (indices into params) in the order they became ready
+        self._layout_for: int | None = None  # the generation the layout in use belongs to
+        self._agreed = False  # whether this generation's ranks agreed on the layout (after its first step)
+        self._step_open = False
         self._passes: dict[int, int] = {}
         self.passes_per_step = passes_per_step
         self._wire_dtype = wire_dtype
@@ -138,10 +157,54 @@ class GradientBuckets:
         take_over(params, self)
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in params]
 
+    # ------------------------------------------------------------ the layout
+    def _plan(self, order: list[int] | None) -> None:
+        """Buckets for `order` (indices into the parameters, the order their gradients become
+        ready), or for the reverse order of the parameters (None)."""
+        ordered = [self._params[i] for i in order] if order is not None else list(reversed(self._params))
+        self.buckets = [_Bucket(group) for group in plan_buckets_in_order(ordered, self._threshold)]
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+
+    @property
+    def order(self) -> list[int]:
+        """The layout in use: parameter indices in bucket order."""
+        return [self._index[id(p)] for b in self.buckets for p in b.params]
+
+    def _open_step(self) -> None:
+        """At a step's first gradient (or its synchronize): on a new ring every rank starts from
+        the reverse-parameter layout, whatever it agreed on before, as newcomers do."""
+        if self._step_open:
+            return
+        self._step_open = True
+        generation = self._communicator().generation
+        if generation != self._layout_for:
+            if self._agreed:
+                self._plan(None)
+            self._layout_for, self._agreed = generation, False
+
+    def _agree(self) -> None:
+        """After a generation's first step: take rank 0's observed gradient order (broadcast, so
+        every rank plans alike) and rebuild the buckets in it, as DDP rebuilds its buckets after
+        its first iteration. A model whose modules run in another order than they are declared
+        then still sends its first-ready gradients first."""
+        comm = self._communicator()
+        if comm.generation != self._layout_for:
+            return  # a new ring already: its first step agrees
+        seen = dict.fromkeys(self._observed)
+        proposal = list(seen) + [i for i in reversed(range(len(self._params))) if i not in seen]
+        agreed = comm.broadcast_(torch.tensor(proposal, dtype=torch.int64), root_rank=0).tolist()
+        if sorted(agreed) != list(range(len(self._params))):
+            raise ValueError(f"rank 0's gradient order is not an order of this model's {len(self._params)} "
+                                       f"parameters: every rank must wrap the same parameters in DistributedOptimizer")
+        if agreed != self.order:
+            self._plan(agreed)
+        self._agreed = True
+
     # ------------------------------------------------------------ during backward
     def _grad_ready(self, param: torch.Tensor) -> None:
         if self._generation is not None and self._communicator().generation != self._generation:
             self._reset()  # a reset happened mid-step (another collective failed): start over
+        self._open_step()
         if self.spans.on:
             self._last_grad_us = now_us()
             self._first_grad_us = self._first_grad_us or self._last_grad_us
@@ -155,6 +218,8 @@ class GradientBuckets:
             )
         if passes != self.passes_per_step:
             return  # accumulating locally: only the k-th backward pass communicates
+        if not self._agreed:
+            self._observed.append(self._index[id(param)])
         bucket.ready += 1
         if bucket.ready == len(bucket.params):
             self._start_ready()
@@ -212,6 +277,7 @@ class GradientBuckets:
         if self.spans.on:
             self._tell_step()
         try:
+            self._open_step()
             for bucket in self.buckets[self._next:]:
                 bucket.ready = len(bucket.params)
             self._start_ready()
@@ -220,6 +286,8 @@ class GradientBuckets:
                 assert bucket.pending is not None and bucket.wire is not None
                 bucket.pending.wait()
                 flat.unpack(bucket.wire, bucket.grads, postscale)
+            if not self._agreed:
+                self._agree()
         except HorovodInternalError:
             self.clear()
             raise
@@ -234,6 +302,8 @@ class GradientBuckets:
         self._reset()
 
     def _reset(self) -> None:
+        self._step_open = False
+        self._observed.clear()
         self._passes.clear()
         self._next = 0
         self._generation = None

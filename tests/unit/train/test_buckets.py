@@ -68,6 +68,31 @@ def test_hooks_hand_gradients_over_during_backward(alone) -> None:
         model(torch.ones(2, 3)).sum().backward()
 
 
+def test_after_the_first_step_buckets_follow_the_order_gradients_became_ready(alone, monkeypatch) -> None:
+    """Declared head first, run body first: gradients become ready head first, the reverse of
+    what the declaration suggests. After the first step the buckets are rebuilt in the order
+    seen (in a job of one, its own; in a ring, rank 0's), and stay so."""
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "0")  # one tensor per bucket: the order shows
+    model = torch.nn.ModuleDict({"head": torch.nn.Linear(4, 1), "body": torch.nn.Linear(3, 4)})
+    optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                              named_parameters=model.named_parameters())
+    names = [n for n, _ in model.named_parameters()]
+    buckets = optimizer._hvd_buckets
+
+    def step() -> list[str]:
+        optimizer.zero_grad()
+        model["head"](model["body"](torch.ones(2, 3))).sum().backward()
+        optimizer.step()
+        return [names[i] for i in buckets.order]
+
+    assert [names[i] for i in buckets.order] == ["body.bias", "body.weight", "head.bias", "head.weight"]
+    ready = step()
+    assert ready[:2] == ["head.bias", "head.weight"] or ready[:2] == ["head.weight", "head.bias"], ready
+    assert set(ready[2:]) == {"body.bias", "body.weight"}
+    assert step() == ready and step() == ready  # agreed once per ring
+    assert all(len(b.params) == 1 for b in buckets.buckets)
+
+
 def test_the_newest_optimizer_of_a_parameter_hears_its_gradients(alone) -> None:
     model = torch.nn.Linear(3, 1)
     first: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
