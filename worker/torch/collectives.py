@@ -11,6 +11,7 @@ import torch
 from ringmaster.torch import adasum
 from ringmaster.torch.basics import _OPS, Adasum, Average, Sum, context
 from ringmaster.torch.compression import Compression
+from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train import flat
 
 def _resolve_op(op: str | None, average: bool | None) -> str:
@@ -46,6 +47,9 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 
 #: A new tensor larger than two of these is copied and reduced in chunks of this size, pipelined.
 PIPELINE_CHUNK_BYTES = 4 << 20
+#: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
+#: page faults would cost more than the reduction).
+_results = ResultPool()
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
@@ -58,12 +62,12 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         comm = context().communicator()
         scale = prescale_factor * postscale_factor / (comm.size if op == Average else 1)
         source = tensor.detach()
+        out = _results.empty_like(source)  # a large result reuses a buffer nobody holds any more
         if comm.size == 1 or source.numel() * source.element_size() < 2 * PIPELINE_CHUNK_BYTES:
-            out = torch.mul(source, scale) if scale != 1.0 else source.clone()
+            torch.mul(source, scale, out=out) if scale != 1.0 else out.copy_(source)
             return allreduce_(out, op=Sum)
-        # A large tensor: the copy (and its first touch of fresh memory) of each chunk overlaps
-        # the reduction of the chunks before it, instead of all of it coming first.
-        out = torch.empty_like(source, memory_format=torch.contiguous_format)
+        # A large tensor: the copy of each chunk overlaps the reduction of the chunks before it,
+        # instead of all of it coming first.
         flat_source, flat_out = source.reshape(-1), out.view(-1)
         step = max(1, PIPELINE_CHUNK_BYTES // source.element_size())
         pending = []

@@ -1,0 +1,49 @@
+"""New results of out-of-place reductions reuse memory only once nobody holds it."""
+
+from __future__ import annotations
+
+import resource
+
+import torch
+
+import ringmaster.torch as hvd
+from ringmaster.torch.result_pool import MAX_BUFFERS, MIN_BYTES, ResultPool
+
+
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def test_a_dropped_result_is_reused_and_a_held_one_or_its_view_never_is(alone) -> None:
+    source = torch.full((16 << 20,), 2.0)  # 64 MB
+    first = hvd.allreduce(source)
+    address = first.data_ptr()
+    del first
+    before = _faults()
+    second = hvd.allreduce(source)
+    assert second.data_ptr() == address  # reused: no fresh memory to fault in
+    assert _faults() - before < 1000  # a fresh 64 MB is 16384 faults
+    assert torch.equal(second, source)
+    third = hvd.allreduce(source * 3)  # the second is still held: another buffer
+    assert third.data_ptr() != second.data_ptr() and torch.equal(second, source)
+    kept = third[:4]  # a view keeps the third's memory in use after the third is gone
+    del third
+    fourth = hvd.allreduce(source * 5)
+    assert fourth.data_ptr() not in (address, kept.data_ptr())
+    assert kept.tolist() == [6.0] * 4 and torch.equal(second, source)
+
+
+def test_small_results_and_other_shapes_are_not_pooled_and_the_pool_is_bounded() -> None:
+    pool = ResultPool()
+    small = pool.empty_like(torch.zeros(10))
+    assert len(pool) == 0 and small.shape == (10,)
+    big = torch.zeros(MIN_BYTES // 4 + 1)
+    held = [pool.empty_like(big) for _ in range(MAX_BUFFERS + 2)]  # all held: new ones, oldest dropped
+    assert len(pool) == MAX_BUFFERS and len({t.data_ptr() for t in held}) == MAX_BUFFERS + 2
+    shaped = pool.empty_like(big.view(1, -1))  # every buffer is held: a new one
+    assert shaped.shape == (1, big.numel()) and shaped.data_ptr() not in {t.data_ptr() for t in held}
+    held.clear()
+    del shaped
+    again = pool.empty_like(big.view(-1, 1))  # now free: reused, reshaped
+    assert again.shape == (big.numel(), 1) and len(pool) == MAX_BUFFERS
+    assert any(again.data_ptr() == b.data_ptr() for b in pool._buffers)
