@@ -45,10 +45,9 @@ class ResultPool:
         nbytes = source.numel() * source.element_size()
         if self._users is None or source.is_cuda or nbytes < MIN_BYTES or nbytes > MAX_BYTES:
             return torch.empty_like(source, memory_format=torch.contiguous_format)
-        for buffer in self._buffers:
+        for i, buffer in enumerate(self._buffers):
             if buffer.dtype == source.dtype and buffer.numel() == source.numel() and self._free(buffer):
-                self._buffers.remove(buffer)
-                self._buffers.append(buffer)
+                self._buffers.append(self._buffers.pop(i))  # by position: tensors compare elementwise
                 return buffer.view(source.shape)
         buffer = torch.empty(source.numel(), dtype=source.dtype, device=source.device)
         self._buffers.append(buffer)

@@ -25,6 +25,9 @@ from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 
 ReduceOp = dist.ReduceOp
+#: The futures of finished collectives are dropped once this many are kept (each holds its
+#: tensors: kept for a whole generation, every result of `hvd.allreduce` would stay in memory).
+_PRUNE_AT = 32
 #: A c10d process group object (ProcessGroupGloo / ProcessGroupNCCL); the stubs type them apart.
 Ring = Any
 
@@ -138,6 +141,8 @@ class Communicator:
             future = issue()
         except RuntimeError as exc:
             raise HorovodInternalError(f"{what} failed in generation {self.generation}: {exc}") from exc
+        if len(self._in_flight) >= _PRUNE_AT:
+            self._in_flight = [f for f in self._in_flight if not f.done()]  # a done future holds its tensors
         self._in_flight.append(future)
         return future
 

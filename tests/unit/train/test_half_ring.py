@@ -4,6 +4,7 @@ groups of three ranks (threads of this process, loopback) against float32 arithm
 from __future__ import annotations
 
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -73,6 +74,24 @@ def test_large_half_precision_sums_go_around_the_ring_and_match_float32() -> Non
         assert torch.equal(b, torch.full((n,), 6.0, dtype=torch.bfloat16))
         assert torch.allclose(a.float(), want, atol=1e-2, rtol=1e-2)
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][0], results[2][0])
+
+
+def test_finished_collectives_do_not_keep_their_tensors() -> None:
+    """Hundreds of reductions in one generation: the communicator keeps the futures of those in
+    flight only, so the tensors of finished ones are freed when their owner drops them."""
+
+    def work(comm: Communicator) -> tuple[int, bool]:
+        first = torch.ones(1000)
+        gone = weakref.ref(first)
+        comm.allreduce_(first)
+        del first
+        for _ in range(300):
+            comm.allreduce_(torch.ones(1000))
+            comm.allreduce_(torch.ones(200_000, dtype=torch.float16))  # the half ring's futures too
+        return len(comm._in_flight), gone() is None
+
+    for kept, freed in _on_three_ranks(work):
+        assert kept <= 40 and freed, (kept, freed)
 
 
 def test_small_or_other_tensors_stay_with_gloo() -> None:

@@ -47,3 +47,13 @@ def test_small_results_and_other_shapes_are_not_pooled_and_the_pool_is_bounded()
     again = pool.empty_like(big.view(-1, 1))  # now free: reused, reshaped
     assert again.shape == (big.numel(), 1) and len(pool) == MAX_BUFFERS
     assert any(again.data_ptr() == b.data_ptr() for b in pool._buffers)
+
+
+def test_buffers_of_several_sizes_are_found_by_size() -> None:
+    pool = ResultPool()
+    small, large = torch.zeros(MIN_BYTES // 4), torch.zeros(MIN_BYTES // 2)
+    a, b = pool.empty_like(small), pool.empty_like(large)
+    addresses = (a.data_ptr(), b.data_ptr())
+    del a, b
+    assert (pool.empty_like(small).data_ptr(), pool.empty_like(large).data_ptr()) == addresses  # the newest used last
+    assert pool.empty_like(large).data_ptr() == addresses[1] and len(pool) == 2
