@@ -21,13 +21,10 @@ def by_kind(tensors: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def pack(group: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
-    """The group's elements one after another in one 1-D tensor (into `out` when given: a buffer
-    kept across calls allocates nothing)."""
-    flat = [t.detach().reshape(-1) for t in group]
-    if out is None:
-        return torch.cat(flat)
-    return torch.cat(flat, out=out)
+def pack(group: list[torch.Tensor]) -> torch.Tensor:
+    """The group's elements one after another in one new 1-D tensor (gradient buckets pack into
+    buffers of their own with `pack_scaled`)."""
+    return torch.cat([t.detach().reshape(-1) for t in group])
 
 
 def pack_scaled(group: list[torch.Tensor], views_out: list[torch.Tensor], scale: float) -> None:
