@@ -41,7 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODELS = ("mlp-1.3m", "mlp-25m", "resnet-18")
 WARMUP = 3
 SIZES_MB = (1, 16, 64)
-REPEATS = 5
+REPEATS = 20
 
 
 def build(name: str) -> tuple[Any, Callable[[], Any], int]:

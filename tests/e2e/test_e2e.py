@@ -155,6 +155,8 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         assert result["average"] == [2.0, 4.0] and result["sum"] == [6.0, 12.0] and result["max"] == [3.0, 6.0]
         assert result["input_untouched"] == [r + 1.0, 2.0 * (r + 1)]
         assert result["half_sum"] == [6.0] and result["bf16_average"] == [2.0]
+        assert result["big_ring_used"] and result["big_untouched"], result
+        assert result["big_sum_error"] == 0.0 and result["big_average_error"] < 1e-6, result
         assert result["allgather"] == [[0, 0], [1, 1], [1, 1], [2, 2], [2, 2], [2, 2]]
         assert result["broadcast"] == [20.0]
         assert result["object"] == {"from": 0, "text": "hi"}
@@ -177,6 +179,7 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         assert order["order_0"] == order["order_1"] == order["order_2"] == results[0]["bucket_order"]["order_0"]
         assert order["order_0"][:2] in (["side.bias", "side.weight"], ["side.weight", "side.bias"]), order  # rank 0's
         assert set(order["order_0"][2:4]) == {"head.bias", "head.weight"}, order
+    assert len({result["big_digest"] for result in results}) == 1  # the same bytes on every rank
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1
     # state sync moves only what differs, and leaves every rank with rank 0's commit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -127,6 +128,16 @@ def main() -> None:
     result["max"] = hvd.allreduce(value, op=hvd.Max).tolist()
     result["adasum"] = hvd.allreduce(value, op=hvd.Adasum).tolist()
     result["input_untouched"] = value.tolist()
+    # 6 MB of float32 summed straight into new tensors around the ring of point-to-point transfers
+    big = torch.arange(1_500_001, dtype=torch.float32) * (rank + 1)
+    summed = hvd.allreduce(big, op=hvd.Sum, postscale_factor=0.5)
+    result["big_ring_used"] = hvd.context().communicator()._ring_sum is not None
+    averaged = hvd.allreduce(big, prescale_factor=2.0)
+    expected = torch.arange(1_500_001, dtype=torch.float64) * (size * (size + 1) / 2)
+    result["big_sum_error"] = float((summed.double() - expected * 0.5).abs().max())
+    result["big_average_error"] = float(((averaged.double() - expected * 2.0 / size) / expected.clamp(min=1)).abs().max())
+    result["big_digest"] = hashlib.sha256(summed.numpy().tobytes() + averaged.numpy().tobytes()).hexdigest()
+    result["big_untouched"] = torch.equal(big, torch.arange(1_500_001, dtype=torch.float32) * (rank + 1))
     # 600 KB of float16 / bfloat16: summed around the half-precision ring of point-to-point transfers
     result["half_sum"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.float16), op=hvd.Sum).tolist()))
     result["bf16_average"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.bfloat16)).tolist()))

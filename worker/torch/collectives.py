@@ -45,8 +45,6 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
     return tensor
 
 
-#: A new tensor larger than two of these is copied and reduced in chunks of this size, pipelined.
-PIPELINE_CHUNK_BYTES = 4 << 20
 #: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
 #: page faults would cost more than the reduction).
 _results = ResultPool()
@@ -57,26 +55,16 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     """Reduce `tensor` across all workers and return the result (the input is left alone)."""
     op = _resolve_op(op, average)
     if compression is Compression.none and op in (Average, Sum) and tensor.is_floating_point():
-        # The copy the result needs is made with every scale folded in (one pass), then summed
-        # in place: no second pass to average, as `all_reduce` on a tensor of one's own.
+        # Summed straight from the input into the result (`Communicator.sum_into_async_`: no copy
+        # first for a large tensor), the average's 1/n and the postscale applied after the sum as
+        # Horovod does; a prescale before it, as Horovod does (a half-precision sum may need it
+        # to stay in range).
         comm = context().communicator()
-        scale = prescale_factor * postscale_factor / (comm.size if op == Average else 1)
         source = tensor.detach()
+        if prescale_factor != 1.0:
+            source = source * prescale_factor
         out = _results.empty_like(source)  # a large result reuses a buffer nobody holds any more
-        if comm.size == 1 or source.numel() * source.element_size() < 2 * PIPELINE_CHUNK_BYTES:
-            torch.mul(source, scale, out=out) if scale != 1.0 else out.copy_(source)
-            return allreduce_(out, op=Sum)
-        # A large tensor: the copy of each chunk overlaps the reduction of the chunks before it,
-        # instead of all of it coming first.
-        flat_source, flat_out = source.reshape(-1), out.view(-1)
-        step = max(1, PIPELINE_CHUNK_BYTES // source.element_size())
-        pending = []
-        for start in range(0, flat_out.numel(), step):
-            chunk = flat_out[start:start + step]
-            torch.mul(flat_source[start:start + step], scale, out=chunk)
-            pending.append(comm.allreduce_async_(chunk))
-        for work in pending:
-            work.wait()
+        comm.sum_into_async_(source, out, postscale_factor / (comm.size if op == Average else 1)).wait()
         return out
     compressed, ctx = compression.compress(tensor.detach().clone())
     allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)

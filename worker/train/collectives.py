@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ringmaster.common.network import NetworkError, interface_names, route_address
 from ringmaster.proto import environment as env_names
-from ringmaster.worker.train import half_ring
+from ringmaster.worker.train import ring_sum
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 
@@ -55,7 +55,7 @@ class Communicator:
         self.link = link
         self.timeout_s = timeout_s
         self._in_flight: list[torch.futures.Future] = []  # issued, not known to be done
-        self._half_ring: half_ring.HalfRing | None = None  # made at the first large half-precision sum
+        self._ring_sum: ring_sum.RingSum | None = None  # made at the first sum that goes around it
 
     @property
     def idle(self) -> bool:
@@ -72,17 +72,32 @@ class Communicator:
         """Start reducing `tensor` in place and return at once; `Pending.wait()` waits for it, as
         boundedly as every other collective. Collectives started this way go out in the order
         they are started, which must be the same on every rank. Large float16/bfloat16 sums on
-        the CPU go around `HalfRing` (Gloo's own half-precision sums are slow)."""
+        the CPU go around `RingSum` (Gloo's own half-precision sums are slow)."""
         if self.size == 1:
             return Pending(self, None, "allreduce")
-        if op == ReduceOp.SUM and half_ring.takes(tensor, self.size):
-            if self._half_ring is None:
-                self._half_ring = half_ring.HalfRing(self.pg, self.rank, self.size, self.timeout_s)
-            ring = self._half_ring
+        if op == ReduceOp.SUM and ring_sum.takes(tensor, self.size):
+            ring = self._ring_sums()
             return Pending(self, self._issue_future(lambda: ring.sum_async_(tensor), "allreduce"), "allreduce")
         options = dist.AllreduceOptions()
         options.reduceOp = op
         return Pending(self, self._issue(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce"), "allreduce")
+
+    def sum_into_async_(self, source: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> "Pending":
+        """Start summing `source` (left alone) into `out` (same shape and dtype, contiguous), then
+        multiplying by `scale`. Large CPU tensors go around `RingSum`, which sends from `source`
+        and receives into `out` with no copy; others are copied (scaled) into `out` and summed
+        there (the scale then applies before the sum: the same value up to rounding)."""
+        if ring_sum.takes_into(source, self.size):
+            ring = self._ring_sums()
+            return Pending(self, self._issue_future(lambda: ring.sum_into_async_(source, out, scale), "allreduce"),
+                           "allreduce")
+        torch.mul(source, scale, out=out) if scale != 1.0 else out.copy_(source)
+        return self.allreduce_async_(out)
+
+    def _ring_sums(self) -> ring_sum.RingSum:
+        if self._ring_sum is None:
+            self._ring_sum = ring_sum.RingSum(self.pg, self.rank, self.size, self.timeout_s)
+        return self._ring_sum
 
     def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
         if self.size > 1:
