@@ -286,7 +286,7 @@ def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(ru
     logs = read_logs(log_dir)
     (dying,) = events(logs, "dying")
     assert dying["in_flight"] >= 1, dying  # buckets were out when it died
-    assert dying["half_ring"] == (compression == "fp16"), dying
+    assert dying["ring_sum"] == (compression == "fp16"), dying
     resets = events(logs, "reset")
     assert len(resets) == 2 and all(r["grads_cleared"] for r in resets), resets
     assert job.events("worker.exited", exit_code=1) and job.events("generation.formed", number=2, size=2)

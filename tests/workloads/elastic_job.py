@@ -180,7 +180,7 @@ def main() -> None:
             generation = hvd.context().assignment.generation
             if generation == 1 and hvd.rank() == hvd.size() - 1 and state.step + 1 == args.die_in_backward_at:
                 log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight,
-                    half_ring=hvd.context().communicator()._ring_sum is not None)
+                    ring_sum=hvd.context().communicator()._ring_sum is not None)
                 os._exit(1)
         first_layer: Any = model.body if isinstance(model, HeadFirst) else cast(torch.nn.Sequential, model)[0]
         first_layer.weight.register_post_accumulate_grad_hook(die_mid_backward)
