@@ -82,7 +82,7 @@ class RingSum:
     def sum_async_(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start summing `tensor` in place across the ring; its future is done (or failed) when
         the sum is in `tensor`."""
-        return self._start(lambda tag: self._sum(tensor.view(-1), tag), tensor)
+        return self._start(lambda tag: self._sum(tensor.view(-1), tag))
 
     def sum_into_async_(self, source: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> torch.futures.Future:
         """Start summing `source` across the ring into `out` (same shape and dtype, contiguous;
@@ -90,16 +90,19 @@ class RingSum:
         if out.shape != source.shape or out.dtype != source.dtype or not out.is_contiguous():
             raise ValueError(f"the output of a ring sum must be a contiguous {source.dtype} tensor of shape "
                              f"{tuple(source.shape)}, got {out.dtype} {tuple(out.shape)}")
-        return self._start(lambda tag: self._sum_into(source.reshape(-1), out.view(-1), scale, tag), out)
+        return self._start(lambda tag: self._sum_into(source.reshape(-1), out.view(-1), scale, tag))
 
-    def _start(self, run: Callable[[int], None], result: torch.Tensor) -> torch.futures.Future:
+    def _start(self, run: Callable[[int], None]) -> torch.futures.Future:
+        """Run `run(first tag)` on a thread of its own. The future's value is None: the
+        communicator keeps recent futures, and one holding its tensor would keep a result the
+        caller dropped (the result pool could not hand its buffer out again)."""
         first_tag = _TAG_BASE + next(self._tags) * 2 * (self.size - 1) % _TAG_SPACE
         future: torch.futures.Future = torch.futures.Future()
 
         def target() -> None:
             try:
                 run(first_tag)
-                future.set_result(result)
+                future.set_result(None)
             except Exception as exc:  # handed to whoever waits on the future
                 future.set_exception(exc)
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train import ring_sum
 from ringmaster.worker.train.collectives import Communicator
 
@@ -103,6 +104,26 @@ def test_sums_into_a_new_tensor_leave_the_input_alone_and_scale_once() -> None:
             assert torch.allclose(out.double(), want[k], atol=tolerance[k], rtol=tolerance[k]), k
     for k in want:  # every rank ends with the same bytes
         assert torch.equal(results[0][0][k], results[1][0][k]) and torch.equal(results[0][0][k], results[2][0][k]), k
+
+
+def test_a_dropped_result_of_a_ring_sum_is_free_for_the_result_pool() -> None:
+    """Nothing the communicator keeps (its recent futures) holds the result: once the caller
+    drops it, `hvd.allreduce`'s pool hands the same buffer out again (else: fresh memory, page
+    faults, every call)."""
+
+    def work(comm: Communicator) -> tuple[bool, bool]:
+        pool = ResultPool()
+        source = torch.ones(2_300_000)  # 9.2 MB: pooled
+        first = pool.empty_like(source)
+        comm.sum_into_async_(source, first, 0.5).wait()
+        address, summed = first.data_ptr(), bool((first == 1.5).all())
+        del first
+        second = pool.empty_like(source)
+        comm.sum_into_async_(source, second, 0.5).wait()
+        return second.data_ptr() == address, summed and bool((second == 1.5).all())
+
+    for reused, right in _on_three_ranks(work):
+        assert reused and right
 
 
 def test_small_sums_into_a_new_tensor_are_copied_then_summed_by_gloo() -> None:
