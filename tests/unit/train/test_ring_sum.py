@@ -9,6 +9,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -56,7 +57,14 @@ def _on_three_ranks(work: Callable[[Communicator], Any]) -> list[Any]:
     return results
 
 
-def test_large_half_precision_sums_go_around_the_ring_and_match_float32() -> None:
+#: The default chunk size, and a small odd one that splits every segment into many chunks whose
+#: boundaries fall between elements' bytes.
+CHUNKS = [ring_sum.CHUNK_BYTES, 12_345]
+
+
+@pytest.mark.parametrize("chunk_bytes", CHUNKS)
+def test_large_half_precision_sums_go_around_the_ring_and_match_float32(chunk_bytes: int, monkeypatch) -> None:
+    monkeypatch.setattr(ring_sum, "CHUNK_BYTES", chunk_bytes)
     n = 300_001  # not a multiple of 3: segments of unequal length
 
     def work(comm: Communicator) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -78,7 +86,9 @@ def test_large_half_precision_sums_go_around_the_ring_and_match_float32() -> Non
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][0], results[2][0])
 
 
-def test_sums_into_a_new_tensor_leave_the_input_alone_and_scale_once() -> None:
+@pytest.mark.parametrize("chunk_bytes", CHUNKS)
+def test_sums_into_a_new_tensor_leave_the_input_alone_and_scale_once(chunk_bytes: int, monkeypatch) -> None:
+    monkeypatch.setattr(ring_sum, "CHUNK_BYTES", chunk_bytes)
     n = 1_100_003  # 4.4 MB of float32, not a multiple of 3
 
     def inputs(rank: int) -> dict[str, torch.Tensor]:
