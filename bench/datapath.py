@@ -15,9 +15,10 @@ both batch 64, and a ResNet-18-sized conv net (11.7 M parameters, written here: 
 wheel here is a CUDA build) on 64x64 images, batch 16. Then allreduce throughput for 1, 16 and
 64 MB, alternating in the same processes too: `hvd.allreduce_` (in place) against raw
 `torch.distributed.all_reduce`, and `hvd.allreduce` (Average, a new tensor) against the same
-with torch.distributed alone (clone, all_reduce, div_): a new tensor of over 32 MB is fresh
-memory from the kernel each time (page faults) that an in-place reduction never touches. Ranks must end with identical
-parameters (checked for every way). `--spares 0`: a warm spare importing torch beside the job
+with torch.distributed alone (clone, all_reduce, div_): torch's way copies the whole input before
+a byte goes out (and a new tensor of over 32 MB is fresh memory from the kernel each time: page
+faults), where `hvd.allreduce` sums from the input straight into a pooled result. Ranks must end
+with identical parameters (checked for every way). `--spares 0`: a warm spare importing torch beside the job
 would take a core from it for a few seconds.
 
 Run: python bench/datapath.py [--steps 60] [--models mlp-1.3m,mlp-25m,resnet-18]

@@ -86,7 +86,8 @@ class Communicator:
         """Start summing `source` (left alone) into `out` (same shape and dtype, contiguous), then
         multiplying by `scale`. Large CPU tensors go around `RingSum`, which sends from `source`
         and receives into `out` with no copy; others are copied (scaled) into `out` and summed
-        there (the scale then applies before the sum: the same value up to rounding)."""
+        there (the scale then applies before the sum: the same value up to rounding). `source`
+        may be read until `wait()` returns: leave it alone until then."""
         if ring_sum.takes_into(source, self.size):
             ring = self._ring_sums()
             return Pending(self, self._issue_future(lambda: ring.sum_into_async_(source, out, scale), "allreduce"),
