@@ -32,13 +32,13 @@ import torch
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 #: Smaller half-precision tensors go to Gloo's own allreduce (2(n-1) transfers cost more than the sum).
 MIN_BYTES = 256 << 10
-#: Sums of float32/float64 into a new tensor from this size on go around this ring; below it, a copy and Gloo's
-#: in-place allreduce cost less than a thread and 2(n-1) transfers (measured: 0.4x at 1 MB,
-#: 1.04-1.17x of Gloo's in-place allreduce from 4 MB on, 2 ranks).
+#: Sums of float32/float64 into a new tensor from this size on go around this ring; below it, a
+#: copy and Gloo's in-place allreduce cost less than a thread and 2(n-1) transfers (measured,
+#: 2 ranks: 0.4x of Gloo's in-place allreduce at 1 MB, 1.04-1.17x from 4 MB on).
 MIN_BYTES_INTO = 4 << 20
 #: Segments move in chunks of this size, each under a tag of its own, so that the adds of the
 #: reduce-scatter overlap the transfer of the chunks after them (measured, 2 ranks: 2 MB chunks
-#: 1.06-1.09x of Gloo's allreduce at 16/64 MB, whole segments 0.91-0.99x).
+#: 1.00-1.09x of Gloo's allreduce at 16/64 MB, whole segments 0.91-0.99x).
 CHUNK_BYTES = 2 << 20
 #: Gloo's point-to-point tags are 32-bit; ours lie in [_TAG_BASE, _TAG_BASE + _TAG_SPACE), apart
 #: from the tags of the communicator's own send/recv (0: state sync).
@@ -170,7 +170,8 @@ class RingSum:
         sizes of ours: each pair of transfers moves the same segment.)"""
         right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         step = max(1, CHUNK_BYTES // send.element_size())
-        sending = [self.pg.send([send[i:i + step]], right, tag + k) for k, i in enumerate(range(0, send.numel(), step))]
+        sending = [self.pg.send([send[i:i + step]], right, tag + k)
+                   for k, i in enumerate(range(0, send.numel(), step))]
         receiving = [(i, self.pg.recv([receive[i:i + step]], left, tag + k))
                      for k, i in enumerate(range(0, receive.numel(), step))]
         for start, work in receiving:
