@@ -43,6 +43,8 @@ CHUNK_BYTES = 2 << 20
 #: Gloo's point-to-point tags are 32-bit; ours lie in [_TAG_BASE, _TAG_BASE + _TAG_SPACE), apart
 #: from the tags of the communicator's own send/recv (0: state sync).
 _TAG_BASE = 1 << 20
+#: The dtypes a reduction's length check tells apart (others are 0 on every rank).
+_DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
 _TAG_SPACE = 1 << 29
 
 
@@ -98,22 +100,44 @@ class RingSum:
         return self._start(lambda tag: self._sum_into(flat_source, flat_out, scale, tag), flat_out)
 
     def _start(self, run: Callable[[int], None], flat: torch.Tensor) -> torch.futures.Future:
-        """Take the tags of a reduction of `flat` and run `run(first tag)` on a thread of its own.
-        The future's value is None: the communicator keeps recent futures, and one holding its
-        tensor would keep a result the caller dropped (the result pool could not hand its buffer
-        out again)."""
-        first_tag = self._take_tags(2 * (self.size - 1) * _chunks(flat, self.size))
+        """Take the tags of a reduction of `flat` and run it on a thread of its own: first the
+        check that the left neighbour reduces a tensor of the same length and dtype (tag one),
+        then `run(second tag)`. The future's value is None: the communicator keeps recent
+        futures, and one holding its tensor would keep a result the caller dropped (the result
+        pool could not hand its buffer out again)."""
+        first_tag = self._take_tags(1 + 2 * (self.size - 1) * _chunks(flat, self.size))
         future: torch.futures.Future = torch.futures.Future()
 
         def target() -> None:
             try:
-                run(first_tag)
+                self._check_left_neighbour(flat, first_tag)
+                run(first_tag + 1)
                 future.set_result(None)
             except Exception as exc:  # handed to whoever waits on the future
                 future.set_exception(exc)
 
         threading.Thread(target=target, name="ringmaster-ring-sum", daemon=True).start()
         return future
+
+    def _check_left_neighbour(self, flat: torch.Tensor, tag: int) -> None:
+        """Refuse a reduction whose tensor differs in length or dtype from the left neighbour's
+        (a user bug: ranks reducing different tensors). Without it, chunks of equal size would
+        land in the wrong places and a rank could return a wrong sum as if nothing happened.
+        Each rank checks its left neighbour, so around the ring all agree or one refuses; the
+        check waits for 16 bytes from the neighbour before any data moves."""
+        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        mine = torch.tensor([flat.numel(), _DTYPE_CODES.get(flat.dtype, 0)], dtype=torch.int64)
+        theirs = torch.empty(2, dtype=torch.int64)
+        sending = self.pg.send([mine], right, tag)
+        self.pg.recv([theirs], left, tag).wait(self.timeout)
+        sending.wait(self.timeout)
+        if not torch.equal(mine, theirs):
+            dtypes = {code: dtype for dtype, code in _DTYPE_CODES.items()}
+            theirs_dtype = dtypes.get(int(theirs[1]), "another dtype")
+            raise ValueError(
+                f"allreduce: rank {self.rank} reduces {flat.numel()} elements of {flat.dtype}, but rank {left} "
+                f"reduces {int(theirs[0])} of {theirs_dtype} at the same point: every rank must reduce tensors of "
+                "the same shape and dtype, in the same order")
 
     def _take_tags(self, count: int) -> int:
         """The first of `count` consecutive tags, taken in start order: the same on every rank,

@@ -148,6 +148,39 @@ def test_small_sums_into_a_new_tensor_are_copied_then_summed_by_gloo() -> None:
         assert untouched and not used_the_ring and torch.equal(out, torch.full((1000,), 3.0))
 
 
+@pytest.mark.parametrize("odd", ["length", "dtype"])
+def test_ranks_reducing_different_tensors_are_refused_not_summed_wrongly(odd: str) -> None:
+    """Rank 2 reduces a tensor of another length (or dtype) than ranks 0 and 1. Ranks whose left
+    neighbour differs (0 and 2) refuse with a message naming both; rank 1, whose neighbour
+    agrees, fails when its peers stop (here: its bounded wait). No rank returns a sum."""
+    store = dist.HashStore()
+    outcomes: list[Any] = [None] * 3
+
+    def rank_main(rank: int) -> None:
+        pg = dist.ProcessGroupGloo(dist.PrefixStore("odd", store), rank, 3, timedelta(seconds=30))
+        comm = Communicator(pg, rank, 3, generation=1, link=None, timeout_s=3)
+        n = 600_000 + (1000 if odd == "length" and rank == 2 else 0)
+        dtype = torch.bfloat16 if odd == "dtype" and rank == 2 else torch.float16
+        try:
+            comm.allreduce_(torch.ones(n, dtype=dtype))
+            outcomes[rank] = "summed"
+        except Exception as exc:  # the outcome under test
+            outcomes[rank] = exc
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), outcomes
+    for rank in (0, 2):
+        assert isinstance(outcomes[rank], ValueError), outcomes
+        assert "every rank must reduce tensors of the same shape and dtype" in str(outcomes[rank])
+    want = "601000 of torch.float16" if odd == "length" else "600000 of torch.bfloat16"
+    assert want in str(outcomes[0]), outcomes[0]
+    assert isinstance(outcomes[1], Exception), outcomes
+
+
 def test_a_ring_sum_refuses_an_output_unlike_its_input() -> None:
     ring = ring_sum.RingSum(pg=None, rank=0, size=3, timeout_s=1)
     try:
