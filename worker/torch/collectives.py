@@ -56,9 +56,8 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = _resolve_op(op, average)
     if compression is Compression.none and op in (Average, Sum) and tensor.is_floating_point():
         # Summed straight from the input into the result (`Communicator.sum_into_async_`: no copy
-        # first for a large tensor), the average's 1/n and the postscale applied after the sum as
-        # Horovod does; a prescale before it, as Horovod does (a half-precision sum may need it
-        # to stay in range).
+        # first for a large tensor). As in Horovod, the average's 1/n and the postscale apply
+        # after the sum, a prescale before it (a half-precision sum may need it to stay in range).
         comm = context().communicator()
         source = tensor.detach()
         if prescale_factor != 1.0:
