@@ -82,13 +82,14 @@ class RingSum:
         self.rank = rank
         self.size = size
         self.timeout = timedelta(seconds=timeout_s)
+        self._right, self._left = (rank + 1) % size, (rank - 1) % size  # the neighbours sent to, received from
         self._next_tag = 0  # relative to _TAG_BASE
 
     def sum_async_(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start summing `tensor` in place across the ring; its future is done (or failed) when
         the sum is in `tensor`."""
         flat = tensor.view(-1)
-        return self._start(lambda tag: self._sum(flat, tag), flat)
+        return self._start(lambda tag, span: self._sum(flat, tag, span), flat)
 
     def sum_into_async_(self, source: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> torch.futures.Future:
         """Start summing `source` across the ring into `out` (same shape and dtype, contiguous;
@@ -97,21 +98,22 @@ class RingSum:
             raise ValueError(f"the output of a ring sum must be a contiguous {source.dtype} tensor of shape "
                              f"{tuple(source.shape)}, got {out.dtype} {tuple(out.shape)}")
         flat_source, flat_out = source.reshape(-1), out.view(-1)
-        return self._start(lambda tag: self._sum_into(flat_source, flat_out, scale, tag), flat_out)
+        return self._start(lambda tag, span: self._sum_into(flat_source, flat_out, scale, tag, span), flat_out)
 
-    def _start(self, run: Callable[[int], None], flat: torch.Tensor) -> torch.futures.Future:
+    def _start(self, run: Callable[[int, int], None], flat: torch.Tensor) -> torch.futures.Future:
         """Take the tags of a reduction of `flat` and run it on a thread of its own: first the
         check that the left neighbour reduces a tensor of the same length and dtype (tag one),
-        then `run(second tag)`. The future's value is None: the communicator keeps recent
+        then `run(second tag, tags per transfer)`. The future's value is None: the communicator keeps recent
         futures, and one holding its tensor would keep a result the caller dropped (the result
         pool could not hand its buffer out again)."""
-        first_tag = self._take_tags(1 + 2 * (self.size - 1) * _chunks(flat, self.size))
+        span = _chunks(flat, self.size)  # tags per transfer: one per chunk
+        first_tag = self._take_tags(1 + 2 * (self.size - 1) * span)
         future: torch.futures.Future = torch.futures.Future()
 
         def target() -> None:
             try:
                 self._check_left_neighbour(flat, first_tag)
-                run(first_tag + 1)
+                run(first_tag + 1, span)
                 future.set_result(None)
             except Exception as exc:  # handed to whoever waits on the future
                 future.set_exception(exc)
@@ -125,17 +127,16 @@ class RingSum:
         land in the wrong places and a rank could return a wrong sum as if nothing happened.
         Each rank checks its left neighbour, so around the ring all agree or one refuses; the
         check waits for 16 bytes from the neighbour before any data moves."""
-        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         mine = torch.tensor([flat.numel(), _DTYPE_CODES.get(flat.dtype, 0)], dtype=torch.int64)
         theirs = torch.empty(2, dtype=torch.int64)
-        sending = self.pg.send([mine], right, tag)
-        self.pg.recv([theirs], left, tag).wait(self.timeout)
+        sending = self.pg.send([mine], self._right, tag)
+        self.pg.recv([theirs], self._left, tag).wait(self.timeout)
         sending.wait(self.timeout)
         if not torch.equal(mine, theirs):
             dtypes = {code: dtype for dtype, code in _DTYPE_CODES.items()}
             theirs_dtype = dtypes.get(int(theirs[1]), "another dtype")
             raise ValueError(
-                f"allreduce: rank {self.rank} reduces {flat.numel()} elements of {flat.dtype}, but rank {left} "
+                f"allreduce: rank {self.rank} reduces {flat.numel()} elements of {flat.dtype}, but rank {self._left} "
                 f"reduces {int(theirs[0])} of {theirs_dtype} at the same point: every rank must reduce tensors of "
                 "the same shape and dtype, in the same order")
 
@@ -148,28 +149,27 @@ class RingSum:
         self._next_tag += count
         return first
 
-    def _sum(self, flat: torch.Tensor, tag: int) -> None:
+    def _sum(self, flat: torch.Tensor, tag: int, span: int) -> None:
         segments = list(flat.tensor_split(self.size))
         incoming = torch.empty(segments[0].numel(), dtype=flat.dtype)  # the first segment is the largest
         scatter, gather = segment_order(self.rank, self.size)
-        span = _chunks(flat, self.size)
         for sent, received in scatter:
             into, target = incoming[: segments[received].numel()], segments[received]
             self._exchange(segments[sent], into, tag, lambda a, b: target[a:b].add_(into[a:b]))
             tag += span
         self._gather(segments, gather, tag, span)
 
-    def _sum_into(self, source: torch.Tensor, out: torch.Tensor, scale: float, tag: int) -> None:
+    def _sum_into(self, source: torch.Tensor, out: torch.Tensor, scale: float, tag: int, span: int) -> None:
         inputs, outputs = list(source.tensor_split(self.size)), list(out.tensor_split(self.size))
         scatter, gather = segment_order(self.rank, self.size)
-        span = _chunks(source, self.size)
         for step, (sent, received) in enumerate(scatter):
             mine, landed = inputs[received], outputs[received]
             # After the last step this rank holds the full sum of `received`: each chunk is
             # scaled as it is summed, while it is still in cache.
             last = step == len(scatter) - 1 and scale != 1.0
 
-            def combine(a: int, b: int, mine: torch.Tensor = mine, landed: torch.Tensor = landed, last: bool = last) -> None:
+            def combine(a: int, b: int, mine: torch.Tensor = mine, landed: torch.Tensor = landed,
+                        last: bool = last) -> None:
                 chunk = landed[a:b].add_(mine[a:b])
                 if last:
                     chunk.mul_(scale)
@@ -192,11 +192,10 @@ class RingSum:
         runs on each received chunk's range as soon as it has landed, so the adds of a
         reduce-scatter overlap the chunks still on the wire. (The neighbours' segments have the
         sizes of ours: each pair of transfers moves the same segment.)"""
-        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         step = max(1, CHUNK_BYTES // send.element_size())
-        sending = [self.pg.send([send[i:i + step]], right, tag + k)
+        sending = [self.pg.send([send[i:i + step]], self._right, tag + k)
                    for k, i in enumerate(range(0, send.numel(), step))]
-        receiving = [(i, self.pg.recv([receive[i:i + step]], left, tag + k))
+        receiving = [(i, self.pg.recv([receive[i:i + step]], self._left, tag + k))
                      for k, i in enumerate(range(0, receive.numel(), step))]
         for start, work in receiving:
             work.wait(self.timeout)
