@@ -8,7 +8,10 @@ from ringmaster.discovery.errors import DiscoveryError
 
 # Host names as DNS allows them (RFC 1123 labels; `_` too, as real clusters use it), which
 # covers IPv4 literals; no spaces, no colons (IPv6 literals cannot be told from host:slots).
-_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_\-]{0,61}[A-Za-z0-9_])?$")
+# Matched whole (`fullmatch`): `$` alone would let a trailing newline through.
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_\-]{0,61}[A-Za-z0-9_])?")
+#: A slot count as people write it: ASCII digits only (Python's int() also takes '1_0' and '１').
+_SLOTS = re.compile(r"-?[0-9]{1,12}")
 #: Longest host name DNS allows.
 MAX_HOST_NAME = 253
 #: Most slots one host may offer (far above any machine's GPUs or sensible CPU workers).
@@ -26,7 +29,7 @@ def host_name_problem(host: str) -> str | None:
         return f"a host name of {len(host)} characters is over DNS's limit of {MAX_HOST_NAME}"
     if ":" in host:
         return f"{host[:80]!r} looks like an IPv6 address; give the host's name instead"
-    if not all(_LABEL.match(label) for label in host.split(".")):
+    if not all(_LABEL.fullmatch(label) for label in host.split(".")):
         return (f"{host[:80]!r} is not a valid host name (letters, digits, '-', '_' in dot-separated labels "
                 "of at most 63 characters)")
     return None
@@ -37,12 +40,14 @@ def _parse_entry(entry: str, default_slots: int | None, where: str) -> tuple[str
         host, _, slots_text = entry.rpartition(":")
         host = host.strip()
         slots_text = slots_text.strip()
-        try:
-            slots = int(slots_text) if len(slots_text) <= 12 else MAX_SLOTS_PER_HOST + 1
-        except ValueError:
+        if _SLOTS.fullmatch(slots_text):
+            slots = int(slots_text)
+        elif slots_text.isascii() and slots_text.isdigit():  # a long count of ASCII digits
+            slots = MAX_SLOTS_PER_HOST + 1
+        else:
             raise DiscoveryError(
-                f"{where}: {entry!r}: slots {slots_text!r} is not an integer; write 'host:slots', e.g. 'node1:4'"
-            ) from None
+                f"{where}: {entry[:100]!r}: slots {slots_text[:20]!r} is not an integer; write 'host:slots', e.g. 'node1:4'"
+            )
     else:
         host = entry.strip()
         if default_slots is None:

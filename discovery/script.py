@@ -47,15 +47,16 @@ class ScriptDiscovery:
         finally:
             proc.stdout.close()  # type: ignore[union-attr]
             proc.stderr.close()  # type: ignore[union-attr]
-        if outcome == "timeout":
+            # Whatever the script left running in its group (`cmd &`) goes with it: the script
+            # runs every --discovery-interval, and each run's leftovers would pile up.
             _kill_group(proc.pid)
+        if outcome == "timeout":
             proc.wait()
             raise DiscoveryError(
                 f"host discovery script {self.command!r} did not finish within {self.timeout_s:g} s; "
                 "make it return faster (it runs every --discovery-interval)"
             )
         if outcome == "too-much":
-            _kill_group(proc.pid)
             proc.wait()
             raise DiscoveryError(
                 f"host discovery script {self.command!r} printed more than {MAX_OUTPUT_BYTES} bytes; "

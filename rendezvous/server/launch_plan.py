@@ -67,7 +67,7 @@ def ssh_command(host: str, options: SshOptions, remote: list[str], cwd: str) -> 
         argv += ["-p", str(options.port)]
     if options.identity_file:
         argv += ["-i", options.identity_file, "-o", "IdentitiesOnly=yes"]
-    argv += [*options.extra, host]
+    argv += [*options.extra, "--", host]  # whatever the host's name, ssh reads it as a host, never an option
     return argv + [f"cd {shlex.quote(cwd)} && exec {' '.join(shlex.quote(a) for a in remote)}"]
 
 

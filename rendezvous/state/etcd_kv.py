@@ -25,7 +25,7 @@ import grpc
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.state.kv import (
-    Change, Entry, RevisionCompacted, StoreAccessRefused, StoreUnavailable, decode, encode,
+    Change, Entry, RevisionCompacted, StoreAccessRefused, StoreFormatError, StoreUnavailable, decode, encode,
 )
 from ringmaster.rendezvous.state.url import EtcdAccess
 
@@ -131,6 +131,7 @@ class EtcdStore:
         self._index = 0
         self._client = self._new_client()
         self._closing: set[asyncio.Task] = set()  # clients left behind, being closed
+        self.unreadable = 0  # keys skipped because they or their values do not decode
 
     @property
     def endpoint(self) -> str:
@@ -200,8 +201,26 @@ class EtcdStore:
     # ------------------------------------------------------------ keys
     async def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
         result = await self._request(lambda c: c.get_prefix(prefix.encode()))
-        entries = [Entry(kv.key.decode(), decode(kv.key.decode(), kv.value), kv.mod_revision) for kv in result.kvs]
+        entries = []
+        for kv in result.kvs:
+            read = self._read(kv.key, kv.value)
+            if read is not None:
+                entries.append(Entry(read[0], read[1], kv.mod_revision))
         return sorted(entries, key=lambda e: e.key), result.header.revision
+
+    def _read(self, raw_key: bytes, raw_value: bytes) -> tuple[str, dict[str, Any]] | None:
+        """(key, value), or None for a key or value that does not decode: the store is input like
+        any other (anyone with access to etcd may write under the prefix), so such an entry is
+        said, counted and skipped, and never stops a reader or a watch."""
+        try:
+            key = raw_key.decode()
+            return key, decode(key, raw_value)
+        except (UnicodeDecodeError, StoreFormatError) as exc:
+            self.unreadable += 1
+            if self.log is not None:
+                shown = raw_key.decode(errors="replace")[:200]
+                self.log(Event(Kind.STORE_UNREADABLE, {"key": shown, "error": str(exc)[:300], "count": self.unreadable}))
+            return None
 
     async def put(self, key: str, value: dict[str, Any], lease: int | None = None) -> int:
         result = await self._request(lambda c: c.put(key.encode(), encode(value), lease=lease))
@@ -255,9 +274,13 @@ class EtcdStore:
         try:
             watch = await client.watch_prefix(prefix.encode(), start_revision=start_revision)
             async for event in watch:
-                key = event.kv.key.decode()
-                value = None if event.kind == "DELETE" else decode(key, event.kv.value)
-                yield Change(key, value, event.kv.mod_revision)
+                if event.kind == "DELETE":
+                    key = event.kv.key.decode(errors="replace")
+                    yield Change(key, None, event.kv.mod_revision)
+                    continue
+                read = self._read(event.kv.key, event.kv.value)
+                if read is not None:
+                    yield Change(read[0], read[1], event.kv.mod_revision)
         except aetcd.exceptions.RevisionCompactedError as exc:
             raise RevisionCompacted(exc.compacted_revision) from None
         except (*_UNREACHABLE, OSError) as exc:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ringmaster.common.errors import StateError
+from ringmaster.discovery import host_name_problem
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.records import Generation, Host, Phase, Revised, Worker
@@ -110,6 +111,7 @@ class Restored(BaseModel):
     hosts: dict[str, Host]
     workers: dict[str, Worker]
     generation: Optional[Generation]
+    skipped: list[tuple[str, str]] = []  # (key, why) of keys left out: names no host or worker of ours has
 
 
 class Snapshots:
@@ -181,15 +183,16 @@ def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
             f"reads {FORMAT!r} version {VERSION}. Finish that job with the ringmaster that started it, or use "
             "another prefix in --store"
         )
+    skipped: list[tuple[str, str]] = []
     try:
         job = JobRecord.model_validate(raw)
         hosts = {
             key.removeprefix(HOSTS): _host(key.removeprefix(HOSTS), HostRecord.model_validate(v))
-            for key, v in values.items() if key.startswith(HOSTS)
+            for key, v in values.items() if key.startswith(HOSTS) and _name_fits(key, skipped)
         }
         workers = {
             key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v))
-            for key, v in values.items() if key.startswith(WORKERS)
+            for key, v in values.items() if key.startswith(WORKERS) and _name_fits(key, skipped, v.get("host"))
         }
         generation = _generation(GenerationRecord.model_validate(values[GENERATION_KEY])) if GENERATION_KEY in values else None
     except (ValidationError, ValueError, TypeError) as exc:
@@ -198,7 +201,24 @@ def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
         missing = [i for i in generation.member_ids if i not in workers]
         if missing:
             raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing)}")
-    return Restored(job=job, hosts=hosts, workers=workers, generation=generation)
+    return Restored(job=job, hosts=hosts, workers=workers, generation=generation, skipped=skipped)
+
+
+def _name_fits(key: str, skipped: list[tuple[str, str]], worker_host: object = None) -> bool:
+    """Whether the host (`hosts/NAME`) or worker (`workers/HOST/N` of host `worker_host`) a key
+    names could be one of ours: names read back from the store go on to ssh command lines and log
+    lines, so they pass the rule names from discovery and the wire pass. Else the key is skipped."""
+    name = key.split("/", 1)[1]
+    if worker_host is None:
+        problem = host_name_problem(name)
+    else:
+        host, _, number = name.rpartition("/")
+        problem = (f"the worker's host is {str(worker_host)[:80]!r}" if host != worker_host else
+                   host_name_problem(host) or (None if number.isascii() and number.isdigit() and len(number) < 12
+                                               else f"{number[:20]!r} is not a worker number"))
+    if problem is not None:
+        skipped.append((key[:120], problem))
+    return problem is None
 
 
 def diff(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:

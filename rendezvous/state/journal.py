@@ -54,6 +54,8 @@ class Journal:
         entries, _ = await self.store.get_prefix(self.state_prefix)
         values = {e.key.removeprefix(self.state_prefix): e.value for e in entries}
         restored = job_record.read_job(values)
+        for count, (key, why) in enumerate(restored.skipped if restored is not None else (), start=1):
+            _say(Kind.STORE_UNREADABLE, key=key, error=why, count=count)
         self._written = {key: {} for key in values}
         self.lease = await self.store.grant_lease(self.job_ttl_s)
         return restored

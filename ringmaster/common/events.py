@@ -78,6 +78,7 @@ class Kind(enum.StrEnum):
     STORE_LEASE_EXPIRED = "store.lease_expired"
     STORE_CLEANUP_FAILED = "store.cleanup_failed"
     AGENT_LEASE_FAILED = "store.agent_lease_failed"
+    STORE_UNREADABLE = "store.unreadable"
     # agent
     AGENT_SESSION = "agent.session"
     AGENT_REFUSED = "agent.refused"
@@ -187,6 +188,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.STORE_LEASE_EXPIRED: Spec(_W, "the job's lease in the store expired; rewriting every key"),
     Kind.STORE_CLEANUP_FAILED: Spec(_W, "could not remove the finished job's keys: {error}; they expire within {ttl_s} s"),
     Kind.AGENT_LEASE_FAILED: Spec(_W, "could not record the agent of {host} in the store: {error}"),
+    Kind.STORE_UNREADABLE: Spec(_W, "skipped the store's key {key}: {error} ({count} skipped so far; was it written by "
+                                    "something other than ringmaster?)"),
     Kind.AGENT_SESSION: Spec(_I, "session with the rendezvous at {address}"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),

@@ -164,6 +164,63 @@ def test_a_store_written_by_something_else_is_refused_not_misread(values, messag
         job_record.read_job(values)
 
 
+def test_names_read_back_from_the_store_are_checked_like_names_from_the_wire() -> None:
+    """A key `hosts/-oProxyCommand=...` would reach ssh's command line as a host; a worker whose
+    record names another host, or a newline in a name, would reach logs and commands. Such keys
+    are skipped and named; the job itself is read."""
+    values = running_job()[0].coordinator.record()
+    host_value = values["hosts/a"]
+    worker_key = next(k for k in values if k.startswith("workers/a/"))
+    hostile = {
+        **values,
+        "hosts/-oProxyCommand=id >x": host_value,
+        "hosts/c\n": host_value,
+        "workers/b/99": {**values[worker_key], "host": "a"},  # a worker id of host b, said to run on a
+        "workers/a/x1": values[worker_key],
+    }
+    restored = job_record.read_job(hostile)
+    assert restored is not None
+    assert set(restored.hosts) == {"a", "b"}
+    assert "b/99" not in restored.workers and "a/x1" not in restored.workers
+    assert sorted(key for key, _ in restored.skipped) == sorted(
+        ["hosts/-oProxyCommand=id >x", "hosts/c\n", "workers/b/99", "workers/a/x1"])
+    assert job_record.read_job(values).skipped == []
+
+
+def test_garbage_under_agents_never_stops_the_lease_watch(etcd, prefix, logged_events) -> None:
+    """Anyone with access to etcd may write under the prefix: a value that is not JSON is said,
+    counted and skipped, and an agent whose lease then expires is still reported."""
+    import aetcd
+
+    from ringmaster.rendezvous.state.etcd_kv import EtcdStore
+
+    async def main():
+        store = await EtcdStore.connect([etcd.endpoint], log=logged_events.events.append)
+        raw = aetcd.Client(host=etcd.endpoint[0], port=etcd.endpoint[1])
+        try:
+            expired: list[str] = []
+            leases = AgentLeases(store, prefix, 2, expired.append)
+            await leases.connected("silent", 2)
+            watch = asyncio.create_task(leases.watch())
+            await raw.put(f"{prefix}agents/junk".encode(), b"not json")
+            await raw.put(f"{prefix}agents/".encode() + b"\xff\xfe", b"{}")  # a key that is not UTF-8
+            deadline = time.monotonic() + 15
+            while not expired:  # "silent" never heartbeats: its lease runs out on etcd's clock
+                assert not watch.done(), f"the watch stopped: {watch.exception()!r}"
+                assert time.monotonic() < deadline, "the lease that ran out after the garbage was not reported"
+                await asyncio.sleep(0.1)
+            assert expired == ["silent"]
+            assert store.unreadable >= 1
+            assert any("agents/junk" in e.fields["key"] for e in logged_events.of(Kind.STORE_UNREADABLE))
+            entries, _ = await store.get_prefix(prefix + "agents/")  # reading skips it too
+            assert [e.key for e in entries] == []
+            watch.cancel()
+        finally:
+            await raw.close()
+            await store.close()
+    run(main())
+
+
 def test_diff_writes_what_changed_and_deletes_what_went() -> None:
     puts, deletes = job_record.diff({"a": {"x": 1}, "b": {"x": 2}}, {"a": {"x": 1}, "c": {"x": 3}})
     assert puts == {"c": {"x": 3}} and deletes == ["b"]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.discovery import (
-    Blacklist, CooldownRange, DiscoveryError, ScriptDiscovery, diff_hosts, parse_host_lines, parse_hosts_flag,
+    Blacklist, CooldownRange, DiscoveryError, ScriptDiscovery, host_name_problem, diff_hosts, parse_host_lines, parse_hosts_flag,
 )
 
 host_names = st.from_regex(r"[a-z][a-z0-9\-]{0,10}[a-z0-9]", fullmatch=True)
@@ -44,6 +44,9 @@ def test_comments_blank_lines_and_default_slots() -> None:
         ("x" * 64 + ".example:2\n", "labels of at most 63 characters"),
         ("fe80::1:2\n", "looks like an IPv6 address"),
         (".node:2\n", "is not a valid host name"),
+        ("node1:1_0\n", "slots '1_0' is not an integer"),
+        ("node1:\uff11\n", "is not an integer"),  # a full-width digit one: int() would take it
+        ("node1:+2\n", "slots '+2' is not an integer"),
         ("".join(f"h{i}:1\n" for i in range(4097)), "line 4097: more than 4096 hosts listed"),
     ],
 )
@@ -52,6 +55,13 @@ def test_malformed_lines_are_named(text: str, fragment: str) -> None:
         parse_host_lines(text, source="discovery")
     assert fragment in str(info.value)
     assert len(str(info.value)) < 400  # a huge line is named, not echoed
+
+
+@pytest.mark.parametrize("name", ["hostQ\n", "hostQ\r", "host\nQ", "ho\u0161t", "h\uff4fst", "host\x00"])
+def test_control_and_foreign_characters_are_no_host_name(name: str) -> None:
+    """A name that reaches the ssh command line, a log line or a store key: a trailing newline
+    once passed (the pattern's `$` matched before it)."""
+    assert host_name_problem(name) is not None
 
 
 def test_real_host_names_and_addresses_pass() -> None:
@@ -147,6 +157,32 @@ def test_a_child_left_holding_the_pipe_is_not_waited_for(tmp_path: pathlib.Path)
         started = time.monotonic()
         assert discovery.find_hosts() == {"localhost": 2}
         assert time.monotonic() - started < 1.5
+    finally:
+        _kill_pidfile(pidfile)
+
+
+def test_children_left_in_the_scripts_group_are_killed(tmp_path: pathlib.Path) -> None:
+    """`echo host:2; sleep 25 &`: the child stays in the script's process group and holds the
+    pipe; every run would leave one more behind. It goes with the script."""
+    import os
+
+    from harness import wait_for
+
+    pidfile = tmp_path / "child.pid"
+    discovery = ScriptDiscovery(_script(tmp_path, f"echo localhost:2\nsleep 25 &\necho $! > {pidfile}\n"), timeout_s=3)
+    try:
+        assert discovery.find_hosts() == {"localhost": 2}
+        child = int(pidfile.read_text())
+
+        def gone() -> bool:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return True
+            with open(f"/proc/{child}/stat") as f:  # a zombie waiting for init counts as gone
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+        wait_for(gone, 5, "the script's child to be killed")
     finally:
         _kill_pidfile(pidfile)
 

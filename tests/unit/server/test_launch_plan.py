@@ -16,7 +16,7 @@ def test_the_remote_command_runs_this_python_in_this_directory_and_carries_no_se
     argv = ssh_command("node1", SshOptions(2222, "/keys/id", ("-o", "UserKnownHostsFile=/dev/null")), remote, "/work dir")
     assert argv[:2] == ["ssh", "-o"] and "BatchMode=yes" in argv
     assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/keys/id"
-    assert argv[-2] == "node1" and "UserKnownHostsFile=/dev/null" in argv
+    assert argv[-3:-1] == ["--", "node1"] and "UserKnownHostsFile=/dev/null" in argv
     shell = shlex.split(argv[-1])
     assert shell[:3] == ["cd", "/work dir", "&&"] and shell[3:6] == ["exec", "/opt/venv/bin/python", "-m"]
     assert "--from-launcher" in shell and not any("secret" in part.lower() for part in argv)
