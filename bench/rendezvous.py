@@ -22,23 +22,19 @@ import os
 import pathlib
 import signal
 import statistics
-from typing import Any
 import subprocess
 import sys
 import tempfile
 import time
 
-import grpc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
-from harness import SECRET, free_port, wait_for  # noqa: E402
-from ringmaster.common.secret import TOKEN_KEY, make_token  # noqa: E402
-from ringmaster.proto import ringmaster_pb2 as pb  # noqa: E402
-from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc  # noqa: E402
+from harness import free_port, wait_for  # noqa: E402
+from simulated_hosts import one_change  # noqa: E402
 
 
 def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Popen:
@@ -49,88 +45,6 @@ def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Pop
          "--start-timeout", "120", *extra, "python", "-c", "pass"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-
-
-def signed(method: str) -> list[tuple[str, str]]:
-    """Metadata proving the job secret for one call of `method` (the simulated hosts are the job's)."""
-    return [(TOKEN_KEY, make_token(SECRET, f"/ringmaster.v1.Rendezvous/{method}", time.time())[0])]
-
-
-class SimulatedHost:
-    """An agent and its one worker, speaking the real protocol."""
-
-    def __init__(self, stub: pb_grpc.RendezvousStub, name: str) -> None:
-        self.stub, self.name = stub, name
-        self.worker_id: str | None = None
-        self.generation = 0
-        self.assigned = asyncio.Event()
-        self.over = asyncio.Event()
-        self.tasks: list[asyncio.Task] = []
-        self.worker_call: Any = None
-
-    async def run_agent(self) -> None:
-        async for command in self.stub.AgentSession(pb.AgentHello(host=self.name, pid=os.getpid()), wait_for_ready=True,
-                                                 metadata=signed("AgentSession")):
-            for spec in command.workers:
-                if self.worker_id is None:
-                    self.worker_id = spec.worker_id
-                    self.tasks.append(asyncio.create_task(self.run_worker()))
-
-    async def run_worker(self) -> None:
-        assert self.worker_id is not None
-        self.worker_call = self.stub.WorkerSession(pb.WorkerHello(worker_id=self.worker_id, host=self.name, pid=os.getpid()),
-                                                   metadata=signed("WorkerSession"))
-        await self.stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=self.worker_id, elastic=True),
-                                        metadata=signed("WorkerHeartbeat"))
-        try:
-            async for event in self.worker_call:
-                kind = event.WhichOneof("event")
-                if kind == "assignment" and event.assignment.generation > self.generation:
-                    self.generation = event.assignment.generation
-                    self.assigned.set()
-                elif kind == "generation_over" and event.generation_over.generation == self.generation:
-                    self.over.set()
-                    await self.stub.Ready(pb.ReadyRequest(worker_id=self.worker_id, after_generation=self.generation,
-                                                          failure="peer died", elastic=True),
-                                         metadata=signed("Ready"))
-        except grpc.aio.AioRpcError:
-            pass
-
-    async def die(self) -> None:
-        assert self.worker_call is not None and self.worker_id is not None
-        self.worker_call.cancel()
-        await self.stub.ReportWorkerExit(pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9),
-                                         metadata=signed("ReportWorkerExit"))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used (Linux /proc)."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def one_change(address: str, count: int, server_pid: int) -> tuple[float, float]:
-    """Seconds until every survivor holds its new assignment, and the server's CPU seconds meanwhile."""
-    # Each host holds two streams; HTTP/2 allows about 100 concurrent streams per connection.
-    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, count // 32))]
-    hosts = [SimulatedHost(pb_grpc.RendezvousStub(channels[i % len(channels)]), f"h{i}") for i in range(count)]
-    agents = [asyncio.create_task(h.run_agent()) for h in hosts]
-    try:
-        await asyncio.wait_for(asyncio.gather(*(h.assigned.wait() for h in hosts)), 120)
-        for h in hosts:
-            h.assigned.clear()
-        victim, survivors = hosts[-1], hosts[:-1]
-        started, cpu_before = time.perf_counter(), cpu_seconds(server_pid)
-        await victim.die()
-        await asyncio.wait_for(asyncio.gather(*(h.assigned.wait() for h in survivors)), 120)
-        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu_before
-        assert {h.generation for h in survivors} == {2}
-        return elapsed, cpu
-    finally:
-        for task in agents + [t for h in hosts for t in h.tasks]:
-            task.cancel()
-        for channel in channels:
-            await channel.close()
 
 
 async def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:

@@ -38,15 +38,25 @@ class Ack(_message.Message):
     message: str
     def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
+class Seal(_message.Message):
+    __slots__ = ("sequence", "mac")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    mac: bytes
+    def __init__(self, sequence: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
+
 class AgentHello(_message.Message):
-    __slots__ = ("host", "pid", "running")
+    __slots__ = ("host", "pid", "running", "incarnation")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     running: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
     __slots__ = ("worker_id", "slot", "argv", "env")
@@ -68,14 +78,16 @@ class WorkerSpec(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., slot: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("workers", "shutdown", "reason")
+    __slots__ = ("workers", "shutdown", "reason", "seal")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerSpec]
     shutdown: bool
     reason: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    seal: Seal
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
     __slots__ = ("host",)
@@ -172,18 +184,20 @@ class JobEnded(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WorkerEvent(_message.Message):
-    __slots__ = ("assignment", "generation_over", "hosts_updated", "retire", "job_ended")
+    __slots__ = ("assignment", "generation_over", "hosts_updated", "retire", "job_ended", "seal")
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_OVER_FIELD_NUMBER: _ClassVar[int]
     HOSTS_UPDATED_FIELD_NUMBER: _ClassVar[int]
     RETIRE_FIELD_NUMBER: _ClassVar[int]
     JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
     assignment: Assignment
     generation_over: GenerationOver
     hosts_updated: HostsUpdated
     retire: Retire
     job_ended: JobEnded
-    def __init__(self, assignment: _Optional[_Union[Assignment, _Mapping]] = ..., generation_over: _Optional[_Union[GenerationOver, _Mapping]] = ..., hosts_updated: _Optional[_Union[HostsUpdated, _Mapping]] = ..., retire: _Optional[_Union[Retire, _Mapping]] = ..., job_ended: _Optional[_Union[JobEnded, _Mapping]] = ...) -> None: ...
+    seal: Seal
+    def __init__(self, assignment: _Optional[_Union[Assignment, _Mapping]] = ..., generation_over: _Optional[_Union[GenerationOver, _Mapping]] = ..., hosts_updated: _Optional[_Union[HostsUpdated, _Mapping]] = ..., retire: _Optional[_Union[Retire, _Mapping]] = ..., job_ended: _Optional[_Union[JobEnded, _Mapping]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class ReadyRequest(_message.Message):
     __slots__ = ("worker_id", "after_generation", "failure", "elastic")

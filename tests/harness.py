@@ -20,6 +20,8 @@ import time
 import urllib.request
 from typing import Callable, TypeVar
 
+from ringmaster.common.grpc_auth import Credentials
+from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
 from ringmaster.common.secret import SECRET_ENV, generate_secret
 from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV
 
@@ -34,6 +36,13 @@ os.environ.setdefault(LAUNCHER_ENV, "local")
 #: Headers of a control API change (`POST /scale`).
 API_HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
 T = TypeVar("T")
+
+
+def credentials(host: str, worker: str | None = None, secret: str | None = None) -> Credentials:
+    """What the agent of `host` (or, given `worker`, that worker) signs its calls with in a job
+    of `secret` (default: the tests' own)."""
+    identity = Identity(WORKER, host, worker) if worker else Identity(AGENT, host)
+    return Credentials(identity, key_of(secret or SECRET, identity))
 
 
 def free_port() -> int:

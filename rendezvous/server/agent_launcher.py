@@ -2,9 +2,10 @@
 
 A host that is this machine (or every host, with `--launcher local`: hosts emulated by name)
 gets an agent process here, leading its own process group (its workers stay in it, so killing
-that group is the death of a host). Any other host gets `ssh host ... agent --from-launcher`:
-the secret and environment go over the ssh connection's stdin, which stays open; when this
-process or the connection goes, the remote agent stops its workers. An ssh that exits before
+that group is the death of a host). Any other host gets `ssh host ... agent --from-launcher`.
+Every agent gets its host's key (`keys.agent_key`, never the job secret) on its stdin (and a
+remote one the environment too), which stays open; when this process or the connection goes,
+the agent stops its workers. An ssh that exits before
 its agent connected is a host that cannot be reached: the coordinator is told with the last
 lines ssh printed (`agent_launch_failed`), and the blacklist's rules apply.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ringmaster.common.handover import handover
+from ringmaster.common.keys import agent_key
 from ringmaster.common.network import is_this_machine, this_machine_names
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.rendezvous.control.coordinator import Coordinator
@@ -45,8 +47,8 @@ class AgentLauncher:
                  secret: str | None = None, launcher: str = "local", ssh: SshOptions = SshOptions(),
                  on_event: Callable[[str, str], None] = lambda host, how: None,
                  reconnect_timeout_s: float | None = None, spares: int | None = None) -> None:
-        """`secret` reaches the agents in their environment (here) or on stdin (over ssh), never
-        on a command line. `on_event(host, how)` hears of each start."""
+        """Each agent gets its host's key derived from `secret` on its stdin, never on a command
+        line or in its environment. `on_event(host, how)` hears of each start."""
         self._address = rendezvous_address
         self._heartbeat = heartbeat_interval_s
         self._grace = stop_grace_s
@@ -96,39 +98,46 @@ class AgentLauncher:
     def _start(self, host: str) -> _Launched:
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
+        key = agent_key(self._secret, host).hex() if self._secret is not None else ""
         if not self.is_remote(host):
-            argv = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=False,
+            argv = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, remote=False,
                                  reconnect_timeout_s=self._reconnect, spares=self._spares)
-            if self._secret is not None:
-                env[SECRET_ENV] = self._secret
             self._on_event(host, "on this machine")
-            return _Launched(subprocess.Popen(argv, start_new_session=True, env=env), remote=False)
-        remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, handed_over=True,
+            launched = _Launched(subprocess.Popen(argv, start_new_session=True, env=env, stdin=subprocess.PIPE),
+                                 remote=False)
+            self._hand_over(launched.proc, handover(key, {}))
+            return launched
+        remote = agent_command(sys.executable, self._address, host, self._heartbeat, self._grace, remote=True,
                                reconnect_timeout_s=self._reconnect, spares=self._spares)
         argv = ssh_command(host, self._ssh, remote, os.getcwd())
-        self._on_event(host, f"over ssh ({' '.join(argv[:-1])} ...)")
+        self._on_event(host, f"over ssh ({' '.join(argv[:-2])} ...)")
         proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         launched = _Launched(proc, remote=True)
         threading.Thread(target=_relay, args=(proc, launched.output), daemon=True).start()
+        self._hand_over(proc, handover(key, forwarded_environment(env)))
+        return launched
+
+    @staticmethod
+    def _hand_over(proc: subprocess.Popen, line: bytes) -> None:
+        """Write the agent's handover to its stdin, which stays open: its end is the end of the launcher."""
         assert proc.stdin is not None
         try:
-            proc.stdin.write(handover(self._secret or "", forwarded_environment(env)))
-            proc.stdin.flush()  # and kept open: its end is the end of the launcher
+            proc.stdin.write(line)
+            proc.stdin.flush()
         except OSError:
-            pass  # ssh is gone already: reported by reconcile with what it printed
-        return launched
+            pass  # the agent (or ssh) is gone already: reported by reconcile with what it printed
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
         """Ask every agent to stop (SIGTERM to its group; a remote one sees its stdin close), then
         kill what is left."""
         for launched in self.agents.values():
-            if launched.remote and launched.proc.stdin is not None:
+            if launched.proc.stdin is not None:
                 try:
                     launched.proc.stdin.close()
                 except OSError:
                     pass
-            else:
+            if not launched.remote:
                 _signal_group(launched.proc, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for launched in self.agents.values():

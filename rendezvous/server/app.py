@@ -96,8 +96,9 @@ class RendezvousServer:
         secret: str | None = None,
         tls: ServerTls | None = None,
     ) -> None:
-        """`secret`: the job secret. Every gRPC call must be signed with it and every change
-        through the control API must carry it; `None` (tests of the parts alone) checks nothing."""
+        """`secret`: the job secret. Every gRPC call must prove a key derived from it (its agent's,
+        its worker's) and every change through the control API must carry it; `None` (tests of
+        the parts alone) checks nothing."""
         self.secret = secret
         self.tls = tls
         self.store_spec = store
@@ -180,7 +181,6 @@ class RendezvousServer:
 
         ring_stores = TorchStoreHost(self.bind, self.advertise)
         # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
-        self.auth = RendezvousAuth(self.secret, self._refused) if self.secret is not None else None
         grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         port = grpc_server.add_secure_port(f"{self.bind}:{self.port}", self.tls.grpc_credentials()) if self.tls \
             else grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
@@ -193,6 +193,8 @@ class RendezvousServer:
         )
         self.coordinator = coordinator
         service = RendezvousService(coordinator, journal=journal)
+        self.auth = RendezvousAuth(self.secret, self._refused, service.identity_problem, service.authorize) \
+            if self.secret is not None else None
         self.metrics = JobMetrics(coordinator, service.clock, lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures

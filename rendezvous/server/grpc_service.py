@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable
 import grpc
 
 from ringmaster.common.figures import FigureTotals, check_stats
+from ringmaster.common.keys import AGENT, WORKER, Identity
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import host_name_problem
@@ -28,6 +29,8 @@ from ringmaster.rendezvous.state.journal import Journal
 from ringmaster.rendezvous.server.trace_file import JobTimeline
 
 Clock = Callable[[], float]
+#: The calls an agent makes (for its own host); the others are a worker's (for itself).
+_AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit"})
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
 _REPLACED = object()
 
@@ -43,6 +46,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.journal = journal
         self.leases = leases
         self._agents: dict[str, asyncio.Queue] = {}
+        self._incarnations: dict[str, str] = {}  # host -> the agent process whose session is open
         self._workers: dict[str, asyncio.Queue] = {}
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
         self._held: list[Effect] = []
@@ -152,6 +156,38 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 del sessions[key]
                 self.call(on_close, key)
 
+    # ---------------------------------------------------------------- who may call what
+    @staticmethod
+    def identity_problem(identity: Identity) -> str | None:
+        """Why a caller's identity cannot be a part of this job (checked before its key is derived)."""
+        problem = host_name_problem(identity.host)
+        if problem or identity.role == AGENT:
+            return problem
+        host, _, number = identity.worker.rpartition("/")
+        if host != identity.host or not (number.isascii() and number.isdigit() and len(number) < 12):
+            return f"{identity.worker[:100]!r} is not a worker id of host {identity.host}"
+        return None
+
+    def authorize(self, method: str, identity: Identity, request: object) -> str | None:
+        """Why `identity` may not make this call, or None: an agent speaks for its own host only,
+        a worker for itself only (and only on the host it was placed on)."""
+        if method in _AGENT_CALLS:
+            if identity.role != AGENT:
+                return f"{method} is an agent's call"
+            if request.host != identity.host:  # type: ignore[attr-defined]
+                return f"it speaks for host {request.host[:100]!r}"  # type: ignore[attr-defined]
+            return None
+        if identity.role != WORKER:
+            return f"{method} is a worker's call"
+        if request.worker_id != identity.worker:  # type: ignore[attr-defined]
+            return f"it speaks for worker {request.worker_id[:100]!r}"  # type: ignore[attr-defined]
+        if method == "WorkerSession" and request.host != identity.host:  # type: ignore[attr-defined]
+            return f"it says it runs on {request.host[:100]!r}"  # type: ignore[attr-defined]
+        worker = self.coordinator.workers.get(identity.worker)
+        if worker is not None and worker.host != identity.host:
+            return f"worker {identity.worker} was placed on {worker.host}"
+        return None
+
     # ---------------------------------------------------------------- agents
     async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
         """An agent's session: its hello (host name checked first), then the commands for its host
@@ -161,9 +197,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
         live = self._agents.get(request.host)
         if live is not None:
-            record = self.coordinator.hosts.get(request.host)
-            owner = record.agent_pid if record is not None else None
-            if owner != request.pid:  # one session per host: never a hijack, never an accident
+            if self._incarnations.get(request.host) != request.incarnation:  # one agent process per host
+                record = self.coordinator.hosts.get(request.host)
+                owner = record.agent_pid if record is not None else None
                 await context.abort(
                     grpc.StatusCode.ALREADY_EXISTS,
                     f"host {request.host} already has an agent connected (pid {owner}); stop that agent first, "
@@ -171,6 +207,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             live.put_nowait(_REPLACED)  # the same agent again (its old connection went dead): the old session just ends
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
+        self._incarnations[request.host] = request.incarnation
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running)))
@@ -179,6 +216,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             yield message
 
     def _agent_gone(self, host: str, now: float) -> None:
+        self._incarnations.pop(host, None)
         if self.leases is not None:
             self._background(self.leases.disconnected(host))
         self.coordinator.agent_disconnected(host, now)

@@ -3,9 +3,10 @@
 Pure: argv lists and bytes; `agent_launcher` runs them. As with horovodrun, a host that is
 this machine runs its agent here; any other is reached with `ssh host <this python> -m
 ringmaster.worker.agent ...`, in the same working directory. What the agent needs besides its
-flags (the job secret, the launching environment) goes as one JSON line on the agent's stdin (`common/handover`),
-never on a command line (where `ps` on either machine shows it); the agent then watches that
-stdin, so the end of the ssh connection is the end of the launcher.
+flags (its host's key, never the job secret; the launching environment) goes as one JSON line
+on the agent's stdin (`common/handover`), never on a command line (where `ps` on either machine
+shows it) nor in its environment (which its workers could read in /proc); the agent then
+watches that stdin, so the end of the ssh connection is the end of the launcher.
 """
 
 from __future__ import annotations
@@ -46,16 +47,16 @@ class SshOptions:
 
 
 def agent_command(python: str, rendezvous: str, host: str, heartbeat_interval_s: float, stop_grace_s: float,
-                  handed_over: bool, reconnect_timeout_s: float | None = None, spares: int | None = None) -> list[str]:
-    """The agent's argv. `handed_over`: it reads the secret and environment from stdin and stops
-    when stdin closes (remote agents); otherwise it dies with its parent (local ones)."""
+                  remote: bool, reconnect_timeout_s: float | None = None, spares: int | None = None) -> list[str]:
+    """The agent's argv. Every agent reads its host's key (and, when `remote`, the environment)
+    from stdin and stops when stdin closes; a local one also dies with its parent."""
     argv = [python, "-m", "ringmaster.worker.agent", "--rendezvous", rendezvous, "--host", host,
             "--heartbeat-interval", str(heartbeat_interval_s), "--stop-grace", str(stop_grace_s)]
     if reconnect_timeout_s is not None:
         argv += ["--reconnect-timeout", str(reconnect_timeout_s)]
     if spares is not None:
         argv += ["--spares", str(spares)]
-    return argv + (["--from-launcher"] if handed_over else ["--die-with-parent"])
+    return argv + (["--from-launcher"] if remote else ["--from-launcher", "--die-with-parent"])
 
 
 def ssh_command(host: str, options: SshOptions, remote: list[str], cwd: str) -> list[str]:

@@ -21,7 +21,9 @@ from ringmaster.common.errors import RingmasterError
 from ringmaster.proto import environment as env_names
 from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
-from ringmaster.common.secret import SECRET_ENV, check_secret, secret_from
+from ringmaster.common.keys import agent_key, parse_key
+from ringmaster.discovery import host_name_problem
+from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent
@@ -46,13 +48,17 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
-                        help=f"the job secret (as given to `ringmaster serve`; mode 600). Default: ${SECRET_ENV}")
+                        help=f"the job secret (as given to `ringmaster serve`; mode 600): the agent derives its host's "
+                             f"key from it and forgets it. Default: ${SECRET_ENV}")
+    parser.add_argument("--agent-key-file", default=None, metavar="FILE",
+                        help="instead of the secret: this host's own key (mode 600), as `ringmaster agent-key HOST` "
+                             "prints it; it lets this agent act for this host only")
     parser.add_argument("--tls-ca", default=None, metavar="FILE",
                         help=f"the CA that the rendezvous' TLS certificate chains to: speak TLS to it (default: "
                              f"${TLS_CA_ENV}, the PEM itself; else plain gRPC)")
     parser.add_argument("--from-launcher", action="store_true",
-                        help="read the job secret and environment from the first line of stdin (as `ringmaster run` "
-                             "sends them over ssh) and stop when stdin closes (the launcher is gone)")
+                        help="read the host's key and the environment from the first line of stdin (as `ringmaster "
+                             "run` sends them) and stop when stdin closes (the launcher is gone)")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
@@ -60,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
                         help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
     args = parser.parse_args(argv)
+    problem = host_name_problem(args.host)
+    if problem:
+        parser.error(f"--host: {problem}")
     handed: str | None = None
     if args.from_launcher:
         try:
@@ -84,21 +93,35 @@ def main(argv: list[str] | None = None) -> int:
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
     try:
-        secret = check_secret(handed, "the launcher's handover") if handed else secret_from(args.secret_file, os.environ)
-    except RingmasterError as exc:
+        key = _agent_key(handed, args.agent_key_file, args.secret_file, settings.host)
+    except (RingmasterError, ValueError) as exc:
         parser.error(str(exc))
-    if secret is None:
-        parser.error(f"the agent needs the job secret of its rendezvous: --secret-file FILE or ${SECRET_ENV}")
+    if key is None:
+        parser.error(f"the agent needs the job secret of its rendezvous (--secret-file FILE or ${SECRET_ENV}) or its "
+                     "host's key (--agent-key-file FILE)")
     try:
         ca_pem = read_pem(args.tls_ca, "--tls-ca") if args.tls_ca else (os.environ.get(TLS_CA_ENV) or "").encode() or None
     except RingmasterError as exc:
         parser.error(str(exc))
-    agent = Agent(settings, secret, on_stopping=exit_if_stuck, ca_pem=ca_pem)
+    agent = Agent(settings, key, on_stopping=exit_if_stuck, ca_pem=ca_pem)
     signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
     signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
     if args.from_launcher:
         threading.Thread(target=_stop_when_closed, args=(agent,), daemon=True).start()
     return agent.run()
+
+
+def _agent_key(handed: str | None, key_file: str | None, secret_file: str | None, host: str) -> bytes | None:
+    """This host's agent key: handed over by the launcher, read from --agent-key-file, or derived
+    from the job secret (--secret-file, $RINGMASTER_SECRET), which is then dropped from this
+    process' environment so no worker inherits it."""
+    if handed:
+        return parse_key(handed, "the launcher's handover")
+    if key_file:
+        return parse_key(read_private_file(key_file, "--agent-key-file"), f"--agent-key-file {key_file}")
+    secret = secret_from(secret_file, os.environ)
+    os.environ.pop(SECRET_ENV, None)
+    return agent_key(secret, host) if secret is not None else None
 
 
 def _stop_when_closed(agent: Agent) -> None:

@@ -28,7 +28,8 @@ from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, s
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
-from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+from ringmaster.common.keys import agent_key
+from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
 from ringmaster import settings as defaults
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.settings import JobSettings
@@ -165,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--json", action="store_true", help="one JSON object per event (seq, kind, level, generation, time, message, fields)")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
+    key = sub.add_parser("agent-key", help="print the key of one host's agent, derived from the job secret (for "
+                                           "`ringmaster agent --agent-key-file`: that agent can then act for its host only)")
+    key.add_argument("host", metavar="HOST", help="the host's name, as discovery lists it and its agent's --host says")
+    key.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
     return parser
 
 
@@ -366,6 +371,21 @@ def job_secret(secret_file: str | None, generate: bool) -> str:
     )
 
 
+def _print_agent_key(host: str, secret_file: str | None) -> int:
+    problem = host_name_problem(host)
+    try:
+        if problem:
+            raise UsageError(f"HOST: {problem}")
+        secret = secret_from(secret_file, os.environ)
+        if secret is None:
+            raise SecretError(f"the key is derived from the job secret: give --secret-file FILE or set ${SECRET_ENV}")
+    except RingmasterError as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(agent_key(secret, host).hex())
+    return 0
+
+
 def _remote(args: argparse.Namespace) -> int:
     """The verbs that talk to a running job's control API."""
     try:
@@ -392,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb in ("scale", "status", "events"):
         return _remote(args)
+    if args.verb == "agent-key":
+        return _print_agent_key(args.host, args.secret_file)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

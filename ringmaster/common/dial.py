@@ -8,15 +8,15 @@ import threading
 import grpc
 
 from ringmaster.common import tls
-from ringmaster.common.grpc_auth import secured
+from ringmaster.common.grpc_auth import Credentials, secured
 from ringmaster.common.reconnect import Backoff
 
 
 def dial(addresses: list[str], backoff: Backoff, stop: threading.Event,
-         secret: str | None = None, ca_pem: bytes | None = None) -> tuple[str, grpc.Channel] | None:
+         credentials: Credentials | None = None, ca_pem: bytes | None = None) -> tuple[str, grpc.Channel] | None:
     """A ready channel to the first listed address that answers, and that address. None when
-    `backoff`'s deadline passes or `stop` is set: the caller tells the two apart. With the job's
-    `secret`, every call on the channel is signed and its answer must prove the secret too; with
+    `backoff`'s deadline passes or `stop` is set: the caller tells the two apart. With
+    `credentials`, every call on the channel is signed and its answers must prove the key too; with
     `ca_pem`, the channel is TLS and the rendezvous' certificate must chain to that CA."""
     while not stop.is_set():
         address = backoff.next_address(addresses)
@@ -28,5 +28,5 @@ def dial(addresses: list[str], backoff: Backoff, stop: threading.Event,
         except grpc.FutureTimeoutError:
             channel.close()
             continue
-        return address, secured(channel, secret)
+        return address, secured(channel, credentials)
     return None

@@ -1,5 +1,6 @@
-"""What `ringmaster run` hands a remote agent on its stdin: the job secret and the launching
-environment, as one JSON line (never on a command line, where `ps` shows it)."""
+"""What `ringmaster run` hands an agent on its stdin: the key of the agent's host (never the job
+secret) and the launching environment, as one JSON line (never on a command line, where `ps`
+shows it, nor in the agent's environment, which its workers could read in /proc)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 from typing import Mapping
 
 
-def handover(secret: str, environ: Mapping[str, str]) -> bytes:
-    """The one line written to a remote agent's stdin."""
-    return (json.dumps({"secret": secret, "env": dict(environ)}) + "\n").encode()
+def handover(key_hex: str, environ: Mapping[str, str]) -> bytes:
+    """The one line written to an agent's stdin."""
+    return (json.dumps({"key": key_hex, "env": dict(environ)}) + "\n").encode()
 
 
 #: Longest handover line an agent reads (the environment included).
@@ -17,7 +18,7 @@ MAX_HANDOVER_BYTES = 1 << 20
 
 
 def read_handover(line: bytes) -> tuple[str, dict[str, str]]:
-    """(secret, environment) from a handover line; ValueError saying what is wrong."""
+    """(the host's key as hex, environment) from a handover line; ValueError saying what is wrong."""
     if len(line) > MAX_HANDOVER_BYTES:
         raise ValueError(f"the launcher's handover is over {MAX_HANDOVER_BYTES} bytes")
     try:
@@ -25,8 +26,8 @@ def read_handover(line: bytes) -> tuple[str, dict[str, str]]:
     except ValueError:
         raise ValueError("the launcher's handover on stdin is not JSON (start the agent with --from-launcher only "
                          "from `ringmaster run`)") from None
-    secret, env = (raw.get("secret"), raw.get("env")) if isinstance(raw, dict) else (None, None)
-    if not isinstance(secret, str) or not isinstance(env, dict) or \
+    key, env = (raw.get("key"), raw.get("env")) if isinstance(raw, dict) else (None, None)
+    if not isinstance(key, str) or not isinstance(env, dict) or \
             not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError("the launcher's handover lacks a secret or an environment of strings")
-    return secret, env
+        raise ValueError("the launcher's handover lacks a key or an environment of strings")
+    return key, env

@@ -10,7 +10,7 @@ import sys
 import grpc
 import pytest
 
-from harness import ROOT, SECRET, WORKLOADS
+from harness import ROOT, WORKLOADS, credentials
 from ringmaster.common.grpc_auth import secured
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
@@ -22,20 +22,20 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
     serve = run_job("-H", "hostX:1", "--start-timeout", "60", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
                     verb="serve")
     address = serve.wait_event("rendezvous.listening")["address"]
-    channel = secured(grpc.insecure_channel(address), SECRET)
-    stub = pb_grpc.RendezvousStub(channel)
-    try:
-        for host, code, fragment in [
-            ("h" * 300, grpc.StatusCode.INVALID_ARGUMENT, "a host name of 300 characters is over DNS's limit of 253"),
-            ("bad name!", grpc.StatusCode.INVALID_ARGUMENT, "is not a valid host name"),
-            ("x" * 3_000_000, grpc.StatusCode.RESOURCE_EXHAUSTED, ""),
-        ]:
+    for host, code, fragment in [  # each signed as the agent of the host it names
+        ("h" * 300, grpc.StatusCode.UNAUTHENTICATED, "a host name of 300 characters is over DNS's limit of 253"),
+        ("bad name!", grpc.StatusCode.UNAUTHENTICATED, "is not a valid host name"),
+        ("hostQ\n", grpc.StatusCode.UNAUTHENTICATED, "is not a valid host name"),
+    ]:
+        with secured(grpc.insecure_channel(address), credentials(host)) as channel:
             with pytest.raises(grpc.RpcError) as info:
-                next(iter(stub.AgentSession(pb.AgentHello(host=host, pid=1), timeout=10)))
-            assert info.value.code() == code, info.value
-            assert fragment in (info.value.details() or "")
-    finally:
-        channel.close()
+                next(iter(pb_grpc.RendezvousStub(channel).AgentSession(pb.AgentHello(host=host, pid=1), timeout=10)))
+        assert info.value.code() == code, info.value
+        assert fragment in (info.value.details() or "")
+    with secured(grpc.insecure_channel(address), credentials("hostX")) as channel:
+        with pytest.raises(grpc.RpcError) as info:  # too big for any message of the protocol
+            next(iter(pb_grpc.RendezvousStub(channel).AgentSession(pb.AgentHello(host="x" * 3_000_000, pid=1), timeout=10)))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value
     status = serve.status()
     assert [h["name"] for h in status["hosts"]] == ["hostX"]  # nothing was recorded
     # The real agent, started with a bad --host, stops at once with the reason.

@@ -133,23 +133,25 @@ def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
 
 
 def _send_spans_no_worker_would(address: str, worker_id: str) -> None:
-    """Heartbeats (with the job secret) carrying spans the rendezvous must leave out of the trace:
-    too many at once, of an unknown kind or out of range, or for a worker it does not know."""
+    """Heartbeats (with the worker's own key) carrying spans the rendezvous must leave out of the
+    trace: too many at once, of an unknown kind or out of range."""
     import grpc
 
-    from harness import SECRET
+    from harness import credentials
     from ringmaster.common.grpc_auth import secured
     from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
     from ringmaster.proto import ringmaster_pb2 as pb
     from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 
     good = pb.Span(kind=pb.SPAN_COMMIT, start_us=1_800_000_000_000_000, duration_us=10, rank=777, generation=1)
-    with secured(grpc.insecure_channel(address), SECRET) as channel:
+    with secured(grpc.insecure_channel(address), credentials(worker_id.rsplit("/", 1)[0], worker_id)) as channel:
         stub = pb_grpc.RendezvousStub(channel)
-        for worker, spans in ((worker_id, [good] * (MAX_SPANS_PER_HEARTBEAT + 1)),
-                              (worker_id, [pb.Span(kind=pb.SpanKind.ValueType(99), start_us=5, rank=778),
-                                           pb.Span(kind=pb.SPAN_SYNC, start_us=0, rank=778),
-                                           pb.Span(kind=pb.SPAN_SYNC, start_us=1, duration_us=-3, rank=778),
-                                           pb.Span(kind=pb.SPAN_SYNC, start_us=1, rank=-1)]),
-                              ("nobody/1", [good])):
-            assert stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=worker, spans=spans), timeout=10).ok
+        for spans in ([good] * (MAX_SPANS_PER_HEARTBEAT + 1),
+                      [pb.Span(kind=pb.SpanKind.ValueType(99), start_us=5, rank=778),
+                       pb.Span(kind=pb.SPAN_SYNC, start_us=0, rank=778),
+                       pb.Span(kind=pb.SPAN_SYNC, start_us=1, duration_us=-3, rank=778),
+                       pb.Span(kind=pb.SPAN_SYNC, start_us=1, rank=-1)]):
+            assert stub.WorkerHeartbeat(pb.WorkerHeartbeatRequest(worker_id=worker_id, spans=spans), timeout=10).ok
+    with secured(grpc.insecure_channel(address), credentials("nobody", "nobody/1")) as channel:
+        assert pb_grpc.RendezvousStub(channel).WorkerHeartbeat(
+            pb.WorkerHeartbeatRequest(worker_id="nobody/1", spans=[good]), timeout=10).ok

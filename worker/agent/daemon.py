@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import queue
+import secrets
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,8 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
 from ringmaster.common.dial import dial
-from ringmaster.common.grpc_auth import Unproven
+from ringmaster.common.grpc_auth import Credentials, Unproven
+from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
@@ -67,13 +69,15 @@ class _Child:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings, secret: str | None = None,
+    def __init__(self, settings: AgentSettings, key: bytes | None = None,
                  on_stopping: Callable[[float], None] | None = None, ca_pem: bytes | None = None) -> None:
-        """`secret`: the job secret; calls are signed with it, only a rendezvous that proves it is
-        obeyed, and workers get it in their environment. `on_stopping(bound_s)` is called once
-        the agent begins to stop: the stop should take at most `bound_s` seconds (the CLI arms
-        an exit watchdog with it)."""
-        self.secret = secret
+        """`key`: this host's agent key (`keys.agent_key`); calls are signed with it, only a
+        rendezvous that proves it is obeyed, and each worker gets its own key derived from it
+        (never this one). `on_stopping(bound_s)` is called once the agent begins to stop: the
+        stop should take at most `bound_s` seconds (the CLI arms an exit watchdog with it)."""
+        self.key = key
+        self.credentials = Credentials(Identity(AGENT, settings.host), key) if key is not None else None
+        self.incarnation = secrets.token_hex(16)  # this process' sessions, told apart from another agent's
         self.ca_pem = ca_pem  # the CA the rendezvous' TLS certificate chains to (None: no TLS)
         self.addresses = list(settings.rendezvous)
         self.host = settings.host
@@ -94,7 +98,7 @@ class Agent:
         self._on_stopping = on_stopping
         self._reader = threading.Thread(target=self._read_sessions, daemon=True)
         self._heartbeater = threading.Thread(target=self._heartbeat, daemon=True)
-        self.spares = SparePool(settings.spares, lambda: self._worker_env({}), _forward_output,
+        self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
                                 lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
 
@@ -173,7 +177,7 @@ class Agent:
         """Hold a session with whichever listed rendezvous answers; reconnect when it is lost."""
         backoff = Backoff(self.reconnect_timeout_s)
         while not self._stop.is_set():
-            dialed = dial(self.addresses, backoff, self._stop, self.secret, self.ca_pem)
+            dialed = dial(self.addresses, backoff, self._stop, self.credentials, self.ca_pem)
             if dialed is None:
                 if not self._stop.is_set():
                     self._commands.put(_LOST)
@@ -181,7 +185,8 @@ class Agent:
             address, channel = dialed
             self._channel = channel
             stub = pb_grpc.RendezvousStub(channel)
-            session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running)))
+            session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
+                                                      incarnation=self.incarnation))
             self._session = session
             over = False
             try:
@@ -200,7 +205,8 @@ class Agent:
                 if exc.code() in _REFUSED_FOR_GOOD:  # a bad --host, another agent's host, the wrong secret
                     error = exc.details() or str(exc.code())
                     if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
-                        error += "; start the agent with the job's secret (--secret-file or $RINGMASTER_SECRET)"
+                        error += ("; start the agent with the job's secret (--secret-file or $RINGMASTER_SECRET) or "
+                                  "its host's key (--agent-key-file)")
                     say(self.host[:80], Kind.AGENT_REFUSED, address=address, error=error)
                     self._commands.put(_REFUSED)
                     session.cancel()
@@ -256,13 +262,15 @@ class Agent:
                     say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=str(exc))
                     self._unstartable.append(worker_id)
 
-    def _worker_env(self, spec_env: Mapping[str, str]) -> dict[str, str]:
-        """A worker's environment: this agent's, the rendezvous' variables for it, the secret."""
+    def _worker_env(self, spec_env: Mapping[str, str], worker_id: str | None) -> dict[str, str]:
+        """A worker's environment: this agent's, the rendezvous' variables for it, and its own
+        key (none for a spare until it becomes a worker). Never the job secret or this agent's key."""
         env = dict(os.environ)
         env.update(spec_env)
-        env.pop(SECRET_ENV, None)  # the job's secret is the agent's to give, not the rendezvous'
-        if self.secret is not None:
-            env[SECRET_ENV] = self.secret
+        env.pop(SECRET_ENV, None)
+        env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
+        if self.key is not None and worker_id is not None:
+            env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
         env.pop(TLS_CA_ENV, None)
         if self.ca_pem is not None:
             env[TLS_CA_ENV] = self.ca_pem.decode()
@@ -272,7 +280,7 @@ class Agent:
         return env
 
     def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
-        env = self._worker_env(spec.env)
+        env = self._worker_env(spec.env, spec.worker_id)
         say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
         program = spec.argv[0] if spec.argv else ""
         if not program or shutil.which(program, path=env.get("PATH")) is None:

@@ -6,7 +6,7 @@ told from a fresh process by the script:
 - the command is `PYTHON script.py ...` or `PYTHON -m module ...` with the very interpreter the
   spare runs (no interpreter options: `-u`, `-X`, `-W` start a worker fresh);
 - its environment differs from the spare's only in the variables Ringmaster itself sets for a
-  worker (`proto/environment.py`, the secret, the CA), which nothing reads at import time.
+  worker (`proto/environment.py`, its key, the CA), which nothing reads at import time.
 Otherwise the worker starts fresh, as without spares. Spares run no user code before they are
 assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
 that grows past it is stopped). They never share the CPU with a worker's start-up: spares are
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from ringmaster.common.events import Kind
-from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.keys import WORKER_KEY_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.worker.agent.processes import dying_with_parent
@@ -45,7 +45,7 @@ MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
 WORKER_VARIABLES = frozenset(
     {value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str)}
-    | {SECRET_ENV, TLS_CA_ENV}
+    | {WORKER_KEY_ENV, TLS_CA_ENV}
 )
 
 

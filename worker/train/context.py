@@ -18,8 +18,10 @@ import grpc
 import torch
 import torch.distributed as dist
 
+from ringmaster.common.errors import UsageError
 from ringmaster.common.figures import WorkerFigures
-from ringmaster.common.secret import SECRET_ENV
+from ringmaster.common.grpc_auth import Credentials
+from ringmaster.common.keys import WORKER, WORKER_KEY_ENV, Identity, parse_key
 from ringmaster.common.spans import TIMELINE_SPANS_ENV, SpanRecorder, now_us
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
@@ -30,6 +32,17 @@ from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
 from ringmaster.worker.train.say import Kind, say
 
+
+
+def _credentials(env: dict[str, str], worker_id: str, host: str) -> Credentials | None:
+    """This worker's own key, as its agent set it (None: a job without keys, in tests of parts)."""
+    text = env.get(WORKER_KEY_ENV)
+    if not text:
+        return None
+    try:
+        return Credentials(Identity(WORKER, host, worker_id), parse_key(text, f"${WORKER_KEY_ENV}"))
+    except ValueError as exc:
+        raise UsageError(f"{exc}; this worker was not started by a ringmaster agent") from None
 
 
 class WorkerContext:
@@ -59,7 +72,7 @@ class WorkerContext:
             self.link = RendezvousLink(
                 self.address, self.worker_id, self.host, float(env.get(env_names.HEARTBEAT_INTERVAL, "1.0")),
                 float(env.get(env_names.RECONNECT_TIMEOUT, DEFAULT_RECONNECT_TIMEOUT_S)),
-                secret=env.get(SECRET_ENV) or None,
+                credentials=_credentials(env, self.worker_id, self.host),
                 ca_pem=env[TLS_CA_ENV].encode() if env.get(TLS_CA_ENV) else None,
                 stats=self.figures.stats, spans=self.spans,
             )

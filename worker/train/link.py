@@ -23,6 +23,7 @@ from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.dial import dial
+from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
@@ -46,17 +47,17 @@ class JobEnded(JobError):
 
 class RendezvousLink:
     def __init__(self, address: str, worker_id: str, host: str, heartbeat_interval_s: float = 1.0,
-                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, secret: str | None = None,
+                 reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S, credentials: Credentials | None = None,
                  ca_pem: bytes | None = None, stats: Callable[[], pb.WorkerStats] | None = None,
                  spans: SpanRecorder | None = None) -> None:
-        """`secret`: the job secret every call is signed with; `ca_pem`: the CA of the rendezvous'
-        TLS certificate (both handed over by the agent in the environment); `stats()`: the
+        """`credentials`: this worker's own key, every call is signed with; `ca_pem`: the CA of the
+        rendezvous' TLS certificate (both handed over by the agent in the environment); `stats()`: the
         worker's figures, sent with every heartbeat; `spans`: its timeline spans, taken by them."""
         self._stats = stats
         self.spans = spans
         self._ca_pem = ca_pem
         self.addresses = parse_addresses(address)
-        self._secret = secret
+        self._credentials = credentials
         self.address = self.addresses[0]
         self.worker_id = worker_id
         self.host = host
@@ -109,7 +110,7 @@ class RendezvousLink:
     def _open(self) -> bool:
         """Open a session with the first listed rendezvous that answers; False past the deadline."""
         while not self._closed.is_set():
-            dialed = dial(self.addresses, self._backoff, self._closed, self._secret, self._ca_pem)
+            dialed = dial(self.addresses, self._backoff, self._closed, self._credentials, self._ca_pem)
             if dialed is None:
                 return False
             address, channel = dialed

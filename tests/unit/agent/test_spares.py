@@ -39,7 +39,7 @@ PROBE = textwrap.dedent("""
 def test_a_python_script_or_module_with_the_same_environment_fits(tmp_path) -> None:
     (tmp_path / "train.py").write_text("pass\n")
     env = {"PATH": os.environ["PATH"], "HOME": "/root"}
-    worker_env = {**env, "RANK": "3", "RINGMASTER_WORKER_ID": "h/4", "RINGMASTER_SECRET": "x" * 20}
+    worker_env = {**env, "RANK": "3", "RINGMASTER_WORKER_ID": "h/4", "RINGMASTER_WORKER_KEY": "ab" * 32}
     assignment, why = spare_assignment([PY, "train.py", "--lr", "1"], worker_env, str(tmp_path), env, PY)
     assert why == "" and assignment is not None
     assert (assignment.kind, assignment.target, assignment.args, assignment.cwd) == ("script", "train.py", ["--lr", "1"], str(tmp_path))
