@@ -23,6 +23,7 @@ import uvicorn
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.grpc_auth import RendezvousAuth
+from ringmaster.common.network import this_machine_names
 from ringmaster.common.spans import now_us
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
@@ -32,6 +33,7 @@ from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
+from ringmaster.rendezvous.server.grpc_limits import server_options
 from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
@@ -50,8 +52,6 @@ from ringmaster.rendezvous.server.torch_store import TorchStoreHost
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2
-#: Largest gRPC message the rendezvous accepts.
-MAX_MESSAGE_BYTES = 1 << 20
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
 #: Refused calls logged one by one before only every hundredth is.
@@ -121,6 +121,7 @@ class RendezvousServer:
         self.metrics: JobMetrics | None = None
         self.followers = EventFollowers()  # readers of GET /events, given their last events at the end
         self.timeline: JobTimeline | None = None
+        self._open_files = 1024  # the soft descriptor limit, as `run` finds it
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -131,7 +132,7 @@ class RendezvousServer:
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
         """Lead the job (or stand by until it can), then run it to its end. Raises
         StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
-        raise_open_file_limit()  # the rings' store, gRPC and the API share this process' descriptors
+        self._open_files = raise_open_file_limit()[0]  # the rings' store, gRPC and the API share this process' descriptors
         asyncio.get_running_loop().set_exception_handler(quiet_repeats())
         store = await open_store(self.store_spec)
         try:
@@ -180,8 +181,7 @@ class RendezvousServer:
             restored = None
 
         ring_stores = TorchStoreHost(self.bind, self.advertise)
-        # No message of the protocol comes near 1 MiB; a bigger one is refused by gRPC itself.
-        grpc_server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        grpc_server = grpc.aio.server(options=server_options(self._open_files))
         port = grpc_server.add_secure_port(f"{self.bind}:{self.port}", self.tls.grpc_credentials()) if self.tls \
             else grpc_server.add_insecure_port(f"{self.bind}:{self.port}")
         self.address = f"{self.advertise}:{port}"
@@ -317,8 +317,10 @@ class RendezvousServer:
         _say(Kind.API_LISTENING, url=self.api_url)
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
+        names = this_machine_names() | {self.advertise, self.bind}
         config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused,
-                                           metrics=self.metrics, followers=self.followers), log_level="warning", lifespan="off",
+                                           metrics=self.metrics, followers=self.followers, host_names=names),
+                                log_level="warning", lifespan="off",
                                 http=GuardedH11Protocol, backlog=MAX_CONNECTIONS,
                                 ssl_certfile=self.tls.cert_file if self.tls else None,
                                 ssl_keyfile=self.tls.key_file if self.tls else None)

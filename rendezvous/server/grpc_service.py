@@ -29,6 +29,9 @@ from ringmaster.rendezvous.state.journal import Journal
 from ringmaster.rendezvous.server.trace_file import JobTimeline
 
 Clock = Callable[[], float]
+#: Agent sessions kept at most for hosts that discovery does not list: an agent may connect
+#: before its host is listed (it waits), but sessions for invented hosts must not pile up.
+MAX_UNLISTED_AGENTS = 64
 #: The calls an agent makes (for its own host); the others are a worker's (for itself).
 _AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit"})
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
@@ -195,10 +198,15 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         problem = host_name_problem(request.host)
         if problem:  # refused before it reaches the job's state or the store
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
+        record = self.coordinator.hosts.get(request.host)
+        if (record is None or not record.discovered) and request.host not in self._agents \
+                and self._unlisted_agents() >= MAX_UNLISTED_AGENTS:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{MAX_UNLISTED_AGENTS} agents of hosts that discovery does not list are connected "
+                                f"already; host {request.host} is taken once discovery lists it")
         live = self._agents.get(request.host)
         if live is not None:
             if self._incarnations.get(request.host) != request.incarnation:  # one agent process per host
-                record = self.coordinator.hosts.get(request.host)
                 owner = record.agent_pid if record is not None else None
                 await context.abort(
                     grpc.StatusCode.ALREADY_EXISTS,
@@ -214,6 +222,11 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
                                         self._agent_gone):
             yield message
+
+    def _unlisted_agents(self) -> int:
+        """Agents in session for hosts that discovery does not list (they wait to be listed)."""
+        hosts = self.coordinator.hosts
+        return sum(1 for host in self._agents if host not in hosts or not hosts[host].discovered)
 
     def _agent_gone(self, host: str, now: float) -> None:
         self._incarnations.pop(host, None)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
+from ringmaster.rendezvous.server.host_check import HostCheck
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics, host_states
 
@@ -227,13 +228,17 @@ def create_app(
     refused_calls: Callable[[], int] = lambda: 0,
     metrics: JobMetrics | None = None,
     followers: EventFollowers | None = None,
+    host_names: set[str] | None = None,
 ) -> FastAPI:
     """`call(method, *args)` runs a coordinator method with the time and delivers what it says
     (the gRPC service's `call`); by default it just runs it. With the job `secret`, every
-    change needs it as a bearer token, and so does reading the status from another machine."""
+    change needs it as a bearer token, and so does reading the status from another machine.
+    With `host_names`, only requests addressed to one of them (or to a loopback name) are answered."""
     call = call or (lambda method, *args: method(*args, clock()))
     app = FastAPI(title="Ringmaster control API")
     app.add_middleware(BodyLimit)
+    if host_names is not None:
+        app.add_middleware(HostCheck, names=host_names)
 
     def authorized(request: Request) -> None:
         if secret is None:

@@ -11,6 +11,7 @@ timeline begins (an earlier run's, or that of a leader that died) becomes `FILE.
 from __future__ import annotations
 
 import json
+import errno
 import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
@@ -37,7 +38,7 @@ class TraceFile:
         self._size = 0
         self._empty = True
         self.total_bytes = 0  # written in all, over every rotation
-        if self.path.is_file() and self.path.stat().st_size > 0:
+        if not self.path.is_symlink() and self.path.is_file() and self.path.stat().st_size > 0:
             self._keep_previous()  # a timeline left from before (an earlier run, a leader that died) is kept
         self._open()
 
@@ -50,8 +51,13 @@ class TraceFile:
 
     def _open(self) -> None:
         try:
-            self._file = open(self.path, "w", encoding="utf-8", buffering=_BUFFER_BYTES)
+            # Never through a symbolic link: one planted at FILE (dangling or not) would have the
+            # rendezvous create or overwrite whatever it points at.
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=_BUFFER_BYTES)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RingmasterError(f"--timeline {self.path} is a symbolic link; give the file itself") from None
             raise RingmasterError(f"--timeline {self.path}: cannot write the timeline there ({exc.strerror}); "
                                   "give a file in a writable folder") from None
         self._file.write("[\n")

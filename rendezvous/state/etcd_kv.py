@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import aetcd
@@ -84,21 +86,26 @@ class _TlsClient(aetcd.Client):
             self._is_connecting = False
 
 
-def _read(path: str | None, what: str) -> bytes | None:
+def _read(path: str | None, what: str, private: bool = False) -> bytes | None:
+    """A certificate's or (`private`) a key's bytes; a key that other users may read is refused."""
     if path is None:
         return None
     try:
         with open(path, "rb") as f:
-            return f.read(1 << 20)
+            data = f.read(1 << 20)
+            mode = os.fstat(f.fileno()).st_mode
     except OSError as exc:
         raise StoreAccessRefused(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise StoreAccessRefused(f"{what} {path} can be read by other users (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+    return data
 
 
 def tls_credentials(access: EtcdAccess) -> grpc.ChannelCredentials:
     """The TLS credentials `access` names (the system's CAs without --store-ca)."""
     return grpc.ssl_channel_credentials(
         root_certificates=_read(access.ca_file, "--store-ca"),
-        private_key=_read(access.key_file, "--store-key"),
+        private_key=_read(access.key_file, "--store-key", private=True),
         certificate_chain=_read(access.cert_file, "--store-cert"),
     )
 
@@ -188,7 +195,7 @@ class EtcdStore:
                     raise
                 raise StoreAccessRefused(
                     f"etcd at {endpoint} refused this store's access: {exc}; check the user and password in --store "
-                    "(etcd[s]://USER:PASSWORD@...) and that the user's role covers the prefix") from None
+                    "(etcd[s]://USER@... with --store-password-file) and that the user's role covers the prefix") from None
             except (*_UNREACHABLE, OSError) as exc:
                 failures.append(f"{endpoint} ({type(exc).__name__})")
                 self._move_on(client, type(exc).__name__)

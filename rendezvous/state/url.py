@@ -1,8 +1,11 @@
-"""`--store memory` or `--store etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]`, parsed and checked.
+"""`--store memory` or `--store etcd[s]://[USER@]HOST:PORT[,HOST:PORT...][/PREFIX]`, parsed and checked.
 
 `etcds://` speaks TLS to etcd (its CA, and a client certificate if etcd asks for one, come from
-`--store-ca`, `--store-cert`, `--store-key`); `USER:PASSWORD@` logs in to an etcd with
-authentication enabled (percent-encode `@`, `:` or `/` in them). The password is never printed.
+`--store-ca`, `--store-cert`, `--store-key`); `USER@` logs in to an etcd with authentication
+enabled (percent-encode `@`, `:` or `/` in it), with the password from `--store-password-file`
+or `$RINGMASTER_STORE_PASSWORD`: a password in the URL would sit in the process' command line,
+which every user of the machine can read (/proc/PID/cmdline), so it is refused. The password is
+never printed.
 
 Pure: the store is opened elsewhere (`rendezvous/state/open_store.py`). A job keeps every key under
 its prefix, so two jobs on one etcd are kept apart by giving them different prefixes.
@@ -17,6 +20,8 @@ from ringmaster.common.errors import UsageError
 
 #: The prefix of a job's keys when --store names none.
 DEFAULT_PREFIX = "/ringmaster/default/"
+#: Environment variable with the password of the store's USER (or --store-password-file).
+STORE_PASSWORD_ENV = "RINGMASTER_STORE_PASSWORD"
 
 
 class StoreUrlError(UsageError, ValueError):
@@ -49,12 +54,13 @@ class StoreSpec:
         return f"etcd at {','.join(f'{h}:{p}' for h, p in self.endpoints)}{how} under {self.prefix}"
 
 
-_FORM = "expected 'memory' or 'etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]'"
+_FORM = "expected 'memory' or 'etcd[s]://[USER@]HOST:PORT[,HOST:PORT...][/PREFIX]'"
 
 
 def parse_store(value: str, ca_file: str | None = None, cert_file: str | None = None,
-                key_file: str | None = None) -> StoreSpec:
-    """The store `value` names; error messages never repeat a password."""
+                key_file: str | None = None, password: str | None = None) -> StoreSpec:
+    """The store `value` names, logging in as its USER with `password` (read by the caller from
+    --store-password-file or the environment); error messages never repeat a password."""
     text = value.strip()
     if text == "memory":
         return StoreSpec("memory")
@@ -64,12 +70,22 @@ def parse_store(value: str, ca_file: str | None = None, cert_file: str | None = 
     authority = rest.partition("/")[0]
     userinfo, at, _ = authority.rpartition("@")
     rest = rest[len(userinfo) + 1:] if at else rest
-    username = password = None
+    username = None
     if at:
-        user, colon, secret = userinfo.partition(":")
-        if not user or not colon:
-            raise StoreUrlError(f"--store {_shown(value)!r}: credentials are USER:PASSWORD@ before the endpoints")
-        username, password = unquote(user), unquote(secret)
+        user, colon, _ = userinfo.partition(":")
+        if colon:
+            raise StoreUrlError(
+                f"--store {_shown(value)!r}: a password in the URL can be read by every user of this machine (in the "
+                f"command line); write etcd://{user}@... and give the password in --store-password-file FILE (mode 600) "
+                f"or ${STORE_PASSWORD_ENV}")
+        if not user:
+            raise StoreUrlError(f"--store {_shown(value)!r}: write the user before '@' (etcd://USER@HOST:PORT)")
+        username = unquote(user)
+        if not password:
+            raise StoreUrlError(f"--store {_shown(value)!r}: etcd user {username!r} needs a password: give "
+                                f"--store-password-file FILE (mode 600) or ${STORE_PASSWORD_ENV}")
+    elif password:
+        raise StoreUrlError(f"--store {_shown(value)!r}: a store password is given but no user: write etcd://USER@...")
     tls = scheme == "etcds"
     if not tls and (ca_file or cert_file or key_file):
         raise StoreUrlError("--store-ca, --store-cert and --store-key are for TLS: write the store as etcds://...")

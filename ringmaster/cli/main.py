@@ -24,7 +24,7 @@ from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, LAUNCHERS, SSH_OPTIONS_ENV, SshOptions
-from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, secret_from
+from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
@@ -33,7 +33,7 @@ from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery
 from ringmaster import settings as defaults
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.settings import JobSettings
-from ringmaster.rendezvous.state.url import parse_store
+from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
 
 log = logging.getLogger(logs.CLI)
 
@@ -115,8 +115,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="size at which the timeline file is renamed FILE.1 and a new one begun (default: %(default)s)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
-                             "'etcd[s]://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]' (etcds: TLS; USER:PASSWORD: "
-                             "etcd's authentication; list every member of an etcd cluster: when one "
+                             "'etcd[s]://[USER@]HOST:PORT[,HOST:PORT...][/PREFIX]' (etcds: TLS; USER: etcd's "
+                             "authentication, with --store-password-file; list every member of an etcd cluster: when one "
                              "stops answering the next is used); with etcd a restarted or standby `serve` "
                              "takes the job over (default: %(default)s; prefix default: /ringmaster/default)")
     parser.add_argument("--store-ca", default=None, metavar="FILE",
@@ -124,6 +124,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store-cert", default=None, metavar="FILE",
                         help="client certificate for an etcds:// store that asks for one (default: none)")
     parser.add_argument("--store-key", default=None, metavar="FILE", help="the key of --store-cert (default: none)")
+    parser.add_argument("--store-password-file", default=None, metavar="FILE",
+                        help=f"the password of --store's USER (mode 600; never in the URL, where every user of this "
+                             f"machine can read it) (default: ${STORE_PASSWORD_ENV})")
     parser.add_argument("--bind", default=None, metavar="ADDR",
                         help="address the rendezvous and the rings' store listen on (default: --network-interface's address; "
                              "else, for `run` with hosts reached over ssh, this machine's address on the route to the first "
@@ -310,7 +313,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
 
     try:
         settings, discovery, initial = settings_from_args(args)
-        store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key)
+        store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key, store_password(args))
         secret = job_secret(args.secret_file, local_hosts)
         launcher = args.launcher if local_hosts else "none"
         names = this_machine_names()
@@ -355,6 +358,13 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     for event in summary_events(outcome, server.coordinator.summary):
         log_event(log, event)
     return 0 if outcome.success else 1
+
+
+def store_password(args: argparse.Namespace) -> str | None:
+    """The store user's password: --store-password-file (mode 600) or $RINGMASTER_STORE_PASSWORD."""
+    if args.store_password_file:
+        return read_private_file(args.store_password_file, "--store-password-file").strip("\r\n") or None
+    return os.environ.get(STORE_PASSWORD_ENV) or None
 
 
 def job_secret(secret_file: str | None, generate: bool) -> str:

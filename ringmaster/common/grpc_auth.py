@@ -11,11 +11,13 @@ a relay or an impostor says is ever acted on.
 The rendezvous' guard refuses calls whose token is missing, forged, stale or replayed with
 UNAUTHENTICATED, and calls by an identity that may not make them (an agent speaking for another
 host, a worker for another worker) with PERMISSION_DENIED, before the service sees them; it
-counts them, and seals what the service answers.
+counts them (a peer with many refusals gets its next ones slowly: `throttle`), and seals what
+the service answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 import time
@@ -28,6 +30,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from ringmaster.common.errors import RingmasterError
 from ringmaster.common.keys import Identity, key_of
+from ringmaster.common.throttle import RefusalThrottle, peer_address
 from ringmaster.common.seal import (
     IDENTITY_KEY, PROOF_KEY, TOKEN_KEY, Admission, CallerSeal, Gate, body_of,
 )
@@ -231,6 +234,7 @@ class RendezvousAuth:
         self._on_refused = on_refused
         self._clock = clock
         self.refused = 0
+        self.throttle = RefusalThrottle()
 
     def _key_of(self, identity: Identity) -> bytes:
         key = self._keys.get(identity)
@@ -272,6 +276,13 @@ class RendezvousAuth:
     async def _refuse(self, context: Any, method: str, code: grpc.StatusCode, why: str) -> None:
         self.refused += 1
         self._on_refused(method, why)
+        wait = self.throttle.delay(peer_address(context.peer()), self._clock())
+        if wait > 0:  # a peer with many refusals: its next ones cost it time (see `throttle`)
+            self.throttle.waiting += 1
+            try:
+                await asyncio.sleep(wait)
+            finally:
+                self.throttle.waiting -= 1
         await context.abort(code, f"{method} refused: {why}")
 
     def _unary(self, method: str, name: str, inner: Callable) -> Callable:

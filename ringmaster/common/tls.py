@@ -3,13 +3,15 @@
 The rendezvous serves with `--tls-cert`/`--tls-key`; agents, workers and `ringmaster scale` check
 its certificate against `--tls-ca` (agents and workers get the CA's PEM itself, in their
 environment or the launcher's handover, so no file needs to exist on a remote host). Who may
-call is the job secret's business (`secret`); TLS keeps what the calls carry (command lines,
-environments) from being read or changed on the way. The rings' own traffic (torch's TCPStore,
+call is the keys' business (`keys`, `seal`); TLS keeps what the calls carry (command lines,
+environments) from being read on the way. The rings' own traffic (torch's TCPStore,
 Gloo) has no TLS: keep the hosts on a network you trust.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 import grpc
@@ -26,12 +28,16 @@ class TlsError(UsageError):
     """A certificate, key or CA file that cannot be used; the message names the flag and file."""
 
 
-def read_pem(path: str, flag: str) -> bytes:
+def read_pem(path: str, flag: str, private: bool = False) -> bytes:
+    """A PEM file's bytes; a `private` one (a key) is refused when other users may read it."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_PEM_BYTES + 1)
+            mode = os.fstat(f.fileno()).st_mode
     except OSError as exc:
         raise TlsError(f"{flag} {path}: {exc.strerror or exc}") from None
+    if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise TlsError(f"{flag} {path} can be read by other users (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     if len(data) > MAX_PEM_BYTES or b"-----BEGIN " not in data:
         raise TlsError(f"{flag} {path} is not a PEM file (it should start with '-----BEGIN ...')")
     return data
@@ -52,7 +58,7 @@ class ServerTls:
             return None
         if not cert_file or not key_file:
             raise TlsError("--tls-cert and --tls-key go together: the rendezvous' certificate and its key")
-        return cls(read_pem(cert_file, "--tls-cert"), read_pem(key_file, "--tls-key"), cert_file, key_file)
+        return cls(read_pem(cert_file, "--tls-cert"), read_pem(key_file, "--tls-key", private=True), cert_file, key_file)
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials([(self.key, self.cert)])

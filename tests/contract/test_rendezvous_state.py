@@ -48,11 +48,11 @@ def with_store(make_store, body) -> None:
     ("etcd://127.0.0.1:2379", "etcd", (("127.0.0.1", 2379),), DEFAULT_PREFIX),
     ("etcd://a:1,b:2/jobs/train-7", "etcd", (("a", 1), ("b", 2)), "/jobs/train-7/"),
     ("etcd://a:1/x/", "etcd", (("a", 1),), "/x/"),
-    ("etcd://user:pw@a:1,b:2/x", "etcd", (("a", 1), ("b", 2)), "/x/"),  # credentials, not a host name
+    ("etcd://user@a:1,b:2/x", "etcd", (("a", 1), ("b", 2)), "/x/"),  # a user, not a host name
     ("etcds://a:1", "etcd", (("a", 1),), DEFAULT_PREFIX),
 ])
 def test_store_urls(value, kind, endpoints, prefix) -> None:
-    spec = parse_store(value)
+    spec = parse_store(value, password="pw" if "@" in value else None)
     assert (spec.kind, spec.endpoints, spec.prefix) == (kind, endpoints, prefix)
 
 
@@ -62,12 +62,17 @@ def test_store_urls(value, kind, endpoints, prefix) -> None:
     ("etcd://a:99999", "is not HOST:PORT"),
     ("etcd://a:1,,b:2", "endpoint '' is not HOST:PORT"),
     ("etcd://a:1/x//y", "has an empty part"),
-    ("etcd://user@a:1", "credentials are USER:PASSWORD@"),
-    ("etcd://u:hidden@a", r"etcd://u:\*\*\*@a"),  # the password is not repeated
+    ("etcd://user@a:1", "etcd user 'user' needs a password: give --store-password-file"),
+    ("etcd://@a:1", "write the user before '@'"),
+    ("etcd://u:hidden@a:1", r"etcd://u:\*\*\*@a:1'?: a password in the URL can be read by every user"),
 ])
 def test_bad_store_urls_say_what_is_expected(value, message) -> None:
-    with pytest.raises(StoreUrlError, match=message):
+    """A password in the URL would be in /proc/PID/cmdline for every local user: refused, unrepeated."""
+    with pytest.raises(StoreUrlError, match=message) as info:
         parse_store(value)
+    assert "hidden" not in str(info.value)
+    with pytest.raises(StoreUrlError, match="no user"):
+        parse_store("etcd://a:1", password="pw")
 
 
 # ---------------------------------------------------------------- the job as keys

@@ -142,6 +142,24 @@ def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(cl
     assert client.get("/healthz").status_code == 200
 
 
+@pytest.mark.parametrize("host, code", [
+    ("127.0.0.1:8080", 200), ("localhost:8080", 200), ("[::1]:8080", 200), ("10.9.8.7:8080", 200),
+    ("rendezvous.internal", 200), ("attacker.example", 421), ("attacker.example:8080", 421),
+    ("127.0.0.1.attacker.example", 421), ("", 421),
+])
+def test_requests_addressed_to_another_name_are_not_answered(host, code) -> None:
+    """DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1 makes a
+    browser here call the API with `Host: attacker.example`; it must learn nothing."""
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    client = TestClient(create_app(coordinator, host_names={"10.9.8.7", "rendezvous.internal"}))
+    for path in ("/status", "/events", "/healthz", "/"):  # (every path: the check comes first)
+        answer = client.get(path, headers={"Host": host})
+        assert answer.status_code == code, path
+        if code == 421:
+            assert "addressed to this machine only" in answer.json()["detail"]
+
+
 def test_events_are_paged_by_number_with_what_each_said() -> None:
     now = [100.0]
     coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),

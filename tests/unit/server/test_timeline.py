@@ -169,3 +169,19 @@ def test_a_timeline_file_left_from_before_is_kept_as_file_1(tmp_path) -> None:
     TraceFile(path, 1 << 20, lambda: []).close()
     assert json.loads((tmp_path / "t.json.1").read_text()) == [{"name": "an earlier run"}]
     assert json.loads(path.read_text()) == []
+
+
+def test_a_symbolic_link_planted_at_the_timeline_is_refused_not_followed(tmp_path) -> None:
+    """A link at FILE pointing where the rendezvous may write (a dangling one too) would have it
+    create or overwrite that file."""
+    target = tmp_path / "elsewhere" / "authorized_keys"
+    target.parent.mkdir()
+    link = tmp_path / "t.json"
+    link.symlink_to(target)
+    with pytest.raises(Exception, match="is a symbolic link"):
+        TraceFile(link, 1 << 20, lambda: [])
+    assert not target.exists() and link.is_symlink()
+    target.write_text("keep me\n")  # a link to a file that exists is refused too, and the file untouched
+    with pytest.raises(Exception, match="is a symbolic link"):
+        TraceFile(link, 1 << 20, lambda: [])
+    assert target.read_text() == "keep me\n"

@@ -1,0 +1,127 @@
+"""What anyone who can reach the rendezvous' ports can do without a key: hold connections,
+stall HTTP requests, repeat refused calls; and what a key holder can do: open sessions for
+invented hosts. A real job (or `serve`) each time; the flood comes from real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import pytest
+
+from harness import FAST, ROOT, WORKLOADS, credentials, elastic_job, wait_for
+from ringmaster.common.grpc_auth import secured
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.rendezvous.server.grpc_limits import RESERVED_FILES, max_connections
+
+pytestmark = pytest.mark.slow
+
+
+def _flood(host: str, port: int, count: int, *flags: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(WORKLOADS / "flood.py"), host, str(port), str(count), *flags],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("open"), line
+    return proc
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _healthy(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
+        return response.status == 200
+
+
+def test_twenty_thousand_idle_connections_take_no_descriptors_the_job_needs(run_job, tmp_path) -> None:
+    job = run_job("-np", "2", *FAST, *elastic_job(tmp_path / "log", epochs=6, samples=320, step_time=0.05))
+    host, port = job.wait_event("rendezvous.listening")["address"].rsplit(":", 1)
+    url = job.wait_api()
+    before = job.wait_status(lambda s: s["steps"] >= 5, 120, "training")["steps"]
+    soft = int(open(f"/proc/{job.proc.pid}/limits").read().split("Max open files")[1].split()[0])
+    floods = [_flood(host, int(port), 7000) for _ in range(3)]  # 21,000, renewed as the server closes them
+    try:
+        deadline = time.monotonic() + 15
+        most = 0
+        while time.monotonic() < deadline:
+            assert _healthy(url)
+            most = max(most, _open_files(job.proc.pid))
+            time.sleep(0.5)
+        assert most <= max_connections(soft) + RESERVED_FILES, (most, soft)
+        assert job.proc.poll() is None, job.output[-5000:]
+        assert job.status()["steps"] > before + 20  # trained on meanwhile
+    finally:
+        for flood in floods:
+            flood.kill()
+            flood.wait()
+    assert job.wait(240) == 0, job.output[-3000:]
+    assert not job.events("worker.failed") and len(job.events("generation.formed")) == 1
+
+
+def test_stalled_http_connections_renewed_never_keep_an_operator_out(run_job, tmp_path) -> None:
+    serve = run_job("-H", "hostX:1", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"),
+                    str(tmp_path), verb="serve")
+    url = serve.wait_api()
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    flood = _flood(host, int(port), 400, "--http")  # far more than the API keeps; each closed one comes back
+    try:
+        for _ in range(10):
+            assert _healthy(url)
+            status = subprocess.run([sys.executable, "-m", "ringmaster.cli", "status", "--api", url], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0 and "hostX" in status.stdout, status.stderr
+            time.sleep(1.0)
+    finally:
+        flood.kill()
+        flood.wait()
+
+
+def test_sessions_for_invented_hosts_are_bounded_and_refusals_slow_their_sender(run_job, tmp_path) -> None:
+    from ringmaster.rendezvous.server.grpc_service import MAX_UNLISTED_AGENTS
+
+    serve = run_job("-H", "hostX:1", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"),
+                    str(tmp_path), verb="serve")
+    address = serve.wait_event("rendezvous.listening")["address"]
+    serve.wait_api()
+    channels, streams, codes = [], [], []
+    try:
+        for i in range(MAX_UNLISTED_AGENTS + 6):  # each with its own host's key: what the job secret allows
+            channel = secured(grpc.insecure_channel(address), credentials(f"invented{i}"))
+            channels.append(channel)
+            stream = pb_grpc.RendezvousStub(channel).AgentSession(pb.AgentHello(host=f"invented{i}", incarnation="x"))
+            streams.append(stream)
+            try:
+                next(stream)
+                codes.append("OK")
+            except grpc.RpcError as exc:
+                codes.append(exc.code().name)
+        assert codes == ["OK"] * MAX_UNLISTED_AGENTS + ["RESOURCE_EXHAUSTED"] * 6
+        hosts = serve.status()["hosts"]
+        assert len(hosts) == 1 + MAX_UNLISTED_AGENTS
+        # Refused calls from one address: the first are answered at once, then slowly.
+        with secured(grpc.insecure_channel(address), credentials("hostX", secret="x" * 32)) as wrong:
+            stub = pb_grpc.RendezvousStub(wrong)
+            took = []
+            for _ in range(40):
+                started = time.monotonic()
+                with pytest.raises(grpc.RpcError):
+                    stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), timeout=10)
+                took.append(time.monotonic() - started)
+        assert sum(took[:15]) < 1.5, took  # the burst: at once
+        assert sum(took[-10:]) >= 2.0, took  # then about two a second
+        # The job's own agent is not slowed by its address' refusals.
+        agent = run_job("--rendezvous", address, "--host", "hostX", verb="agent")
+        wait_for(lambda: agent.events("process.started"), 60, "the real agent's worker")
+    finally:
+        for stream in streams:
+            stream.cancel()
+        for channel in channels:
+            channel.close()
