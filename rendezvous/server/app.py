@@ -34,7 +34,7 @@ from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.grpc_limits import server_options
-from ringmaster.rendezvous.server.http_guard import MAX_CONNECTIONS, GuardedH11Protocol, quiet_repeats, raise_open_file_limit
+from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repeats, raise_open_file_limit
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
@@ -312,7 +312,8 @@ class RendezvousServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
-        sock.listen(MAX_CONNECTIONS)  # connections queue from now on: the URL said below answers at once
+        protocol = guarded_protocol(self._open_files)
+        sock.listen(protocol.max_connections)  # connections queue from now on: the URL said below answers at once
         self.api_url = f"{'https' if self.tls else 'http'}://{self.advertise}:{sock.getsockname()[1]}"
         _say(Kind.API_LISTENING, url=self.api_url)
         auth = self.auth
@@ -321,7 +322,7 @@ class RendezvousServer:
         config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused,
                                            metrics=self.metrics, followers=self.followers, host_names=names),
                                 log_level="warning", lifespan="off",
-                                http=GuardedH11Protocol, backlog=MAX_CONNECTIONS,
+                                http=protocol, backlog=protocol.max_connections,
                                 ssl_certfile=self.tls.cert_file if self.tls else None,
                                 ssl_keyfile=self.tls.key_file if self.tls else None)
         return _ApiServer(config), sock

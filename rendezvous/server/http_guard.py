@@ -4,7 +4,8 @@ The rendezvous process also hosts the gRPC service and the TCPStore the workers'
 on; a neighbour that opens a thousand HTTP connections and sends nothing must not starve them.
 So the control API's HTTP protocol (uvicorn's h11 one) is wrapped:
 
-- at most `MAX_CONNECTIONS` connections are kept; one more is closed as soon as it is accepted
+- at most `max_connections(open files)` connections are kept (from 64 with a limit of 1024
+  descriptors up to `MAX_CONNECTIONS`); one more is closed as soon as it is accepted
   (its descriptor is released at once), and the listening backlog is as small, so the event
   loop never accepts more than that many at once;
 - while more than `MAX_WAITING` of them wait without a request in progress (new, or idle
@@ -35,6 +36,8 @@ from ringmaster.common.events import Event, Kind, log_event
 
 #: Most simultaneous control-API connections (an operator's tools need a handful).
 MAX_CONNECTIONS = 1024
+#: Descriptors kept for everything else before the control API takes any (as gRPC does).
+RESERVED_FILES = 1024
 #: Connections that may wait without a request in progress before the waiting ones are weeded.
 MAX_WAITING = 32
 #: Seconds a connection may wait without a request while more than MAX_WAITING do.
@@ -49,12 +52,21 @@ REQUEST_TIMEOUT_S = 60.0
 REPEAT_INTERVAL_S = 10.0
 
 
+def max_connections(open_files: int) -> int:
+    """Control-API connections kept at most with a soft descriptor limit of `open_files` (a
+    quarter of those left after the reserve: gRPC takes half)."""
+    return max(64, min(MAX_CONNECTIONS, (open_files - RESERVED_FILES) // 4))
+
+
 class GuardedH11Protocol(H11Protocol):
+    #: Set per server by `guarded_protocol`.
+    max_connections = 64
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._opened_at = time.monotonic()
         self._seen_cycle: object = None
-        if len(self.connections) > MAX_CONNECTIONS:
+        if len(self.connections) > self.max_connections:
             transport.close()
             return
         self._start_timer = self.loop.call_later(REQUEST_START_TIMEOUT_S, self._close_if_stalled)
@@ -87,6 +99,11 @@ class GuardedH11Protocol(H11Protocol):
         if timer is not None:
             timer.cancel()
         super().connection_lost(exc)
+
+
+def guarded_protocol(open_files: int) -> type[GuardedH11Protocol]:
+    """The protocol class for a control API in a process allowed `open_files` descriptors."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"max_connections": max_connections(open_files)})
 
 
 def _weed(loop: asyncio.AbstractEventLoop, state: Any) -> None:
