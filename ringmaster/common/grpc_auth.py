@@ -32,7 +32,7 @@ from ringmaster.common.errors import RingmasterError
 from ringmaster.common.keys import Identity, key_of
 from ringmaster.common.throttle import RefusalThrottle, peer_address
 from ringmaster.common.seal import (
-    IDENTITY_KEY, PROOF_KEY, TOKEN_KEY, Admission, CallerSeal, Gate, body_of,
+    PROOF_KEY, TOKEN_KEY, Admission, CallerSeal, Gate, body_of,
 )
 
 Clock = Callable[[], float]
@@ -45,8 +45,6 @@ ENDED_WAIT_S = 2.0
 DECISIONS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.PERMISSION_DENIED,
                        grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE,
                        grpc.StatusCode.ABORTED})
-#: Keys derived and kept by the guard at most (deriving one again costs two HMACs).
-MAX_KEPT_KEYS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -227,22 +225,12 @@ class RendezvousAuth:
         """`on_refused(method, why)` hears of every refused call; `identity_problem(identity)`
         says why a named identity cannot be one of the job's (checked before deriving its key);
         `authorize` says why an identity may not make a call (None: any identity may)."""
-        self._secret = secret
-        self._keys: dict[Identity, bytes] = {}
-        self.gate = Gate(self._key_of, identity_problem)
+        self.gate = Gate(lambda identity: key_of(secret, identity), identity_problem)
         self._authorize = authorize
         self._on_refused = on_refused
         self._clock = clock
         self.refused = 0
         self.throttle = RefusalThrottle()
-
-    def _key_of(self, identity: Identity) -> bytes:
-        key = self._keys.get(identity)
-        if key is None:
-            if len(self._keys) >= MAX_KEPT_KEYS:
-                self._keys.clear()
-            key = self._keys[identity] = key_of(self._secret, identity)
-        return key
 
     def guard(self, servicer: object, service: ServiceDescriptor) -> object:
         """An object with `servicer`'s RPC methods of `service`, each refusing unproven calls
@@ -259,8 +247,7 @@ class RendezvousAuth:
         """The call's admission; the call is aborted (refused) otherwise."""
         metadata = context.invocation_metadata()
         now = self._clock()
-        admission, why = self.gate.check(method, _header(metadata, IDENTITY_KEY), _header(metadata, TOKEN_KEY),
-                                         body_of(request), now)
+        admission, why = self.gate.check(method, _header(metadata, TOKEN_KEY), body_of(request), now)
         if admission is None:
             await self._refuse(context, method, grpc.StatusCode.UNAUTHENTICATED, why)
         assert admission is not None

@@ -1,8 +1,8 @@
 """Every message of a call authenticated: the request, each streamed message, the answer, a refusal.
 
-A caller proves its key (`keys`) with a token in the call's metadata: an HMAC over the method,
-its identity, a timestamp, a counter and the request's bytes, so a token is good for that one
-request and nothing else. The answering side picks a nonce of its own; both then derive the
+A caller proves its key (`keys`) with a token in the call's metadata: its identity, a timestamp,
+its call's number and an HMAC under its key over all that, the method and the request's bytes,
+so a token is good for that one request and nothing else. The answering side picks a nonce of its own; both then derive the
 call's session key from the caller's key, its token and that nonce. Under the session key:
 - the stream's opening carries a proof (the server knows the caller's key: it is the job's);
 - every streamed message carries a `seal` (its sequence number, from 1, and a MAC over its
@@ -33,8 +33,7 @@ from typing import Any, Callable
 
 from ringmaster.common.keys import Identity
 
-#: Metadata keys: the caller's identity and token; the answer's proof.
-IDENTITY_KEY = "ringmaster-as"
+#: Metadata keys: the caller's token (`v2|IDENTITY|STAMP|SERIES|NUMBER|MAC`); the answer's proof.
 TOKEN_KEY = "ringmaster-auth"
 PROOF_KEY = "ringmaster-proof"
 VERSION = "v2"
@@ -44,7 +43,9 @@ TOKEN_WINDOW_S = 300.0
 REPLAY_SLACK = 1024
 #: Callers remembered at most; a new caller beyond it is refused until older ones expire.
 MAX_CALLERS = 1 << 18
-_MAX_TOKEN_CHARS = 256
+#: Identities whose keys are kept (deriving one again costs two HMACs).
+MAX_KEPT_KEYS = 1 << 16
+_MAX_TOKEN_CHARS = 800
 _MAX_PROOF_CHARS = 128
 
 
@@ -84,13 +85,14 @@ def make_token(key: bytes, identity: Identity, method: str, body: bytes, now: fl
     `call` is its (series, number), this process' next by default."""
     series, number = next_call() if call is None else call
     stamp = f"{now:.3f}"
-    mac = _mac(key, _call_head(method, identity.header(), stamp, series, number), body).hex()
-    return f"{VERSION}.{stamp}.{series}.{number}.{mac}"
+    head = identity.header()
+    mac = _mac(key, _call_head(method, head, stamp, series, number), body).hex()
+    return f"{VERSION}|{head}|{stamp}|{series}|{number}|{mac}"
 
 
 def call_metadata(key: bytes, identity: Identity, method: str, body: bytes, now: float) -> tuple[tuple[str, str], ...]:
     """The metadata that signs one call (for callers that build their own, such as benchmarks)."""
-    return (IDENTITY_KEY, identity.header()), (TOKEN_KEY, make_token(key, identity, method, body, now))
+    return ((TOKEN_KEY, make_token(key, identity, method, body, now)),)
 
 
 class SessionKeys:
@@ -128,7 +130,7 @@ class CallerSeal:
         self._key = key
         self._method = method
         self.token = make_token(key, identity, method, body, now)
-        self.metadata = ((IDENTITY_KEY, identity.header()), (TOKEN_KEY, self.token))
+        self.metadata = ((TOKEN_KEY, self.token),)
         self._session: SessionKeys | None = None
         self._received = 0
 
@@ -206,35 +208,39 @@ class Gate:
         name), checked before any key is derived for it."""
         self._key_of = key_of
         self._identity_problem = identity_problem
+        self._keys: dict[Identity, bytes] = {}  # identities checked, with their keys
         self.window_s = window_s
         self.replays = Replays(window_s, max_callers)
 
-    def check(self, method: str, identity_text: str | None, token: str | None, body: bytes,
-              now: float) -> tuple[Admission | None, str]:
+    def check(self, method: str, token: str | None, body: bytes, now: float) -> tuple[Admission | None, str]:
         """(admission, "") for a token that proves its caller's key over this very request;
-        (None, why) otherwise. The caller's number is not yet taken: see `admit`."""
+        (None, why) otherwise. The call's number is not yet taken: see `admit`."""
         if not token:
             return None, "the call carries no job token (is the caller part of this job? give it its key)"
+        if len(token) > _MAX_TOKEN_CHARS:
+            return None, "its job token is too long"
+        parts = token.split("|")
+        if len(parts) != 6 or parts[0] != VERSION:  # v2, identity, stamp, series, number, mac
+            return None, "its job token is malformed"
+        identity_text, stamp, series, number_text, mac = parts[1:]
         identity = Identity.parse(identity_text)
         if identity is None:
             return None, "the call names no identity a job part has (agent HOST or worker HOST ID)"
-        problem = self._identity_problem(identity)
-        if problem:
-            return None, f"the call's identity is not one of ours: {problem}"
-        if len(token) > _MAX_TOKEN_CHARS:
-            return None, "its job token is too long"
-        parts = token.split(".")
-        if len(parts) != 6 or parts[0] != VERSION:  # v2, seconds, fraction, series, number, mac
-            return None, "its job token is malformed"
-        stamp, series, number_text, mac = f"{parts[1]}.{parts[2]}", parts[3], parts[4], parts[5]
+        key = self._keys.get(identity)
+        if key is None:
+            problem = self._identity_problem(identity)
+            if problem:
+                return None, f"the call's identity is not one of ours: {problem}"
+            if len(self._keys) >= MAX_KEPT_KEYS:
+                self._keys.clear()
+            key = self._keys[identity] = self._key_of(identity)
         if not (number_text.isascii() and number_text.isdigit() and len(number_text) <= 19 and 0 < len(series) <= 32):
             return None, "its job token is malformed"
         try:
             when, number = float(stamp), int(number_text)
         except ValueError:
             return None, "its job token is malformed"
-        key = self._key_of(identity)
-        expected = _mac(key, _call_head(method, identity.header(), stamp, series, number), body).hex()
+        expected = _mac(key, _call_head(method, identity_text, stamp, series, number), body).hex()
         if not hmac.compare_digest(expected, mac):
             return None, f"its token does not prove the key of {identity} over this request"
         if abs(now - when) > self.window_s:
