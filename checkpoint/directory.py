@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from ringmaster.checkpoint.manifest import (FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest,
                                             UntrustedCheckpointError)
-from ringmaster.checkpoint.policy import DEFAULT_KEEP
+from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
@@ -30,7 +30,7 @@ _CHUNK = 8 << 20
 
 
 class CheckpointDirectory:
-    def __init__(self, path: str | os.PathLike[str], keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, path: str | os.PathLike[str], keep: int = DEFAULT_CHECKPOINT_KEEP) -> None:
         if keep < 1:
             raise ValueError(f"--checkpoint-keep must be at least 1, not {keep}")
         self.path = pathlib.Path(path)

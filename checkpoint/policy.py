@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Seconds between checkpoints when a folder is given without --checkpoint-every/-interval.
-DEFAULT_INTERVAL_S = 60.0
-#: Checkpoints kept on disk when --checkpoint-keep is not given.
-DEFAULT_KEEP = 3
+from ringmaster.settings import DEFAULT_CHECKPOINT_INTERVAL_S
 
 
 @dataclass
@@ -26,7 +23,7 @@ class CheckpointPolicy:
         if self.interval_s is not None and self.interval_s <= 0:
             raise ValueError(f"--checkpoint-interval must be positive, not {self.interval_s:g}")
         if self.every is None and self.interval_s is None:
-            self.interval_s = DEFAULT_INTERVAL_S
+            self.interval_s = DEFAULT_CHECKPOINT_INTERVAL_S
 
     def start(self, step: int, now: float) -> None:
         """The state is at `step` (fresh, restored or loaded) at `now`: count from here."""

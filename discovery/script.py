@@ -10,9 +10,7 @@ import time
 
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.parse import parse_host_lines
-
-#: Seconds a discovery script may run before it is killed and the attempt counts as failed.
-DEFAULT_SCRIPT_TIMEOUT_S = 10.0
+from ringmaster.settings import DEFAULT_DISCOVERY_TIMEOUT_S
 
 
 class ScriptDiscovery:
@@ -22,7 +20,7 @@ class ScriptDiscovery:
     `DiscoveryError` naming the cause (with the tail of its stderr).
     """
 
-    def __init__(self, command: str, default_slots: int | None = None, timeout_s: float = DEFAULT_SCRIPT_TIMEOUT_S) -> None:
+    def __init__(self, command: str, default_slots: int | None = None, timeout_s: float = DEFAULT_DISCOVERY_TIMEOUT_S) -> None:
         self.command = command
         self.default_slots = default_slots
         self.timeout_s = timeout_s

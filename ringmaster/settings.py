@@ -3,6 +3,7 @@
 `JobSettings` is what `ringmaster run` and `ringmaster serve` were asked to do; `AgentSettings`
 is a host agent's (`ringmaster agent`, and the agents `run` starts). Both take their defaults
 from the constants below, so a timeout the two share is given once. README.md lists them.
+The other parts take their defaults from here too; this module imports none of them.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, DEFAULT_KEEP  # pure module: no torch import
-from ringmaster.discovery.script import DEFAULT_SCRIPT_TIMEOUT_S
-
 #: Seconds the job waits below --min-np before it fails (Horovod's default).
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 #: Seconds between two runs of the discovery script.
 DEFAULT_DISCOVERY_INTERVAL_S = 1.0
-#: Seconds a discovery script may run (the discovery package's own default).
-DEFAULT_DISCOVERY_TIMEOUT_S = DEFAULT_SCRIPT_TIMEOUT_S
+#: Seconds a discovery script may run before it is killed and the attempt counts as failed.
+DEFAULT_DISCOVERY_TIMEOUT_S = 10.0
 #: Seconds between heartbeats of agents and workers.
 DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
 #: Seconds without a heartbeat after which an agent (host) or worker counts as dead.
@@ -63,9 +61,9 @@ REMOTE_AGENTS_SHUTDOWN_S = 0.5
 #: Seconds `ringmaster scale` waits for the control API's answer.
 API_CLIENT_TIMEOUT_S = 10.0
 #: Durable checkpoints kept in --checkpoint-dir, and seconds between them when --checkpoint-dir
-#: is given without --checkpoint-every/-interval: the checkpoint package's own defaults.
-DEFAULT_CHECKPOINT_KEEP = DEFAULT_KEEP
-DEFAULT_CHECKPOINT_INTERVAL_S = DEFAULT_INTERVAL_S
+#: is given without --checkpoint-every/-interval.
+DEFAULT_CHECKPOINT_KEEP = 3
+DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 
 
 class JobSettings(BaseModel):

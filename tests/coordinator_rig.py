@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.control.effects import RunWorkers, StopAgent, WorkerEffect, WorkerLaunch
 from ringmaster.rendezvous.control.records import Generation, JobOutcome
+from ringmaster.rendezvous.state import job_record
 from ringmaster.settings import JobSettings
 
 
@@ -20,6 +23,7 @@ class Rig:
         self.now = 0.0
         self.agents: dict[str, RunWorkers | StopAgent] = {}
         self.worker_events: dict[str, list[WorkerEffect]] = {}
+        self.snapshots = job_record.Snapshots()  # as the journal keeps them: records rebuilt where changed
 
     def _plain_store(self, generation: int) -> tuple[str, int]:
         self.plain_stores.append(generation)
@@ -67,3 +71,16 @@ class Rig:
             self.worker_connected(wid, 1)
             self.worker_heartbeat(wid, 0, True)
         return ids
+
+
+def record(rig: Rig) -> dict[str, dict]:
+    """The rig's job as the store keeps it (keys relative to the job's prefix), as the journal builds it."""
+    return job_record.job_values(rig.coordinator.saved(), rig.snapshots)
+
+
+def api_for(coordinator: Coordinator, clock: Callable[[], float] = lambda: 0.0, **options: Any):
+    """The control API of `coordinator` at `clock`'s time, changing it as the rendezvous' inputs
+    do (the call, with the time; settling is the test's)."""
+    from ringmaster.rendezvous.server.http_api import create_app
+
+    return create_app(lambda: coordinator.view(clock()), lambda np: coordinator.scale(np, clock()), **options)

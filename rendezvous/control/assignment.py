@@ -1,6 +1,6 @@
 """Who gets which rank in a generation: a pure function, tested exhaustively.
 
-Rules (DESIGN.md, "The flow"): survivors keep their relative order, so rank 0 stays rank 0
+Rules (docs/architecture.md, "A change of hosts"): survivors keep their relative order, so rank 0 stays rank 0
 while it lives and holds the newest commit; newcomers go last in the order given; never more
 than `max_np` workers. Local and cross ranks follow Horovod's definitions: `local_rank` is the
 position among the generation's workers on the same host (in rank order), `cross_rank` the

@@ -1,5 +1,6 @@
 """What the coordinator's decisions ask for, as typed values: the server turns them into
-protobuf messages on the agents' and workers' streams (`rendezvous/server/wire.py`).
+protobuf messages on the agents' and workers' streams (`rendezvous/server/wire.py`), and the
+host pool's into work for the launcher (`rendezvous/server/launchers.py`).
 
 The decision core never builds a wire message, so it is tested by reading these values, and
 the protocol can change without touching a decision.
@@ -38,6 +39,21 @@ class StopAgent:
 
     host: str
     reason: str
+
+
+# ---------------------------------------------------------------------- to the launcher
+@dataclass(frozen=True)
+class LaunchAgent:
+    """Start an agent for `host` (here, over ssh, ... as the launcher does it)."""
+
+    host: str
+
+
+@dataclass(frozen=True)
+class StopLaunchedAgent:
+    """Stop the agent started for `host` (its host left discovery and runs nothing)."""
+
+    host: str
 
 
 # ---------------------------------------------------------------------- to workers
@@ -93,6 +109,7 @@ class EndJob:
     reason: str
 
 
+PoolEffect = Union[LaunchAgent, StopLaunchedAgent]
 AgentEffect = Union[RunWorkers, StopAgent]
 WorkerEffect = Union[Assign, EndGeneration, UpdateHosts, Retire, EndJob]
-Effect = Union[AgentEffect, WorkerEffect]
+Effect = Union[AgentEffect, WorkerEffect, PoolEffect]

@@ -96,6 +96,40 @@ class Generation(Revised):
         self.member_set: frozenset[str] = frozenset(self.member_ids)
 
 
+class Causes:
+    """Why the next generation will replace the current one, gathered until it forms: what
+    happened in words (the event's and the status' `cause`) and by kind (the metrics' resets)."""
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+        self._kinds: set[ResetCause] = set()
+
+    def add(self, text: str, *kinds: ResetCause) -> None:
+        self._texts.append(text)
+        self._kinds.update(kinds)
+
+    def add_kinds_if_none(self, text: str, kinds: set[ResetCause]) -> None:
+        """Add `text`, and `kinds` only if no cause gave kinds yet (whoever caused it said so first)."""
+        self._texts.append(text)
+        if not self._kinds:
+            self._kinds |= kinds
+
+    def ensure(self, text: str) -> None:
+        """A reset with no cause said yet gets `text`, of kind OTHER."""
+        if not self._texts:
+            self._texts.append(text)
+        if not self._kinds:
+            self._kinds.add(ResetCause.OTHER)
+
+    def take(self, is_reset: bool) -> tuple[str, list[str]]:
+        """(the causes in words, the kinds' values) of the generation forming now, and forget them.
+        The first generation (`is_reset` False) has no kinds."""
+        text = "; ".join(dict.fromkeys(self._texts)) or "job start"
+        kinds = (sorted(kind.value for kind in self._kinds) or [ResetCause.OTHER.value]) if is_reset else []
+        self._texts, self._kinds = [], set()
+        return text, kinds
+
+
 @dataclass
 class JobOutcome:
     success: bool
@@ -104,6 +138,32 @@ class JobOutcome:
 
 #: Events a job keeps (the newest); older ones are counted in `Summary.events_dropped`.
 MAX_EVENTS = 1000
+
+
+@dataclass
+class JobCounters:
+    """The job's counters a store keeps besides its hosts, workers and generation."""
+
+    next_id: int
+    hosts_sequence: int
+    target_np: int | None
+    finishing: bool
+    generations: int
+    resets: int
+    steps: int
+    outcome: tuple[bool, str] | None
+
+
+@dataclass
+class SavedJob:
+    """Everything a rendezvous needs to carry on a job: what a store keeps (`state/job_record`
+    turns it into keys and back) and what `Coordinator.resume` takes."""
+
+    counters: JobCounters
+    hosts: dict[str, Host]
+    workers: dict[str, Worker]
+    generation: Generation | None
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (key, why) of stored keys left out
 
 
 @dataclass

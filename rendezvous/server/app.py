@@ -38,9 +38,10 @@ from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repe
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
-from ringmaster.rendezvous.server.agent_launcher import AgentLauncher
+from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, NoLauncher, make_launcher
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
+from ringmaster.rendezvous.control.view import JobView
 from ringmaster.rendezvous.server.metrics import JobMetrics
 from ringmaster.rendezvous.server.timeline import TraceBuilder
 from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
@@ -147,8 +148,8 @@ class RendezvousServer:
             return None
 
         def members() -> list[tuple[str, str]]:
-            gen = self.coordinator.generation if self.coordinator is not None else None
-            return [(m.worker_id, m.host) for m in gen.members] if gen is not None else []
+            view = self.view()
+            return list(view.members) if view is not None else []
 
         def written(file: TraceFile) -> None:
             _say(Kind.TIMELINE_WRITTEN, path=str(file.path), megabytes=file.total_bytes / 1e6,
@@ -176,8 +177,8 @@ class RendezvousServer:
         except Exception:
             await leadership.resign()
             raise
-        if restored is not None and restored.job.outcome is not None:
-            _say(Kind.JOB_PREVIOUS_ENDED, prefix=prefix, outcome=restored.job.outcome[1])
+        if restored is not None and restored.counters.outcome is not None:
+            _say(Kind.JOB_PREVIOUS_ENDED, prefix=prefix, outcome=restored.counters.outcome[1])
             restored = None
 
         ring_stores = TorchStoreHost(self.bind, self.advertise)
@@ -187,15 +188,21 @@ class RendezvousServer:
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:
             await leadership.announce(self.address)
+        launcher: Launcher = make_launcher(
+            self.launcher, AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
+                                        self.settings.reconnect_timeout_s, self.settings.spares),
+            self.secret, self.ssh, on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
+        ) if self.use_local_hosts else NoLauncher()
         coordinator = Coordinator(
             self.settings, self.address, RingStoreAddress(ring_stores.host, ring_stores.port), ring_stores.plain_store,
-            on_event=self._on_event,
+            on_event=self._on_event, launches_agents=launcher.starts_agents,
         )
         self.coordinator = coordinator
-        service = RendezvousService(coordinator, journal=journal)
+        service = RendezvousService(coordinator, journal=journal, launcher=launcher)
         self.auth = RendezvousAuth(self.secret, self._refused, service.identity_problem, service.authorize) \
             if self.secret is not None else None
-        self.metrics = JobMetrics(coordinator, service.clock, lambda: self.auth.refused if self.auth is not None else 0,
+        self.metrics = JobMetrics(lambda: coordinator.view(service.clock()),
+                                  lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
         service.timeline = self.timeline
@@ -212,18 +219,13 @@ class RendezvousServer:
         background: list[asyncio.Task] = []
         api = None
         if self.api_port is not None:
-            api, sock = self._make_api(coordinator, service)
+            api, sock = self._make_api(service)
             background.append(asyncio.create_task(api.serve(sockets=[sock])))
-        local = AgentLauncher(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
-                              self.secret, self.launcher, self.ssh,
-                              on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
-                              reconnect_timeout_s=self.settings.reconnect_timeout_s, spares=self.settings.spares) \
-            if self.use_local_hosts else None
         deposed: str | None = None
         try:
             if restored is not None:
                 await leases.adopt()
-                service.call(lambda now: coordinator.resume(restored, now, agents_survive=local is None))
+                service.call(lambda now: coordinator.resume(restored, now, agents_survive=not launcher.starts_agents))
             else:
                 service.call(coordinator.set_hosts, dict(initial_hosts))
             journal_task = asyncio.create_task(service.keep_journal())
@@ -253,14 +255,14 @@ class RendezvousServer:
                     service.call(coordinator.tick)
                     if self.timeline is not None:
                         self.timeline.flush()
-                if local is not None:
-                    local.reconcile(coordinator, time.monotonic())
+                for host, how in launcher.ended():  # an input like any other (journaled with the rest)
+                    service.call(coordinator.agent_process_ended, host, how)
             if deposed is None:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
-                await self._wind_down(local)
+                await self._wind_down(launcher)
                 await journal.clear()
-                await self._let_followers_catch_up(coordinator, service)
+                await self._let_followers_catch_up(service)
         except Deposed as exc:
             deposed = str(exc)
         finally:
@@ -268,8 +270,7 @@ class RendezvousServer:
                 task.cancel()
             if api is not None:
                 api.should_exit = True
-            if local is not None:
-                await asyncio.to_thread(local.stop_all, 0.0)
+            await asyncio.to_thread(launcher.stop_all, 0.0)
             await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await leadership.resign()
         if deposed is not None:
@@ -278,20 +279,20 @@ class RendezvousServer:
         assert coordinator.outcome is not None
         return coordinator.outcome
 
-    async def _wind_down(self, local: AgentLauncher | None) -> None:
+    async def _wind_down(self, launcher: Launcher) -> None:
         """Give agents time to receive the shutdown and stop their workers gracefully."""
-        if local is None:
+        if not launcher.starts_agents:
             await asyncio.sleep(REMOTE_AGENTS_SHUTDOWN_S)
             return
         deadline = time.monotonic() + self.settings.stop_grace_s + AGENT_EXIT_GRACE_S
-        while local.alive() and time.monotonic() < deadline:
+        while launcher.alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
-    async def _let_followers_catch_up(self, coordinator: Coordinator, service: RendezvousService) -> None:
+    async def _let_followers_catch_up(self, service: RendezvousService) -> None:
         """Keep the control API up until a reader of /events (`ringmaster events --follow`) has
         fetched the job's last events, for at most FOLLOWER_GRACE_S; at once when nobody reads."""
         deadline = time.monotonic() + FOLLOWER_GRACE_S
-        while time.monotonic() < deadline and not self.followers.caught_up(coordinator, service.clock(), FOLLOWER_IDLE_S):
+        while time.monotonic() < deadline and not self.followers.caught_up(service.view(), FOLLOWER_IDLE_S):
             await asyncio.sleep(0.05)
 
     def _on_event(self, event: Event) -> None:
@@ -308,7 +309,11 @@ class RendezvousServer:
         if self.auth.refused <= REFUSALS_LOGGED or self.auth.refused % 100 == 0:
             _say(Kind.CALL_REFUSED, method=method, reason=reason, refused=self.auth.refused)
 
-    def _make_api(self, coordinator: Coordinator, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
+    def view(self) -> JobView | None:
+        """The job as readers see it now (None before this rendezvous leads it)."""
+        return self.service.view() if self.service is not None else None
+
+    def _make_api(self, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.bind, self.api_port or 0))
@@ -319,7 +324,7 @@ class RendezvousServer:
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
         names = this_machine_names() | {self.advertise, self.bind}
-        config = uvicorn.Config(create_app(coordinator, call=service.call, secret=self.secret, refused_calls=refused,
+        config = uvicorn.Config(create_app(service.view, service.scale_to, secret=self.secret, refused_calls=refused,
                                            metrics=self.metrics, followers=self.followers, host_names=names),
                                 log_level="warning", lifespan="off",
                                 http=protocol, backlog=protocol.max_connections,

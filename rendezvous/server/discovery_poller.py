@@ -1,4 +1,4 @@
-"""Polls host discovery every interval and feeds good host sets to the coordinator.
+"""Polls host discovery every interval and feeds good host sets to the rendezvous' inputs.
 
 The script runs in a thread (it may block up to its timeout) so the rendezvous keeps answering.
 A failing script is reported once per distinct message and the last good host set is kept.
@@ -27,10 +27,10 @@ async def poll_discovery(discovery: HostDiscovery, service: RendezvousService, i
             stats.errors += 1
             if str(exc) != last_error:
                 last_error = str(exc)
-                service.call(service.coordinator.discovery_failed, last_error)
+                service.discovery_failed(last_error)
         else:
             last_error = None
             if hosts != last_hosts:
                 last_hosts = hosts
-                service.call(service.coordinator.set_hosts, hosts)
+                service.hosts_found(hosts)
         await asyncio.sleep(interval_s)

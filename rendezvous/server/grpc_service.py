@@ -23,9 +23,11 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
-from ringmaster.rendezvous.control.effects import Effect, RunWorkers, StopAgent
+from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.state.journal import Journal
+from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
 from ringmaster.rendezvous.server.trace_file import JobTimeline
 
 Clock = Callable[[], float]
@@ -43,8 +45,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     in the store (write-ahead); with `leases`, agents' liveness is also kept as store leases."""
 
     def __init__(self, coordinator: Coordinator, clock: Clock = time.monotonic, journal: Journal | None = None,
-                 leases: AgentLeases | None = None) -> None:
+                 leases: AgentLeases | None = None, launcher: Launcher | None = None) -> None:
         self.coordinator = coordinator
+        self.launcher = launcher or NoLauncher()  # starts and stops agents as the pool asks
         self.clock = clock
         self.journal = journal
         self.leases = leases
@@ -59,6 +62,22 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._settle_cost = 0.0  # seconds the last settling pass took
         self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
+
+    # ---------------------------------------------------------------- for the other readers and inputs
+    def view(self) -> JobView:
+        """The job as readers (the control API, the metrics, the progress line) see it now."""
+        return self.coordinator.view(self.clock())
+
+    def scale_to(self, np: int) -> None:
+        """Ask the job for `np` workers (`Refused` says why not)."""
+        self.call(self.coordinator.scale, np)
+
+    def hosts_found(self, hosts: dict[str, int]) -> None:
+        """Discovery's latest good host set."""
+        self.call(self.coordinator.set_hosts, hosts)
+
+    def discovery_failed(self, message: str) -> None:
+        self.call(self.coordinator.discovery_failed, message)
 
     # ---------------------------------------------------------------- plumbing
     def call(self, method: Callable, *args):
@@ -93,6 +112,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     def _deliver(self, effects: list[Effect]) -> None:
         for effect in effects:
+            if isinstance(effect, LaunchAgent):
+                self.launcher.start(effect.host)
+                continue
+            if isinstance(effect, StopLaunchedAgent):
+                self.launcher.stop(effect.host)
+                continue
             if isinstance(effect, (RunWorkers, StopAgent)):
                 queue = self._agents.get(effect.host)
                 message: object = wire.agent_command(effect)
@@ -111,7 +136,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._dirty.clear()
             batch, self._held = self._held, []
             started = time.perf_counter()
-            values = self.coordinator.record()
+            values = self.journal.values(self.coordinator.saved())
             cost = time.perf_counter() - started
             await self.journal.save(values)
             self._deliver(batch)
@@ -129,9 +154,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         lease is granted again. Otherwise its host is lost."""
         now = self.clock()
         window = 2.0 * (self.leases.ttl_s if self.leases is not None else 0.0)
-        record = self.coordinator.hosts.get(host)
+        pool = self.coordinator.pool
+        record = pool.hosts.get(host)
         if host in self._agents and record is not None and (
-                self.coordinator.stalled_recently(now, window) or self.coordinator.waiting_out_isolation(now)):
+                pool.stalled_recently(now, window) or pool.waiting_out_isolation(now)):
             if self.leases is not None:
                 self._background(self.leases.connected(host, record.agent_pid or 0))
             return
@@ -198,7 +224,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         problem = host_name_problem(request.host)
         if problem:  # refused before it reaches the job's state or the store
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
-        record = self.coordinator.hosts.get(request.host)
+        record = self.coordinator.pool.hosts.get(request.host)
         if (record is None or not record.discovered) and request.host not in self._agents \
                 and self._unlisted_agents() >= MAX_UNLISTED_AGENTS:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -225,7 +251,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     def _unlisted_agents(self) -> int:
         """Agents in session for hosts that discovery does not list (they wait to be listed)."""
-        hosts = self.coordinator.hosts
+        hosts = self.coordinator.pool.hosts
         return sum(1 for host in self._agents if host not in hosts or not hosts[host].discovered)
 
     def _agent_gone(self, host: str, now: float) -> None:

@@ -3,7 +3,8 @@
 `GET /status` returns a `JobStatus`; `GET /events?since=N&limit=M` the job's events from
 number N on (an `EventPage`); `POST /scale` with `{"np": N}` asks for N workers;
 `GET /healthz` answers while the rendezvous lives; `GET /` is the dashboard page. Handlers are
-`async`, so they run on the rendezvous' event loop, the only thread that touches the coordinator.
+`async`, so they run on the rendezvous' event loop, the only thread that touches the job; they
+read it as one immutable value (`control/view.JobView`) and change it only through its inputs.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
-from ringmaster.rendezvous.control.coordinator import Coordinator
-from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics, host_states
+from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
@@ -113,12 +114,11 @@ class EventPage(BaseModel):
     dropped: int = Field(description="events older than the oldest still kept (the job keeps its newest 1000)")
 
 
-def event_page(coordinator: Coordinator, since: int, limit: int, wall_offset: float) -> EventPage:
-    """Events numbered `since` on (at most `limit`); `wall_offset` turns the coordinator's clock
-    into seconds since the epoch."""
-    summary = coordinator.summary
-    kept = list(summary.events)
-    first = summary.events_dropped  # the number of the oldest kept event
+def event_page(view: JobView, since: int, limit: int, wall_offset: float) -> EventPage:
+    """Events numbered `since` on (at most `limit`); `wall_offset` turns the control layer's
+    clock into seconds since the epoch."""
+    kept = view.events
+    first = view.events_dropped  # the number of the oldest kept event
     start = max(since, first) - first
     chosen = kept[start:start + limit]
     records = [
@@ -138,12 +138,11 @@ class EventFollowers:
     last_poll: float | None = None
     served_upto: int = 0
 
-    def caught_up(self, coordinator: Coordinator, now: float, idle_s: float) -> bool:
+    def caught_up(self, view: JobView, idle_s: float) -> bool:
         """True when nobody asked for events in the last `idle_s`, or the last answer held them all."""
-        if self.last_poll is None or now - self.last_poll > idle_s:
+        if self.last_poll is None or view.time - self.last_poll > idle_s:
             return True
-        summary = coordinator.summary
-        return self.served_upto >= summary.events_dropped + len(summary.events)
+        return self.served_upto >= view.events_dropped + len(view.events)
 
 
 #: The dashboard's files and their types, read once (they ship with Ringmaster).
@@ -176,44 +175,24 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0, metrics: JobMetrics | None = None) -> JobStatus:
-    gen = coordinator.generation
-    states = host_states(coordinator, now)
-    ranks = {a.worker_id: a.rank for a in gen.members} if gen else {}
-    outcome = coordinator.outcome
-    if outcome is not None:
-        state = "succeeded" if outcome.success else "failed"
-    else:
-        state = "running" if gen else "starting"
+def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None = None) -> JobStatus:
     return JobStatus(
-        state=state,
-        message=outcome.message if outcome else (gen.cause if gen else "waiting for hosts"),
-        generation=gen.number if gen else 0,
-        world_size=len(gen.members) if gen else 0,
-        target_np=coordinator.limit,
-        resets=coordinator.summary.resets,
-        steps=coordinator.summary.steps,
-        hosts=[
-            HostStatus(
-                name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
-                agent_pid=h.agent_pid, blacklisted=coordinator.blacklist.is_blacklisted(h.name, now),
-                state=states.get(h.name, ""),
-            )
-            for h in coordinator.hosts.values()
-        ],
-        workers=[
-            WorkerStatus(
-                worker_id=w.worker_id, host=w.host, phase=w.phase.value,
-                rank=ranks.get(w.worker_id) if w.live else None, pid=w.pid, commits=w.commits,
-                elastic=w.elastic, failed=w.failed, done=w.done,
-            )
-            for w in coordinator.workers.values()
-        ],
-        events=[f"[gen {e.generation}] {e.message}" for e in list(coordinator.summary.events)[-200:]],
-        events_dropped=coordinator.summary.events_dropped,
+        state=view.state,
+        message=view.message,
+        generation=view.generation,
+        world_size=view.world_size,
+        target_np=view.limit,
+        resets=view.resets,
+        steps=view.steps,
+        hosts=[HostStatus(name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
+                          agent_pid=h.agent_pid, blacklisted=h.blacklisted, state=h.state) for h in view.hosts],
+        workers=[WorkerStatus(worker_id=w.worker_id, host=w.host, phase=w.phase, rank=w.rank, pid=w.pid,
+                              commits=w.commits, elastic=w.elastic, failed=w.failed, done=w.done) for w in view.workers],
+        events=[f"[gen {e.generation}] {e.message}" for e in view.events[-200:]],
+        events_dropped=view.events_dropped,
         refused_calls=refused_calls,
-        min_np=coordinator.settings.min_np,
-        max_np=coordinator.settings.max_np,
+        min_np=view.min_np,
+        max_np=view.max_np,
         steps_per_second=metrics.steps_per_second() if metrics is not None else None,
         loss=metrics.loss() if metrics is not None else None,
         generations=[GenerationStatus(**vars(entry)) for entry in metrics.generations] if metrics is not None else [],
@@ -221,20 +200,19 @@ def job_status(coordinator: Coordinator, now: float, refused_calls: int = 0, met
 
 
 def create_app(
-    coordinator: Coordinator,
-    clock: Callable[[], float] = time.monotonic,
-    call: Callable[..., object] | None = None,
+    view: Callable[[], JobView],
+    scale_to: Callable[[int], object],
     secret: str | None = None,
     refused_calls: Callable[[], int] = lambda: 0,
     metrics: JobMetrics | None = None,
     followers: EventFollowers | None = None,
     host_names: set[str] | None = None,
 ) -> FastAPI:
-    """`call(method, *args)` runs a coordinator method with the time and delivers what it says
-    (the gRPC service's `call`); by default it just runs it. With the job `secret`, every
-    change needs it as a bearer token, and so does reading the status from another machine.
-    With `host_names`, only requests addressed to one of them (or to a loopback name) are answered."""
-    call = call or (lambda method, *args: method(*args, clock()))
+    """`view()` is the job as it is now (read, never changed); `scale_to(np)` asks the job for
+    `np` workers (through the rendezvous' inputs; `Refused` says why not). With the job
+    `secret`, every change needs it as a bearer token, and so does reading the status from
+    another machine. With `host_names`, only requests addressed to one of them (or to a loopback
+    name) are answered."""
     app = FastAPI(title="Ringmaster control API")
     app.add_middleware(BodyLimit)
     if host_names is not None:
@@ -262,7 +240,7 @@ def create_app(
 
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status() -> JobStatus:
-        return job_status(coordinator, clock(), refused_calls(), metrics)
+        return job_status(view(), refused_calls(), metrics)
 
     @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
     async def prometheus() -> Response:
@@ -273,18 +251,19 @@ def create_app(
 
     @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
     async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
-        page = event_page(coordinator, since, limit, time.time() - clock())
+        now = view()
+        page = event_page(now, since, limit, time.time() - now.time)
         if followers is not None:
-            followers.last_poll, followers.served_upto = clock(), page.next
+            followers.last_poll, followers.served_upto = now.time, page.next
         return page
 
     @app.post("/scale", response_model=ScaleReply, dependencies=[Depends(authorized)])
     async def scale(request: ScaleRequest) -> ScaleReply:
         try:
-            call(coordinator.scale, request.np)
+            scale_to(request.np)
         except Refused as refused:
             raise HTTPException(status_code=409, detail=str(refused)) from None
-        capacity = coordinator.capacity(clock())
+        capacity = view().capacity
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
 

@@ -15,9 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping
 
-#: How agents are started: over ssh where the host is another machine, all here (hosts
-#: emulated by name), or not at all (something else starts them: Kubernetes, Slurm).
-LAUNCHERS = ("ssh", "local", "none")
+#: How agents are started when --launcher names none (`launchers.LAUNCHERS` has them all).
 DEFAULT_LAUNCHER = "ssh"
 #: Environment variable giving --launcher's default (the tests, which emulate hosts by name, set "local").
 LAUNCHER_ENV = "RINGMASTER_LAUNCHER"

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import FigureTotals, TimingTotal
-from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.records import Phase, ResetCause
+from ringmaster.rendezvous.control.view import JobView
 
 #: The content type of `GET /metrics`.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -31,8 +31,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RATE_WINDOW_S = 30.0
 #: Buckets of the recovery histogram (seconds from a failure seen to the first step after it).
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-#: Host states, as `ringmaster_hosts{state=...}` counts them.
-HOST_STATES = ("active", "warming", "idle", "blacklisted", "unreachable")
 #: Kinds after which a worker's process is gone (its figures stay in the totals).
 _DEPARTED = {Kind.WORKER_EXITED, Kind.WORKER_STOPPED, Kind.WORKER_FINISHED}
 
@@ -66,11 +64,11 @@ class JobMetrics:
     """The metrics of one job: feed it the coordinator's events (`on_event`), the workers'
     figures (`figures`), and render them (`render`)."""
 
-    def __init__(self, coordinator: Coordinator, clock: Callable[[], float], refused_calls: Callable[[], int] = lambda: 0,
+    def __init__(self, view: Callable[[], JobView], refused_calls: Callable[[], int] = lambda: 0,
                  store_degraded: Callable[[], bool] = lambda: False, discovery: DiscoveryStats | None = None,
                  address: str = "", wall_clock: Callable[[], float] = time.time) -> None:
-        self.coordinator = coordinator
-        self.clock = clock
+        """`view()`: the job as it is now (read at each scrape and for the rate of steps)."""
+        self.view = view
         self.figures = FigureTotals()
         self.discovery = discovery or DiscoveryStats()
         self._refused_calls = refused_calls
@@ -110,7 +108,8 @@ class JobMetrics:
 
     def steps_per_second(self) -> float:
         """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples)."""
-        now, steps = self.clock(), self.coordinator.summary.steps
+        job = self.view()
+        now, steps = job.time, job.steps
         samples = self._steps
         if not samples or samples[-1][1] != steps or now - samples[-1][0] >= 1.0:
             if samples and steps < samples[-1][1]:
@@ -124,10 +123,10 @@ class JobMetrics:
 
     def loss(self) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
-        gen = self.coordinator.generation
+        members = self.view().members
         losses = self.figures.losses
-        if gen is not None and gen.members and gen.members[0].worker_id in losses:
-            return losses[gen.members[0].worker_id]
+        if members and members[0][0] in losses:
+            return losses[members[0][0]]
         return statistics.median(losses.values()) if losses else None
 
     def render(self) -> bytes:
@@ -135,34 +134,32 @@ class JobMetrics:
 
 
 class _Scraped(Collector):
-    """What is read from the coordinator and the totals at each scrape."""
+    """What is read from the job's view and the totals at each scrape."""
 
     def __init__(self, metrics: JobMetrics) -> None:
         self.m = metrics
 
     def collect(self) -> Iterator:
-        m, coordinator = self.m, self.m.coordinator
-        now = m.clock()
-        gen = coordinator.generation
-        yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)",
-                                value=gen.number if gen else 0)
-        yield GaugeMetricFamily("ringmaster_world_size", "Workers in the current generation", value=len(gen.members) if gen else 0)
-        if coordinator.limit is not None:
+        m = self.m
+        job = m.view()
+        yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)", value=job.generation)
+        yield GaugeMetricFamily("ringmaster_world_size", "Workers in the current generation", value=job.world_size)
+        if job.limit is not None:
             yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale target)",
-                                    value=coordinator.limit)
+                                    value=job.limit)
         hosts = GaugeMetricFamily("ringmaster_hosts", "Discovered hosts by state: active (a worker in the current "
                                   "generation), warming (workers starting), idle, blacklisted, unreachable (no agent)",
                                   labels=["state"])
-        for state, count in _host_states(coordinator, now).items():
+        for state, count in job.host_state_counts().items():
             hosts.add_metric([state], count)
         yield hosts
         workers = GaugeMetricFamily("ringmaster_workers", "Live worker processes by phase", labels=["phase"])
-        phases = collections.Counter(w.phase.value for w in coordinator.workers.values() if w.live)
+        phases = collections.Counter(w.phase for w in job.workers if w.live)
         for phase in Phase:
             workers.add_metric([phase.value], phases.get(phase.value, 0))
         yield workers
         yield GaugeMetricFamily("ringmaster_committed_steps", "Rank 0's commits (goes back on a rollback)",
-                                value=coordinator.summary.steps)
+                                value=job.steps)
         yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",
                                 value=m.steps_per_second())
         loss = m.loss()
@@ -186,45 +183,11 @@ class _Scraped(Collector):
         leader = GaugeMetricFamily("ringmaster_leader_info", "The rendezvous that leads the job (this one)", labels=["address"])
         leader.add_metric([m._address], 1)
         yield leader
-        yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused for want of the job secret",
+        yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused: no key proven, or a call the caller "
+                                  "may not make",
                                   value=m._refused_calls())
 
 
 def _histogram(name: str, documentation: str, timing: TimingTotal) -> HistogramMetricFamily:
     return HistogramMetricFamily(name, documentation, buckets=[(b, float(c)) for b, c in timing.cumulative()],
                                  sum_value=timing.seconds)
-
-
-def host_states(coordinator: Coordinator, now: float) -> dict[str, str]:
-    """Each discovered host's state (one of HOST_STATES): active (a worker in the current
-    generation), warming (workers starting), idle, blacklisted, unreachable (no agent)."""
-    gen = coordinator.generation
-    members = gen.member_set if gen else frozenset()
-    live_on: dict[str, list] = {}
-    for w in coordinator.workers.values():
-        if w.live:
-            live_on.setdefault(w.host, []).append(w)
-    states = {}
-    for host in coordinator.hosts.values():
-        if not host.discovered:
-            continue
-        live = live_on.get(host.name, [])
-        if coordinator.blacklist.is_blacklisted(host.name, now):
-            state = "blacklisted"
-        elif not host.agent_connected:
-            state = "unreachable"
-        elif any(w.worker_id in members for w in live):
-            state = "active"
-        elif live:
-            state = "warming"
-        else:
-            state = "idle"
-        states[host.name] = state
-    return states
-
-
-def _host_states(coordinator: Coordinator, now: float) -> dict[str, int]:
-    counts = dict.fromkeys(HOST_STATES, 0)
-    for state in host_states(coordinator, now).values():
-        counts[state] += 1
-    return counts

@@ -20,7 +20,7 @@ from ringmaster.common.errors import StateError
 from ringmaster.discovery import host_name_problem
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.records import Generation, Host, Phase, Revised, Worker
+from ringmaster.rendezvous.control.records import Generation, Host, JobCounters, Phase, Revised, SavedJob, Worker
 
 R = TypeVar("R", bound=Revised)
 
@@ -102,21 +102,9 @@ class GenerationRecord(_Record):
     hosts_baseline: int
 
 
-class Restored(BaseModel):
-    """Everything a coordinator needs to carry on a job (see `Coordinator.resume`)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    job: JobRecord
-    hosts: dict[str, Host]
-    workers: dict[str, Worker]
-    generation: Optional[Generation]
-    skipped: list[tuple[str, str]] = []  # (key, why) of keys left out: names no host or worker of ours has
-
-
 class Snapshots:
     """The value last built for each key, with the object and revision it came from, so that
-    `job_values` rebuilds only the keys whose object changed since (see `model.Revised`)."""
+    `job_values` rebuilds only the keys whose object changed since (see `records.Revised`)."""
 
     def __init__(self) -> None:
         self.built: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
@@ -149,17 +137,21 @@ def _generation_value(g: Generation) -> dict[str, Any]:
             "hosts_baseline": g.hosts_baseline}
 
 
-def job_values(job: JobRecord, hosts: dict[str, Host], workers: dict[str, Worker],
-               generation: Generation | None, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
+def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
     """The job's keys (relative to its prefix) and values. Workers that exited and are not
     members of the current generation are history: their keys go. With `snapshots`, values of
     unchanged objects are the very objects returned last time."""
     snap = snapshots or Snapshots()
     fresh: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+    c = saved.counters
+    job = JobRecord(format=FORMAT, version=VERSION, next_id=c.next_id, hosts_sequence=c.hosts_sequence,
+                    target_np=c.target_np, finishing=c.finishing, generations=c.generations, resets=c.resets,
+                    steps=c.steps, outcome=c.outcome)
     values: dict[str, dict[str, Any]] = {JOB_KEY: job.model_dump()}
-    snap.add(values, ((HOSTS + name, host) for name, host in hosts.items()), _host_value, fresh)
+    snap.add(values, ((HOSTS + name, host) for name, host in saved.hosts.items()), _host_value, fresh)
+    generation = saved.generation
     members = generation.member_set if generation is not None else frozenset()
-    kept = ((WORKERS + i, w) for i, w in workers.items() if w.live or i in members)
+    kept = ((WORKERS + i, w) for i, w in saved.workers.items() if w.live or i in members)
     snap.add(values, kept, _worker_value, fresh)
     if generation is not None:
         snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
@@ -167,7 +159,7 @@ def job_values(job: JobRecord, hosts: dict[str, Host], workers: dict[str, Worker
     return values
 
 
-def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
+def read_job(values: dict[str, dict[str, Any]]) -> SavedJob | None:
     """The job kept in `values` (keys relative to the prefix); None if there is none."""
     if JOB_KEY not in values:
         if values:
@@ -201,7 +193,10 @@ def read_job(values: dict[str, dict[str, Any]]) -> Restored | None:
         missing = [i for i in generation.member_ids if i not in workers]
         if missing:
             raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing)}")
-    return Restored(job=job, hosts=hosts, workers=workers, generation=generation, skipped=skipped)
+    counters = JobCounters(next_id=job.next_id, hosts_sequence=job.hosts_sequence, target_np=job.target_np,
+                           finishing=job.finishing, generations=job.generations, resets=job.resets, steps=job.steps,
+                           outcome=job.outcome)
+    return SavedJob(counters, hosts, workers, generation, skipped)
 
 
 def _name_fits(key: str, skipped: list[tuple[str, str]], worker_host: object = None) -> bool:

@@ -16,6 +16,7 @@ import asyncio
 from typing import Any
 
 from ringmaster.common.errors import StateError
+from ringmaster.rendezvous.control.records import SavedJob
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
@@ -47,8 +48,9 @@ class Journal:
         self.saves = 0
         self._written: dict[str, dict[str, Any]] = {}
         self._trouble: str | None = None
+        self._snapshots = job_record.Snapshots()  # so `values` rebuilds only what changed
 
-    async def load(self) -> job_record.Restored | None:
+    async def load(self) -> SavedJob | None:
         """The job the store holds (None: a new job); IncompatibleState if it cannot be read.
         Every key is rewritten by the first save, onto this leader's job lease."""
         entries, _ = await self.store.get_prefix(self.state_prefix)
@@ -59,6 +61,10 @@ class Journal:
         self._written = {key: {} for key in values}
         self.lease = await self.store.grant_lease(self.job_ttl_s)
         return restored
+
+    def values(self, saved: SavedJob) -> dict[str, dict[str, Any]]:
+        """The keys and values of the job as it is now (the unchanged ones as built last time)."""
+        return job_record.job_values(saved, self._snapshots)
 
     async def save(self, values: dict[str, dict[str, Any]]) -> None:
         """Write what changed; retried until the store answers. Raises Deposed.

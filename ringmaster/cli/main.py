@@ -21,9 +21,10 @@ from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.progress import ProgressLine
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
-from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
+from ringmaster.common.network import NetworkError, interface_address, route_address
 from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, LAUNCHERS, SSH_OPTIONS_ENV, SshOptions
+from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions
+from ringmaster.rendezvous.server.launchers import LAUNCHERS
 from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
@@ -282,7 +283,7 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
 
 def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
     """How `run` reaches its hosts (horovodrun's flags)."""
-    parser.add_argument("--launcher", choices=LAUNCHERS, default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
+    parser.add_argument("--launcher", choices=list(LAUNCHERS), default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
                         help="how agents are started: 'ssh' runs each host's agent over ssh (hosts that are this machine "
                              "run here), 'local' runs every host's agent on this machine (hosts emulated by name), 'none' "
                              f"starts none (Kubernetes, Slurm... start `ringmaster agent`) (default: ${LAUNCHER_ENV}, else "
@@ -316,8 +317,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key, store_password(args))
         secret = job_secret(args.secret_file, local_hosts)
         launcher = args.launcher if local_hosts else "none"
-        names = this_machine_names()
-        remote = [h for h in initial if launcher == "ssh" and not is_this_machine(h, names)]
+        remote = LAUNCHERS[launcher].remote_hosts(list(initial))
         bind, advertise = choose_addresses(args.bind, args.advertise_address, args.network_interface, remote)
         server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)
         if server_tls is not None:  # the agents `run` starts, here or over ssh, get the CA in their environment
@@ -416,8 +416,8 @@ def _remote(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["agent"]:  # the agent's flags are its own (ringmaster/cli/agent.py)
-        os.execv(sys.executable, [sys.executable, "-m", "ringmaster.cli.agent", *argv[1:]])
+    if argv[:1] == ["agent"]:  # the agent's flags are its own (worker/agent/command.py)
+        os.execv(sys.executable, [sys.executable, "-m", "ringmaster.worker.agent", *argv[1:]])
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb in ("scale", "status", "events"):

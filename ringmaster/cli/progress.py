@@ -26,14 +26,13 @@ PLAIN_EVERY_S = 30.0
 _CLEAR = "\r\x1b[K"
 
 
-def progress_fields(server: RendezvousServer, now: float) -> dict[str, object] | None:
-    """The status line's figures, or None before the job has a coordinator and a generation."""
-    coordinator, metrics = server.coordinator, server.metrics
-    if coordinator is None or coordinator.generation is None or metrics is None:
+def progress_fields(server: RendezvousServer) -> dict[str, object] | None:
+    """The status line's figures, or None before the job runs and has a generation."""
+    view, metrics = server.view(), server.metrics
+    if view is None or not view.generation or metrics is None:
         return None
-    gen = coordinator.generation
-    return {"number": gen.number, "size": len(gen.members), "steps": coordinator.summary.steps,
-            "rate": round(metrics.steps_per_second(), 2), "since_reset_s": round(now - coordinator.generation_formed_at, 1)}
+    return {"number": view.generation, "size": view.world_size, "steps": view.steps,
+            "rate": round(metrics.steps_per_second(), 2), "since_reset_s": round(view.time - view.generation_formed_at, 1)}
 
 
 def status_text(fields: dict[str, object]) -> str:
@@ -56,7 +55,7 @@ class ProgressLine:
         try:
             while True:
                 await asyncio.sleep(self.every_s)
-                fields = progress_fields(server, self.clock())
+                fields = progress_fields(server)
                 if fields is None:
                     continue
                 if self.tty:

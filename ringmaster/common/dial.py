@@ -11,6 +11,10 @@ from ringmaster.common import tls
 from ringmaster.common.grpc_auth import Credentials, secured
 from ringmaster.common.reconnect import Backoff
 
+#: Answers that mean "the rendezvous is not there right now" (it restarted, failed over, or an
+#: answer did not prove our key): agents and workers try again rather than give up.
+AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+
 
 def dial(addresses: list[str], backoff: Backoff, stop: threading.Event,
          credentials: Credentials | None = None, ca_pem: bytes | None = None) -> tuple[str, grpc.Channel] | None:

@@ -19,7 +19,7 @@ from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
 from ringmaster.rendezvous.control.effects import Assign
 from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
-from coordinator_rig import Rig
+from coordinator_rig import Rig, record
 from ringmaster.common.reconnect import Backoff, parse_addresses
 
 
@@ -88,7 +88,7 @@ def running_job() -> tuple[Rig, list[str]]:
 
 def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
     rig, ids = running_job()
-    values = rig.coordinator.record()
+    values = record(rig)
     live = {f"workers/{w.worker_id}" for w in rig.coordinator.live_workers()}
     assert {f"workers/{ids[0]}", f"workers/{ids[2]}"} <= live
     # One key per host and per live worker; the dead worker of the last generation is history.
@@ -100,12 +100,12 @@ def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
     assert restored.workers[ids[0]].phase is Phase.MEMBER and restored.workers[ids[0]].env == rig.coordinator.workers[ids[0]].env
     again = Rig(min_np=2, max_np=8)
     again.resume(restored)
-    assert again.coordinator.record() == values  # nothing lost or invented by the round trip
+    assert record(again) == values  # nothing lost or invented by the round trip
 
 
 def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     rig, ids = running_job()
-    restored = job_record.read_job(rig.coordinator.record())
+    restored = job_record.read_job(record(rig))
     new = Rig(min_np=2, max_np=8)
     new.now = 100.0  # another process, another clock
     new.resume(restored)
@@ -126,11 +126,11 @@ def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     early = Rig(min_np=2, max_np=8)
     early.agent_connected("a", 100, running=list(rig.specs("a")))
     assert "a" not in early.agents
-    early.resume(job_record.read_job(rig.coordinator.record()))
+    early.resume(job_record.read_job(record(rig)))
     assert set(early.specs("a")) == set(rig.specs("a"))
     # Workers that die while the rendezvous was away are known when their agent reconnects.
     later = Rig(min_np=1, max_np=8)
-    later.resume(job_record.read_job(new.coordinator.record()))
+    later.resume(job_record.read_job(record(new)))
     later.agent_connected("b", 101, running=[])
     assert not later.coordinator.workers[ids[2]].live
     assert later.coordinator.generation.over is not None
@@ -141,7 +141,7 @@ def test_a_worker_that_waited_while_the_rendezvous_was_away_is_placed_by_its_hel
     gen2 = rig.coordinator.generation
     rig.worker_disconnected(ids[2])  # generation 2 ends too; ids[0] waits, its Ready was lost
     new = Rig(min_np=1, max_np=8)
-    new.resume(job_record.read_job(rig.coordinator.record()))
+    new.resume(job_record.read_job(record(rig)))
     new.agent_connected("a", 100, running=[ids[0]])
     new.agent_connected("b", 101, running=[])
     new.worker_connected(ids[0], 1, waiting_after=gen2.number, failure="allreduce failed", elastic=True)
@@ -152,17 +152,17 @@ def test_a_worker_that_waited_while_the_rendezvous_was_away_is_placed_by_its_hel
 def test_ringmaster_run_restarts_every_worker_when_its_hosts_died_with_it() -> None:
     rig, ids = running_job()
     new = Rig(min_np=2, max_np=8)
-    new.resume(job_record.read_job(rig.coordinator.record()), agents_survive=False)
+    new.resume(job_record.read_job(record(rig)), agents_survive=False)
     assert not any(w.live for w in new.coordinator.workers.values())
     assert new.coordinator.generation.over is not None
-    assert not any(h.agent_connected for h in new.coordinator.hosts.values())
+    assert not any(h.agent_connected for h in new.coordinator.pool.hosts.values())
 
 
 @pytest.mark.parametrize("values, message", [
     ({"job": {"format": "ringmaster-rendezvous", "version": 99}}, "version 99; this ringmaster reads"),
     ({"job": {"format": "other"}}, "format 'other'"),
     ({"config": {"a": 1}}, "not written by ringmaster"),
-    ({"job": {**running_job()[0].coordinator.record()["job"], "next_id": "x"}}, "damaged or from another version"),
+    ({"job": {**record(running_job()[0])["job"], "next_id": "x"}}, "damaged or from another version"),
 ])
 def test_a_store_written_by_something_else_is_refused_not_misread(values, message) -> None:
     with pytest.raises(job_record.IncompatibleState, match=message):
@@ -173,7 +173,7 @@ def test_names_read_back_from_the_store_are_checked_like_names_from_the_wire() -
     """A key `hosts/-oProxyCommand=...` would reach ssh's command line as a host; a worker whose
     record names another host, or a newline in a name, would reach logs and commands. Such keys
     are skipped and named; the job itself is read."""
-    values = running_job()[0].coordinator.record()
+    values = record(running_job()[0])
     host_value = values["hosts/a"]
     worker_key = next(k for k in values if k.startswith("workers/a/"))
     hostile = {
@@ -233,12 +233,12 @@ def test_diff_writes_what_changed_and_deletes_what_went() -> None:
 
 def test_a_record_rebuilds_only_what_changed_and_matches_a_fresh_build() -> None:
     rig, ids = running_job()
-    first = rig.coordinator.record()
+    first = record(rig)
     rig.worker_heartbeat(ids[0], 7, True)  # a timer and a counter change: not part of the record
     rig.worker_done(ids[2], 9)  # a recorded field changes
-    second = rig.coordinator.record()
+    second = record(rig)
     c = rig.coordinator
-    fresh = job_record.job_values(job_record.read_job(second).job, c.hosts, c.workers, c.generation)
+    fresh = job_record.job_values(c.saved())  # built anew, without the rig's snapshots
     assert second == fresh  # reusing snapshots never hides a change
     assert first[f"workers/{ids[2]}"]["done"] is False and second[f"workers/{ids[2]}"]["done"] is True
     assert second["hosts/a"] is first["hosts/a"] and second[f"workers/{ids[0]}"] == first[f"workers/{ids[0]}"]
@@ -257,12 +257,12 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         journal = Journal(store, prefix, leader, job_ttl_s=30)
         assert await journal.load() is None
         rig, ids = running_job()
-        await journal.save(rig.coordinator.record())
+        await journal.save(record(rig))
         entries, revision = await store.get_prefix(prefix + "state/")
-        assert {e.key.removeprefix(prefix + "state/") for e in entries} == set(rig.coordinator.record())
+        assert {e.key.removeprefix(prefix + "state/") for e in entries} == set(record(rig))
         rig.worker_heartbeat(ids[0], 7, True)  # a heartbeat is no state change
         rig.worker_disconnected(ids[2])  # one worker fails: its key and the generation's change
-        await journal.save(rig.coordinator.record())
+        await journal.save(record(rig))
         after, _ = await store.get_prefix(prefix + "state/")
         changed = sorted(e.key.removeprefix(prefix + "state/") for e in after if e.mod_revision > revision)
         # The failed worker's key and the generation change (and a replacement is started);
@@ -275,7 +275,7 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         await usurper.acquire(wait=False)
         rig.worker_ready(ids[0], 2, "allreduce failed", True)
         with pytest.raises(Deposed):
-            await journal.save(rig.coordinator.record())
+            await journal.save(record(rig))
         assert leader.lost.is_set()
         assert await store.get_prefix(prefix + "state/") == (after, (await store.get_prefix(prefix + "state/"))[1])
         # The new leader reads the job exactly as the old one left it, and clears it at the end.
@@ -389,7 +389,7 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
         await journal.load()
         rig = Rig(min_np=2)
         rig.start_elastic({f"h{i}": 1 for i in range(300)})
-        values = rig.coordinator.record()
+        values = record(rig)
         assert len(values) > 600
         await journal.save(values)
         entries, _ = await store.get_prefix(prefix + "state/")
@@ -401,7 +401,7 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
 
 def test_a_worker_record_is_data_its_environment_comes_from_the_resuming_job() -> None:
     rig, ids = running_job()
-    values = rig.coordinator.record()
+    values = record(rig)
     # Someone with write access to the store plants variables in a worker's record.
     planted = {**values[f"workers/{ids[0]}"]["env"], "LD_PRELOAD": "/tmp/evil.so"}
     with pytest.raises(job_record.IncompatibleState, match="LD_PRELOAD, which Ringmaster never sets"):

@@ -36,13 +36,13 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
-from ringmaster.common.dial import dial
+from ringmaster.common.dial import AWAY_CODES, dial
 from ringmaster.common.grpc_auth import Credentials, Unproven
 from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.worker.agent.processes import dying_with_parent
+from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
@@ -330,7 +330,7 @@ class Agent:
             except ValueError:  # the channel closed meanwhile
                 return
             except grpc.RpcError as exc:
-                if exc.code() in _AWAY:
+                if exc.code() in AWAY_CODES:
                     return  # sent again once a session is back
                 say(self.host, Kind.AGENT_REPORT_REFUSED, worker=self._unsent[0].worker_id, error=exc.details())
             self._unsent.pop(0)
@@ -349,8 +349,6 @@ class Agent:
             child.proc.wait()
 
 
-#: Answers that mean "the rendezvous is not there now": a report is sent again later.
-_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 #: Answers that retrying cannot change: the agent exits (code 2) naming them.
 _REFUSED_FOR_GOOD = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNAUTHENTICATED)
 _LOST = object()

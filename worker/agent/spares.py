@@ -31,7 +31,7 @@ from ringmaster.common.events import Kind
 from ringmaster.common.keys import WORKER_KEY_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
-from ringmaster.worker.agent.processes import dying_with_parent
+from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.spare import READY_FD_ENV, Assignment
 
 #: A spare holding more resident memory than this is stopped (torch imported: about 250 MB).
@@ -56,7 +56,7 @@ def spare_assignment(argv: list[str], env: Mapping[str, str], cwd: str, spare_en
     if not argv:
         return None, "no command"
     program = shutil.which(argv[0], path=env.get("PATH"))
-    if program is None or os.path.abspath(program) != os.path.abspath(interpreter):
+    if program is None or not same_interpreter(program, interpreter):
         return None, f"the command's program {argv[0]} is not this agent's Python ({interpreter})"
     if len(argv) >= 3 and argv[1] == "-m":
         kind, target, args = "module", argv[2], list(argv[3:])
@@ -72,6 +72,15 @@ def spare_assignment(argv: list[str], env: Mapping[str, str], cwd: str, spare_en
     if differing:
         return None, f"the worker's environment differs from the spare's in {', '.join(differing[:5])}"
     return Assignment(kind, target, args, dict(env), cwd), ""
+
+
+def same_interpreter(program: str, interpreter: str) -> bool:
+    """Whether `program` starts the Python `interpreter` is: the same file once links are
+    resolved (`.venv/bin/python` and `.venv/bin/python3` are one), named from the same folder
+    (a virtual environment's `python` and the base interpreter it links to are one file, but
+    the folder's `pyvenv.cfg` makes them two Pythons with their own packages)."""
+    left, right = os.path.abspath(program), os.path.abspath(interpreter)
+    return os.path.dirname(left) == os.path.dirname(right) and os.path.realpath(left) == os.path.realpath(right)
 
 
 def rss_bytes(pid: int) -> int:

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import Manifest
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.checkpoint.policy import DEFAULT_KEEP, CheckpointPolicy
+from ringmaster.checkpoint.policy import CheckpointPolicy
+from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 from ringmaster.checkpoint.writer import BackgroundWriter
 from ringmaster.proto import environment as env_names
 
@@ -46,7 +47,7 @@ class Checkpointing:
         try:
             every = int(env[env_names.CHECKPOINT_EVERY]) if env.get(env_names.CHECKPOINT_EVERY) else None
             interval = float(env[env_names.CHECKPOINT_INTERVAL]) if env.get(env_names.CHECKPOINT_INTERVAL) else None
-            keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_KEEP)
+            keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_CHECKPOINT_KEEP)
             trusted = env.get(env_names.CHECKPOINT_TRUSTED, "") == "1"
             return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load, trusted)
         except ValueError as exc:

@@ -22,15 +22,13 @@ import grpc
 from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-from ringmaster.common.dial import dial
+from ringmaster.common.dial import AWAY_CODES, dial
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
 
-#: gRPC codes that mean "the rendezvous is not there right now".
-_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
 class Retired(JobError):
@@ -137,7 +135,7 @@ class RendezvousLink:
             reply = self._call("Ready", pb.ReadyRequest(
                 worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic))
         except grpc.RpcError as exc:
-            if exc.code() in _AWAY:
+            if exc.code() in AWAY_CODES:
                 return
             raise
         if not reply.ok:
@@ -153,7 +151,7 @@ class RendezvousLink:
                                                         warning=warning[:2000]))
                 return
             except grpc.RpcError as exc:
-                if exc.code() not in _AWAY or backoff.next_address(["retry"]) is None:
+                if exc.code() not in AWAY_CODES or backoff.next_address(["retry"]) is None:
                     raise
 
     def _call(self, method: str, request):

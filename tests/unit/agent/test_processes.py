@@ -14,7 +14,7 @@ from harness import wait_for
 
 STUCK = textwrap.dedent("""
     import threading
-    from ringmaster.worker.agent.processes import exit_if_stuck
+    from ringmaster.common.processes import exit_if_stuck
 
     exit_if_stuck(0.5)
     lock = threading.Lock()
@@ -32,7 +32,7 @@ def test_a_stuck_stopping_process_exits_and_shows_where_it_was() -> None:
 
 
 def test_a_process_that_finishes_in_time_keeps_its_exit_code() -> None:
-    script = "from ringmaster.worker.agent.processes import exit_if_stuck\nexit_if_stuck(30)\nraise SystemExit(3)\n"
+    script = "from ringmaster.common.processes import exit_if_stuck\nexit_if_stuck(30)\nraise SystemExit(3)\n"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           start_new_session=True)
     assert proc.returncode == 3
@@ -40,7 +40,7 @@ def test_a_process_that_finishes_in_time_keeps_its_exit_code() -> None:
 
 PARENT = textwrap.dedent("""
     import signal, subprocess, sys
-    from ringmaster.worker.agent import processes
+    from ringmaster.common import processes
     if sys.argv[1] == "fallback":
         processes.shutil.which = lambda name: None
     child = subprocess.Popen(processes.dying_with_parent(["sleep", "60"]))
@@ -74,7 +74,7 @@ def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
 # thread is frozen, so the finalizer waits forever (as gRPC's call finalizer can in an agent).
 HELD_AT_EXIT = textwrap.dedent("""
     import gc, logging, sys, threading
-    from ringmaster.worker.agent.processes import exit_if_stuck, exit_now
+    from ringmaster.common.processes import exit_if_stuck, exit_now
 
     lock = threading.Lock()
 

@@ -48,6 +48,23 @@ def test_a_python_script_or_module_with_the_same_environment_fits(tmp_path) -> N
     assert module is not None and (module.kind, module.target, module.args) == ("module", "pkg.train", ["x"])
 
 
+def test_the_interpreter_named_by_another_link_in_its_folder_is_the_same_python(tmp_path) -> None:
+    """An agent run as `.venv/bin/python3`, a job started with `.venv/bin/python train.py`: one
+    Python. The same file linked from another folder is another Python (a virtual environment
+    and its base interpreter are one file with two `pyvenv.cfg`s apart)."""
+    (tmp_path / "train.py").write_text("pass\n")
+    bin_dir, other = tmp_path / "venv" / "bin", tmp_path / "other"
+    bin_dir.mkdir(parents=True)
+    other.mkdir()
+    for link in (bin_dir / "python3", bin_dir / "python", other / "python"):
+        link.symlink_to(PY)
+    env = {"PATH": os.environ["PATH"]}
+    fits, why = spare_assignment([str(bin_dir / "python"), "train.py"], env, str(tmp_path), env, str(bin_dir / "python3"))
+    assert fits is not None, why
+    unfit, why = spare_assignment([str(other / "python"), "train.py"], env, str(tmp_path), env, str(bin_dir / "python3"))
+    assert unfit is None and "is not this agent's Python" in why
+
+
 @pytest.mark.parametrize("argv, reason", [
     (["/bin/sh", "train.py"], "is not this agent's Python"),
     ([PY, "-u", "train.py"], "interpreter options"),

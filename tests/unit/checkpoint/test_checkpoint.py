@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError, UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.checkpoint.policy import DEFAULT_INTERVAL_S, CheckpointPolicy
+from ringmaster.checkpoint.policy import CheckpointPolicy
+from ringmaster.settings import DEFAULT_CHECKPOINT_INTERVAL_S
 from ringmaster.checkpoint.tree import TensorRef, flatten, has_plain_leaves, skeleton_digest, unflatten
 from ringmaster.checkpoint.writer import BackgroundWriter
 from ringmaster.worker.train.checkpointing import Checkpointing
@@ -252,7 +253,7 @@ def test_policy_every_t_seconds_and_not_for_an_older_step() -> None:
     assert policy.due(2, 110.0)
     policy.written(2, 110.0)
     assert not policy.due(2, 500.0)  # rolled back to the step already written
-    assert CheckpointPolicy().interval_s == DEFAULT_INTERVAL_S
+    assert CheckpointPolicy().interval_s == DEFAULT_CHECKPOINT_INTERVAL_S
     with pytest.raises(ValueError, match="--checkpoint-every"):
         CheckpointPolicy(every=0)
 

@@ -20,7 +20,8 @@ def job() -> tuple[Rig, types.SimpleNamespace]:
     ids = rig.start_elastic({"a": 2})
     rig.now = 5.0
     rig.worker_heartbeat(ids[0], 40, True)
-    server = types.SimpleNamespace(coordinator=rig.coordinator, metrics=JobMetrics(rig.coordinator, lambda: rig.now))
+    server = types.SimpleNamespace(view=lambda: rig.coordinator.view(rig.now),
+                                   metrics=JobMetrics(lambda: rig.coordinator.view(rig.now)))
     return rig, server
 
 
@@ -43,10 +44,11 @@ def show_until(line: ProgressLine, server: types.SimpleNamespace, out: io.String
 
 def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_reset() -> None:
     rig, server = job()
-    fields = progress_fields(server, 12.5)  # type: ignore[arg-type]
+    rig.now = 12.5
+    fields = progress_fields(server)  # type: ignore[arg-type]
     assert fields == {"number": 1, "size": 2, "steps": 40, "rate": 0.0, "since_reset_s": 12.5}
     assert status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
-    assert progress_fields(types.SimpleNamespace(coordinator=None, metrics=None), 0.0) is None  # type: ignore[arg-type]
+    assert progress_fields(types.SimpleNamespace(view=lambda: None, metrics=None)) is None  # type: ignore[arg-type]
 
 
 def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() -> None:
@@ -65,7 +67,8 @@ def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() ->
 
 
 def test_elsewhere_progress_is_a_plain_event_now_and_then() -> None:
-    _, server = job()
+    rig, server = job()
+    rig.now = 8.0  # the job's clock (the rendezvous' and the line's, as in `run`)
     out = io.StringIO()
     logs.configure("json", "INFO", stream=out)
 

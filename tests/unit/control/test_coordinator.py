@@ -8,7 +8,7 @@ from ringmaster.rendezvous.control.effects import (
     Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts,
 )
 from ringmaster.rendezvous.control.records import Phase
-from coordinator_rig import Rig
+from coordinator_rig import Rig, record
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Kind
 from ringmaster.settings import JobSettings
@@ -51,7 +51,7 @@ def test_a_dead_worker_ends_the_generation_and_survivors_keep_their_order() -> N
     for wid in (ids[0], ids[2], ids[3]):
         assert rig.last(wid, EndGeneration).generation == 1
     rig.worker_exited("a", ids[1], 1, 0, False)
-    assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("a", rig.now)
     # a is blacklisted: its other worker must leave (its Ready is refused); b's two workers re-form
     with pytest.raises(Refused, match="is leaving the job"):
         rig.worker_ready(ids[0], 1, "allreduce failed", True)
@@ -69,7 +69,7 @@ def test_rank_zero_stays_rank_zero_when_it_survives() -> None:
     rig = Rig(min_np=2, max_np=8)
     ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
     rig.agent_disconnected("b")
-    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
     rig.worker_ready(ids[2], 1, "allreduce failed", True)
     rig.worker_ready(ids[0], 1, "allreduce failed", True)
     assert [(a.worker_id, a.rank) for a in rig.coordinator.generation.members] == [(ids[0], 0), (ids[2], 1)]
@@ -150,7 +150,7 @@ def test_a_killed_worker_on_the_last_host_spares_it_and_its_slot_is_refilled() -
     ids = rig.start_elastic({"localhost": 2})
     rig.worker_disconnected(ids[1])
     rig.worker_exited("localhost", ids[1], 0, 9, False)
-    assert not rig.coordinator.blacklist.is_blacklisted("localhost", rig.now)
+    assert not rig.coordinator.pool.blacklist.is_blacklisted("localhost", rig.now)
     replacement = [w for w in rig.specs("localhost") if w not in ids]
     assert len(replacement) == 1
     rig.worker_ready(ids[0], 1, "peer died", True)
@@ -179,7 +179,7 @@ def test_blacklisting_below_min_np_waits_the_elastic_timeout_then_fails() -> Non
     ids = rig.start_elastic({"a": 2, "b": 2})
     rig.worker_disconnected(ids[0])
     rig.worker_exited("a", ids[0], 1, 0, False)
-    assert rig.coordinator.blacklist.is_blacklisted("a", rig.now)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("a", rig.now)
     assert rig.outcome() is None  # b is still usable: wait for slots
     rig.now = 3.5
     rig.tick()
@@ -193,7 +193,7 @@ def test_a_crashed_worker_stopped_by_its_agent_still_blacklists_its_host() -> No
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.worker_disconnected(ids[1])
     rig.worker_exited("b", ids[1], 1, 0, True)
-    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
 
 
 def test_a_crashing_worker_is_left_to_exit_by_itself_for_a_while() -> None:
@@ -266,7 +266,7 @@ def test_exit_zero_without_returning_is_not_success() -> None:
     rig.worker_exited("b", ids[1], 0, 0, False)
     assert rig.outcome() is None
     assert rig.coordinator.workers[ids[1]].failed == "exited with code 0"
-    assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert not rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
     assert rig.last(ids[0], EndGeneration).generation == 1
 
 
@@ -324,7 +324,7 @@ def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> Non
     rig.now = 6
     rig.tick()
     assert "no heartbeat for 6.0 s" in rig.coordinator.workers[ids[1]].failed
-    assert rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
     assert rig.last(ids[0], EndGeneration).generation == 1
     assert ids[1] not in rig.specs("b")  # its agent kills it
 
@@ -338,11 +338,11 @@ def test_every_host_silent_at_once_is_waited_for_as_the_rendezvous_may_be_cut_of
     rig.agent_heartbeat("b")  # then nothing from anyone: a partition around the rendezvous, most likely
     rig.now = 9.1  # a is past the timeout, b not quite: they went silent together all the same
     rig.tick()
-    assert rig.coordinator.hosts["a"].agent_connected
+    assert rig.coordinator.pool.hosts["a"].agent_connected
     rig.now = 20
     rig.tick()
     assert all(rig.coordinator.workers[w].failed is None for w in ids)
-    assert all(h.agent_connected for h in rig.coordinator.hosts.values())
+    assert all(h.agent_connected for h in rig.coordinator.pool.hosts.values())
     assert [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_ISOLATED]
     rig.now = 30  # the link heals: a comes back first, b a moment later; nobody is counted lost
     rig.agent_heartbeat("a")
@@ -362,14 +362,14 @@ def test_hosts_silent_past_the_reconnect_window_are_lost_and_one_silent_host_is_
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.now = 70  # longer than the agents wait for us: they have stopped their workers by now
     rig.tick()
-    assert not any(h.agent_connected for h in rig.coordinator.hosts.values())
+    assert not any(h.agent_connected for h in rig.coordinator.pool.hosts.values())
     single = Rig(min_np=1, heartbeat_timeout_s=5, reconnect_timeout_s=60)
     ids = single.start_elastic({"a": 1, "b": 1})
     single.now = 6
     single.agent_heartbeat("a")
     single.worker_heartbeat(ids[0], 1, True)
     single.tick()  # only b is silent: a host problem, judged at once
-    assert not single.coordinator.hosts["b"].agent_connected
+    assert not single.coordinator.pool.hosts["b"].agent_connected
 
 
 def test_blacklisted_host_returns_after_its_cooldown() -> None:
@@ -553,7 +553,7 @@ def test_agent_of_a_departed_host_leaves_without_blame() -> None:
     rig.worker_ready(ids[1], 1, "", True)
     rig.worker_exited("b", ids[1], 0, 0, False)
     rig.agent_disconnected("b")
-    assert not rig.coordinator.blacklist.is_blacklisted("b", rig.now)
+    assert not rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
     assert rig.coordinator.summary.events[-1].message == "agent for host b stopped: the host left the job"
 
 
@@ -569,7 +569,7 @@ def test_a_plain_worker_finishing_first_does_not_stop_its_peers() -> None:
 
 
 def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bounded() -> None:
-    from ringmaster.rendezvous.control.coordinator import FORGET_DEPARTED_HOST_S
+    from ringmaster.rendezvous.control.host_pool import FORGET_DEPARTED_HOST_S
     from ringmaster.rendezvous.control.records import MAX_EVENTS
 
     rig = Rig(min_np=1)
@@ -578,15 +578,15 @@ def test_agents_that_said_hello_and_vanished_are_forgotten_and_events_stay_bound
         rig.coordinator.agent_connected(f"stray{i}", i, rig.now)
         rig.coordinator.agent_disconnected(f"stray{i}", rig.now)
     rig.coordinator.settle(rig.now)
-    assert len(rig.coordinator.hosts) == 5001
+    assert len(rig.coordinator.pool.hosts) == 5001
     summary = rig.coordinator.summary
     assert len(summary.events) == MAX_EVENTS and summary.events_dropped > 9000
     rig.now = FORGET_DEPARTED_HOST_S + 1
     rig.agent_heartbeat("a")
     rig.worker_heartbeat(rig.coordinator.generation.member_ids[0], 3, True)
     rig.tick()
-    assert list(rig.coordinator.hosts) == ["a"]  # the job's own host stays
-    assert "stray1" not in rig.coordinator.record()
+    assert list(rig.coordinator.pool.hosts) == ["a"]  # the job's own host stays
+    assert "stray1" not in record(rig)
 
 
 def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from harness import free_port, wait_for
 
-from ringmaster.rendezvous.server.http_api import create_app
+from coordinator_rig import api_for
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.settings import JobSettings
 
@@ -22,7 +22,7 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     now = [0.0]
     coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
-    client = TestClient(create_app(coordinator, clock=lambda: now[0]))
+    client = TestClient(api_for(coordinator, clock=lambda: now[0]))
     assert client.get("/status").json()["state"] == "starting"
     coordinator.set_hosts({"a": 2}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
@@ -44,7 +44,7 @@ def test_scale_endpoint_validates_and_applies() -> None:
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
     coordinator.settle(0.0)
-    client = TestClient(create_app(coordinator, clock=lambda: 0.0))
+    client = TestClient(api_for(coordinator, clock=lambda: 0.0))
     reply = client.post("/scale", json={"np": 3})
     assert reply.status_code == 200 and reply.json()["message"].startswith("scaling to 3 workers")
     assert client.get("/status").json()["target_np"] == 3
@@ -63,7 +63,7 @@ def served_api():
     coordinator.agent_connected("a", 77, 0.0)
     coordinator.settle(0.0)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(coordinator, clock=lambda: 0.0), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(api_for(coordinator, clock=lambda: 0.0), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -129,7 +129,7 @@ def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(cl
     coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     secret = "s" * 32
-    client = TestClient(create_app(coordinator, secret=secret), client=(client_host, 50000))
+    client = TestClient(api_for(coordinator, secret=secret), client=(client_host, 50000))
     good = {"Authorization": f"Bearer {secret}"}
     for headers in ({}, {"Authorization": "Bearer " + "t" * 32}, {"Authorization": secret}):
         refused = client.post("/scale", json={"np": 2}, headers=headers)
@@ -152,7 +152,7 @@ def test_requests_addressed_to_another_name_are_not_answered(host, code) -> None
     browser here call the API with `Host: attacker.example`; it must learn nothing."""
     coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
-    client = TestClient(create_app(coordinator, host_names={"10.9.8.7", "rendezvous.internal"}))
+    client = TestClient(api_for(coordinator, host_names={"10.9.8.7", "rendezvous.internal"}))
     for path in ("/status", "/events", "/healthz", "/"):  # (every path: the check comes first)
         answer = client.get(path, headers={"Host": host})
         assert answer.status_code == code, path
@@ -164,7 +164,7 @@ def test_events_are_paged_by_number_with_what_each_said() -> None:
     now = [100.0]
     coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
-    client = TestClient(create_app(coordinator, clock=lambda: now[0]))
+    client = TestClient(api_for(coordinator, clock=lambda: now[0]))
     assert client.get("/events").json() == {"events": [], "next": 0, "dropped": 0}
     coordinator.set_hosts({"a": 2}, 100.0)
     coordinator.agent_connected("a", 77, 100.0)
@@ -191,7 +191,7 @@ def test_events_dropped_from_the_bounded_history_are_counted_not_lost_silently()
                               lambda g: ("127.0.0.1", 3))
     for i in range(MAX_EVENTS + 5):
         coordinator.summary.add_event(Event(Kind.HOSTS_CHANGED, {"description": f"change {i}"}, 1, 0.0))
-    client = TestClient(create_app(coordinator, clock=lambda: 0.0))
+    client = TestClient(api_for(coordinator, clock=lambda: 0.0))
     page = client.get("/events", params={"since": 0, "limit": 1}).json()
     assert page["dropped"] == 5 and page["events"][0]["seq"] == 5 and page["events"][0]["fields"]["description"] == "change 5"
 
@@ -227,23 +227,23 @@ def test_a_job_ending_waits_only_for_an_events_reader_that_has_not_fetched_the_l
     coordinator = Coordinator(JobSettings(command=["x"], min_np=2), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     followers = EventFollowers()
-    client = TestClient(create_app(coordinator, clock=lambda: now[0], followers=followers))
-    assert followers.caught_up(coordinator, 0.0, 1.5)  # nobody reads
+    client = TestClient(api_for(coordinator, clock=lambda: now[0], followers=followers))
+    assert followers.caught_up(coordinator.view(0.0), 1.5)  # nobody reads
     coordinator.set_hosts({"a": 2}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
     coordinator.settle(0.0)
     client.get("/events", params={"limit": 1})
-    assert followers.last_poll == 0.0 and not followers.caught_up(coordinator, 0.5, 1.5)  # more to fetch
+    assert followers.last_poll == 0.0 and not followers.caught_up(coordinator.view(0.5), 1.5)  # more to fetch
     client.get("/events", params={"since": followers.served_upto})
-    assert followers.caught_up(coordinator, 0.5, 1.5)
+    assert followers.caught_up(coordinator.view(0.5), 1.5)
     coordinator.scale(2, 0.0)  # a new event
-    assert not followers.caught_up(coordinator, 1.0, 1.5) and followers.caught_up(coordinator, 2.0, 1.5)  # gone quiet
+    assert not followers.caught_up(coordinator.view(1.0), 1.5) and followers.caught_up(coordinator.view(2.0), 1.5)  # gone quiet
 
 
 def test_the_dashboard_page_is_served_whole_from_the_api_and_runs_nothing_else() -> None:
     coordinator = Coordinator(JobSettings(command=["x"]), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
-    client = TestClient(create_app(coordinator, secret="s3cret"))
+    client = TestClient(api_for(coordinator, secret="s3cret"))
     page = client.get("/")  # the page itself holds no data: open, like /healthz
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     policy = page.headers["content-security-policy"]
@@ -263,8 +263,8 @@ def test_status_with_metrics_has_the_generations_their_causes_rate_and_loss() ->
 
     rig = Rig(min_np=1, max_np=8)
     wall = [1000.0]
-    metrics = JobMetrics(rig.coordinator, lambda: rig.now, wall_clock=lambda: wall[0])
-    rig.coordinator._on_event = metrics.on_event
+    metrics = JobMetrics(lambda: rig.coordinator.view(rig.now), wall_clock=lambda: wall[0])
+    rig.coordinator.job.on_event = metrics.on_event
     ids = rig.start_elastic({"a": 1, "b": 1})
     figures = WorkerFigures()
     figures.report(0.5)
@@ -274,7 +274,7 @@ def test_status_with_metrics_has_the_generations_their_causes_rate_and_loss() ->
     rig.worker_ready(ids[0], 1, "allreduce failed", True)
     rig.now = 10.25
     rig.worker_heartbeat(ids[0], 3, True)
-    client = TestClient(create_app(rig.coordinator, clock=lambda: rig.now, metrics=metrics))
+    client = TestClient(api_for(rig.coordinator, clock=lambda: rig.now, metrics=metrics))
     body = client.get("/status").json()
     gens = body["generations"]
     assert [g["number"] for g in gens] == [1, 2] and [g["started"] for g in gens] == [1000.0, 1010.0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator_rig import Rig
+from coordinator_rig import Rig, api_for
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import SECONDS_BUCKETS, WorkerFigures, check_stats
 from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.rendezvous.server.http_api import create_app
+
 from ringmaster.rendezvous.server.metrics import JobMetrics
 
 
@@ -25,10 +25,10 @@ def scrape(client: TestClient) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_follow_the_job_through_a_failure_and_the_workers_figures() -> None:
     rig = Rig(min_np=1, max_np=8)
-    metrics = JobMetrics(rig.coordinator, lambda: rig.now, refused_calls=lambda: 3, address="10.0.0.1:29400")
-    rig.coordinator._on_event = metrics.on_event  # (the app chains logging and metrics the same way)
+    metrics = JobMetrics(lambda: rig.coordinator.view(rig.now), refused_calls=lambda: 3, address="10.0.0.1:29400")
+    rig.coordinator.job.on_event = metrics.on_event  # (the app chains logging and metrics the same way)
     ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
-    client = TestClient(create_app(rig.coordinator, clock=lambda: rig.now, metrics=metrics))
+    client = TestClient(api_for(rig.coordinator, clock=lambda: rig.now, metrics=metrics))
     m = scrape(client)
     assert m[("ringmaster_generation", ())] == 1 and m[("ringmaster_world_size", ())] == 3
     assert m[("ringmaster_hosts", (("state", "active"),))] == 3 and m[("ringmaster_target_workers", ())] == 8

@@ -60,7 +60,7 @@ def _rig_with_trace() -> tuple[Rig, TraceBuilder, list[dict], list[int]]:
     def on_event(event: Event) -> None:
         trace.extend(builder.on_event(event, clock[0]))
 
-    rig.coordinator._on_event = on_event  # (the server chains logging, metrics and the timeline the same way)
+    rig.coordinator.job.on_event = on_event  # (the server chains logging, metrics and the timeline the same way)
     return rig, builder, trace, clock
 
 

@@ -4,7 +4,7 @@
 never a second copy on the GPU) and checks for host updates; every N commits rank 0 also hands
 the commit to the durable checkpoint writer. `restore()` copies the last commit back in place.
 After the ring was re-formed, `elastic.run` aligns every rank's commit with rank 0's, moving
-only what differs (see `worker.state_sync`); a job starting with no commit anywhere resumes
+only what differs (see `ringmaster.worker.train.state_sync`); a job starting with no commit anywhere resumes
 from the newest durable checkpoint that verifies. Then every rank runs the reset callbacks on
 that same state, and the replica guard (`verify_replicas`) proves the ranks identical.
 

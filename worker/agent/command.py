@@ -1,4 +1,4 @@
-"""`ringmaster agent`: run a host agent (`python -m ringmaster.worker.agent` is the same).
+"""The agent's command line: `ringmaster agent ...` and `python -m ringmaster.worker.agent ...`.
 
 Its flags come from `AgentSettings`, the one definition `ringmaster run` uses for the agents it
 starts; a bad value is named by its flag.
@@ -27,7 +27,7 @@ from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent
-from ringmaster.worker.agent.processes import die_with_parent, exit_if_stuck, exit_now
+from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
 
@@ -130,6 +130,3 @@ def _stop_when_closed(agent: Agent) -> None:
         pass
     agent.request_stop("the launcher's connection closed")
 
-
-if __name__ == "__main__":
-    exit_now(main())

@@ -1,0 +1,321 @@
+"""How a job's next generation comes about, and what each host must run meanwhile.
+
+`Formation.reconcile` brings the job one step closer to what its facts call for: workers on
+hosts it may no longer use retire, the first generation is planned once its hosts are there, a
+finished generation is followed by the next, a healthy one is interrupted at its next commit
+when the ring should change, newcomers are started on free slots, and every agent is told the
+full list of workers to run (`RunWorkers`, when it changed).
+
+- *planned*: the first generation, and every generation of a job whose workers cannot rejoin in
+  place (plain `torch.distributed` scripts, restarted as a whole like torchrun). Workers are
+  spawned with their rank in their environment.
+- *formed*: an elastic job (workers run `hvd.elastic.run`). Survivors and warmed-up newcomers
+  call `Ready`; once every live member of the last generation is ready, ranks are assigned
+  (survivors first, in their old order) and sent over the workers' streams.
+
+Pure: no I/O, the time is passed in.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ringmaster.common.events import Kind
+from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
+from ringmaster.rendezvous.control.effects import RunWorkers, UpdateHosts, WorkerLaunch
+from ringmaster.rendezvous.control.job import Job
+from ringmaster.rendezvous.control.policies import generation_policy, policy_of
+from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker
+from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
+
+#: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
+StoreFactory = Callable[[int], tuple[str, int]]
+
+
+class Formation:
+    def __init__(self, job: Job, rendezvous_address: str, plain_store_factory: StoreFactory) -> None:
+        self.job = job
+        self.pool = job.pool
+        self.rendezvous_address = rendezvous_address
+        self._plain_store_factory = plain_store_factory
+        self.sent_to_agents: dict[str, tuple] = {}  # host -> the worker ids it was last told to run
+        self._short_since: float | None = None  # since when the job has had fewer slots than --min-np
+
+    def reconcile(self, now: float) -> None:
+        """One step closer to what the facts call for (decided on by the coordinator already)."""
+        job = self.job
+        eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        self._retire_outcasts(eligible, now)
+        if job.finishing:
+            for worker in job.live_workers():
+                # A newcomer still starting up can never join now: it is not waited for.
+                if not worker.done and (worker.phase is Phase.READY or not job.is_member(worker)):
+                    job.retire(worker, "the job finished while this worker waited for a new ring", now)
+            if not job.live_workers():
+                done = sum(1 for w in job.workers.values() if w.done)
+                job.end_job(JobOutcome(True, f"{done} worker(s) finished training"), now)
+                return
+        else:
+            self._check_min_np(now)
+            if job.outcome is not None:
+                return
+            if job.generation is None:
+                self._maybe_plan_first(now)
+            elif self._generation_finished():
+                self._next_generation(now)
+            else:
+                self._maybe_request_update(eligible, now)
+            self._spawn_newcomers(eligible, now)
+        self._publish_agents(now)
+
+    def hosts_wanted(self, now: float) -> list[str]:
+        """The hosts the job can use now (see `HostPool.hosts_wanted`)."""
+        return self.pool.hosts_wanted(now, self.job.limit, self.job.busy_hosts())
+
+    # ------------------------------------------------------------------ who leaves
+    def _retire_outcasts(self, eligible: set[str], now: float) -> None:
+        job = self.job
+        gen = job.generation
+        for worker in job.live_workers():
+            if worker.host in eligible or worker.stopping:
+                continue
+            reason = f"host {worker.host} left the job"
+            if job.is_member(worker) and gen is not None and gen.over is None:
+                policy = policy_of(worker)
+                if policy.leaves_at_commit(worker):
+                    continue  # leaves at its next commit, through a host update
+                if not policy.rejoins(worker):
+                    job.end_generation(reason, now)  # plain job: restart without the host
+            job.retire(worker, reason, now)
+
+    def _check_min_np(self, now: float) -> None:
+        job, started = self.job, self.pool.first_discovery_at
+        if started is None:
+            return
+        if job.generation is None and now - started < job.settings.start_timeout_s:
+            return  # agents are still connecting
+        capacity = job.capacity(now)
+        if capacity >= job.settings.min_np:
+            self._short_since = None
+            return
+        if self._short_since is None:
+            self._short_since = now
+            job.emit(now, Kind.SLOTS_SHORT, capacity=capacity, min_np=job.settings.min_np,
+                     timeout_s=job.settings.elastic_timeout_s)
+        elif now - self._short_since >= job.settings.elastic_timeout_s:
+            job.fail(
+                f"the job needs at least {job.settings.min_np} workers (--min-np) but had only {capacity} "
+                f"for {job.settings.elastic_timeout_s:g} s (--elastic-timeout); add hosts or lower --min-np",
+                now,
+            )
+
+    # ------------------------------------------------------------------ the next generation
+    def _maybe_plan_first(self, now: float) -> None:
+        """Plan the first generation once the hosts that get its ranks are connected: the first
+        hosts in discovery order up to --max-np (all of them without a limit), so rank 0 is on
+        the first host listed; after --start-timeout, with whoever is there."""
+        started = self.pool.first_discovery_at
+        if started is None:
+            return
+        ready = all(self.pool.hosts[name].agent_connected for name in self.hosts_wanted(now))
+        waited = now - started >= self.job.settings.start_timeout_s
+        if self.job.capacity(now) >= self.job.settings.min_np and (ready or waited):
+            self._plan_generation(now)
+
+    def _generation_finished(self) -> bool:
+        """True when no live member of the current generation is still training in it (members
+        that are leaving do not hold up the next ring)."""
+        gen = self.job.generation
+        assert gen is not None
+        members = [self.job.workers[i] for i in gen.member_ids]
+        if gen.over is None and gen.update_sequence == 0:
+            return all(not w.live for w in members)
+        return all(not w.live or w.stopping or w.phase is Phase.READY for w in members)
+
+    def _next_generation(self, now: float) -> None:
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        if job.awaiting_exits(now):
+            return  # a failed worker's status decides whether its host stays: wait for it
+        eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        survivors = [job.workers[i] for i in gen.member_ids]
+        survivors = [w for w in survivors if self._candidate(w, eligible)]
+        kept = {w.worker_id for w in survivors}  # by id: comparing the records field by field is quadratic
+        newcomers = [w for w in job.workers.values() if w.worker_id not in kept and self._candidate(w, eligible)]
+        if not survivors and not newcomers:
+            if not any(w.live for w in job.workers.values()):
+                job.note_lost_commits(now)
+                self._plan_generation(now)  # nothing can rejoin in place: restart everything
+            return
+        if len(survivors) + len(newcomers) < job.settings.min_np:
+            return  # wait for newcomers to warm up, or for --elastic-timeout
+        if job.exceeds_reset_limit(now):
+            return
+        if not survivors:
+            job.note_lost_commits(now)  # newcomers alone: nobody holds the last commit
+        slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
+        members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], job.limit)
+        new = job.new_generation(members, now)
+        for a in members:
+            worker = job.workers[a.worker_id]
+            worker.phase, worker.generation = Phase.MEMBER, new.number
+            job.send_assignment(worker)
+        for worker in (*survivors, *newcomers):
+            if worker.worker_id not in new.member_set:
+                job.retire(worker, f"the job is limited to {job.limit} workers", now)
+
+    @staticmethod
+    def _candidate(worker: Worker, eligible: set[str]) -> bool:
+        """Can join the next generation: alive, waiting for it, not leaving, on a usable host."""
+        return worker.live and worker.phase is Phase.READY and not worker.stopping and worker.host in eligible
+
+    def _plan_generation(self, now: float) -> None:
+        """Spawn a whole generation with ranks in the workers' environment."""
+        job = self.job
+        if job.generation is not None and job.exceeds_reset_limit(now):
+            return
+        slots: list[WorkerSlot] = []
+        pending: list[Worker] = []
+        limit = job.limit
+        for host in self.pool.eligible_hosts(now):
+            for slot in range(host.slots):
+                if limit is not None and len(slots) >= limit:
+                    break
+                worker = self.make_worker(host.name, slot)
+                slots.append(WorkerSlot(worker.worker_id, host.name))
+                pending.append(worker)
+        if len(slots) < job.settings.min_np:
+            return
+        members = assign_ranks([], slots, limit)
+        gen = job.new_generation(members, now)
+        plain_host, plain_port = self._plain_store_factory(gen.number)
+        for worker, a in zip(pending, members):
+            worker.generation = gen.number
+            worker.env.update(rank_env(a, gen.number, plain_host, plain_port))
+            job.workers[worker.worker_id] = worker
+
+    def make_worker(self, host: str, slot: int) -> Worker:
+        job = self.job
+        worker_id = f"{host}/{job.next_id}"
+        job.next_id += 1
+        store = "{}:{}".format(*job.store_address)
+        return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
+
+    # ------------------------------------------------------------------ a healthy generation
+    def _maybe_request_update(self, eligible: set[str], now: float) -> None:
+        """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        if gen.over is not None or gen.update_sequence:
+            return
+        members = [job.workers[i] for i in gen.member_ids]
+        policy = generation_policy(members)
+        if not policy.grows_in_place():
+            if not any(policy.rejoins(w) for w in members):
+                self._maybe_restart_plain(members, now)
+            return
+        if not all(w.elastic for w in members if w.live):
+            return  # still starting up: not every member is inside hvd.elastic.run yet
+        reasons = []
+        ready_newcomers = [w for w in job.workers.values() if self._candidate(w, eligible) and not job.is_member(w)]
+        limit = job.limit if job.limit is not None else 1 << 30
+        room = limit - len(members)
+        warming = [
+            w for w in job.workers.values()
+            if w.live and not w.stopping and w.phase in (Phase.SPAWNING, Phase.WARMING) and w.host in eligible
+        ]
+        if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < job.settings.warmup_grace_s:
+            ready_newcomers = []  # let the others finish warming up and join in the same reset
+        kinds = set()
+        if ready_newcomers and room > 0:
+            reasons.append("new worker(s) ready: " + ", ".join(w.worker_id for w in ready_newcomers[:room]))
+            kinds.add(ResetCause.HOST_ADDED)
+        leaving = [w for w in members if w.live and w.host not in eligible]
+        if leaving:
+            reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+            kinds.add(ResetCause.HOST_REMOVED)
+        if sum(1 for w in members if w.live) > limit:
+            reasons.append(f"scaling down to {limit} workers")
+            kinds.add(ResetCause.SCALE)
+        if not reasons:
+            return
+        job.hosts_sequence += 1
+        gen.update_sequence = job.hosts_sequence
+        reason = "; ".join(reasons)
+        job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
+        job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
+        for w in members:
+            if w.live and w.registered:
+                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason))
+
+    def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
+        """A plain job grows only by restarting, as torchrun does on a membership change."""
+        job = self.job
+        size = sum(1 for w in members if w.live)
+        capacity = job.capacity(now)
+        if capacity > size:
+            job.causes.add(f"capacity grew to {capacity}", ResetCause.HOST_ADDED)
+            job.end_generation(f"more slots available ({capacity} > {size}); restarting all workers", now)
+        elif job.limit is not None and size > job.limit:
+            job.end_generation(f"scaled down to {job.limit} workers; restarting all workers", now)
+
+    def _spawn_newcomers(self, eligible: set[str], now: float) -> None:
+        """Elastic job: start workers on free slots; they join once warmed up."""
+        job = self.job
+        gen = job.generation
+        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids]).grows_in_place():
+            return
+        live = [w for w in job.live_workers() if not w.stopping]
+        room = (job.limit if job.limit is not None else 1 << 30) - len(live)
+        started: list[Worker] = []
+        used_slots: dict[str, set[int]] = {}
+        for w in live:
+            used_slots.setdefault(w.host, set()).add(w.slot)
+        undecided = job.awaiting_exits(now)  # may be blacklisted in a moment: do not refill yet
+        for host in self.pool.eligible_hosts(now):
+            if host.name in undecided:
+                continue
+            used = used_slots.get(host.name, set())
+            for slot in range(host.slots):
+                if len(started) >= room:
+                    break
+                if slot in used:
+                    continue
+                worker = self.make_worker(host.name, slot)
+                job.workers[worker.worker_id] = worker
+                job.emit(now, Kind.WORKER_STARTING, worker=worker.worker_id, host=host.name)
+                started.append(worker)
+        if started:
+            gen_order = {wid: i for i, wid in enumerate(gen.member_ids)}
+            staying = sorted(live, key=lambda w: gen_order.get(w.worker_id, len(gen_order)))
+            expected = assign_ranks([WorkerSlot(w.worker_id, w.host) for w in staying],
+                                    [WorkerSlot(w.worker_id, w.host) for w in started])
+            for worker, a in zip(started, expected[len(staying):]):
+                worker.env.update(tentative_rank_env(a))
+
+    # ------------------------------------------------------------------ what each host runs
+    def _publish_agents(self, now: float) -> None:
+        """Tell each agent which workers to run. A retiring worker that can hear the rendezvous
+        gets `stop_grace_s` to leave by itself before its agent sends SIGTERM; a crashed one
+        whose exit status is awaited is left to exit by itself (for `exit_report_timeout_s`)."""
+        job = self.job
+        by_host: dict[str, list[Worker]] = {}
+        job.awaiting_exits(now)  # drops those waited for long enough
+        awaited = job.exit_awaited  # crashed, still exiting: its agent must not stop it and hide its status
+        grace = job.settings.stop_grace_s
+        for w in job.workers.values():
+            if (w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < grace))) \
+                    or (w.worker_id in awaited and w.phase is not Phase.EXITED):
+                by_host.setdefault(w.host, []).append(w)
+        for host in self.pool.hosts.values():
+            if not host.agent_connected:
+                continue
+            specs = by_host.get(host.name, [])
+            key = tuple(sorted(w.worker_id for w in specs))
+            if self.sent_to_agents.get(host.name) == key:
+                continue
+            self.sent_to_agents[host.name] = key
+            argv = tuple(job.settings.command)
+            job.outbox.append(RunWorkers(host.name, tuple(WorkerLaunch(w.worker_id, w.slot, argv, dict(w.env)) for w in specs)))

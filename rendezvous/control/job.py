@@ -1,0 +1,263 @@
+"""One job's records and the changes every decision about it makes: a worker failed, a
+generation ended or formed, a worker retires, the job ends.
+
+`Job` holds the workers, the current generation, the outcome, the summary and the counters the
+store keeps, and the outbox of effects for the job's agents and workers. It uses the hosts of a
+`HostPool` and never changes them except through it (a host blacklisted after a failure). The
+coordinator calls these methods as it decides on inputs; `formation` uses them to form
+generations. Pure: no I/O, the time is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ringmaster.common.events import Event, Kind
+from ringmaster.rendezvous.control.assignment import RankAssignment
+from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
+from ringmaster.rendezvous.control.host_pool import HostPool
+from ringmaster.rendezvous.control.policies import policy_of
+from ringmaster.rendezvous.control.records import (
+    Causes, Generation, JobCounters, JobOutcome, Phase, ResetCause, Summary, Worker,
+)
+from ringmaster.settings import JobSettings
+
+
+class Job:
+    def __init__(self, settings: JobSettings, pool: HostPool, store_address: tuple[str, int],
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        """`store_address`: where the rings' long-lived TCPStore listens (host, port)."""
+        self.settings = settings
+        self.pool = pool
+        self.store_address = store_address
+        self.on_event = on_event  # the server logs them; tests read `summary.events`
+        self.workers: dict[str, Worker] = {}
+        self.generation: Generation | None = None
+        self.outcome: JobOutcome | None = None
+        self.summary = Summary()
+        self.finishing = False  # some worker's training function returned: no new generations
+        self.target_np: int | None = None  # set by `ringmaster scale`; within [min_np, max_np]
+        self.next_id = 1  # worker ids are host/N with N never reused in a job
+        self.hosts_sequence = 0
+        self.causes = Causes()
+        self.fault_at: float | None = None  # when the failure not yet recovered from was seen
+        self.fault_generation = 0  # the generation it broke
+        self.generation_started = 0.0
+        self.generation_formed_at = 0.0  # when the current generation formed (the last reset)
+        self.quick_failures = 0  # consecutive generations that failed soon after forming, without progress
+        self.steps_at_start = 0  # the job's committed steps when the current generation formed
+        self.exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
+        self.outbox: list[Effect] = []  # what the server delivers after each call
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def limit(self) -> int | None:
+        """The most workers the job may have now: --max-np, or the scale target if lower."""
+        caps = [c for c in (self.settings.max_np, self.target_np) if c is not None]
+        return min(caps) if caps else None
+
+    def live_workers(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.live]
+
+    def workers_on(self, host: str) -> list[Worker]:
+        return [w for w in self.workers.values() if w.host == host]
+
+    def busy_hosts(self) -> set[str]:
+        """Hosts that run a live worker of the job."""
+        return {w.host for w in self.workers.values() if w.live}
+
+    def is_member(self, worker: Worker) -> bool:
+        gen = self.generation
+        return gen is not None and worker.worker_id in gen.member_set
+
+    def capacity(self, now: float) -> int:
+        return self.pool.capacity(now, self.limit)
+
+    def counters(self) -> JobCounters:
+        return JobCounters(next_id=self.next_id, hosts_sequence=self.hosts_sequence, target_np=self.target_np,
+                           finishing=self.finishing, generations=self.summary.generations, resets=self.summary.resets,
+                           steps=self.summary.steps,
+                           outcome=(self.outcome.success, self.outcome.message) if self.outcome else None)
+
+    def awaiting_exits(self, now: float) -> set[str]:
+        """Hosts of failed workers whose exit status has not come yet (bounded by
+        `exit_report_timeout_s`): the next ring waits for it to know whether the host is blacklisted."""
+        hosts = set()
+        for worker_id, since in list(self.exit_awaited.items()):
+            worker = self.workers.get(worker_id)
+            host = self.pool.hosts.get(worker.host) if worker else None
+            if worker is None or host is None or not host.agent_connected or worker.phase is Phase.EXITED \
+                    or now - since >= self.settings.exit_report_timeout_s:
+                del self.exit_awaited[worker_id]
+            else:
+                hosts.add(worker.host)
+        return hosts
+
+    # ------------------------------------------------------------------ telling
+    def emit(self, now: float, kind: Kind, **fields: object) -> Event:
+        """Record one event of the job (the status API keeps the newest) and hand it on."""
+        event = Event(kind, fields, self.generation.number if self.generation else 0, now)
+        if event.level > logging.DEBUG:
+            self.summary.add_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
+
+    # ------------------------------------------------------------------ progress
+    def note_commits(self, worker: Worker, commits: int, now: float) -> None:
+        """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's.
+        Rank 0's first commit in a generation formed after a failure ends the recovery from it."""
+        worker.commits = commits
+        gen = self.generation
+        if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
+            self.summary.steps = commits
+            if self.fault_at is not None and gen.number > self.fault_generation and commits > self.steps_at_start:
+                self.emit(now, Kind.JOB_RECOVERED, seconds=now - self.fault_at, number=gen.number)
+                self.fault_at = None
+
+    def note_lost_commits(self, now: float) -> None:
+        """No worker that holds the job's last commit is left. With --checkpoint-dir the next
+        ring resumes from the newest checkpoint; without, the committed steps are gone: say so."""
+        if self.summary.steps and not self.settings.checkpoint_dir:
+            self.summary.warnings.append(self.emit(now, Kind.COMMITS_LOST, steps=self.summary.steps).message)
+            self.summary.steps_lost += self.summary.steps
+            self.summary.steps = 0
+
+    # ------------------------------------------------------------------ failures
+    def blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
+        """Horovod's rule: the host of a failed worker is blacklisted. An elastic worker that
+        exited by itself with an error is the script's doing, blacklisted whatever is left. A worker killed
+        by a signal (OOM killer, preemption, kill -9) or a lost host is spared when the job
+        would otherwise fall below --min-np (`--spare-last-hosts`, the default): the job then
+        restarts there from its last commit or checkpoint instead of failing."""
+        pool = self.pool
+        if pool.is_blacklisted(host, now) or self.finishing:
+            return
+        record = pool.hosts.get(host)
+        others = sum(h.slots for h in pool.eligible_hosts(now) if h.name != host)
+        if (not by_itself and self.settings.spare_last_hosts and record is not None and record.discovered
+                and others < self.settings.min_np):
+            self.emit(now, Kind.HOST_SPARED, host=host, min_np=self.settings.min_np)
+            return
+        reasons = pool.blacklist_host(host, why, now)
+        if reasons is not None:
+            self.fail(f"every host is blacklisted after failures ({reasons}): one or more processes exited with "
+                      "non-zero status; fix the error the workers print above", now)
+
+    def worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool, host_lost: bool) -> None:
+        if worker.failed is not None:
+            return
+        worker.failed = reason
+        self.emit(now, Kind.WORKER_FAILED, worker=worker.worker_id, host=worker.host, reason=reason)
+        if self.fault_at is None and not worker.stopping:
+            self.fault_at = now
+            self.fault_generation = self.generation.number if self.generation is not None else 0
+        if not host_lost:  # a lost host is its own cause
+            self.causes.add(f"worker {worker.worker_id} on {worker.host} failed ({reason})", ResetCause.FAILURE)
+        if self.is_member(worker):
+            self.end_generation(f"worker {worker.worker_id} on {worker.host} failed: {reason}", now)
+        if blame_host:
+            self.blacklist_host(worker.host, f"worker {worker.worker_id} {reason}", now, by_itself=False)
+
+    def end_generation(self, reason: str, now: float) -> None:
+        gen = self.generation
+        if gen is None or gen.over is not None:
+            return
+        gen.over = reason
+        self.causes.ensure(reason)
+        self.emit(now, Kind.GENERATION_OVER, number=gen.number, reason=reason)
+        # A generation that committed steps trained: however short it was, it is no crash loop.
+        progressed = self.summary.steps > self.steps_at_start
+        if now - self.generation_started < self.settings.crash_loop_window_s and not progressed:
+            self.quick_failures += 1
+        else:
+            self.quick_failures = 0
+        if self.quick_failures >= self.settings.crash_loop_limit:
+            self.fail(
+                f"{self.quick_failures} generations in a row failed within {self.settings.crash_loop_window_s:g} s "
+                f"of forming without committing a step; the last: {reason}. Fix the error the workers print above",
+                now,
+            )
+            return
+        for worker_id in gen.member_ids:
+            worker = self.workers[worker_id]
+            if not worker.live:
+                continue
+            if policy_of(worker).rejoins(worker):
+                self.outbox.append(EndGeneration(worker_id, gen.number, reason))
+            else:
+                # A plain script cannot rejoin: restart it with the rest, as torchrun does.
+                worker.stopping = True
+                worker.stop_requested_at = now - self.settings.stop_grace_s
+
+    # ------------------------------------------------------------------ generations
+    def new_generation(self, members: list[RankAssignment], now: float) -> Generation:
+        number = (self.generation.number if self.generation else 0) + 1
+        cause, causes = self.causes.take(is_reset=self.generation is not None)
+        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self.hosts_sequence)
+        if self.generation is not None:
+            self.summary.resets += 1
+        if now - self.generation_started >= self.settings.crash_loop_window_s:
+            self.quick_failures = 0  # the last generation lived: no crash loop
+        self.summary.generations += 1
+        self.generation = gen
+        self.generation_started = now
+        self.generation_formed_at = now
+        self.steps_at_start = self.summary.steps
+        hosts: dict[str, int] = {}
+        for a in members:
+            hosts[a.host] = hosts.get(a.host, 0) + 1
+        self.emit(now, Kind.GENERATION_FORMED, number=number, size=len(members), hosts=hosts, cause=cause,
+                  causes=causes)
+        return gen
+
+    def send_assignment(self, worker: Worker) -> None:
+        gen = self.generation
+        assert gen is not None
+        a = next(m for m in gen.members if m.worker_id == worker.worker_id)
+        host, port = self.store_address
+        self.outbox.append(Assign(a, gen.number, store_host=host, store_port=port, store_prefix=gen.store_prefix,
+                                  hosts_sequence=gen.hosts_baseline))
+
+    def exceeds_reset_limit(self, now: float) -> bool:
+        limit = self.settings.reset_limit
+        if limit is not None and self.summary.resets >= limit:
+            self.fail(
+                f"reset {self.summary.resets + 1} is needed but --reset-limit is {limit}; "
+                "raise --reset-limit or fix what keeps failing (see the events above)",
+                now,
+            )
+            return True
+        return False
+
+    # ------------------------------------------------------------------ leaving and ending
+    def retire(self, worker: Worker, reason: str, now: float) -> None:
+        if worker.stopping:
+            return
+        worker.stopping = True
+        worker.stop_requested_at = now
+        self.emit(now, Kind.WORKER_RETIRING, worker=worker.worker_id, host=worker.host, reason=reason)
+        if worker.registered:
+            self.outbox.append(Retire(worker.worker_id, reason))
+
+    def start_finishing(self, now: float) -> None:
+        if not self.finishing:
+            self.finishing = True
+            self.emit(now, Kind.JOB_FINISHING)
+
+    def fail(self, message: str, now: float) -> None:
+        self.end_job(JobOutcome(False, message), now)
+
+    def end_job(self, outcome: JobOutcome, now: float) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        self.summary.ended_at = now
+        self.emit(now, Kind.JOB_SUCCEEDED if outcome.success else Kind.JOB_FAILED, reason=outcome.message)
+        for worker in self.live_workers():
+            if worker.registered:
+                self.outbox.append(EndJob(worker.worker_id, outcome.success, outcome.message))
+        for host in self.pool.hosts.values():
+            if host.agent_connected:
+                self.outbox.append(StopAgent(host.name, outcome.message))

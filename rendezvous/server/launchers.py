@@ -1,0 +1,259 @@
+"""Launchers: how the agents of a job's hosts are started, stopped, and said to have ended.
+
+A launcher is one class behind `Launcher`: `start(host)` and `stop(host)` act on the pool's
+effects (`LaunchAgent`, `StopLaunchedAgent`), and `ended()` says which agents ended since it was
+last asked, and how, which goes back to the pool as an input (`agent_process_ended`) through the
+same path as every other input. A new engine (Slurm, Ray, Kubernetes) is one more class here.
+
+- `LocalLauncher` (`--launcher local`): every host's agent runs on this machine, leading its own
+  process group (its workers stay in it, so killing that group is the death of a host).
+- `SshLauncher` (`--launcher ssh`): a host that is this machine runs its agent here; any other
+  gets `ssh host ... agent --from-launcher`.
+- `NoLauncher` (`--launcher none`): something else starts the agents (`ringmaster serve`).
+
+Every agent gets its host's key (`keys.agent_key`, never the job secret) on its stdin (and a
+remote one the launching environment too), which stays open; when this process or the
+connection goes, the agent stops its workers. An agent (or its ssh) that ends before it
+connected is a host that cannot be reached: the pool hears it with the last lines it printed,
+and the blacklist's rules apply.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ringmaster.common.handover import handover
+from ringmaster.common.keys import agent_key
+from ringmaster.common.network import is_this_machine, this_machine_names
+from ringmaster.common.processes import dying_with_parent
+from ringmaster.common.secret import SECRET_ENV
+from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
+
+#: Lines of an agent's (or its ssh's) output kept to say why it failed.
+KEPT_LINES = 5
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """What every agent a launcher starts is told: where the rendezvous is, and the job's timings."""
+
+    rendezvous: str
+    heartbeat_interval_s: float
+    stop_grace_s: float
+    reconnect_timeout_s: float | None = None
+    spares: int | None = None
+
+
+@dataclass
+class _Launched:
+    proc: subprocess.Popen
+    remote: bool
+    output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_LINES))
+
+
+class Launcher:
+    """Starts and stops the agents of hosts, and says how each ended. This base class starts none."""
+
+    #: Whether this launcher starts agents at all (the pool asks for them only then).
+    starts_agents = False
+
+    def start(self, host: str) -> None:
+        """Start the agent of `host` (its end, even at once, is said by `ended`)."""
+
+    def stop(self, host: str) -> None:
+        """Stop the agent started for `host` (its host left and runs nothing)."""
+
+    def ended(self) -> list[tuple[str, str]]:
+        """(host, how it ended) for each agent that ended since the last call."""
+        return []
+
+    def alive(self) -> int:
+        """Agents (or their connections) still running."""
+        return 0
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        """Stop every agent, and kill what is left after `timeout_s`."""
+
+    @classmethod
+    def remote_hosts(cls, hosts: list[str]) -> list[str]:
+        """Which of `hosts` this launcher reaches on other machines (the addresses follow them)."""
+        return []
+
+
+class NoLauncher(Launcher):
+    """`--launcher none`: agents are started by something else and connect by themselves."""
+
+
+class LocalLauncher(Launcher):
+    """`--launcher local`: every host's agent on this machine (hosts emulated by name)."""
+
+    starts_agents = True
+
+    def __init__(self, options: AgentOptions, secret: str | None,
+                 on_event: Callable[[str, str], None] = lambda host, how: None) -> None:
+        """Each agent gets its host's key derived from `secret` on its stdin, never on a command
+        line or in its environment. `on_event(host, how)` hears of each start."""
+        self._options = options
+        self._secret = secret
+        self._on_event = on_event
+        self._finished: list[tuple[str, str]] = []  # ended before they started
+        self.agents: dict[str, _Launched] = {}
+
+    def _key(self, host: str) -> str:
+        return agent_key(self._secret, host).hex() if self._secret is not None else ""
+
+    def _argv(self, host: str, remote: bool) -> list[str]:
+        o = self._options
+        return agent_command(sys.executable, o.rendezvous, host, o.heartbeat_interval_s, o.stop_grace_s, remote=remote,
+                             reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares)
+
+    @staticmethod
+    def _environment() -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop(SECRET_ENV, None)
+        return env
+
+    def start(self, host: str) -> None:
+        if host in self.agents:
+            return
+        self._on_event(host, "on this machine")
+        proc = subprocess.Popen(self._argv(host, remote=False), start_new_session=True, env=self._environment(),
+                                stdin=subprocess.PIPE)
+        self.agents[host] = _Launched(proc, remote=False)
+        _hand_over(proc, handover(self._key(host), {}))
+
+    def stop(self, host: str) -> None:
+        launched = self.agents.get(host)
+        if launched is not None:
+            _signal_group(launched.proc, signal.SIGTERM)
+
+    def ended(self) -> list[tuple[str, str]]:
+        out, self._finished = self._finished, []
+        for host, launched in list(self.agents.items()):
+            if launched.proc.poll() is not None:
+                del self.agents[host]
+                out.append((host, self._why(launched)))
+        return out
+
+    @staticmethod
+    def _why(launched: _Launched) -> str:
+        said = " / ".join(line for line in launched.output if line) or "(it printed nothing)"
+        what = "ssh" if launched.remote else "its agent"
+        return f"{what} exited with code {launched.proc.returncode} before the agent connected: {said}"
+
+    def alive(self) -> int:
+        for host, launched in list(self.agents.items()):
+            if launched.proc.poll() is not None:
+                del self.agents[host]
+                self._finished.append((host, self._why(launched)))
+        return len(self.agents)
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        """Ask every agent to stop (its stdin closes; a local one also gets SIGTERM to its group),
+        then kill what is left."""
+        for launched in self.agents.values():
+            if launched.proc.stdin is not None:
+                try:
+                    launched.proc.stdin.close()
+                except OSError:
+                    pass
+            if not launched.remote:
+                _signal_group(launched.proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for launched in self.agents.values():
+            try:
+                launched.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(launched.proc, signal.SIGKILL)
+            launched.proc.wait()
+        self.agents.clear()
+
+
+class SshLauncher(LocalLauncher):
+    """`--launcher ssh` (horovodrun's way): a host that is this machine runs its agent here; any
+    other gets `ssh host ... agent --from-launcher`, with the key and the environment on stdin."""
+
+    def __init__(self, options: AgentOptions, secret: str | None, ssh: SshOptions = SshOptions(),
+                 on_event: Callable[[str, str], None] = lambda host, how: None) -> None:
+        super().__init__(options, secret, on_event)
+        self._ssh = ssh
+        self._names = this_machine_names()
+        self._on_loopback = is_this_machine(options.rendezvous.rsplit(":", 1)[0], {"localhost"})
+
+    @classmethod
+    def remote_hosts(cls, hosts: list[str]) -> list[str]:
+        names = this_machine_names()
+        return [h for h in hosts if not is_this_machine(h, names)]
+
+    def start(self, host: str) -> None:
+        if is_this_machine(host, self._names):
+            super().start(host)
+            return
+        if host in self.agents:
+            return
+        if self._on_loopback:
+            self._finished.append((host, f"the rendezvous listens on {self._options.rendezvous}, which another machine "
+                                         "cannot dial; give --network-interface NAME or --bind ADDRESS (an address of "
+                                         "this machine that it reaches)"))
+            return
+        env = self._environment()
+        argv = ssh_command(host, self._ssh, self._argv(host, remote=True), os.getcwd())
+        self._on_event(host, f"over ssh ({' '.join(argv[:-2])} ...)")
+        proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        launched = _Launched(proc, remote=True)
+        self.agents[host] = launched
+        threading.Thread(target=_relay, args=(proc, launched.output), daemon=True).start()
+        _hand_over(proc, handover(self._key(host), forwarded_environment(env)))
+
+
+#: The launchers `--launcher` names.
+LAUNCHERS: dict[str, type[Launcher]] = {"ssh": SshLauncher, "local": LocalLauncher, "none": NoLauncher}
+
+
+def make_launcher(name: str, options: AgentOptions, secret: str | None, ssh: SshOptions = SshOptions(),
+                  on_event: Callable[[str, str], None] = lambda host, how: None) -> Launcher:
+    """The launcher `--launcher NAME` asks for."""
+    kind = LAUNCHERS[name]
+    if kind is SshLauncher:
+        return SshLauncher(options, secret, ssh, on_event)
+    if kind is LocalLauncher:
+        return LocalLauncher(options, secret, on_event)
+    return NoLauncher()
+
+
+def _hand_over(proc: subprocess.Popen, line: bytes) -> None:
+    """Write an agent's handover to its stdin, which stays open: its end is the end of the launcher."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(line)
+        proc.stdin.flush()
+    except OSError:
+        pass  # the agent (or ssh) is gone already: `ended` says so with what it printed
+
+
+def _relay(proc: subprocess.Popen, kept: collections.deque) -> None:
+    """Copy what a remote agent (and ssh) prints to our stdout, keeping the last lines."""
+    assert proc.stdout is not None
+    for raw in iter(proc.stdout.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\r\n")
+        kept.append(line[:500])
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    proc.stdout.close()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
