@@ -82,6 +82,7 @@ class Coordinator:
         self.job = Job(settings, self.pool, (ring_store.host, ring_store.port), on_event)
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
+        self._agents_stopped = False  # told every agent to stop, the job having ended
 
     # ------------------------------------------------------------------ the job, as read
     @property
@@ -126,9 +127,14 @@ class Coordinator:
         return job_view(self.job, self.pool, now)
 
     def drain(self) -> list[Effect]:
-        """What to say to agents and workers, and what to do to hosts, since the last drain."""
+        """What to say to agents and workers, and what to do to hosts, since the last drain.
+        The pool serves this one job: once the job has ended, its agents stop too."""
         out: list[Effect] = [*self.job.outbox, *self.pool.drain()]
         self.job.outbox = []
+        outcome = self.job.outcome
+        if outcome is not None and not self._agents_stopped:
+            self._agents_stopped = True
+            out += [StopAgent(h.name, outcome.message) for h in self.pool.hosts.values() if h.agent_connected]
         return out
 
     # ------------------------------------------------------------------ inputs: hosts and agents

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
+from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.policies import policy_of
 from ringmaster.rendezvous.control.records import (
@@ -258,6 +258,3 @@ class Job:
         for worker in self.live_workers():
             if worker.registered:
                 self.outbox.append(EndJob(worker.worker_id, outcome.success, outcome.message))
-        for host in self.pool.hosts.values():
-            if host.agent_connected:
-                self.outbox.append(StopAgent(host.name, outcome.message))

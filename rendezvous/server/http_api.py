@@ -26,23 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
-from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.view import HostView, JobView, WorkerView
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
 #: Most events one `GET /events` answers with (ask again from `next` for more).
 MAX_EVENTS_PAGE = 1000
-
-
-class HostStatus(BaseModel):
-    name: str
-    slots: int
-    discovered: bool
-    agent_connected: bool
-    agent_pid: Optional[int]
-    blacklisted: bool
-    state: str = Field("", description="active, warming, idle, blacklisted or unreachable; '' when not discovered")
 
 
 class GenerationStatus(BaseModel):
@@ -52,18 +42,6 @@ class GenerationStatus(BaseModel):
     causes: list[str] = Field(description="why it replaced the one before: failure, host_added, host_lost, ...")
     started: float = Field(description="when it formed, seconds since the epoch")
     recovery_s: Optional[float] = Field(None, description="from the failure before it to rank 0's first commit")
-
-
-class WorkerStatus(BaseModel):
-    worker_id: str
-    host: str
-    phase: str
-    rank: Optional[int]
-    pid: Optional[int]
-    commits: int
-    elastic: bool
-    failed: Optional[str]
-    done: bool
 
 
 class ScaleRequest(BaseModel):
@@ -86,8 +64,8 @@ class JobStatus(BaseModel):
     target_np: Optional[int]
     resets: int
     steps: int
-    hosts: list[HostStatus]
-    workers: list[WorkerStatus]
+    hosts: list[HostView]  # the job's own shapes, as the control layer gives them
+    workers: list[WorkerView]
     events: list[str]
     events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
     refused_calls: int = 0  # gRPC calls refused for want of the job secret
@@ -184,10 +162,8 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
         target_np=view.limit,
         resets=view.resets,
         steps=view.steps,
-        hosts=[HostStatus(name=h.name, slots=h.slots, discovered=h.discovered, agent_connected=h.agent_connected,
-                          agent_pid=h.agent_pid, blacklisted=h.blacklisted, state=h.state) for h in view.hosts],
-        workers=[WorkerStatus(worker_id=w.worker_id, host=w.host, phase=w.phase, rank=w.rank, pid=w.pid,
-                              commits=w.commits, elastic=w.elastic, failed=w.failed, done=w.done) for w in view.workers],
+        hosts=list(view.hosts),
+        workers=list(view.workers),
         events=[f"[gen {e.generation}] {e.message}" for e in view.events[-200:]],
         events_dropped=view.events_dropped,
         refused_calls=refused_calls,
