@@ -34,6 +34,7 @@ from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.grpc_limits import server_options
+from ringmaster.rendezvous.server.peer_limit import MAX_PER_PEER, keep_peers_within
 from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repeats, raise_open_file_limit
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
@@ -236,6 +237,8 @@ class RendezvousServer:
                 asyncio.create_task(leadership.keep(journal.trouble)),
                 asyncio.create_task(journal.keep_job_lease()),
                 asyncio.create_task(leases.watch()),
+                asyncio.create_task(keep_peers_within(port, lambda peer, count: _say(
+                    Kind.PEER_LIMITED, peer=peer, count=count, limit=MAX_PER_PEER))),
             ]
             next_tick = time.monotonic() + TICK_S
             while coordinator.outcome is None:

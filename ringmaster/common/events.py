@@ -66,6 +66,7 @@ class Kind(enum.StrEnum):
     API_LISTENING = "api.listening"
     EVENT_LOOP_ERROR = "rendezvous.loop_error"
     CALL_REFUSED = "rendezvous.call_refused"
+    PEER_LIMITED = "rendezvous.peer_limited"
     TIMELINE_FAILED = "timeline.failed"
     TIMELINE_WRITTEN = "timeline.written"
     # durable state and leadership
@@ -174,6 +175,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.RENDEZVOUS_LISTENING: Spec(_I, "rendezvous listening on {address}; discovery: {discovery}; store: {store}"),
     Kind.API_LISTENING: Spec(_I, "control API on {url}"),
     Kind.CALL_REFUSED: Spec(_W, "refused a call of {method}: {reason} ({refused} refused so far)"),
+    Kind.PEER_LIMITED: Spec(_W, "closed {count} gRPC connections of {peer}: one address may hold {limit}"),
     Kind.TIMELINE_FAILED: Spec(_W, "the timeline stopped: cannot write {error}; the job goes on without it"),
     Kind.TIMELINE_WRITTEN: Spec(_I, "timeline written to {path} ({megabytes:.1f} MB{rotated}); open it in "
                                     "chrome://tracing or ui.perfetto.dev"),

@@ -66,6 +66,36 @@ def test_twenty_thousand_idle_connections_take_no_descriptors_the_job_needs(run_
     assert not job.events("worker.failed") and len(job.events("generation.formed")) == 1
 
 
+def test_one_peer_address_keeps_at_most_its_share_of_connections(run_job, tmp_path) -> None:
+    """1,500 idle connections from 127.0.0.2 (another peer than the job's own 127.0.0.1): the
+    newest beyond MAX_PER_PEER are shut down within seconds (before gRPC's own handshake timeout
+    would close them all), and a new connection from another address is served meanwhile."""
+    from ringmaster.rendezvous.server.grpc_limits import HANDSHAKE_TIMEOUT_S
+    from ringmaster.rendezvous.server.peer_limit import MAX_PER_PEER
+
+    serve = run_job("-H", "hostX:1", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"),
+                    str(tmp_path), verb="serve")
+    address = serve.wait_event("rendezvous.listening")["address"]
+    host, port = address.rsplit(":", 1)
+    flood = _flood(host, int(port), 1500, "--from", "127.0.0.2", "--no-renew")
+    try:
+        started = time.monotonic()
+        assert flood.stdout is not None
+        closed = 0
+        while closed < 1500 - MAX_PER_PEER:
+            line = flood.stdout.readline()
+            assert line.startswith("closed"), line
+            closed = int(line.split()[1])
+        assert time.monotonic() - started < HANDSHAKE_TIMEOUT_S - 2  # shed by the limit, not timed out
+        with secured(grpc.insecure_channel(address), credentials("hostX")) as channel:
+            assert pb_grpc.RendezvousStub(channel).AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), timeout=10).ok
+        limited = serve.wait_event("rendezvous.peer_limited")
+        assert limited["peer"] == "127.0.0.2" and limited["limit"] == MAX_PER_PEER
+    finally:
+        flood.kill()
+        flood.wait()
+
+
 def test_stalled_http_connections_renewed_never_keep_an_operator_out(run_job, tmp_path) -> None:
     serve = run_job("-H", "hostX:1", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"),
                     str(tmp_path), verb="serve")

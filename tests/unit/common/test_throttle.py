@@ -35,3 +35,25 @@ def test_grpc_keeps_half_the_descriptors_left_after_a_reserve() -> None:
     assert max_connections(20_000) == (20_000 - 1024) // 2
     assert max_connections(1024) == 64  # never fewer
     assert max_connections(1 << 20) == 40_000  # never more
+
+
+def test_connections_beyond_the_limit_per_peer_are_the_newest_ones() -> None:
+    from ringmaster.rendezvous.server.peer_limit import beyond_limit, established
+
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:1F90 0100007F:D43E 01 00000000:00000000 00:00000000 00000000 0 0 105 1 0\n"
+        "   1: 0100007F:1F90 0200007F:D43F 01 00000000:00000000 00:00000000 00000000 0 0 101 1 0\n"
+        "   2: 0100007F:1F90 0200007F:D440 01 00000000:00000000 00:00000000 00000000 0 0 103 1 0\n"
+        "   3: 0100007F:1F90 0200007F:D441 01 00000000:00000000 00:00000000 00000000 0 0 102 1 0\n"
+        "   4: 0100007F:1F90 0200007F:D442 0A 00000000:00000000 00:00000000 00000000 0 0 104 1 0\n"  # listening
+        "   5: 0100007F:0050 0200007F:D443 01 00000000:00000000 00:00000000 00000000 0 0 106 1 0\n"  # another port
+        "   6: garbage\n"
+    )
+    connections = established(table, 0x1F90)
+    assert connections == [("127.0.0.1", 105), ("127.0.0.2", 101), ("127.0.0.2", 103), ("127.0.0.2", 102)]
+    assert beyond_limit(connections, 2) == {"127.0.0.2": [103]}  # the newest (inodes grow with creation)
+    six = ("  sl  local_address remote_address st ...\n"
+           "   0: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000200007F:D43E 01 0:0 0:0 0 0 0 7 1\n"
+           "   1: 00000000000000000000000001000000:1F90 00000000000000000000000001000000:D43F 01 0:0 0:0 0 0 0 8 1\n")
+    assert established(six, 0x1F90) == [("127.0.0.2", 7), ("::1", 8)]
