@@ -18,7 +18,6 @@ the N `Ready` calls that end a generation would cost O(N^2), with it the whole b
 
 from __future__ import annotations
 
-import signal
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -33,7 +32,6 @@ from ringmaster.rendezvous.control.facts import (
 from ringmaster.rendezvous.control.formation import Formation, StoreFactory
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
-from ringmaster.rendezvous.control.policies import ExitMeaning, policy_of
 from ringmaster.rendezvous.control.records import (
     Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
 )
@@ -48,16 +46,6 @@ class RingStoreAddress:
 
     host: str
     port: int
-
-
-def describe_exit(exit_code: int, signal_number: int) -> str:
-    if signal_number:
-        try:
-            name = signal.Signals(signal_number).name
-        except ValueError:
-            name = f"signal {signal_number}"
-        return f"was killed by signal {signal_number} ({name})"
-    return f"exited with code {exit_code}"
 
 
 class Coordinator:
@@ -366,95 +354,22 @@ class Coordinator:
             fact = self._facts.popleft()
             if isinstance(fact, AgentConnected):
                 self.formation.sent_to_agents.pop(fact.host, None)  # a new session needs the full picture
-                self._on_agent_connected(fact, now)
+                job.on_agent_connected(fact, now)
             elif isinstance(fact, AgentLost):
                 self.formation.sent_to_agents.pop(fact.host, None)
-                self._on_agent_lost(fact, now)
+                job.on_agent_lost(fact, now)
             elif isinstance(fact, AgentUnreachable):
                 if not self.pool.hosts.get(fact.host, Host(fact.host, 0)).agent_connected:
                     job.emit(now, Kind.HOST_UNREACHABLE, host=fact.host, reason=fact.reason)
                     job.blacklist_host(fact.host, f"its agent could not be started: {fact.reason}", now, by_itself=True)
             elif isinstance(fact, WorkerExited):
-                self._on_worker_exited(fact, now)
+                job.on_worker_exited(fact, now)
             elif isinstance(fact, SessionClosed):
-                self._on_session_closed(fact, now)
+                if job.on_session_closed(fact, now):
+                    self._unsettled = True
             elif isinstance(fact, GenerationFailed):
                 gen = job.generation
                 if gen is not None and gen.number == fact.generation and gen.over is None:
                     job.end_generation(f"worker {fact.worker_id} reported: {fact.failure}", now)
             elif isinstance(fact, TrainingReturned):
                 job.start_finishing(now)
-
-    def _on_agent_connected(self, fact: AgentConnected, now: float) -> None:
-        """A (re)connected agent's workers that it does not run died while it was away."""
-        job, host = self.job, fact.host
-        for worker in job.workers_on(host):
-            if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in fact.running:
-                worker.phase = Phase.EXITED
-                if job.is_member(worker) and not worker.done:
-                    job.end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
-                if not worker.done:
-                    job.worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now,
-                                      blame_host=False, host_lost=False)
-
-    def _on_agent_lost(self, fact: AgentLost, now: float) -> None:
-        """A host that left the job said goodbye; any other lost agent is a lost host."""
-        job, host, reason = self.job, fact.host, fact.reason
-        record = self.pool.hosts.get(host)
-        # If its session is still open (a missed heartbeat), tell it to stop its workers.
-        job.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
-        if job.outcome is not None or record is None:
-            return
-        if not record.discovered and not any(w.live for w in job.workers_on(host)):
-            job.emit(now, Kind.HOST_LEFT, host=host)
-            return
-        job.emit(now, Kind.HOST_LOST, host=host, reason=reason)
-        job.causes.add(f"host {host} lost", ResetCause.PARTITION if fact.silent else ResetCause.HOST_LOST)
-        for worker in job.workers_on(host):
-            if worker.live and not worker.stopping and not worker.done:
-                job.worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
-            worker.phase = Phase.EXITED
-        job.blacklist_host(host, f"its agent {reason}", now, by_itself=False)
-
-    def _on_worker_exited(self, fact: WorkerExited, now: float) -> None:
-        """What the exit means (the job's policy), then what follows from it."""
-        job = self.job
-        host, worker_id, exit_code, signal_number = fact.host, fact.worker_id, fact.exit_code, fact.signal
-        worker = job.workers.get(worker_id)
-        if worker is None or worker.phase is Phase.EXITED:
-            return
-        how = describe_exit(exit_code, signal_number)
-        was_live, member = worker.live, job.is_member(worker)
-        worker.phase = Phase.EXITED
-        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
-        if member and verdict.meaning is not ExitMeaning.FINISHED:
-            # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
-            job.end_generation(f"member {worker_id} on {host} {how}", now)
-        exit_fields = {"worker": worker_id, "host": host, "how": how, "exit_code": exit_code, "signal": signal_number}
-        if verdict.meaning is ExitMeaning.STOPPED:
-            job.emit(now, Kind.WORKER_STOPPED, **exit_fields)
-        elif verdict.meaning is ExitMeaning.FINISHED:
-            worker.done = True
-            job.emit(now, Kind.WORKER_FINISHED, **exit_fields)
-            job.start_finishing(now)
-        else:
-            job.emit(now, Kind.WORKER_EXITED, **exit_fields)
-            if was_live:
-                job.worker_failed(worker, how, now, blame_host=False, host_lost=False)
-            if verdict.blacklist:
-                job.blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
-
-    def _on_session_closed(self, fact: SessionClosed, now: float) -> None:
-        job = self.job
-        worker = job.workers.get(fact.worker_id)
-        if worker is None or not worker.live or worker.stopping or worker.done:
-            return
-        if not policy_of(worker).closed_connection_is_failure():
-            return  # outside hvd.elastic.run an exit may be success: its agent reports the code
-        # An elastic worker that did not return from its training function died. Its exit code
-        # follows (a crashing interpreter takes up to a second to exit); the next ring waits for
-        # it, so that a blacklisted host is left out at once: one failure, one reset (Horovod too
-        # waits for every worker's status).
-        job.worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False, host_lost=False)
-        job.exit_awaited[fact.worker_id] = now
-        self._unsettled = True

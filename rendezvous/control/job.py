@@ -1,5 +1,5 @@
-"""One job's records and the changes every decision about it makes: a worker failed, a
-generation ended or formed, a worker retires, the job ends.
+"""One job's records, what each fact means for them, and the changes every decision about it
+makes: a worker failed, a generation ended or formed, a worker retires, the job ends.
 
 `Job` holds the workers, the current generation, the outcome, the summary and the counters the
 store keeps, and the outbox of effects for the job's agents and workers. It uses the hosts of a
@@ -11,17 +11,29 @@ generations. Pure: no I/O, the time is passed in.
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Callable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire
+from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
 from ringmaster.rendezvous.control.host_pool import HostPool
-from ringmaster.rendezvous.control.policies import policy_of
+from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
+from ringmaster.rendezvous.control.policies import ExitMeaning, policy_of
 from ringmaster.rendezvous.control.records import (
     Causes, Generation, JobCounters, JobOutcome, Phase, ResetCause, Summary, Worker,
 )
 from ringmaster.settings import JobSettings
+
+
+def describe_exit(exit_code: int, signal_number: int) -> str:
+    if signal_number:
+        try:
+            name = signal.Signals(signal_number).name
+        except ValueError:
+            name = f"signal {signal_number}"
+        return f"was killed by signal {signal_number} ({name})"
+    return f"exited with code {exit_code}"
 
 
 class Job:
@@ -123,6 +135,82 @@ class Job:
             self.summary.warnings.append(self.emit(now, Kind.COMMITS_LOST, steps=self.summary.steps).message)
             self.summary.steps_lost += self.summary.steps
             self.summary.steps = 0
+
+    # ------------------------------------------------------------------ what facts mean for the job
+    def on_agent_connected(self, fact: AgentConnected, now: float) -> None:
+        """A (re)connected agent's workers that it does not run died while it was away."""
+        job, host = self, fact.host
+        for worker in job.workers_on(host):
+            if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in fact.running:
+                worker.phase = Phase.EXITED
+                if job.is_member(worker) and not worker.done:
+                    job.end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
+                if not worker.done:
+                    job.worker_failed(worker, f"its process is gone: the agent of {host} does not run it", now,
+                                      blame_host=False, host_lost=False)
+
+    def on_agent_lost(self, fact: AgentLost, now: float) -> None:
+        """A host that left the job said goodbye; any other lost agent is a lost host."""
+        job, host, reason = self, fact.host, fact.reason
+        record = self.pool.hosts.get(host)
+        # If its session is still open (a missed heartbeat), tell it to stop its workers.
+        job.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
+        if job.outcome is not None or record is None:
+            return
+        if not record.discovered and not any(w.live for w in job.workers_on(host)):
+            job.emit(now, Kind.HOST_LEFT, host=host)
+            return
+        job.emit(now, Kind.HOST_LOST, host=host, reason=reason)
+        job.causes.add(f"host {host} lost", ResetCause.PARTITION if fact.silent else ResetCause.HOST_LOST)
+        for worker in job.workers_on(host):
+            if worker.live and not worker.stopping and not worker.done:
+                job.worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
+            worker.phase = Phase.EXITED
+        job.blacklist_host(host, f"its agent {reason}", now, by_itself=False)
+
+    def on_worker_exited(self, fact: WorkerExited, now: float) -> None:
+        """What the exit means (the job's policy), then what follows from it."""
+        job = self
+        host, worker_id, exit_code, signal_number = fact.host, fact.worker_id, fact.exit_code, fact.signal
+        worker = job.workers.get(worker_id)
+        if worker is None or worker.phase is Phase.EXITED:
+            return
+        how = describe_exit(exit_code, signal_number)
+        was_live, member = worker.live, job.is_member(worker)
+        worker.phase = Phase.EXITED
+        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
+        if member and verdict.meaning is not ExitMeaning.FINISHED:
+            # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
+            job.end_generation(f"member {worker_id} on {host} {how}", now)
+        exit_fields = {"worker": worker_id, "host": host, "how": how, "exit_code": exit_code, "signal": signal_number}
+        if verdict.meaning is ExitMeaning.STOPPED:
+            job.emit(now, Kind.WORKER_STOPPED, **exit_fields)
+        elif verdict.meaning is ExitMeaning.FINISHED:
+            worker.done = True
+            job.emit(now, Kind.WORKER_FINISHED, **exit_fields)
+            job.start_finishing(now)
+        else:
+            job.emit(now, Kind.WORKER_EXITED, **exit_fields)
+            if was_live:
+                job.worker_failed(worker, how, now, blame_host=False, host_lost=False)
+            if verdict.blacklist:
+                job.blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
+
+    def on_session_closed(self, fact: SessionClosed, now: float) -> bool:
+        """A worker's session closed; True when that counts as its failure (decided on at once)."""
+        job = self
+        worker = job.workers.get(fact.worker_id)
+        if worker is None or not worker.live or worker.stopping or worker.done:
+            return False
+        if not policy_of(worker).closed_connection_is_failure():
+            return False  # outside hvd.elastic.run an exit may be success: its agent reports the code
+        # An elastic worker that did not return from its training function died. Its exit code
+        # follows (a crashing interpreter takes up to a second to exit); the next ring waits for
+        # it, so that a blacklisted host is left out at once: one failure, one reset (Horovod too
+        # waits for every worker's status).
+        job.worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False, host_lost=False)
+        job.exit_awaited[fact.worker_id] = now
+        return True
 
     # ------------------------------------------------------------------ failures
     def blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
