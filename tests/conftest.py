@@ -71,7 +71,7 @@ def run_job():
     """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
     jobs: list[Job] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, verb: str = "run", preexec=None,
+    def start(*args: str, env: dict[str, str | None] | None = None, verb: str = "run", preexec=None,
               prefix: list[str] | None = None) -> Job:
         job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec, prefix=prefix)
         jobs.append(job)

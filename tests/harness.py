@@ -84,11 +84,12 @@ class Job:
     """A `ringmaster run` process and what it printed. It logs JSON lines (RINGMASTER_LOG_FORMAT,
     which its agents and workers inherit), so tests look at event kinds and fields."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None, verb: str = "run",
+    def __init__(self, args: list[str], env: dict[str, str | None] | None = None, verb: str = "run",
                  preexec: Callable[[], None] | None = None, prefix: list[str] | None = None) -> None:
         """`prefix` goes before the command (`ip netns exec NAME` runs it on a namespace host)."""
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", RINGMASTER_LOG_FORMAT="json")
         full_env.update(env or {})
+        full_env = {name: value for name, value in full_env.items() if value is not None}  # None: unset it
         self.proc = subprocess.Popen(
             [*(prefix or []), sys.executable, "-m", "ringmaster.cli", verb, *args],
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import socket
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import grpc
 import uvicorn
@@ -97,10 +97,11 @@ class RendezvousServer:
         leader_ttl_s: int = DEFAULT_LEADER_TTL_S,
         secret: str | None = None,
         tls: ServerTls | None = None,
+        on_api: Callable[[str], None] | None = None,
     ) -> None:
         """`secret`: the job secret. Every gRPC call must prove a key derived from it (its agent's,
         its worker's) and every change through the control API must carry it; `None` (tests of
-        the parts alone) checks nothing."""
+        the parts alone) checks nothing. `on_api(url)` hears the control API's URL once it listens."""
         self.secret = secret
         self.tls = tls
         self.store_spec = store
@@ -124,6 +125,7 @@ class RendezvousServer:
         self.followers = EventFollowers()  # readers of GET /events, given their last events at the end
         self.timeline: JobTimeline | None = None
         self._open_files = 1024  # the soft descriptor limit, as `run` finds it
+        self._on_api = on_api
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -324,6 +326,8 @@ class RendezvousServer:
         sock.listen(protocol.max_connections)  # connections queue from now on: the URL said below answers at once
         self.api_url = f"{'https' if self.tls else 'http'}://{self.advertise}:{sock.getsockname()[1]}"
         _say(Kind.API_LISTENING, url=self.api_url)
+        if self._on_api is not None:
+            self._on_api(self.api_url)
         auth = self.auth
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
         names = this_machine_names() | {self.advertise, self.bind}

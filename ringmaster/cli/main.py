@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import pathlib
 import signal
 import sys
 import time
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
+from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
 from ringmaster.cli.progress import ProgressLine
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import NetworkError, interface_address, route_address
@@ -315,7 +317,7 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     try:
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key, store_password(args))
-        secret = job_secret(args.secret_file, local_hosts)
+        secret, made = job_secret(args.secret_file, local_hosts)
         launcher = args.launcher if local_hosts else "none"
         remote = LAUNCHERS[launcher].remote_hosts(list(initial))
         bind, advertise = choose_addresses(args.bind, args.advertise_address, args.network_interface, remote)
@@ -329,9 +331,22 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         os.environ[env_names.GLOO_SOCKET_IFNAME] = os.environ[env_names.NCCL_SOCKET_IFNAME] = args.network_interface
     ssh = SshOptions.from_text(getattr(args, "ssh_port", None), getattr(args, "ssh_identity_file", None),
                                os.environ.get(SSH_OPTIONS_ENV, ""))
+    saved: list[pathlib.Path] = []
+
+    def keep_secret(api_url: str) -> None:
+        """A secret made here reaches its owner's `scale`, `status` and `events` through a private file."""
+        if made:
+            try:
+                saved.append(save_job_secret(api_url, secret))
+            except (RingmasterError, OSError) as exc:
+                log_event(log, Event(Kind.JOB_WARNING, {"warning": f"the job's secret could not be kept for "
+                                                                   f"`ringmaster scale` ({exc})"}))
+                return
+            log_event(log, Event(Kind.JOB_SECRET_SAVED, {"path": str(saved[0]), "url": api_url}))
+
     server = RendezvousServer(settings, discovery, bind=bind, port=args.port, api_port=args.api_port,
                               local_hosts=local_hosts, advertise=advertise, store=store, secret=secret,
-                              launcher=launcher, ssh=ssh, tls=server_tls)
+                              launcher=launcher, ssh=ssh, tls=server_tls, on_api=keep_secret)
 
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
@@ -352,6 +367,9 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     except RingmasterError as exc:  # another leader, a store this version cannot read
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        for path in saved:
+            remove_job_secret(path)
     if server.coordinator is None:
         return 1
     assert server.coordinator is not None
@@ -367,14 +385,14 @@ def store_password(args: argparse.Namespace) -> str | None:
     return os.environ.get(STORE_PASSWORD_ENV) or None
 
 
-def job_secret(secret_file: str | None, generate: bool) -> str:
+def job_secret(secret_file: str | None, generate: bool) -> tuple[str, bool]:
     """The secret of the job this process leads: `--secret-file`, `$RINGMASTER_SECRET`, or (for
-    `run`, whose agents it starts itself) a new one."""
+    `run`, whose agents it starts itself) a new one; and whether it is new (made here)."""
     secret = secret_from(secret_file, os.environ, create=True)
     if secret is not None:
-        return secret
+        return secret, False
     if generate:
-        return generate_secret()
+        return generate_secret(), True
     raise SecretError(
         f"ringmaster serve needs the job secret that its agents will prove: give --secret-file FILE (made if missing; "
         f"copy it to every host and start `ringmaster agent --secret-file FILE`) or set ${SECRET_ENV}"
@@ -399,7 +417,8 @@ def _print_agent_key(host: str, secret_file: str | None) -> int:
 def _remote(args: argparse.Namespace) -> int:
     """The verbs that talk to a running job's control API."""
     try:
-        client = ApiClient(args.api, secret_from(args.secret_file, os.environ), args.tls_ca)
+        secret = secret_from(args.secret_file, os.environ) or find_job_secret(args.api)
+        client = ApiClient(args.api, secret, args.tls_ca)
         if args.verb == "scale":
             return remote.scale(client, args.np)
         if args.verb == "status":

@@ -57,6 +57,7 @@ class Kind(enum.StrEnum):
     JOB_PROGRESS = "job.progress"
     JOB_SUMMARY = "job.summary"
     JOB_WARNING = "job.warning"
+    JOB_SECRET_SAVED = "job.secret_saved"
     JOB_PREVIOUS_ENDED = "job.previous_ended"
     COMMITS_LOST = "commits.lost"
     RENDEZVOUS_STALLED = "rendezvous.stalled"
@@ -162,6 +163,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_SUMMARY: Spec(_I, "job {outcome} after {seconds:.1f} s: {steps} steps committed{steps_lost:lost}, "
                                "{generations} generation(s), {resets} reset(s). {reason}"),
     Kind.JOB_WARNING: Spec(_W, "WARNING: {warning}"),
+    Kind.JOB_SECRET_SAVED: Spec(_I, "the job's secret is in {path} (yours alone): `ringmaster scale`, `status` and "
+                                    "`events --api {url}` find it there"),
     Kind.JOB_PREVIOUS_ENDED: Spec(_I, "the job last run under {prefix} has ended ({outcome}); starting a new one"),
     Kind.COMMITS_LOST: Spec(_W, "every worker died and the job has no --checkpoint-dir: it restarts from its initial "
                                 "state, and the {steps} step(s) committed so far are lost (pass --checkpoint-dir DIR "

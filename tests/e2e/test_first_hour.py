@@ -1,0 +1,39 @@
+"""What a newcomer meets in the first hour, from the quick start on: real jobs, real commands."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from harness import FAST, ROOT, elastic_job
+
+pytestmark = pytest.mark.slow
+
+
+def test_scale_finds_the_secret_run_made_and_nobody_else_can_read_it(run_job, tmp_path) -> None:
+    """`run` without --secret-file makes a secret; `ringmaster scale --api URL` (the quick
+    start's next step) finds it in the owner's private run folder, and it is gone at the end."""
+    env = {"RINGMASTER_SECRET": None, "XDG_RUNTIME_DIR": str(tmp_path / "runtime")}
+    job = run_job("-np", "2", "--min-np", "1", *FAST, *elastic_job(tmp_path / "log", epochs=4, samples=192), env=env)
+    saved = job.wait_event("job.secret_saved")
+    path = saved["path"]
+    assert path == str(tmp_path / "runtime" / "ringmaster" / f"api-{saved['url'].rsplit(':', 1)[1]}.secret")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    job.wait_status(lambda s: s["steps"] >= 3, 120, "training")
+    command_env = {k: v for k, v in os.environ.items() if k != "RINGMASTER_SECRET"}
+    command_env["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
+    scaled = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", saved["url"], "-np", "1"],
+                            cwd=ROOT, env=command_env, capture_output=True, text=True, timeout=60)
+    assert scaled.returncode == 0 and "scaling to 1 workers" in scaled.stdout, scaled.stderr
+    job.wait_status(lambda s: s["world_size"] == 1, 120, "the job to shrink to 1")
+    elsewhere = dict(command_env, XDG_RUNTIME_DIR=str(tmp_path / "another-user"))  # no file there: refused
+    refused = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", saved["url"], "-np", "2"],
+                             cwd=ROOT, env=elsewhere, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "job secret" in refused.stderr + refused.stdout
+    assert job.wait(240) == 0, job.output[-3000:]
+    assert not os.path.exists(path)
