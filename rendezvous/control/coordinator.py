@@ -252,8 +252,8 @@ class Coordinator:
         self._unsettled = True
 
     def abort(self, reason: str, now: float) -> None:
-        """End the job as failed (the user interrupted it)."""
-        self.job.fail(reason, now)
+        """End the job: the user stopped it (SIGINT, SIGTERM)."""
+        self.job.end_job(JobOutcome(False, reason, interrupted=True), now)
 
     # ------------------------------------------------------------------ the store
     def saved(self) -> SavedJob:

@@ -234,8 +234,8 @@ class Job:
                       "non-zero status; fix the error the workers print above", now)
 
     def worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool, host_lost: bool) -> None:
-        if worker.failed is not None:
-            return
+        if worker.failed is not None or self.outcome is not None:
+            return  # (once the job has ended, workers going away is its end, not news)
         worker.failed = reason
         self.emit(now, Kind.WORKER_FAILED, worker=worker.worker_id, host=worker.host, reason=reason)
         if self.fault_at is None and not worker.stopping:
@@ -250,7 +250,7 @@ class Job:
 
     def end_generation(self, reason: str, now: float) -> None:
         gen = self.generation
-        if gen is None or gen.over is not None:
+        if gen is None or gen.over is not None or self.outcome is not None:
             return
         gen.over = reason
         self.causes.ensure(reason)
@@ -342,7 +342,8 @@ class Job:
             return
         self.outcome = outcome
         self.summary.ended_at = now
-        self.emit(now, Kind.JOB_SUCCEEDED if outcome.success else Kind.JOB_FAILED, reason=outcome.message)
+        kind = Kind.JOB_STOPPED if outcome.interrupted else Kind.JOB_SUCCEEDED if outcome.success else Kind.JOB_FAILED
+        self.emit(now, kind, reason=outcome.message)
         for worker in self.live_workers():
             if worker.registered:
                 self.outbox.append(EndJob(worker.worker_id, outcome.success, outcome.message))

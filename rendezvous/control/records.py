@@ -134,6 +134,7 @@ class Causes:
 class JobOutcome:
     success: bool
     message: str
+    interrupted: bool = False  # stopped by the user (Ctrl-C, SIGTERM), not failed
 
 
 #: Events a job keeps (the newest); older ones are counted in `Summary.events_dropped`.

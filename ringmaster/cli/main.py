@@ -274,11 +274,12 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
     """The job's end as events: one summary (at ERROR when it failed, so that `--log-level
     ERROR` still shows it) and the warnings worth repeating."""
     elapsed = (summary.ended_at or time.monotonic()) - (summary.started_at or time.monotonic())
+    said = "stopped by the user" if outcome.interrupted else "succeeded" if outcome.success else "failed"
     events = [Event(Kind.JOB_SUMMARY, {
-        "outcome": "succeeded" if outcome.success else "failed", "success": outcome.success, "seconds": elapsed,
+        "outcome": said, "success": outcome.success, "seconds": elapsed,
         "steps": summary.steps, "steps_lost": summary.steps_lost, "generations": summary.generations,
-        "resets": summary.resets, "reason": outcome.message,
-    }, level_override=logging.INFO if outcome.success else logging.ERROR)]
+        "resets": summary.resets, "reason": "" if outcome.interrupted else outcome.message,
+    }, level_override=logging.INFO if outcome.success or outcome.interrupted else logging.ERROR)]
     events += [Event(Kind.JOB_WARNING, {"warning": w}) for w in summary.warnings[-SUMMARY_WARNINGS:]]
     return events
 
@@ -348,10 +349,16 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
                               local_hosts=local_hosts, advertise=advertise, store=store, secret=secret,
                               launcher=launcher, ssh=ssh, tls=server_tls, on_api=keep_secret)
 
+    stopped_by: list[int] = []
+
+    def stop_by_user(sig: int) -> None:
+        stopped_by.append(sig)
+        server.request_stop(f"stopped by the user ({signal.Signals(sig).name})")
+
     async def main() -> JobOutcome:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, server.request_stop, f"interrupted by {signal.Signals(sig).name}")
+            loop.add_signal_handler(sig, stop_by_user, sig)
         progress = asyncio.create_task(ProgressLine(sys.stdout, sys.stdout.isatty(), time.monotonic).run(server))
         try:
             return await server.run(initial)
@@ -375,6 +382,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     assert server.coordinator is not None
     for event in summary_events(outcome, server.coordinator.summary):
         log_event(log, event)
+    if outcome.interrupted and stopped_by:
+        return 128 + stopped_by[0]  # as shells expect of a command stopped by a signal (130 for Ctrl-C)
     return 0 if outcome.success else 1
 
 

@@ -52,6 +52,7 @@ class Kind(enum.StrEnum):
     JOB_FINISHING = "job.finishing"
     JOB_SUCCEEDED = "job.succeeded"
     JOB_FAILED = "job.failed"
+    JOB_STOPPED = "job.stopped"
     JOB_RESUMED = "job.resumed"
     JOB_RECOVERED = "job.recovered"
     JOB_PROGRESS = "job.progress"
@@ -154,6 +155,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_FINISHING: Spec(_I, "training function returned; waiting for the other workers to finish"),
     Kind.JOB_SUCCEEDED: Spec(_I, "job succeeded: {reason}"),
     Kind.JOB_FAILED: Spec(_E, "job failed: {reason}"),
+    Kind.JOB_STOPPED: Spec(_D, "job stopped: {reason}"),  # (the summary says it once)
     Kind.JOB_PROGRESS: Spec(_I, "generation {number}, world size {size}, {steps} steps committed, {rate:g} steps/s, "
                                 "{since_reset_s:g} s since the last reset"),
     Kind.JOB_RECOVERED: Spec(_I, "training resumed {seconds:.2f} s after the failure was seen (rank 0's first commit "
@@ -161,7 +163,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_RESUMED: Spec(_I, "resumed the job from the store: generation {number}, {live} live worker(s) on "
                                "{hosts} host(s) awaiting reconnection"),
     Kind.JOB_SUMMARY: Spec(_I, "job {outcome} after {seconds:.1f} s: {steps} steps committed{steps_lost:lost}, "
-                               "{generations} generation(s), {resets} reset(s). {reason}"),
+                               "{generations} generation(s), {resets} reset(s).{reason:lead}"),
     Kind.JOB_WARNING: Spec(_W, "WARNING: {warning}"),
     Kind.JOB_SECRET_SAVED: Spec(_I, "the job's secret is in {path} (yours alone): `ringmaster scale`, `status` and "
                                     "`events --api {url}` find it there"),
@@ -245,6 +247,8 @@ class _TextFormatter(string.Formatter):
             return ",".join(f"{h}:{s}" for h, s in dict(value).items()) or "(none)"
         if format_spec == "list":
             return ", ".join(str(v) for v in value)
+        if format_spec == "lead":
+            return f" {value}" if value else ""
         if format_spec == "paren":
             return f" ({value})" if value else ""
         if format_spec == "cooldown":

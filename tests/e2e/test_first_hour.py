@@ -37,3 +37,20 @@ def test_scale_finds_the_secret_run_made_and_nobody_else_can_read_it(run_job, tm
     assert refused.returncode != 0 and "job secret" in refused.stderr + refused.stdout
     assert job.wait(240) == 0, job.output[-3000:]
     assert not os.path.exists(path)
+
+
+def test_ctrl_c_stops_the_job_quietly_and_exits_130(run_job, tmp_path) -> None:
+    """Ctrl-C is the user's choice, not a failure: one line says the job was stopped by the
+    user, nothing about workers failing or reports refused, and the exit code is 130 as shells
+    expect of a command ended by SIGINT (143 for SIGTERM)."""
+    import signal
+
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        job = run_job("-np", "2", *FAST, *elastic_job(tmp_path / f"log{code}", epochs=30, samples=320))
+        job.wait_status(lambda s: s["steps"] >= 5, 120, "training")
+        job.proc.send_signal(sig)
+        assert job.wait(60) == code, job.output[-3000:]
+        (summary,) = job.events("job.summary")
+        assert summary["outcome"] == "stopped by the user" and summary["level"] == "INFO"
+        for noise in ("worker.failed", "generation.over", "agent.report_refused", "job.failed"):
+            assert not job.events(noise), (noise, job.output[-3000:])

@@ -101,6 +101,7 @@ class Agent:
         self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
                                 lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
+        self._told_to_stop = False
 
     @property
     def _last_call_s(self) -> float:
@@ -130,6 +131,7 @@ class Agent:
                 if command is not None:
                     if command.shutdown:
                         say(self.host, Kind.AGENT_STOPPING, reason=command.reason or "the rendezvous ended the job")
+                        self._told_to_stop = True  # the rendezvous wants no more of this host's news
                         break
                     self._apply(command.workers)
                 self._reap()
@@ -323,7 +325,12 @@ class Agent:
         self._report_exits()
 
     def _report_exits(self) -> None:
-        """Report exits in order; what cannot be sent now waits for the next session."""
+        """Report exits in order; what cannot be sent now waits for the next session. Once the
+        rendezvous told this agent to stop (the job ended, or the host counts as lost), the
+        exits of the workers it stops are nobody's news."""
+        if self._told_to_stop:
+            self._unsent.clear()
+            return
         while self._unsent and self._stub is not None:
             try:
                 self._stub.ReportWorkerExit(self._unsent[0], timeout=EXIT_REPORT_RPC_TIMEOUT_S)
