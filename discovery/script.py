@@ -63,6 +63,8 @@ class ScriptDiscovery:
         if proc.returncode != 0:
             tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
             detail = f": {' | '.join(line[:200] for line in tail)}" if tail else ""
+            if proc.returncode == 126:  # the shell found it but may not run it
+                detail += f" (is it executable? chmod +x {self.command.split()[0] if self.command.split() else ''})"
             raise DiscoveryError(
                 f"host discovery script {self.command!r} exited with code {proc.returncode}{detail}"
             )

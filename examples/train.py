@@ -44,6 +44,7 @@ def main() -> int:
                 optimizer.step()
                 state.sampler.record_batch(batch_idx, args.batch_size)
                 state.commit()
+                hvd.report(loss=loss)  # the job's status, dashboard and metrics show it
             if hvd.rank() == 0:
                 print(f"epoch {state.epoch}: loss {loss.item():.5f} on {hvd.size()} workers", flush=True)
             state.epoch += 1

@@ -93,7 +93,9 @@ def job_view(job: Job, pool: HostPool, now: float) -> JobView:
             live = live_on.get(h.name, [])
             state = ("blacklisted" if blacklisted else "unreachable" if not h.agent_connected
                      else "active" if any(i in members for i in live) else "warming" if live else "idle")
-        hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected, h.agent_pid, blacklisted, state))
+        # (the pid of an agent that is gone is no agent's any more)
+        hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected, h.agent_pid if h.agent_connected else None,
+                              blacklisted, state))
     workers = tuple(
         WorkerView(w.worker_id, w.host, w.phase.value, w.live, ranks.get(w.worker_id) if w.live else None, w.pid,
                    w.commits, w.elastic, w.failed, w.done)

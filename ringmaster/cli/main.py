@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import logging
 import os
 import pathlib
 import signal
 import sys
+import textwrap
 import time
 from typing import Any, Mapping
 
@@ -33,6 +35,7 @@ from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
+from ringmaster import __version__
 from ringmaster import settings as defaults
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.settings import JobSettings
@@ -154,18 +157,45 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
 
 
+#: What each verb's --help shows below its flags.
+_EXAMPLES = {
+    "run": "examples:\n  ringmaster run -np 2 python train.py                       # two workers on this machine\n"
+           "  ringmaster run -np 8 -H node1:4,node2:4 python train.py     # over ssh, as horovodrun\n"
+           "  ringmaster run --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py",
+    "serve": "example:\n  ringmaster serve --secret-file job.secret --bind 0.0.0.0 --port 29400 -H node1:4,node2:4 "
+             "python train.py\n  (then on each host: ringmaster agent --secret-file job.secret --rendezvous HOST:29400 "
+             "--host node1)",
+    "scale": "example:\n  ringmaster scale --api http://127.0.0.1:PORT -np 4   # the URL `run` printed",
+    "status": "example:\n  ringmaster status --api http://127.0.0.1:PORT",
+    "events": "example:\n  ringmaster events --api http://127.0.0.1:PORT --follow",
+}
+
+
+def _verb(sub: argparse._SubParsersAction, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=summary, description=textwrap.fill(description, 90), epilog=_EXAMPLES.get(name),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringmaster", description="Elastic training for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"ringmaster {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
-    run = sub.add_parser("run", help="run an elastic job: starts the rendezvous and every host's agent (over ssh)")
+    run = _verb(sub, "run", "run an elastic job: starts the rendezvous and every host's agent (over ssh)",
+                "Run an elastic training job: the rendezvous here and an agent on each host (over ssh; hosts that "
+                "are this machine run here). With no hosts given, -np N workers run on this machine.")
     _add_job_flags(run)
     _add_launch_flags(run)
-    _add_job_flags(sub.add_parser("serve", help="run the rendezvous alone; start `ringmaster agent` on each host"))
-    scale = sub.add_parser("scale", help="ask a running job for a number of workers (within --min-np and --max-np)")
+    _add_job_flags(_verb(sub, "serve", "run the rendezvous alone; start `ringmaster agent` on each host",
+                         "Run the rendezvous of a job alone: agents started by something else (ssh, Kubernetes, "
+                         "Slurm) connect to it with the job's secret."))
+    scale = _verb(sub, "scale", "ask a running job for a number of workers (within --min-np and --max-np)",
+                  "Ask a running job for a number of workers; it shrinks or grows at its next commit.")
     remote.add_api_flags(scale)
     scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
-    remote.add_api_flags(sub.add_parser("status", help="print a running job's state, hosts and workers"))
-    events = sub.add_parser("events", help="print a running job's events (--follow: until it ends)")
+    remote.add_api_flags(_verb(sub, "status", "print a running job's state, hosts and workers",
+                               "Print a running job's state, hosts and workers."))
+    events = _verb(sub, "events", "print a running job's events (--follow: until it ends)",
+                   "Print a running job's events, by number; with --follow, until the job ends.")
     remote.add_api_flags(events)
     events.add_argument("--since", type=int, default=0, metavar="N", help="from the event numbered N (default: the first kept)")
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
@@ -408,6 +438,14 @@ def job_secret(secret_file: str | None, generate: bool) -> tuple[str, bool]:
     )
 
 
+def unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """`unrecognized arguments: ...`, naming the flag probably meant."""
+    flags = [option for action in parser._actions for option in action.option_strings]
+    first = next((arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")), None)
+    close = difflib.get_close_matches(first, flags, n=1) if first else []
+    return f"unrecognized arguments: {' '.join(unknown)}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
 def _print_agent_key(host: str, secret_file: str | None) -> int:
     problem = host_name_problem(host)
     try:
@@ -446,7 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["agent"]:  # the agent's flags are its own (worker/agent/command.py)
         os.execv(sys.executable, [sys.executable, "-m", "ringmaster.worker.agent", *argv[1:]])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the verb's own parser (its usage), with the flag meant when one is close
+        verb_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.verb]
+        verb_parser.error(unrecognized(unknown, verb_parser))
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb in ("scale", "status", "events"):
         return _remote(args)

@@ -30,18 +30,21 @@ from ringmaster.worker.agent.daemon import Agent
 from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
+EXAMPLE = ("example:\n  ringmaster agent --secret-file job.secret --rendezvous rdzv-host:29400 --host node1\n"
+           "  (on node1, for a job whose rendezvous `ringmaster serve` runs on rdzv-host)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ringmaster agent", description=DESCRIPTION)
-    parser.add_argument("--rendezvous", required=True,
+    parser = argparse.ArgumentParser(prog="ringmaster agent", description=DESCRIPTION, epilog=EXAMPLE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rendezvous", required=True, metavar="HOST:PORT",
                         help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
-    parser.add_argument("--host", default=socket.gethostname(), help="this host's name as discovery lists it (default: hostname)")
-    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+    parser.add_argument("--host", default=socket.gethostname(), metavar="NAME", help="this host's name as discovery lists it (default: hostname)")
+    parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S, metavar="S",
                         help="seconds (default: %(default)s)")
-    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S,
+    parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S, metavar="S",
                         help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
-    parser.add_argument("--reconnect-timeout", type=float, default=None,
+    parser.add_argument("--reconnect-timeout", type=float, default=None, metavar="S",
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: "
                              f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else {defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
     parser.add_argument("--spares", type=int, default=None, metavar="N",
@@ -56,11 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-ca", default=None, metavar="FILE",
                         help=f"the CA that the rendezvous' TLS certificate chains to: speak TLS to it (default: "
                              f"${TLS_CA_ENV}, the PEM itself; else plain gRPC)")
-    parser.add_argument("--from-launcher", action="store_true",
-                        help="read the host's key and the environment from the first line of stdin (as `ringmaster "
-                             "run` sends them) and stop when stdin closes (the launcher is gone)")
-    parser.add_argument("--die-with-parent", action="store_true",
-                        help="exit when the process that started this agent dies (emulated hosts of `ringmaster run`)")
+    # How `ringmaster run` starts its agents (the host's key and the environment on the first line
+    # of stdin, stopping when stdin closes; dying with `run`): not for people.
+    parser.add_argument("--from-launcher", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
                         help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,

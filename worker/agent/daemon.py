@@ -261,7 +261,10 @@ class Agent:
                     self.children[worker_id] = _Child(spec, self._spawn(spec))
                     self._running = tuple(self.children)
                 except OSError as exc:
-                    say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=str(exc))
+                    error = str(exc)
+                    if isinstance(exc, PermissionError) and exc.filename:
+                        error += f" (is it executable? chmod +x {exc.filename})"
+                    say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=error)
                     self._unstartable.append(worker_id)
 
     def _worker_env(self, spec_env: Mapping[str, str], worker_id: str | None) -> dict[str, str]:

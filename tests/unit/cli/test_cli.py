@@ -139,3 +139,33 @@ def test_the_agent_takes_its_defaults_from_the_shared_settings_and_names_a_bad_f
     bad = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", "a:1", "--host", "x",
                           "--heartbeat-interval", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--heartbeat-interval: Input should be greater than 0" in bad.stderr
+
+
+@pytest.mark.parametrize("verb", ["run", "serve", "scale", "status", "events"])
+def test_each_verb_says_what_it_does_with_an_example(verb) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ringmaster.cli", verb, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[lines.index("") + 1].strip()  # a description right after the usage
+    assert "example" in proc.stdout and f"ringmaster {verb} " in proc.stdout.split("example", 1)[1]
+
+
+def test_a_mistyped_flag_is_named_with_the_verbs_usage_and_the_flag_meant(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--min-nps", "2", "python", "t.py"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ringmaster run") and "unrecognized arguments: --min-nps (did you mean --min-np?)" in err
+
+
+def test_version_and_an_agent_help_without_internal_flags() -> None:
+    from ringmaster import __version__
+
+    version = subprocess.run([sys.executable, "-m", "ringmaster.cli", "--version"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"ringmaster {__version__}"
+    agent = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--help"], capture_output=True, text=True,
+                           timeout=60).stdout
+    assert "--from-launcher" not in agent and "--die-with-parent" not in agent
+    assert "HEARTBEAT_INTERVAL" not in agent and "--heartbeat-interval S" in agent and "example" in agent

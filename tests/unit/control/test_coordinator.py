@@ -710,3 +710,14 @@ def test_resets_name_their_causes_and_recovery_ends_at_rank_zeros_first_commit()
     assert formed()[-1]["causes"] == ["scale"]
     rig.worker_heartbeat(ids[0], 8, True)
     assert len(recovered()) == 1  # a scale-down is no failure to recover from
+
+
+def test_a_host_whose_agent_is_gone_shows_no_agent_pid() -> None:
+    """A host removed from discovery is listed a while longer: not with its dead agent's pid."""
+    rig = Rig(min_np=1)
+    rig.start_elastic({"a": 1, "b": 1})
+    rig.set_hosts({"a": 1})
+    rig.agent_disconnected("b")
+    hosts = {h.name: h for h in rig.coordinator.view(rig.now).hosts}
+    assert hosts["b"].agent_pid is None and not hosts["b"].agent_connected
+    assert hosts["a"].agent_pid == 100

@@ -218,3 +218,11 @@ def _kill_pidfile(pidfile: pathlib.Path) -> None:
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
     except (AssertionError, OSError, ValueError):
         pass  # no child was started: nothing to reap
+
+
+def test_a_script_that_may_not_run_says_chmod(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o644)
+    with pytest.raises(DiscoveryError, match=r"exited with code 126.*chmod \+x .*hosts\.sh"):
+        ScriptDiscovery(str(script)).find_hosts()
