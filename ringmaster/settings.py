@@ -46,6 +46,9 @@ DEFAULT_WARMUP_GRACE_S = 5.0
 DEFAULT_CRASH_LOOP_WINDOW_S = 10.0
 #: Consecutive quickly failing generations after which the job gives up.
 DEFAULT_CRASH_LOOP_LIMIT = 5
+#: Restarts of a plain job (one without `hvd.elastic.run`) after a worker failed, before the job
+#: fails (torchrun's --max-restarts, whose default is 0 too; horovodrun fails on the first error).
+DEFAULT_MAX_RESTARTS = 0
 #: Seconds the next ring waits for the exit status of a worker whose connection closed, so that
 #: a crashed worker's host is blacklisted before the ring re-forms (one failure, one reset).
 DEFAULT_EXIT_REPORT_TIMEOUT_S = 5.0
@@ -76,6 +79,8 @@ class JobSettings(BaseModel):
     max_np: Optional[int] = Field(None, ge=1, description="most workers; None means all discovered slots")
     elastic_timeout_s: float = Field(DEFAULT_ELASTIC_TIMEOUT_S, gt=0)
     reset_limit: Optional[int] = Field(None, ge=0, description="most resets before the job fails; None: no limit")
+    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, le=1_000_000,
+                              description="a plain job's restarts of all workers after a worker failed, before it fails")
     discovery_interval_s: float = Field(DEFAULT_DISCOVERY_INTERVAL_S, gt=0)
     discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)

@@ -19,7 +19,7 @@ from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
-from ringmaster.rendezvous.control.policies import ExitMeaning, policy_of
+from ringmaster.rendezvous.control.policies import PLAIN, ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import (
     Causes, Generation, JobCounters, JobOutcome, Phase, ResetCause, Summary, Worker,
 )
@@ -60,6 +60,7 @@ class Job:
         self.quick_failures = 0  # consecutive generations that failed soon after forming, without progress
         self.steps_at_start = 0  # the job's committed steps when the current generation formed
         self.exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
+        self.plain_failures = 0  # workers of a plain job that failed by themselves (each costs a restart)
         self.outbox: list[Effect] = []  # what the server delivers after each call
 
     # ------------------------------------------------------------------ reading
@@ -195,6 +196,8 @@ class Job:
                 job.worker_failed(worker, how, now, blame_host=False, host_lost=False)
             if verdict.blacklist:
                 job.blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
+            if not worker.stopping and policy_of(worker) is PLAIN and self._plain():
+                self._plain_failure(worker, how, now)
 
     def on_session_closed(self, fact: SessionClosed, now: float) -> bool:
         """A worker's session closed; True when that counts as its failure (decided on at once)."""
@@ -211,6 +214,26 @@ class Job:
         job.worker_failed(worker, "its connection to the rendezvous closed", now, blame_host=False, host_lost=False)
         job.exit_awaited[fact.worker_id] = now
         return True
+
+    def _plain(self) -> bool:
+        """Is this a plain job: its generation's members never entered `hvd.elastic.run`?"""
+        gen = self.generation
+        return gen is not None and generation_policy([self.workers[i] for i in gen.member_ids]) is PLAIN
+
+    def _plain_failure(self, worker: Worker, how: str, now: float) -> None:
+        """A worker of a plain job failed: every worker restarts from the first step (unless the
+        script loads a checkpoint), so only --max-restarts times; and once a worker has finished,
+        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's)."""
+        self.plain_failures += 1
+        limit = self.settings.max_restarts
+        if self.finishing:
+            self.fail(f"worker {worker.worker_id} on {worker.host} {how} after another worker had finished; any "
+                      "worker's error fails a plain job (one without hvd.elastic.run)", now)
+        elif self.plain_failures > limit:
+            done = f"after {limit} restart(s) " if limit else ""
+            self.fail(f"worker {worker.worker_id} on {worker.host} {how} {done}(--max-restarts {limit}): a plain job "
+                      "(one without hvd.elastic.run) restarts every worker from its first step after a failure, unless "
+                      "it loads a checkpoint; fix the error above, or allow restarts with --max-restarts N", now)
 
     # ------------------------------------------------------------------ failures
     def blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:

@@ -59,6 +59,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elastic-timeout", type=float, metavar="S", default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
                         help="seconds to wait below --min-np before failing (default: %(default)s)")
     parser.add_argument("--reset-limit", type=int, default=None, metavar="N", help="most resets (ring re-formations) before the job fails (default: no limit)")
+    parser.add_argument("--max-restarts", type=int, default=defaults.DEFAULT_MAX_RESTARTS, metavar="N",
+                        help="a plain script (without hvd.elastic.run) whose worker fails is restarted as a whole, from "
+                             "its first step unless it loads a checkpoint, at most N times before the job fails "
+                             "(torchrun's flag; elastic jobs roll back instead, see --reset-limit) (default: %(default)s)")
     parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                         help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
     parser.add_argument("--spare-last-hosts", action=argparse.BooleanOptionalAction, default=True,
@@ -247,7 +251,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
     try:
         settings = JobSettings(
             command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
-            reset_limit=args.reset_limit, discovery_interval_s=args.discovery_interval,
+            reset_limit=args.reset_limit, max_restarts=args.max_restarts, discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
             heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
             reconnect_timeout_s=args.reconnect_timeout,

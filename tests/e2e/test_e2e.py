@@ -209,7 +209,7 @@ def test_horovod_script_runs_alone_without_ringmaster(tmp_path) -> None:
 
 def test_plain_torch_distributed_script_is_restarted_as_a_whole(run_job, tmp_path) -> None:
     marker = tmp_path / "failed-once"
-    job = run_job("-np", "3", "python", str(WORKLOADS / "plain_ddp.py"), "--fail-once", marker)
+    job = run_job("-np", "3", "--max-restarts", "1", "python", str(WORKLOADS / "plain_ddp.py"), "--fail-once", marker)
     assert job.wait(180) == 0, job.output
     assert marker.exists()
     lines = sorted(line.split("] ", 1)[1] for line in job.lines if "] plain rank" in line)

@@ -54,3 +54,17 @@ def test_ctrl_c_stops_the_job_quietly_and_exits_130(run_job, tmp_path) -> None:
         assert summary["outcome"] == "stopped by the user" and summary["level"] == "INFO"
         for noise in ("worker.failed", "generation.over", "agent.report_refused", "job.failed"):
             assert not job.events(noise), (noise, job.output[-3000:])
+
+
+def test_a_plain_script_fails_on_its_first_error_and_on_a_late_one(run_job, tmp_path) -> None:
+    """As torchrun and horovodrun: a plain script's worker error fails the job (no restarts by
+    default), and so does rank 1's error after rank 0 finished: `run` exits 1 either way."""
+    from harness import WORKLOADS
+
+    first = run_job("-np", "2", "python", str(WORKLOADS / "plain_ddp.py"), "--fail-once", tmp_path / "marker")
+    assert first.wait(120) == 1, first.output[-3000:]
+    assert "--max-restarts 0" in first.events("job.failed")[0]["reason"]
+    assert len(first.events("generation.formed")) == 1  # never restarted
+    late = run_job("-np", "2", "python", str(WORKLOADS / "plain_ddp.py"), "--last-exit", "3")
+    assert late.wait(120) == 1, late.output[-3000:]
+    assert "after another worker had finished" in late.events("job.failed")[0]["reason"]

@@ -1,7 +1,8 @@
 """A plain torch.distributed script (torchrun's environment contract, no Ringmaster import).
 
 With --fail-once MARKER, rank 1 exits 1 the first time (creating MARKER), to show that plain
-scripts are restarted as a whole, as torchrun does.
+scripts are restarted as a whole, as torchrun does (with --max-restarts). With --last-exit CODE,
+rank 1 exits with CODE once every rank has done its work and rank 0's process is gone.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.distributed as dist
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail-once", default=None)
+    parser.add_argument("--last-exit", type=int, default=0)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -28,7 +30,20 @@ def main() -> int:
     dist.all_reduce(total)
     print(f"plain rank {rank}/{size} local {os.environ['LOCAL_RANK']}/{os.environ['LOCAL_WORLD_SIZE']} "
           f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']} sum {total.item():g}", flush=True)
+    rank0 = torch.tensor([os.getpid() if rank == 0 else 0])
+    dist.all_reduce(rank0)
     dist.destroy_process_group()
+    if args.last_exit and rank == 1:
+        import time
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until rank 0 has exited (0)
+            try:
+                os.kill(int(rank0.item()), 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        return args.last_exit
     return 0
 
 

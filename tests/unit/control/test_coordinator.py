@@ -385,7 +385,7 @@ def test_blacklisted_host_returns_after_its_cooldown() -> None:
 
 
 def test_plain_scripts_are_restarted_as_a_whole() -> None:
-    rig = Rig(min_np=2)
+    rig = Rig(min_np=2, max_restarts=1)
     rig.set_hosts({"a": 2})
     rig.agent_connected("a", 1)
     first = sorted(rig.specs("a"))
@@ -403,6 +403,43 @@ def test_plain_scripts_are_restarted_as_a_whole() -> None:
     assert {rig.specs("a")[w].env["TORCHELASTIC_RESTART_COUNT"] for w in second} == {"1"}
 
 
+def test_a_plain_job_fails_on_a_workers_error_unless_restarts_are_allowed() -> None:
+    """As torchrun (--max-restarts 0) and horovodrun: a plain job whose worker fails fails, saying
+    why and what to do; with --max-restarts N it restarts N times, then fails."""
+    rig = Rig(min_np=2)
+    rig.set_hosts({"a": 2})
+    rig.agent_connected("a", 1)
+    first = sorted(rig.specs("a"))
+    rig.worker_exited("a", first[1], 3, 0, False)
+    outcome = rig.coordinator.outcome
+    assert outcome is not None and not outcome.success
+    assert f"worker {first[1]} on a exited with code 3 (--max-restarts 0)" in outcome.message
+    assert "--max-restarts N" in outcome.message and rig.coordinator.generation.number == 1
+
+    twice = Rig(min_np=1, max_restarts=2)
+    twice.set_hosts({"a": 1})
+    twice.agent_connected("a", 1)
+    for attempt in range(3):
+        (wid,) = twice.specs("a")
+        twice.now += 20  # each ran a while: no crash loop
+        twice.worker_exited("a", wid, 3, 0, False)
+        assert (twice.coordinator.outcome is None) == (attempt < 2), attempt
+    assert "after 2 restart(s)" in twice.coordinator.outcome.message
+
+
+def test_any_plain_workers_error_fails_the_job_even_after_another_finished() -> None:
+    """Rank 0 exits 0, then rank 1 exits 3: the job failed (a scheduler or CI reads the code)."""
+    rig = Rig(min_np=2, max_restarts=5)
+    rig.set_hosts({"a": 2})
+    rig.agent_connected("a", 1)
+    first, second = sorted(rig.specs("a"))
+    rig.worker_exited("a", first, 0, 0, False)
+    assert rig.coordinator.outcome is None
+    rig.worker_exited("a", second, 3, 0, False)
+    outcome = rig.coordinator.outcome
+    assert outcome is not None and not outcome.success and "after another worker had finished" in outcome.message
+
+
 def test_plain_job_finishes_when_workers_exit_zero() -> None:
     rig = Rig(min_np=2)
     rig.set_hosts({"a": 2})
@@ -413,7 +450,7 @@ def test_plain_job_finishes_when_workers_exit_zero() -> None:
 
 
 def test_crash_loop_stops_the_job() -> None:
-    rig = Rig(min_np=1, crash_loop_limit=3, crash_loop_window_s=10)
+    rig = Rig(min_np=1, crash_loop_limit=3, crash_loop_window_s=10, max_restarts=10)
     rig.set_hosts({"a": 1})
     rig.agent_connected("a", 1)
     for _ in range(3):
