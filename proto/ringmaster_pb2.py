@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!ringmaster/proto/ringmaster.proto\x12\rringmaster.v1\"\"\n\x03\x41\x63k\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"%\n\x04Seal\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x0b\n\x03mac\x18\x02 \x01(\x0c\"M\n\nAgentHello\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x03(\t\x12\x13\n\x0bincarnation\x18\x04 \x01(\t\"\x98\x01\n\nWorkerSpec\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0c\n\x04\x61rgv\x18\x03 \x03(\t\x12/\n\x03\x65nv\x18\x04 \x03(\x0b\x32\".ringmaster.v1.WorkerSpec.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x7f\n\x0c\x41gentCommand\x12*\n\x07workers\x18\x01 \x03(\x0b\x32\x19.ringmaster.v1.WorkerSpec\x12\x10\n\x08shutdown\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12!\n\x04seal\x18\x0f \x01(\x0b\x32\x13.ringmaster.v1.Seal\"%\n\x15\x41gentHeartbeatRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\"j\n\nWorkerExit\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0e\n\x06signal\x18\x04 \x01(\x05\x12\x18\n\x10stopped_by_agent\x18\x05 \x01(\x08\"\x88\x01\n\x0bWorkerHello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0f\n\x07waiting\x18\x04 \x01(\x08\x12\x18\n\x10\x61\x66ter_generation\x18\x05 \x01(\x03\x12\x0f\n\x07\x66\x61ilure\x18\x06 \x01(\t\x12\x0f\n\x07\x65lastic\x18\x07 \x01(\x08\"\xe2\x01\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04size\x18\x03 \x01(\x05\x12\x12\n\nlocal_rank\x18\x04 \x01(\x05\x12\x12\n\nlocal_size\x18\x05 \x01(\x05\x12\x12\n\ncross_rank\x18\x06 \x01(\x05\x12\x12\n\ncross_size\x18\x07 \x01(\x05\x12\x12\n\nstore_host\x18\x08 \x01(\t\x12\x12\n\nstore_port\x18\t \x01(\x05\x12\x14\n\x0cstore_prefix\x18\n \x01(\t\x12\x16\n\x0ehosts_sequence\x18\x0b \x01(\x03\"4\n\x0eGenerationOver\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x0cHostsUpdated\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x18\n\x06Retire\x12\x0e\n\x06reason\x18\x01 \x01(\t\"+\n\x08JobEnded\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xb1\x02\n\x0bWorkerEvent\x12/\n\nassignment\x18\x01 \x01(\x0b\x32\x19.ringmaster.v1.AssignmentH\x00\x12\x38\n\x0fgeneration_over\x18\x02 \x01(\x0b\x32\x1d.ringmaster.v1.GenerationOverH\x00\x12\x34\n\rhosts_updated\x18\x03 \x01(\x0b\x32\x1b.ringmaster.v1.HostsUpdatedH\x00\x12\'\n\x06retire\x18\x04 \x01(\x0b\x32\x15.ringmaster.v1.RetireH\x00\x12,\n\tjob_ended\x18\x05 \x01(\x0b\x32\x17.ringmaster.v1.JobEndedH\x00\x12!\n\x04seal\x18\x0f \x01(\x0b\x32\x13.ringmaster.v1.SealB\x07\n\x05\x65vent\"]\n\x0cReadyRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x66ter_generation\x18\x02 \x01(\x03\x12\x0f\n\x07\x66\x61ilure\x18\x03 \x01(\t\x12\x0f\n\x07\x65lastic\x18\x04 \x01(\x08\"\xb3\x01\n\x16WorkerHeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommits\x18\x02 \x01(\x03\x12\x0f\n\x07\x65lastic\x18\x03 \x01(\x08\x12)\n\x05stats\x18\x04 \x01(\x0b\x32\x1a.ringmaster.v1.WorkerStats\x12\"\n\x05spans\x18\x05 \x03(\x0b\x32\x13.ringmaster.v1.Span\x12\x15\n\rspans_dropped\x18\x06 \x01(\x03\"\x86\x01\n\x04Span\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.ringmaster.v1.SpanKind\x12\x10\n\x08start_us\x18\x02 \x01(\x03\x12\x13\n\x0b\x64uration_us\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\x03\"9\n\x06Timing\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0f\n\x07\x62uckets\x18\x03 \x03(\x03\"\xe2\x01\n\x0bWorkerStats\x12&\n\x07\x63ommits\x18\x01 \x01(\x0b\x32\x15.ringmaster.v1.Timing\x12$\n\x05syncs\x18\x02 \x01(\x0b\x32\x15.ringmaster.v1.Timing\x12\x11\n\trollbacks\x18\x03 \x01(\x03\x12\x1b\n\x13\x63heckpoints_written\x18\x04 \x01(\x03\x12\x1b\n\x13\x63heckpoint_failures\x18\x05 \x01(\x03\x12\x18\n\x10\x63heckpoint_bytes\x18\x06 \x01(\x03\x12\x10\n\x08has_loss\x18\x07 \x01(\x08\x12\x0c\n\x04loss\x18\x08 \x01(\x01\"B\n\x0b\x44oneRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommits\x18\x02 \x01(\x03\x12\x0f\n\x07warning\x18\x03 \x01(\t*\xc7\x01\n\x08SpanKind\x12\x10\n\x0cSPAN_UNKNOWN\x10\x00\x12\x10\n\x0cSPAN_FORWARD\x10\x01\x12\x11\n\rSPAN_BACKWARD\x10\x02\x12\x12\n\x0eSPAN_ALLREDUCE\x10\x03\x12\x17\n\x13SPAN_OPTIMIZER_STEP\x10\x04\x12\x0f\n\x0bSPAN_COMMIT\x10\x05\x12\x10\n\x0cSPAN_RESTORE\x10\x06\x12\r\n\tSPAN_SYNC\x10\x07\x12\x13\n\x0fSPAN_RING_BUILD\x10\x08\x12\x10\n\x0cSPAN_WAITING\x10\t2\xf6\x03\n\nRendezvous\x12H\n\x0c\x41gentSession\x12\x19.ringmaster.v1.AgentHello\x1a\x1b.ringmaster.v1.AgentCommand0\x01\x12J\n\x0e\x41gentHeartbeat\x12$.ringmaster.v1.AgentHeartbeatRequest\x1a\x12.ringmaster.v1.Ack\x12\x41\n\x10ReportWorkerExit\x12\x19.ringmaster.v1.WorkerExit\x1a\x12.ringmaster.v1.Ack\x12I\n\rWorkerSession\x12\x1a.ringmaster.v1.WorkerHello\x1a\x1a.ringmaster.v1.WorkerEvent0\x01\x12\x38\n\x05Ready\x12\x1b.ringmaster.v1.ReadyRequest\x1a\x12.ringmaster.v1.Ack\x12L\n\x0fWorkerHeartbeat\x12%.ringmaster.v1.WorkerHeartbeatRequest\x1a\x12.ringmaster.v1.Ack\x12<\n\nReportDone\x12\x1a.ringmaster.v1.DoneRequest\x1a\x12.ringmaster.v1.Ackb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!ringmaster/proto/ringmaster.proto\x12\rringmaster.v1\"\"\n\x03\x41\x63k\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"%\n\x04Seal\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x0b\n\x03mac\x18\x02 \x01(\x0c\"M\n\nAgentHello\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07running\x18\x03 \x03(\t\x12\x13\n\x0bincarnation\x18\x04 \x01(\t\"\x98\x01\n\nWorkerSpec\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0c\n\x04\x61rgv\x18\x03 \x03(\t\x12/\n\x03\x65nv\x18\x04 \x03(\x0b\x32\".ringmaster.v1.WorkerSpec.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x7f\n\x0c\x41gentCommand\x12*\n\x07workers\x18\x01 \x03(\x0b\x32\x19.ringmaster.v1.WorkerSpec\x12\x10\n\x08shutdown\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12!\n\x04seal\x18\x0f \x01(\x0b\x32\x13.ringmaster.v1.Seal\"%\n\x15\x41gentHeartbeatRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\"z\n\nWorkerExit\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0e\n\x06signal\x18\x04 \x01(\x05\x12\x18\n\x10stopped_by_agent\x18\x05 \x01(\x08\x12\x0e\n\x06output\x18\x06 \x01(\t\"\x88\x01\n\x0bWorkerHello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0f\n\x07waiting\x18\x04 \x01(\x08\x12\x18\n\x10\x61\x66ter_generation\x18\x05 \x01(\x03\x12\x0f\n\x07\x66\x61ilure\x18\x06 \x01(\t\x12\x0f\n\x07\x65lastic\x18\x07 \x01(\x08\"\xe2\x01\n\nAssignment\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04size\x18\x03 \x01(\x05\x12\x12\n\nlocal_rank\x18\x04 \x01(\x05\x12\x12\n\nlocal_size\x18\x05 \x01(\x05\x12\x12\n\ncross_rank\x18\x06 \x01(\x05\x12\x12\n\ncross_size\x18\x07 \x01(\x05\x12\x12\n\nstore_host\x18\x08 \x01(\t\x12\x12\n\nstore_port\x18\t \x01(\x05\x12\x14\n\x0cstore_prefix\x18\n \x01(\t\x12\x16\n\x0ehosts_sequence\x18\x0b \x01(\x03\"4\n\x0eGenerationOver\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x0cHostsUpdated\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x18\n\x06Retire\x12\x0e\n\x06reason\x18\x01 \x01(\t\"+\n\x08JobEnded\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xb1\x02\n\x0bWorkerEvent\x12/\n\nassignment\x18\x01 \x01(\x0b\x32\x19.ringmaster.v1.AssignmentH\x00\x12\x38\n\x0fgeneration_over\x18\x02 \x01(\x0b\x32\x1d.ringmaster.v1.GenerationOverH\x00\x12\x34\n\rhosts_updated\x18\x03 \x01(\x0b\x32\x1b.ringmaster.v1.HostsUpdatedH\x00\x12\'\n\x06retire\x18\x04 \x01(\x0b\x32\x15.ringmaster.v1.RetireH\x00\x12,\n\tjob_ended\x18\x05 \x01(\x0b\x32\x17.ringmaster.v1.JobEndedH\x00\x12!\n\x04seal\x18\x0f \x01(\x0b\x32\x13.ringmaster.v1.SealB\x07\n\x05\x65vent\"]\n\x0cReadyRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x66ter_generation\x18\x02 \x01(\x03\x12\x0f\n\x07\x66\x61ilure\x18\x03 \x01(\t\x12\x0f\n\x07\x65lastic\x18\x04 \x01(\x08\"\xb3\x01\n\x16WorkerHeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommits\x18\x02 \x01(\x03\x12\x0f\n\x07\x65lastic\x18\x03 \x01(\x08\x12)\n\x05stats\x18\x04 \x01(\x0b\x32\x1a.ringmaster.v1.WorkerStats\x12\"\n\x05spans\x18\x05 \x03(\x0b\x32\x13.ringmaster.v1.Span\x12\x15\n\rspans_dropped\x18\x06 \x01(\x03\"\x86\x01\n\x04Span\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.ringmaster.v1.SpanKind\x12\x10\n\x08start_us\x18\x02 \x01(\x03\x12\x13\n\x0b\x64uration_us\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\x03\"9\n\x06Timing\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0f\n\x07\x62uckets\x18\x03 \x03(\x03\"\xe2\x01\n\x0bWorkerStats\x12&\n\x07\x63ommits\x18\x01 \x01(\x0b\x32\x15.ringmaster.v1.Timing\x12$\n\x05syncs\x18\x02 \x01(\x0b\x32\x15.ringmaster.v1.Timing\x12\x11\n\trollbacks\x18\x03 \x01(\x03\x12\x1b\n\x13\x63heckpoints_written\x18\x04 \x01(\x03\x12\x1b\n\x13\x63heckpoint_failures\x18\x05 \x01(\x03\x12\x18\n\x10\x63heckpoint_bytes\x18\x06 \x01(\x03\x12\x10\n\x08has_loss\x18\x07 \x01(\x08\x12\x0c\n\x04loss\x18\x08 \x01(\x01\"B\n\x0b\x44oneRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommits\x18\x02 \x01(\x03\x12\x0f\n\x07warning\x18\x03 \x01(\t*\xc7\x01\n\x08SpanKind\x12\x10\n\x0cSPAN_UNKNOWN\x10\x00\x12\x10\n\x0cSPAN_FORWARD\x10\x01\x12\x11\n\rSPAN_BACKWARD\x10\x02\x12\x12\n\x0eSPAN_ALLREDUCE\x10\x03\x12\x17\n\x13SPAN_OPTIMIZER_STEP\x10\x04\x12\x0f\n\x0bSPAN_COMMIT\x10\x05\x12\x10\n\x0cSPAN_RESTORE\x10\x06\x12\r\n\tSPAN_SYNC\x10\x07\x12\x13\n\x0fSPAN_RING_BUILD\x10\x08\x12\x10\n\x0cSPAN_WAITING\x10\t2\xf6\x03\n\nRendezvous\x12H\n\x0c\x41gentSession\x12\x19.ringmaster.v1.AgentHello\x1a\x1b.ringmaster.v1.AgentCommand0\x01\x12J\n\x0e\x41gentHeartbeat\x12$.ringmaster.v1.AgentHeartbeatRequest\x1a\x12.ringmaster.v1.Ack\x12\x41\n\x10ReportWorkerExit\x12\x19.ringmaster.v1.WorkerExit\x1a\x12.ringmaster.v1.Ack\x12I\n\rWorkerSession\x12\x1a.ringmaster.v1.WorkerHello\x1a\x1a.ringmaster.v1.WorkerEvent0\x01\x12\x38\n\x05Ready\x12\x1b.ringmaster.v1.ReadyRequest\x1a\x12.ringmaster.v1.Ack\x12L\n\x0fWorkerHeartbeat\x12%.ringmaster.v1.WorkerHeartbeatRequest\x1a\x12.ringmaster.v1.Ack\x12<\n\nReportDone\x12\x1a.ringmaster.v1.DoneRequest\x1a\x12.ringmaster.v1.Ackb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKERSPEC_ENVENTRY']._loaded_options = None
   _globals['_WORKERSPEC_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_SPANKIND']._serialized_start=2259
-  _globals['_SPANKIND']._serialized_end=2458
+  _globals['_SPANKIND']._serialized_start=2275
+  _globals['_SPANKIND']._serialized_end=2474
   _globals['_ACK']._serialized_start=52
   _globals['_ACK']._serialized_end=86
   _globals['_SEAL']._serialized_start=88
@@ -50,33 +50,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AGENTHEARTBEATREQUEST']._serialized_start=490
   _globals['_AGENTHEARTBEATREQUEST']._serialized_end=527
   _globals['_WORKEREXIT']._serialized_start=529
-  _globals['_WORKEREXIT']._serialized_end=635
-  _globals['_WORKERHELLO']._serialized_start=638
-  _globals['_WORKERHELLO']._serialized_end=774
-  _globals['_ASSIGNMENT']._serialized_start=777
-  _globals['_ASSIGNMENT']._serialized_end=1003
-  _globals['_GENERATIONOVER']._serialized_start=1005
-  _globals['_GENERATIONOVER']._serialized_end=1057
-  _globals['_HOSTSUPDATED']._serialized_start=1059
-  _globals['_HOSTSUPDATED']._serialized_end=1107
-  _globals['_RETIRE']._serialized_start=1109
-  _globals['_RETIRE']._serialized_end=1133
-  _globals['_JOBENDED']._serialized_start=1135
-  _globals['_JOBENDED']._serialized_end=1178
-  _globals['_WORKEREVENT']._serialized_start=1181
-  _globals['_WORKEREVENT']._serialized_end=1486
-  _globals['_READYREQUEST']._serialized_start=1488
-  _globals['_READYREQUEST']._serialized_end=1581
-  _globals['_WORKERHEARTBEATREQUEST']._serialized_start=1584
-  _globals['_WORKERHEARTBEATREQUEST']._serialized_end=1763
-  _globals['_SPAN']._serialized_start=1766
-  _globals['_SPAN']._serialized_end=1900
-  _globals['_TIMING']._serialized_start=1902
-  _globals['_TIMING']._serialized_end=1959
-  _globals['_WORKERSTATS']._serialized_start=1962
-  _globals['_WORKERSTATS']._serialized_end=2188
-  _globals['_DONEREQUEST']._serialized_start=2190
-  _globals['_DONEREQUEST']._serialized_end=2256
-  _globals['_RENDEZVOUS']._serialized_start=2461
-  _globals['_RENDEZVOUS']._serialized_end=2963
+  _globals['_WORKEREXIT']._serialized_end=651
+  _globals['_WORKERHELLO']._serialized_start=654
+  _globals['_WORKERHELLO']._serialized_end=790
+  _globals['_ASSIGNMENT']._serialized_start=793
+  _globals['_ASSIGNMENT']._serialized_end=1019
+  _globals['_GENERATIONOVER']._serialized_start=1021
+  _globals['_GENERATIONOVER']._serialized_end=1073
+  _globals['_HOSTSUPDATED']._serialized_start=1075
+  _globals['_HOSTSUPDATED']._serialized_end=1123
+  _globals['_RETIRE']._serialized_start=1125
+  _globals['_RETIRE']._serialized_end=1149
+  _globals['_JOBENDED']._serialized_start=1151
+  _globals['_JOBENDED']._serialized_end=1194
+  _globals['_WORKEREVENT']._serialized_start=1197
+  _globals['_WORKEREVENT']._serialized_end=1502
+  _globals['_READYREQUEST']._serialized_start=1504
+  _globals['_READYREQUEST']._serialized_end=1597
+  _globals['_WORKERHEARTBEATREQUEST']._serialized_start=1600
+  _globals['_WORKERHEARTBEATREQUEST']._serialized_end=1779
+  _globals['_SPAN']._serialized_start=1782
+  _globals['_SPAN']._serialized_end=1916
+  _globals['_TIMING']._serialized_start=1918
+  _globals['_TIMING']._serialized_end=1975
+  _globals['_WORKERSTATS']._serialized_start=1978
+  _globals['_WORKERSTATS']._serialized_end=2204
+  _globals['_DONEREQUEST']._serialized_start=2206
+  _globals['_DONEREQUEST']._serialized_end=2272
+  _globals['_RENDEZVOUS']._serialized_start=2477
+  _globals['_RENDEZVOUS']._serialized_end=2979
 # @@protoc_insertion_point(module_scope)

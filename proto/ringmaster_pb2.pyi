@@ -96,18 +96,20 @@ class AgentHeartbeatRequest(_message.Message):
     def __init__(self, host: _Optional[str] = ...) -> None: ...
 
 class WorkerExit(_message.Message):
-    __slots__ = ("host", "worker_id", "exit_code", "signal", "stopped_by_agent")
+    __slots__ = ("host", "worker_id", "exit_code", "signal", "stopped_by_agent", "output")
     HOST_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
     STOPPED_BY_AGENT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     host: str
     worker_id: str
     exit_code: int
     signal: int
     stopped_by_agent: bool
-    def __init__(self, host: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., stopped_by_agent: _Optional[bool] = ...) -> None: ...
+    output: str
+    def __init__(self, host: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., stopped_by_agent: _Optional[bool] = ..., output: _Optional[str] = ...) -> None: ...
 
 class WorkerHello(_message.Message):
     __slots__ = ("worker_id", "host", "pid", "waiting", "after_generation", "failure", "elastic")

@@ -159,10 +159,11 @@ class Coordinator:
     def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection", silent: bool = False) -> None:
         self.pool.agent_disconnected(host, now, reason, silent)
 
-    def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool, now: float) -> None:
-        """A worker process exited (its agent's report)."""
+    def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool,
+                      now: float, output: str = "") -> None:
+        """A worker process exited (its agent's report, with its last words after an error)."""
         if worker_id in self.job.workers:
-            self._observe(WorkerExited(host, worker_id, exit_code, signal_number, stopped_by_agent))
+            self._observe(WorkerExited(host, worker_id, exit_code, signal_number, stopped_by_agent, output[:1000]))
 
     # ------------------------------------------------------------------ inputs: workers
     def worker_connected(self, worker_id: str, pid: int, now: float, waiting_after: int | None = None,

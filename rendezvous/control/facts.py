@@ -46,6 +46,7 @@ class WorkerExited:
     exit_code: int
     signal: int
     stopped_by_agent: bool
+    output: str = ""  # what it wrote last to stderr, after an error
 
 
 @dataclass(frozen=True)

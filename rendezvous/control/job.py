@@ -180,6 +180,8 @@ class Job:
         was_live, member = worker.live, job.is_member(worker)
         worker.phase = Phase.EXITED
         verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
+        if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN and self._plain():
+            self._plain_failure(worker, how, fact.output, now)  # first: what follows is no news once the job failed
         if member and verdict.meaning is not ExitMeaning.FINISHED:
             # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
             job.end_generation(f"member {worker_id} on {host} {how}", now)
@@ -196,8 +198,6 @@ class Job:
                 job.worker_failed(worker, how, now, blame_host=False, host_lost=False)
             if verdict.blacklist:
                 job.blacklist_host(host, f"worker {worker_id} {how}", now, by_itself=verdict.by_itself)
-            if not worker.stopping and policy_of(worker) is PLAIN and self._plain():
-                self._plain_failure(worker, how, now)
 
     def on_session_closed(self, fact: SessionClosed, now: float) -> bool:
         """A worker's session closed; True when that counts as its failure (decided on at once)."""
@@ -220,13 +220,18 @@ class Job:
         gen = self.generation
         return gen is not None and generation_policy([self.workers[i] for i in gen.member_ids]) is PLAIN
 
-    def _plain_failure(self, worker: Worker, how: str, now: float) -> None:
+    def _plain_failure(self, worker: Worker, how: str, output: str, now: float) -> None:
         """A worker of a plain job failed: every worker restarts from the first step (unless the
         script loads a checkpoint), so only --max-restarts times; and once a worker has finished,
-        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's)."""
+        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's). A
+        worker that never reached the rendezvous could not even start: the user's command is
+        wrong, and the job fails at once, with what the worker said."""
         self.plain_failures += 1
         limit = self.settings.max_restarts
-        if self.finishing:
+        if not worker.registered and output:
+            self.fail(f"worker {worker.worker_id} on {worker.host} {how} before it reached the rendezvous: {output} "
+                      f"(the training command: {' '.join(self.settings.command)[:300]}); fix the command", now)
+        elif self.finishing:
             self.fail(f"worker {worker.worker_id} on {worker.host} {how} after another worker had finished; any "
                       "worker's error fails a plain job (one without hvd.elastic.run)", now)
         elif self.plain_failures > limit:
@@ -243,7 +248,7 @@ class Job:
         would otherwise fall below --min-np (`--spare-last-hosts`, the default): the job then
         restarts there from its last commit or checkpoint instead of failing."""
         pool = self.pool
-        if pool.is_blacklisted(host, now) or self.finishing:
+        if pool.is_blacklisted(host, now) or self.finishing or self.outcome is not None:
             return
         record = pool.hosts.get(host)
         others = sum(h.slots for h in pool.eligible_hosts(now) if h.name != host)

@@ -275,10 +275,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"an exit of worker {request.worker_id[:100]!r} reported for host {request.host[:100]!r}, "
                                 "which has no agent in session or does not run that worker; ignored")
-        self.call(
-            self.coordinator.worker_exited,
-            request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent,
-        )
+        self.call(lambda now: self.coordinator.worker_exited(
+            request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent, now,
+            output=request.output[:1000]))
         return pb.Ack(ok=True)
 
     # ---------------------------------------------------------------- workers

@@ -68,3 +68,15 @@ def test_a_plain_script_fails_on_its_first_error_and_on_a_late_one(run_job, tmp_
     late = run_job("-np", "2", "python", str(WORKLOADS / "plain_ddp.py"), "--last-exit", "3")
     assert late.wait(120) == 1, late.output[-3000:]
     assert "after another worker had finished" in late.events("job.failed")[0]["reason"]
+
+
+def test_a_worker_that_cannot_start_fails_the_job_at_once_in_its_own_words(run_job, tmp_path) -> None:
+    """`ringmaster run -np 2 python examples/trian.py` (a typo): one generation, no relaunches,
+    no blacklisting talk; the job fails naming the command and what Python said."""
+    job = run_job("-np", "2", "python", str(tmp_path / "trian.py"))
+    assert job.wait(60) == 1, job.output[-3000:]
+    (failed,) = job.events("job.failed")
+    assert "before it reached the rendezvous" in failed["reason"] and "can't open file" in failed["reason"]
+    assert "trian.py" in failed["reason"]
+    assert len(job.events("generation.formed")) == 1
+    assert not job.events("host.spared") and not job.events("host.blacklisted")

@@ -13,6 +13,7 @@ running and reconnects to the listed addresses in turn, with backoff, for up to
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
@@ -324,7 +325,8 @@ class Agent:
             # Stopped by us only if our signal ended it (it may have crashed just before it came).
             ours = child.kill_at is not None and sig in (signal.SIGTERM, signal.SIGKILL)
             self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
-                                              stopped_by_agent=ours))
+                                              stopped_by_agent=ours,
+                                              output=last_words(child.proc.pid, failed=exit_code != 0 and not ours)))
         self._report_exits()
 
     def _report_exits(self) -> None:
@@ -366,21 +368,50 @@ _REFUSED = object()
 _OUTPUT_LOCK = threading.Lock()
 
 
+@dataclass
+class _StderrTail:
+    """The last lines a process wrote to stderr, and whether its stderr has ended."""
+
+    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_TAIL_LINES))
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+#: Lines of a worker's stderr kept to say why it failed, and how long its end is waited for.
+_TAIL_LINES = 3
+_TAIL_WAIT_S = 0.5
+_TAILS: dict[int, _StderrTail] = {}  # pid -> its stderr's tail (until its exit is reported)
+
+
 def _forward_output(proc: subprocess.Popen, prefix: list[str]) -> None:
     """Copy a worker's stdout and stderr to ours, each line prefixed with `prefix[0]` as it is
-    when the line comes (a warm spare's changes when it becomes a worker)."""
-    for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-        threading.Thread(target=_forward, args=(pipe, sink, prefix), daemon=True).start()
+    when the line comes (a warm spare's changes when it becomes a worker); keep stderr's tail."""
+    tail = _TAILS[proc.pid] = _StderrTail()
+    threading.Thread(target=_forward, args=(proc.stdout, sys.stdout, prefix, None), daemon=True).start()
+    threading.Thread(target=_forward, args=(proc.stderr, sys.stderr, prefix, tail), daemon=True).start()
 
 
-def _forward(pipe, sink, prefix: list[str]) -> None:
+def _forward(pipe, sink, prefix: list[str], tail: _StderrTail | None) -> None:
     """Copy a worker's output line by line, prefixed with its id, so workers never interleave mid-line."""
     for raw in iter(pipe.readline, b""):
-        line = prefix[0] + raw.decode(errors="replace").rstrip("\n") + "\n"
+        text = raw.decode(errors="replace").rstrip("\n")
+        if tail is not None and text.strip():
+            tail.lines.append(text.strip()[:400])
         with _OUTPUT_LOCK:
-            sink.write(line)
+            sink.write(prefix[0] + text + "\n")
             sink.flush()
     pipe.close()
+    if tail is not None:
+        tail.ended.set()
+
+
+def last_words(pid: int, failed: bool) -> str:
+    """What a process that ended wrote last to stderr (after an error; waiting a moment for its
+    last lines to be read), and forget it."""
+    tail = _TAILS.pop(pid, None)
+    if tail is None or not failed:
+        return ""
+    tail.ended.wait(_TAIL_WAIT_S)
+    return " | ".join(tail.lines)[-1000:]
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

@@ -653,7 +653,7 @@ def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
 
 
 def test_only_hosts_that_can_get_workers_are_wanted() -> None:
-    rig = Rig(min_np=1, max_np=2)
+    rig = Rig(min_np=1, max_np=2, max_restarts=1)  # (a plain job: restarted once rather than failed)
     rig.set_hosts({f"h{i}": 1 for i in range(20)})
     assert rig.coordinator.hosts_wanted(rig.now) == ["h0", "h1"]
     rig.agent_connected("h0", 1)
