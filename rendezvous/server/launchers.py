@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ringmaster.common import console
 from ringmaster.common.handover import handover
 from ringmaster.common.keys import agent_key
 from ringmaster.common.network import is_this_machine, this_machine_names
@@ -39,6 +40,8 @@ from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, 
 
 #: Lines of an agent's (or its ssh's) output kept to say why it failed.
 KEPT_LINES = 5
+#: Seconds the end of `run` waits for an agent's last lines to be copied.
+RELAY_DRAIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class _Launched:
     proc: subprocess.Popen
     remote: bool
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_LINES))
+    relays: list[threading.Thread] = field(default_factory=list)  # copying its output to ours
 
 
 class Launcher:
@@ -126,8 +130,10 @@ class LocalLauncher(Launcher):
             return
         self._on_event(host, "on this machine")
         proc = subprocess.Popen(self._argv(host, remote=False), start_new_session=True, env=self._environment(),
-                                stdin=subprocess.PIPE)
-        self.agents[host] = _Launched(proc, remote=False)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        launched = self.agents[host] = _Launched(proc, remote=False)
+        launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output),
+                           _relay_thread(proc.stderr, sys.stderr, launched.output)]
         _hand_over(proc, handover(self._key(host), {}))
 
     def stop(self, host: str) -> None:
@@ -175,6 +181,9 @@ class LocalLauncher(Launcher):
                 pass
             _signal_group(launched.proc, signal.SIGKILL)
             launched.proc.wait()
+        for launched in self.agents.values():
+            for relay in launched.relays:
+                relay.join(RELAY_DRAIN_S)  # the agents' last lines are printed before `run` ends
         self.agents.clear()
 
 
@@ -212,7 +221,7 @@ class SshLauncher(LocalLauncher):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         launched = _Launched(proc, remote=True)
         self.agents[host] = launched
-        threading.Thread(target=_relay, args=(proc, launched.output), daemon=True).start()
+        launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output)]
         _hand_over(proc, handover(self._key(host), forwarded_environment(env)))
 
 
@@ -241,15 +250,20 @@ def _hand_over(proc: subprocess.Popen, line: bytes) -> None:
         pass  # the agent (or ssh) is gone already: `ended` says so with what it printed
 
 
-def _relay(proc: subprocess.Popen, kept: collections.deque) -> None:
-    """Copy what a remote agent (and ssh) prints to our stdout, keeping the last lines."""
-    assert proc.stdout is not None
-    for raw in iter(proc.stdout.readline, b""):
+def _relay_thread(pipe, sink, kept: collections.deque) -> threading.Thread:
+    thread = threading.Thread(target=_relay, args=(pipe, sink, kept), daemon=True)
+    thread.start()
+    return thread
+
+
+def _relay(pipe, sink, kept: collections.deque) -> None:
+    """Copy what an agent (and its workers, or ssh) prints to ours, line by line through the
+    console (so `run`'s status line is cleared first), keeping the last lines."""
+    for raw in iter(pipe.readline, b""):
         line = raw.decode(errors="replace").rstrip("\r\n")
         kept.append(line[:500])
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    proc.stdout.close()
+        console.write(sink, line + "\n")
+    pipe.close()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

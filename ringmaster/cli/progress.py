@@ -3,8 +3,8 @@ every so often otherwise (logs, CI, files).
 
 The line says the generation, world size, committed steps, steps/s and the time since the last
 reset. On a terminal it is redrawn in place; the job's own log lines clear it before they are
-written (a logging filter), so the two never mix. Output that workers write through their
-agents comes from other processes and may cross it until the next redraw.
+written (a logging filter), and so do the lines of the agents and their workers, which `run`
+relays (`common/console`), so the status never mixes with any other output.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from ringmaster.common import logs
+from ringmaster.common import console, logs
 from ringmaster.common.events import Event, Kind, log_event
 
 if TYPE_CHECKING:  # (the server's modules are heavy: torch, grpc)
@@ -47,11 +47,13 @@ class ProgressLine:
         self.every_s = every_s if every_s is not None else (TTY_EVERY_S if tty else PLAIN_EVERY_S)
         self._shown = False
         self._filter: logging.Filter | None = None
+        self._remove_hook: Callable[[], None] | None = None
 
     async def run(self, server: RendezvousServer) -> None:
         """Show progress until cancelled (when the job ends)."""
         if self.tty:
             self._clear_before_logs()
+            self._remove_hook = console.before_output(self.clear)
         try:
             while True:
                 await asyncio.sleep(self.every_s)
@@ -59,22 +61,26 @@ class ProgressLine:
                 if fields is None:
                     continue
                 if self.tty:
-                    self.stream.write(_CLEAR + status_text(fields))
-                    self.stream.flush()
-                    self._shown = True
+                    with console.lock:
+                        self.stream.write(_CLEAR + status_text(fields))
+                        self.stream.flush()
+                        self._shown = True
                 else:
                     log_event(logging.getLogger(logs.CLI), Event(Kind.JOB_PROGRESS, fields))
         finally:
             self.clear()
+            if self._remove_hook is not None:
+                self._remove_hook()
             if self._filter is not None:
                 for handler in logging.getLogger(logs.ROOT).handlers:
                     handler.removeFilter(self._filter)
 
     def clear(self) -> None:
-        if self._shown:
-            self.stream.write(_CLEAR)
-            self.stream.flush()
-            self._shown = False
+        with console.lock:
+            if self._shown:
+                self.stream.write(_CLEAR)
+                self.stream.flush()
+                self._shown = False
 
     def _clear_before_logs(self) -> None:
         line = self

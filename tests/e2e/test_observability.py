@@ -66,7 +66,7 @@ def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:
 
     primary, secondary = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--launcher", "local",
-                             *elastic_job(tmp_path / "log", epochs=3, samples=96)],
+                             "python", str(ROOT / "examples" / "train.py"), "--epochs", "12"],  # a line per epoch
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary, start_new_session=True)
     os.close(secondary)
     seen = b""
@@ -89,6 +89,11 @@ def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:
     text = seen.decode(errors="replace")
     assert "\r\x1b[Kgeneration 1, world size 2, " in text and "steps committed" in text, text[-2000:]
     assert "job succeeded" in text
+    # Every other line, workers' output relayed through their agents included, starts on a
+    # cleared line: the status line is never glued to it.
+    for line in text.replace("\r\n", "\n").split("\n"):
+        drawn = line.split("\r\x1b[K")[-1]  # what stays on screen of this line
+        assert not ("since the last reset" in drawn and "[localhost/" in drawn), repr(line)
 
 
 def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
