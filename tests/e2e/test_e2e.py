@@ -138,12 +138,15 @@ def test_bad_discovery_script_refuses_to_start(run_job, tmp_path, body, message)
 
 
 def test_missing_training_program_fails_with_the_reason(run_job) -> None:
-    job = run_job("-np", "2", "--crash-loop-limit", "2", "no-such-training-program")
+    job = run_job("-np", "2", "no-such-training-program")
     assert job.wait(120) == 1
     (unstartable, *_) = job.events("process.start_failed", worker="localhost/1")
     assert "No such file or directory" in unstartable["error"]
-    assert "2 generations in a row failed within 10 s of forming" in job.events("job.failed")[0]["reason"]
+    (failed,) = job.events("job.failed")
+    assert "before it reached the rendezvous" in failed["reason"], failed
+    assert "No such file or directory: 'no-such-training-program'" in failed["reason"], failed
     assert job.events("worker.exited", exit_code=127)
+    assert not job.events("generation.formed", number=2), "a command that cannot start is not restarted"
 
 
 def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:

@@ -88,7 +88,7 @@ class Agent:
         self.children: dict[str, _Child] = {}
         self._running: tuple[str, ...] = ()  # ids of live children, readable from the session thread
         self._started: set[str] = set()  # a worker id is one process: never start it twice
-        self._unstartable: list[str] = []  # could not be started: reported as exit code 127
+        self._unstartable: list[tuple[str, str]] = []  # (worker, why) could not be started: exit code 127
         self._unsent: list[pb.WorkerExit] = []  # exits not yet reported (rendezvous away)
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -266,7 +266,7 @@ class Agent:
                     if isinstance(exc, PermissionError) and exc.filename:
                         error += f" (is it executable? chmod +x {exc.filename})"
                     say(self.host, Kind.PROCESS_START_FAILED, worker=worker_id, error=error)
-                    self._unstartable.append(worker_id)
+                    self._unstartable.append((worker_id, error))
 
     def _worker_env(self, spec_env: Mapping[str, str], worker_id: str | None) -> dict[str, str]:
         """A worker's environment: this agent's, the rendezvous' variables for it, and its own
@@ -311,7 +311,8 @@ class Agent:
 
     def _reap(self) -> None:
         while self._unstartable:
-            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=self._unstartable.pop(), exit_code=127))
+            worker_id, error = self._unstartable.pop()
+            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=127, output=error[:1000]))
         now = time.monotonic()
         for worker_id, child in list(self.children.items()):
             code = child.proc.poll()
