@@ -80,3 +80,21 @@ def test_a_worker_that_cannot_start_fails_the_job_at_once_in_its_own_words(run_j
     assert "trian.py" in failed["reason"]
     assert len(job.events("generation.formed")) == 1
     assert not job.events("host.spared") and not job.events("host.blacklisted")
+
+
+def test_status_counts_the_first_step_without_waiting_for_a_heartbeat(run_job, tmp_path) -> None:
+    """`status` after the first printed epoch said `0 steps committed`: the reset's sync reported
+    commit 0 at once and used up the prompt report, so the first real commit waited for the next
+    heartbeat. With heartbeats 30 s apart, the first step must still be counted within seconds."""
+    import time
+
+    from harness import events, read_logs, wait_for
+
+    log = tmp_path / "log"
+    job = run_job("-np", "1", "--heartbeat-interval", "30", "--heartbeat-timeout", "120", *FAST,
+                  *elastic_job(log, epochs=1, samples=48, step_time=0.5), "--timestamps")
+    first = wait_for(lambda: events(read_logs(log), "commit") or None, 120, "the first commit")
+    seen = job.wait_status(lambda s: s["steps"] >= 1, 10, "status to count the first step")
+    assert seen["steps"] >= 1
+    assert time.time() - first[0]["time"] < 10
+    assert job.wait(180) == 0, job.output[-3000:]

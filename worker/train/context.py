@@ -224,15 +224,16 @@ class WorkerContext:
         assert self.comm is not None
         return self.comm
 
-    def note_commit(self, commits: int) -> None:
+    def note_commit(self, commits: int, new: bool = False) -> None:
         """The state's commit count (it goes back on a rollback), reported with heartbeats. The
-        first commit in a generation is reported at once: it is when training resumed after a
-        reset (the rendezvous measures recovery by it)."""
+        first new commit in a generation is reported at once: it is when training resumed after a
+        reset (the rendezvous measures recovery by it), and it is the first step `status` can count
+        (the count a reset's sync restores is not news)."""
         self.commits = commits
         if self.link is not None:
             self.link.commits = self.commits
             generation = self.assignment.generation if self.assignment is not None else 0
-            if generation != self._first_commit_reported:
+            if new and generation != self._first_commit_reported:
                 self._first_commit_reported = generation
                 self.link.beat_soon()
 

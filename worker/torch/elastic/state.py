@@ -75,7 +75,7 @@ class State:
             started = time.perf_counter()
             self._commits += 1
             self.save()
-            ctx.note_commit(self._commits)
+            ctx.note_commit(self._commits, new=True)
             if self._durable is not None:
                 rank, size = ctx.topology()[:2]
                 generation = ctx.assignment.generation if ctx.assignment else 0
