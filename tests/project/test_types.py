@@ -1,6 +1,7 @@
 """The type hints stay true: mypy (pinned in the test extra) finds nothing in the installed
 namespace, nor in the tests, benches and examples that use it (those with optional types
-relaxed: a test asserts, then reads)."""
+relaxed: a test asserts, then reads). Marked slow: the two runs take half a minute of the fast
+suite's two; the whole suite (CI) runs them."""
 
 import os
 import pathlib
@@ -11,6 +12,8 @@ import pytest
 
 from harness import ROOT
 from namespace_tree import link_tree
+
+pytestmark = pytest.mark.slow
 
 
 def _mypy(tmp_path: pathlib.Path, *args: str, mypy_path: list[pathlib.Path]) -> subprocess.CompletedProcess:
