@@ -111,6 +111,20 @@ class WorkerExit(_message.Message):
     output: str
     def __init__(self, host: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., stopped_by_agent: _Optional[bool] = ..., output: _Optional[str] = ...) -> None: ...
 
+class DrainRequest(_message.Message):
+    __slots__ = ("host", "deadline_s", "reason", "notice", "withdraw")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    deadline_s: float
+    reason: str
+    notice: bool
+    withdraw: bool
+    def __init__(self, host: _Optional[str] = ..., deadline_s: _Optional[float] = ..., reason: _Optional[str] = ..., notice: _Optional[bool] = ..., withdraw: _Optional[bool] = ...) -> None: ...
+
 class WorkerHello(_message.Message):
     __slots__ = ("worker_id", "host", "pid", "waiting", "after_generation", "failure", "elastic")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -164,12 +178,14 @@ class GenerationOver(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class HostsUpdated(_message.Message):
-    __slots__ = ("sequence", "reason")
+    __slots__ = ("sequence", "reason", "checkpoint")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     reason: str
-    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    checkpoint: bool
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
 
 class Retire(_message.Message):
     __slots__ = ("reason",)

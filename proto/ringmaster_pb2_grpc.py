@@ -49,6 +49,11 @@ class RendezvousStub:
                 request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
                 response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
+        self.DrainHost = channel.unary_unary(
+                '/ringmaster.v1.Rendezvous/DrainHost',
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
+                _registered_method=True)
         self.WorkerSession = channel.unary_stream(
                 '/ringmaster.v1.Rendezvous/WorkerSession',
                 request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
@@ -93,6 +98,14 @@ class RendezvousServicer:
 
     def ReportWorkerExit(self, request, context):
         """A training process on the agent's host exited (code or signal).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainHost(self, request, context):
+        """The agent's host is going away (SIGTERM, a preemption notice) or its notice was withdrawn:
+        drain it, its workers leaving at their next commit within `deadline_s`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -144,6 +157,11 @@ def add_RendezvousServicer_to_server(servicer, server):
             'ReportWorkerExit': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportWorkerExit,
                     request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
+            ),
+            'DrainHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainHost,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.FromString,
                     response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
             ),
             'WorkerSession': grpc.unary_stream_rpc_method_handler(
@@ -247,6 +265,33 @@ class Rendezvous:
             target,
             '/ringmaster.v1.Rendezvous/ReportWorkerExit',
             ringmaster_dot_proto_dot_ringmaster__pb2.WorkerExit.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringmaster.v1.Rendezvous/DrainHost',
+            ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.SerializeToString,
             ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
             options,
             channel_credentials,

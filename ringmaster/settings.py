@@ -31,6 +31,13 @@ DEFAULT_RECONNECT_TIMEOUT_S = 300.0
 DEFAULT_START_TIMEOUT_S = 30.0
 #: Seconds a stopped worker gets between SIGTERM and SIGKILL.
 DEFAULT_STOP_GRACE_S = 5.0
+#: Seconds an operator's drain (`ringmaster drain`) gives the host's workers to reach a commit.
+DEFAULT_DRAIN_DEADLINE_S = 300.0
+#: Seconds an agent that gets SIGTERM keeps its workers for them to leave at a commit: under
+#: Kubernetes' default terminationGracePeriodSeconds (30).
+DEFAULT_DRAIN_GRACE_S = 25.0
+#: Seconds between two runs of an agent's preemption notice script (AWS advises polling every 5 s).
+DEFAULT_NOTICE_INTERVAL_S = 5.0
 #: Warm spare worker processes per agent (0: none); see worker/agent/spares.py.
 DEFAULT_SPARES = 1
 #: Size (MiB) at which the timeline file (--timeline) is rotated to FILE.1.
@@ -141,3 +148,7 @@ class AgentSettings(BaseModel):
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     reconnect_timeout_s: float = Field(DEFAULT_RECONNECT_TIMEOUT_S, gt=0)
     spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES, description="warm spare worker processes kept ready (0: none)")
+    drain_grace_s: float = Field(DEFAULT_DRAIN_GRACE_S, gt=0, le=86_400,
+                                 description="seconds the workers get to leave at a commit after SIGTERM")
+    notice_script: str | None = Field(None, description="a preemption notice script, run every notice_interval_s")
+    notice_interval_s: float = Field(DEFAULT_NOTICE_INTERVAL_S, ge=0.1, le=3600)

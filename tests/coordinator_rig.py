@@ -83,4 +83,6 @@ def api_for(coordinator: Coordinator, clock: Callable[[], float] = lambda: 0.0, 
     do (the call, with the time; settling is the test's)."""
     from ringmaster.rendezvous.server.http_api import create_app
 
-    return create_app(lambda: coordinator.view(clock()), lambda np: coordinator.scale(np, clock()), **options)
+    return create_app(lambda: coordinator.view(clock()), lambda np: coordinator.scale(np, clock()),
+                      drain=lambda host, deadline: coordinator.drain_host(host, deadline, clock()),
+                      undrain=lambda host: coordinator.undrain_host(host, clock()), **options)

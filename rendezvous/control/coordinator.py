@@ -29,11 +29,12 @@ from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAge
 from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
 )
+from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.formation import Formation, StoreFactory
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.records import (
-    Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
+    Drain, DrainSource, Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
 )
 from ringmaster.rendezvous.control.view import JobView, job_view
 from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env
@@ -69,6 +70,7 @@ class Coordinator:
                              blacklist, launches_agents)
         self.job = Job(settings, self.pool, (ring_store.host, ring_store.port), on_event)
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
+        self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._agents_stopped = False  # told every agent to stop, the job having ended
 
@@ -144,8 +146,9 @@ class Coordinator:
     def discovery_failed(self, message: str, now: float) -> None:
         self.pool.discovery_failed(message, now)
 
-    def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None) -> None:
-        self.pool.agent_connected(host, pid, now, running)
+    def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
+                        incarnation: str = "") -> None:
+        self.pool.agent_connected(host, pid, now, running, incarnation)
 
     def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
         self.pool.agent_launch_failed(host, reason, now)
@@ -252,6 +255,21 @@ class Coordinator:
         self.job.causes.add(f"scaled to {np}", ResetCause.SCALE)
         self._unsettled = True
 
+    def drain_host(self, host: str, deadline_s: float, now: float, source: DrainSource = DrainSource.OPERATOR,
+                   reason: str = "", incarnation: str = "") -> Drain:
+        """Take `host` out politely: its workers leave at their next commit, within `deadline_s`
+        (`drains`); `Refused`, saying why, for an unknown host or a bad deadline."""
+        drain = self.drains.request(host, source, deadline_s, reason, now, incarnation)
+        self._unsettled = True
+        return drain
+
+    def undrain_host(self, host: str, now: float, source: DrainSource = DrainSource.OPERATOR,
+                     why: str = "undrained") -> bool:
+        """Let a drained host back in (a withdrawn notice leaves an operator's drain: False)."""
+        ended = self.drains.withdraw(host, source, now, why)
+        self._unsettled = True
+        return ended
+
     def abort(self, reason: str, now: float) -> None:
         """End the job: the user stopped it (SIGINT, SIGTERM)."""
         self.job.end_job(JobOutcome(False, reason, interrupted=True), now)
@@ -339,7 +357,11 @@ class Coordinator:
         self._decide(now)
         if self.job.outcome is not None:
             return
+        self.drains.settle(now, finish=False)  # (first: workers it stops are published by the formation)
+        if self.job.outcome is not None:
+            return
         self.formation.reconcile(now)
+        self.drains.settle(now)  # (then drains are done: an agent that asked to go is told so last)
         if self.job.outcome is None:
             self.pool.reconcile_agents(self.hosts_wanted(now), self.job.busy_hosts())
 
@@ -355,6 +377,7 @@ class Coordinator:
             fact = self._facts.popleft()
             if isinstance(fact, AgentConnected):
                 self.formation.sent_to_agents.pop(fact.host, None)  # a new session needs the full picture
+                self.drains.agent_connected(fact.host, fact.incarnation, now)
                 job.on_agent_connected(fact, now)
             elif isinstance(fact, AgentLost):
                 self.formation.sent_to_agents.pop(fact.host, None)

@@ -90,6 +90,7 @@ class UpdateHosts:
     worker_id: str
     sequence: int
     reason: str
+    checkpoint: bool = False  # rank 0 makes the commit durable before anyone leaves (a drain leaves too few)
 
 
 @dataclass(frozen=True)

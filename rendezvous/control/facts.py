@@ -17,6 +17,7 @@ class AgentConnected:
 
     host: str
     running: frozenset[str]
+    incarnation: str = ""  # the agent process (a drain its predecessor asked for ends)
 
 
 @dataclass(frozen=True)

@@ -208,9 +208,13 @@ class Formation:
         job = self.job
         gen = job.generation
         assert gen is not None
-        if gen.over is not None or gen.update_sequence:
+        if gen.over is not None:
             return
         members = [job.workers[i] for i in gen.member_ids]
+        if gen.update_sequence:
+            if job.checkpoint_at_update:  # a drain left too few after the update went out: say it again, with a checkpoint
+                self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
+            return
         policy = generation_policy(members)
         if not policy.grows_in_place():
             if not any(policy.rejoins(w) for w in members):
@@ -241,14 +245,23 @@ class Formation:
             kinds.add(ResetCause.SCALE)
         if not reasons:
             return
-        job.hosts_sequence += 1
-        gen.update_sequence = job.hosts_sequence
         reason = "; ".join(reasons)
         job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
+        self._send_update(members, reason, now)
+
+    def _send_update(self, members: list[Worker], reason: str, now: float) -> None:
+        """Interrupt the generation at its next commit (a higher sequence than any sent: the
+        newest wins); with a checkpoint first when a drain asked for one."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        job.hosts_sequence += 1
+        gen.update_sequence = job.hosts_sequence
         job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
+        checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
         for w in members:
             if w.live and w.registered:
-                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason))
+                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
 
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
         """A plain job grows only by restarting, as torchrun does on a membership change."""

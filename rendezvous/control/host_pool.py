@@ -103,16 +103,18 @@ class HostPool:
             host.last_heartbeat = now
 
     # ------------------------------------------------------------------ inputs: agents
-    def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None) -> None:
+    def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
+                        incarnation: str = "") -> None:
         """An agent opened its session; `running` names the workers it runs (a reconnecting
         agent's workers that are not among them died while it was away)."""
         record = self.hosts.setdefault(host, Host(host, 0, discovered=False))
         again = record.agent_connected and record.agent_pid == pid
         record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
+        record.agent_incarnation = incarnation
         if host in self._launched:
             self._launched[host] = True
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
-        self._observe(AgentConnected(host, frozenset(running or ())))
+        self._observe(AgentConnected(host, frozenset(running or ()), incarnation))
 
     def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
         """The agent of `host` could not be started (its ssh exited before the agent connected):
@@ -248,8 +250,9 @@ class HostPool:
         return [self.hosts[n] for n in order if n in self.hosts and self.hosts[n].discovered]
 
     def eligible_hosts(self, now: float) -> list[Host]:
-        """Hosts a job may use now: discovered, agent connected, not blacklisted (in order)."""
-        return [h for h in self.ordered_hosts() if h.agent_connected and not self.blacklist.is_blacklisted(h.name, now)]
+        """Hosts a job may use now: discovered, agent connected, not blacklisted nor drained (in order)."""
+        return [h for h in self.ordered_hosts()
+                if h.agent_connected and h.drain is None and not self.blacklist.is_blacklisted(h.name, now)]
 
     def capacity(self, now: float, limit: int | None) -> int:
         """Slots of the eligible hosts, at most `limit`."""
@@ -262,7 +265,7 @@ class HostPool:
         Only these need an agent: 20 discovered hosts and --max-np 2 start one or two agents."""
         wanted, slots = [], 0
         for host in self.ordered_hosts():
-            if self.blacklist.is_blacklisted(host.name, now):
+            if self.blacklist.is_blacklisted(host.name, now) or (host.drain is not None and host.name not in busy):
                 continue
             if limit is not None and slots >= limit and host.name not in busy:
                 continue

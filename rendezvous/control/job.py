@@ -62,6 +62,8 @@ class Job:
         self.exit_awaited: dict[str, float] = {}  # worker id -> when its connection closed
         self.plain_failures = 0  # workers of a plain job that failed by themselves (each costs a restart)
         self.outbox: list[Effect] = []  # what the server delivers after each call
+        self.last_commit_at = 0.0  # when rank 0's commit count last went up
+        self.checkpoint_at_update = False  # the next host update asks rank 0 to make its commit durable (a drain)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -124,6 +126,8 @@ class Job:
         worker.commits = commits
         gen = self.generation
         if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
+            if commits > self.summary.steps:
+                self.last_commit_at = now
             self.summary.steps = commits
             if self.fault_at is not None and gen.number > self.fault_generation and commits > self.steps_at_start:
                 self.emit(now, Kind.JOB_RECOVERED, seconds=now - self.fault_at, number=gen.number)
@@ -158,7 +162,8 @@ class Job:
         job.outbox.append(StopAgent(host, f"host {host} counted as lost: {reason}"))
         if job.outcome is not None or record is None:
             return
-        if not record.discovered and not any(w.live for w in job.workers_on(host)):
+        drained = record.drain is not None
+        if (not record.discovered or drained) and not any(w.live for w in job.workers_on(host)):
             job.emit(now, Kind.HOST_LEFT, host=host)
             return
         job.emit(now, Kind.HOST_LOST, host=host, reason=reason)
@@ -167,7 +172,8 @@ class Job:
             if worker.live and not worker.stopping and not worker.done:
                 job.worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
             worker.phase = Phase.EXITED
-        job.blacklist_host(host, f"its agent {reason}", now, by_itself=False)
+        if not drained:  # a host being drained was on its way out: its loss is no fault of its own
+            job.blacklist_host(host, f"its agent {reason}", now, by_itself=False)
 
     def on_worker_exited(self, fact: WorkerExited, now: float) -> None:
         """What the exit means (the job's policy), then what follows from it."""

@@ -47,6 +47,30 @@ class Revised:
         self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
 
 
+class DrainSource(str, enum.Enum):
+    """Who asked for a drain, which says how long it lasts."""
+
+    OPERATOR = "operator"  # `ringmaster drain`, POST /hosts/{name}/drain: until undrained
+    SIGNAL = "signal"  # the agent got SIGTERM or SIGINT: the host goes with that agent
+    NOTICE = "notice"  # a preemption notice (the agent's notice script, SIGUSR1): until withdrawn
+
+
+@dataclass
+class Drain:
+    """A host being taken politely: its workers leave at their next commit, by `deadline_at`.
+    `incarnation` is the agent process that asked (a signal or notice ends with that agent: a
+    new agent on the host is a new machine, or the same one back). `done` once the host runs
+    none of the job's workers (`host.drained` said)."""
+
+    source: DrainSource
+    reason: str
+    requested_at: float
+    deadline_at: float
+    incarnation: str = ""
+    had_workers: bool = False  # ran workers of the job when the drain began
+    done: bool = False
+
+
 @dataclass
 class Host(Revised):
     name: str
@@ -55,6 +79,8 @@ class Host(Revised):
     agent_pid: int | None = None
     agent_connected: bool = False
     last_heartbeat: float = 0.0
+    drain: Drain | None = None  # being drained (or drained and kept out until undrained)
+    agent_incarnation: str = ""  # the connected agent process (see `Drain.incarnation`)
 
 
 @dataclass
@@ -178,6 +204,7 @@ class Summary:
     events_dropped: int = 0
     warnings: list[str] = field(default_factory=list)  # repeated at the job's end
     steps_lost: int = 0  # committed steps lost to restarts without a checkpoint
+    drains: dict[str, int] = field(default_factory=dict)  # finished drains by outcome (commit, idle, deadline)
 
     def add_event(self, event: Event) -> None:
         """Keep the newest MAX_EVENTS: a job that runs for weeks keeps a bounded history."""

@@ -15,7 +15,7 @@ from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.records import JobOutcome
 
 #: Host states, as the status and the metrics count them.
-HOST_STATES = ("active", "warming", "idle", "blacklisted", "unreachable")
+HOST_STATES = ("active", "warming", "idle", "draining", "drained", "blacklisted", "unreachable")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class HostView:
     agent_pid: int | None
     blacklisted: bool
     state: str  # one of HOST_STATES for a discovered host; "" otherwise
+    drain: str = ""  # why it is drained (or being drained); "" when it is not
+    drain_deadline_s: float | None = None  # seconds left for its workers to leave, while draining
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class JobView:
     workers: tuple[WorkerView, ...]
     events: tuple[Event, ...]  # the newest the job keeps, oldest first
     events_dropped: int
+    drains: tuple[tuple[str, int], ...] = ()  # (outcome, count) of finished drains
 
     @property
     def world_size(self) -> int:
@@ -92,10 +95,13 @@ def job_view(job: Job, pool: HostPool, now: float) -> JobView:
         if h.discovered:
             live = live_on.get(h.name, [])
             state = ("blacklisted" if blacklisted else "unreachable" if not h.agent_connected
+                     else ("drained" if h.drain.done else "draining") if h.drain is not None
                      else "active" if any(i in members for i in live) else "warming" if live else "idle")
+        drain = h.drain
         # (the pid of an agent that is gone is no agent's any more)
         hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected, h.agent_pid if h.agent_connected else None,
-                              blacklisted, state))
+                              blacklisted, state, f"{drain.source.value}: {drain.reason}" if drain is not None else "",
+                              max(0.0, drain.deadline_at - now) if drain is not None and not drain.done else None))
     workers = tuple(
         WorkerView(w.worker_id, w.host, w.phase.value, w.live, ranks.get(w.worker_id) if w.live else None, w.pid,
                    w.commits, w.elastic, w.failed, w.done)
@@ -113,5 +119,5 @@ def job_view(job: Job, pool: HostPool, now: float) -> JobView:
         generation_formed_at=job.generation_formed_at, limit=job.limit, min_np=job.settings.min_np,
         max_np=job.settings.max_np, capacity=job.capacity(now), resets=job.summary.resets, steps=job.summary.steps,
         hosts=tuple(hosts), workers=workers, events=tuple(job.summary.events),
-        events_dropped=job.summary.events_dropped,
+        events_dropped=job.summary.events_dropped, drains=tuple(sorted(job.summary.drains.items())),
     )

@@ -332,7 +332,8 @@ class RendezvousServer:
         refused = (lambda: auth.refused) if auth is not None else (lambda: 0)
         names = this_machine_names() | {self.advertise, self.bind}
         config = uvicorn.Config(create_app(service.view, service.scale_to, secret=self.secret, refused_calls=refused,
-                                           metrics=self.metrics, followers=self.followers, host_names=names),
+                                           metrics=self.metrics, followers=self.followers, host_names=names,
+                                           drain=service.drain_host, undrain=service.undrain_host),
                                 log_level="warning", lifespan="off",
                                 http=protocol, backlog=protocol.max_connections,
                                 ssl_certfile=self.tls.cert_file if self.tls else None,

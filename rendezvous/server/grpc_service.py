@@ -23,6 +23,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
+from ringmaster.rendezvous.control.records import DrainSource
 from ringmaster.rendezvous.control.view import JobView
 from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
 from ringmaster.rendezvous.server import wire
@@ -35,7 +36,7 @@ Clock = Callable[[], float]
 #: before its host is listed (it waits), but sessions for invented hosts must not pile up.
 MAX_UNLISTED_AGENTS = 64
 #: The calls an agent makes (for its own host); the others are a worker's (for itself).
-_AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit"})
+_AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", "DrainHost"})
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
 _REPLACED = object()
 
@@ -71,6 +72,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     def scale_to(self, np: int) -> None:
         """Ask the job for `np` workers (`Refused` says why not)."""
         self.call(self.coordinator.scale, np)
+
+    def drain_host(self, host: str, deadline_s: float) -> None:
+        """An operator's drain of `host` (`Refused` says why not)."""
+        self.call(lambda now: self.coordinator.drain_host(host, deadline_s, now))
+
+    def undrain_host(self, host: str) -> None:
+        """An operator takes `host` back (`Refused` if it is not drained)."""
+        self.call(lambda now: self.coordinator.undrain_host(host, now))
 
     def hosts_found(self, hosts: dict[str, int]) -> None:
         """Discovery's latest good host set."""
@@ -244,7 +253,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._incarnations[request.host] = request.incarnation
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
-        self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running)))
+        self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
+                                                               incarnation=request.incarnation[:64]))
         async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
                                         self._agent_gone):
             yield message
@@ -279,6 +289,25 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent, now,
             output=request.output[:1000]))
         return pb.Ack(ok=True)
+
+    async def DrainHost(self, request: pb.DrainRequest, context) -> pb.Ack:
+        """The agent's host goes away (SIGTERM, a notice) or its notice was withdrawn. Only the
+        agent in session for the host asks; a bad deadline is refused naming it."""
+        host = request.host
+        if host not in self._agents:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"a drain of host {host[:100]!r}, which has no agent in session; ignored")
+        source = DrainSource.NOTICE if request.notice else DrainSource.SIGNAL
+        incarnation = self._incarnations.get(host, "")
+        try:
+            if request.withdraw:
+                self.call(lambda now: self.coordinator.undrain_host(host, now, source, "its notice was withdrawn"))
+                return pb.Ack(ok=True, message=f"host {host} may be used again")
+            drain = self.call(lambda now: self.coordinator.drain_host(
+                host, request.deadline_s, now, source, request.reason[:200], incarnation))
+        except Refused as refused:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
+        return pb.Ack(ok=True, message=f"draining host {host} until {drain.deadline_at - self.clock():.1f} s from now")
 
     # ---------------------------------------------------------------- workers
     async def WorkerSession(self, request: pb.WorkerHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerEvent]:

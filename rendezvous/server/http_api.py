@@ -16,14 +16,16 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from ringmaster.common.errors import Refused
+from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S
+from ringmaster.settings import DEFAULT_DRAIN_DEADLINE_S
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
 from ringmaster.rendezvous.control.view import HostView, JobView, WorkerView
@@ -53,6 +55,20 @@ class ScaleRequest(BaseModel):
 
 class ScaleReply(BaseModel):
     np: int
+    message: str
+
+
+class DrainBody(BaseModel):
+    """Strict as `ScaleRequest`: a deadline is a number of seconds, up to a day."""
+
+    model_config = ConfigDict(extra="forbid")
+    deadline_s: Union[StrictInt, StrictFloat] = Field(
+        DEFAULT_DRAIN_DEADLINE_S, gt=0, le=MAX_DRAIN_DEADLINE_S, allow_inf_nan=False,
+        description="seconds for the host's workers to reach a commit and leave; after it they are stopped")
+
+
+class DrainReply(BaseModel):
+    host: str
     message: str
 
 
@@ -183,6 +199,8 @@ def create_app(
     metrics: JobMetrics | None = None,
     followers: EventFollowers | None = None,
     host_names: set[str] | None = None,
+    drain: Callable[[str, float], object] | None = None,
+    undrain: Callable[[str], object] | None = None,
 ) -> FastAPI:
     """`view()` is the job as it is now (read, never changed); `scale_to(np)` asks the job for
     `np` workers (through the rendezvous' inputs; `Refused` says why not). With the job
@@ -242,6 +260,35 @@ def create_app(
         capacity = view().capacity
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
+
+    def drained_host(name: str) -> str:
+        """The path's host, if the job has it (404 otherwise, without echoing much of it)."""
+        if drain is None or undrain is None:
+            raise HTTPException(status_code=404, detail="this rendezvous takes no drains")
+        if not any(h.name == name for h in view().hosts):
+            raise HTTPException(status_code=404, detail=f"no host {name[:100]!r} in this job (see GET /status)")
+        return name
+
+    @app.post("/hosts/{name}/drain", response_model=DrainReply, dependencies=[Depends(authorized)])
+    async def drain_host(name: str, body: Optional[DrainBody] = None) -> DrainReply:
+        """Take the host out politely: its workers leave at their next commit, within the deadline."""
+        host = drained_host(name)
+        deadline = (body or DrainBody()).deadline_s
+        try:
+            drain(host, float(deadline))  # type: ignore[misc]
+        except Refused as refused:
+            raise HTTPException(status_code=409, detail=str(refused)) from None
+        return DrainReply(host=host, message=f"draining {host}: its workers leave at their next commit, within "
+                                             f"{deadline:g} s; `ringmaster undrain {host}` takes it back")
+
+    @app.post("/hosts/{name}/undrain", response_model=DrainReply, dependencies=[Depends(authorized)])
+    async def undrain_host(name: str) -> DrainReply:
+        host = drained_host(name)
+        try:
+            undrain(host)  # type: ignore[misc]
+        except Refused as refused:
+            raise HTTPException(status_code=409, detail=str(refused)) from None
+        return DrainReply(host=host, message=f"host {host} is back in the job: workers start there at the next commit")
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> Response:

@@ -148,7 +148,8 @@ class _Scraped(Collector):
             yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale target)",
                                     value=job.limit)
         hosts = GaugeMetricFamily("ringmaster_hosts", "Discovered hosts by state: active (a worker in the current "
-                                  "generation), warming (workers starting), idle, blacklisted, unreachable (no agent)",
+                                  "generation), warming (workers starting), idle, draining (its workers leave at their next "
+                                  "commit), drained, blacklisted, unreachable (no agent)",
                                   labels=["state"])
         for state, count in job.host_state_counts().items():
             hosts.add_metric([state], count)
@@ -158,6 +159,13 @@ class _Scraped(Collector):
         for phase in Phase:
             workers.add_metric([phase.value], phases.get(phase.value, 0))
         yield workers
+        drains = CounterMetricFamily("ringmaster_drains", "Finished drains by outcome: commit (its workers left at a "
+                                     "commit), idle (it ran none), deadline (stopped; the others rolled back)",
+                                     labels=["outcome"])
+        done = dict(job.drains)
+        for outcome in ("commit", "idle", "deadline"):
+            drains.add_metric([outcome], done.get(outcome, 0))
+        yield drains
         yield GaugeMetricFamily("ringmaster_committed_steps", "Rank 0's commits (goes back on a rollback)",
                                 value=job.steps)
         yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",

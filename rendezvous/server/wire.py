@@ -28,7 +28,8 @@ def worker_event(effect: WorkerEffect) -> pb.WorkerEvent:
     if isinstance(effect, EndGeneration):
         return pb.WorkerEvent(generation_over=pb.GenerationOver(generation=effect.generation, reason=effect.reason))
     if isinstance(effect, UpdateHosts):
-        return pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=effect.sequence, reason=effect.reason))
+        return pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=effect.sequence, reason=effect.reason,
+                                                                  checkpoint=effect.checkpoint))
     if isinstance(effect, Retire):
         return pb.WorkerEvent(retire=pb.Retire(reason=effect.reason))
     if isinstance(effect, EndJob):

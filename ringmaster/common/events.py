@@ -30,6 +30,9 @@ class Kind(enum.StrEnum):
     HOST_LEFT = "host.left"
     HOST_BLACKLISTED = "host.blacklisted"
     HOST_SPARED = "host.spared"
+    HOST_DRAINING = "host.draining"
+    HOST_DRAINED = "host.drained"
+    HOST_UNDRAINED = "host.undrained"
     HOSTS_UPDATED = "hosts.updated"
     SLOTS_SHORT = "slots.short"
     # rendezvous: agents and workers
@@ -135,6 +138,10 @@ SPECS: dict[Kind, Spec] = {
     Kind.HOST_BLACKLISTED: Spec(_W, "host {host} blacklisted {cooldown_s:cooldown} after a failure ({why})"),
     Kind.HOST_SPARED: Spec(_I, "host {host} is not blacklisted: without it fewer than --min-np {min_np} slots remain "
                                "(--spare-last-hosts)"),
+    Kind.HOST_DRAINING: Spec(_I, "draining host {host} ({why}): its workers leave at their next commit, within "
+                                 "{deadline_s:g} s"),
+    Kind.HOST_DRAINED: Spec(_I, "host {host} drained in {seconds:.2f} s: {how}"),
+    Kind.HOST_UNDRAINED: Spec(_I, "host {host} is back in the job ({why})"),
     Kind.HOSTS_UPDATED: Spec(_I, "hosts updated ({reason}); workers re-form the ring at their next commit"),
     Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
     Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),

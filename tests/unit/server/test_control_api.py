@@ -30,7 +30,8 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     body = client.get("/status").json()
     assert body["state"] == "running" and body["generation"] == 1 and body["world_size"] == 2
     assert body["hosts"] == [{"name": "a", "slots": 2, "discovered": True, "agent_connected": True,
-                              "agent_pid": 77, "blacklisted": False, "state": "active"}]
+                              "agent_pid": 77, "blacklisted": False, "state": "active", "drain": "",
+                              "drain_deadline_s": None}]
     assert body["min_np"] == 2 and body["max_np"] is None
     assert body["steps_per_second"] is None and body["loss"] is None and body["generations"] == []  # (no metrics kept)
     assert sorted(w["rank"] for w in body["workers"]) == [0, 1]
@@ -52,6 +53,33 @@ def test_scale_endpoint_validates_and_applies() -> None:
     assert refused.status_code == 409 and refused.json()["detail"] == "cannot scale to 5 workers: --max-np is 4"
     assert client.post("/scale", json={"np": 0}).status_code == 422
     assert client.post("/scale", json={"workers": 2}).status_code == 422
+
+
+def test_drain_and_undrain_endpoints_validate_and_need_the_secret() -> None:
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    coordinator.set_hosts({"a": 1, "b": 1}, 0.0)
+    coordinator.agent_connected("a", 77, 0.0)
+    coordinator.agent_connected("b", 78, 0.0)
+    coordinator.settle(0.0)
+    secret = "s" * 32
+    good = {"Authorization": f"Bearer {secret}"}
+    client = TestClient(api_for(coordinator, secret=secret))
+    assert client.post("/hosts/b/drain", json={"deadline_s": 60}).status_code == 401
+    assert coordinator.pool.hosts["b"].drain is None
+    for body in ({"deadline_s": 0}, {"deadline_s": -1}, {"deadline_s": "60"}, {"deadline_s": True},
+                 {"deadline_s": 1e9}, {"deadline": 60}):
+        assert client.post("/hosts/b/drain", json=body, headers=good).status_code == 422, body
+    unknown = client.post("/hosts/nope/drain", json={"deadline_s": 60}, headers=good)
+    assert unknown.status_code == 404 and "no host 'nope'" in unknown.json()["detail"]
+    reply = client.post("/hosts/b/drain", json={"deadline_s": 60}, headers=good)
+    assert reply.status_code == 200 and "within 60 s" in reply.json()["message"], reply.text
+    host = next(h for h in client.get("/status", headers=good).json()["hosts"] if h["name"] == "b")
+    assert host["state"] == "draining" and host["drain"] == "operator: operator" and host["drain_deadline_s"] == 60
+    assert client.post("/hosts/b/drain", headers=good).status_code == 200  # no body: the default deadline
+    assert client.post("/hosts/b/undrain", headers=good).status_code == 200
+    again = client.post("/hosts/b/undrain", headers=good)
+    assert again.status_code == 409 and again.json()["detail"] == "host b is not being drained"
 
 
 @pytest.fixture
