@@ -30,46 +30,53 @@ class ScriptDiscovery:
 
     def find_hosts(self) -> dict[str, int]:
         try:
-            proc = subprocess.Popen(
-                self.command,
-                shell=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # so a timeout kills the script's children too
-            )
+            outcome, returncode, stdout, stderr = run_bounded(self.command, self.timeout_s)
         except OSError as exc:
             raise DiscoveryError(f"host discovery script {self.command!r} could not be started: {exc}") from None
-        try:
-            outcome, stdout, stderr = _read_bounded(proc, self.timeout_s)
-        finally:
-            proc.stdout.close()  # type: ignore[union-attr]
-            proc.stderr.close()  # type: ignore[union-attr]
-            # Whatever the script left running in its group (`cmd &`) goes with it: the script
-            # runs every --discovery-interval, and each run's leftovers would pile up.
-            _kill_group(proc.pid)
         if outcome == "timeout":
-            proc.wait()
             raise DiscoveryError(
                 f"host discovery script {self.command!r} did not finish within {self.timeout_s:g} s; "
                 "make it return faster (it runs every --discovery-interval)"
             )
         if outcome == "too-much":
-            proc.wait()
             raise DiscoveryError(
                 f"host discovery script {self.command!r} printed more than {MAX_OUTPUT_BYTES} bytes; "
                 "it should print one 'host:slots' line per host"
             )
-        if proc.returncode != 0:
-            tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-            detail = f": {' | '.join(line[:200] for line in tail)}" if tail else ""
-            if proc.returncode == 126:  # the shell found it but may not run it
-                detail += f" (is it executable? chmod +x {self.command.split()[0] if self.command.split() else ''})"
-            raise DiscoveryError(
-                f"host discovery script {self.command!r} exited with code {proc.returncode}{detail}"
-            )
+        if returncode != 0:
+            raise DiscoveryError(f"host discovery script {self.command!r} exited with code {returncode}"
+                                 f"{failure_detail(self.command, returncode, stderr)}")
         return parse_host_lines(stdout.decode(errors="replace"), self.default_slots,
                                 source=f"host discovery script {self.command!r}")
+
+
+def failure_detail(command: str, returncode: int, stderr: bytes) -> str:
+    """What a script that failed said last (its stderr's tail), and chmod +x where it may not run."""
+    tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+    detail = f": {' | '.join(line[:200] for line in tail)}" if tail else ""
+    if returncode == 126:  # the shell found it but may not run it
+        detail += f" (is it executable? chmod +x {command.split()[0] if command.split() else ''})"
+    return detail
+
+
+def run_bounded(command: str, timeout_s: float, max_bytes: int | None = None,
+                env: dict[str, str] | None = None) -> tuple[str, int | None, bytes, bytes]:
+    """Run a user's script (any shell command line) in its own process group, read at most
+    `max_bytes` of its output for at most `timeout_s`, and kill whatever it left running.
+    Returns (outcome, exit code, stdout, stderr); outcome is "done", "timeout" or "too-much".
+    `OSError` if it cannot be started."""
+    proc = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, env=env)  # so a timeout kills its children too
+    try:
+        outcome, stdout, stderr = _read_bounded(proc, timeout_s, max_bytes or MAX_OUTPUT_BYTES)
+    finally:
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+        # Whatever the script left running in its group (`cmd &`) goes with it: scripts run
+        # every few seconds, and each run's leftovers would pile up.
+        _kill_group(proc.pid)
+    proc.wait()
+    return outcome, proc.returncode if outcome == "done" else None, stdout, stderr
 
 
 #: Most bytes of output read from a discovery script (4096 hosts of long names fit).
@@ -79,7 +86,7 @@ MAX_OUTPUT_BYTES = 1 << 20
 _DRAIN_S = 0.2
 
 
-def _read_bounded(proc: subprocess.Popen, timeout_s: float) -> tuple[str, bytes, bytes]:
+def _read_bounded(proc: subprocess.Popen, timeout_s: float, max_bytes: int) -> tuple[str, bytes, bytes]:
     """Read the script's stdout and stderr until both close, or until shortly after the script
     itself exited (its children may hold the pipes), or the deadline. Returns ("done" |
     "timeout" | "too-much", stdout, stderr); "done" means `proc` has exited."""
@@ -107,10 +114,10 @@ def _read_bounded(proc: subprocess.Popen, timeout_s: float) -> tuple[str, bytes,
                     continue
                 sink = sinks[key.fileobj]
                 sink += chunk
-                if len(out) > MAX_OUTPUT_BYTES:
+                if len(out) > max_bytes:
                     return "too-much", bytes(out), bytes(err)
-                if len(err) > MAX_OUTPUT_BYTES:
-                    del err[: len(err) - MAX_OUTPUT_BYTES]  # only its tail is reported
+                if len(err) > max_bytes:
+                    del err[: len(err) - max_bytes]  # only its tail is reported
     remaining = deadline - time.monotonic()
     try:
         proc.wait(timeout=max(remaining, 0.0))

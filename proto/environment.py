@@ -23,6 +23,9 @@ CHECKPOINT_INTERVAL = "RINGMASTER_CHECKPOINT_INTERVAL"  # or every T seconds
 CHECKPOINT_KEEP = "RINGMASTER_CHECKPOINT_KEEP"  # checkpoints kept on disk
 CHECKPOINT_TRUSTED = "RINGMASTER_CHECKPOINT_TRUSTED"  # "1": load checkpoints as full pickles (trusted folder)
 TIMELINE_SPANS = "RINGMASTER_TIMELINE_SPANS"  # "1": record timeline spans, sent with heartbeats (--timeline)
+# A folder of the agent's where it marks a worker (a file named by its pid) before it sends that
+# worker SIGTERM itself; an unmarked SIGTERM came to the whole host (a drain): see host_signals.py.
+AGENT_STOPS = "RINGMASTER_AGENT_STOPS"
 
 GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface Gloo rings use (--network-interface)
 NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"  # the interface NCCL bootstraps on (--network-interface)

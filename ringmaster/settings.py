@@ -102,6 +102,10 @@ class JobSettings(BaseModel):
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES,
                         description="warm spare worker processes each agent that `run` starts keeps ready (0: none)")
+    # What the agents `run` starts do on SIGTERM and with preemption notices (worker/agent/notice.py).
+    drain_grace_s: float = Field(DEFAULT_DRAIN_GRACE_S, gt=0, le=86_400)
+    notice_script: Optional[str] = None
+    notice_interval_s: float = Field(DEFAULT_NOTICE_INTERVAL_S, ge=0.1, le=3600)
     blacklist_cooldown_s: Optional[tuple[float, float]] = None
     warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)

@@ -193,7 +193,9 @@ class RendezvousServer:
             await leadership.announce(self.address)
         launcher: Launcher = make_launcher(
             self.launcher, AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
-                                        self.settings.reconnect_timeout_s, self.settings.spares),
+                                        self.settings.reconnect_timeout_s, self.settings.spares,
+                                        self.settings.drain_grace_s, self.settings.notice_script,
+                                        self.settings.notice_interval_s),
             self.secret, self.ssh, on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
         ) if self.use_local_hosts else NoLauncher()
         coordinator = Coordinator(

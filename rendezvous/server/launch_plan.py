@@ -45,7 +45,9 @@ class SshOptions:
 
 
 def agent_command(python: str, rendezvous: str, host: str, heartbeat_interval_s: float, stop_grace_s: float,
-                  remote: bool, reconnect_timeout_s: float | None = None, spares: int | None = None) -> list[str]:
+                  remote: bool, reconnect_timeout_s: float | None = None, spares: int | None = None,
+                  drain_grace_s: float | None = None, notice_script: str | None = None,
+                  notice_interval_s: float | None = None) -> list[str]:
     """The agent's argv. Every agent reads its host's key (and, when `remote`, the environment)
     from stdin and stops when stdin closes; a local one also dies with its parent."""
     argv = [python, "-m", "ringmaster.worker.agent", "--rendezvous", rendezvous, "--host", host,
@@ -54,6 +56,12 @@ def agent_command(python: str, rendezvous: str, host: str, heartbeat_interval_s:
         argv += ["--reconnect-timeout", str(reconnect_timeout_s)]
     if spares is not None:
         argv += ["--spares", str(spares)]
+    if drain_grace_s is not None:
+        argv += ["--drain-grace", str(drain_grace_s)]
+    if notice_script:
+        argv += ["--preemption-notice-script", notice_script]
+    if notice_interval_s is not None:
+        argv += ["--notice-interval", str(notice_interval_s)]
     return argv + (["--from-launcher"] if remote else ["--from-launcher", "--die-with-parent"])
 
 

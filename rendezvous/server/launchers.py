@@ -53,6 +53,9 @@ class AgentOptions:
     stop_grace_s: float
     reconnect_timeout_s: float | None = None
     spares: int | None = None
+    drain_grace_s: float | None = None
+    notice_script: str | None = None
+    notice_interval_s: float | None = None
 
 
 @dataclass
@@ -117,7 +120,8 @@ class LocalLauncher(Launcher):
     def _argv(self, host: str, remote: bool) -> list[str]:
         o = self._options
         return agent_command(sys.executable, o.rendezvous, host, o.heartbeat_interval_s, o.stop_grace_s, remote=remote,
-                             reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares)
+                             reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares, drain_grace_s=o.drain_grace_s,
+                             notice_script=o.notice_script, notice_interval_s=o.notice_interval_s)
 
     @staticmethod
     def _environment() -> dict[str, str]:

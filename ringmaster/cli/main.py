@@ -170,6 +170,8 @@ _EXAMPLES = {
              "python train.py\n  (then on each host: ringmaster agent --secret-file job.secret --rendezvous HOST:29400 "
              "--host node1)",
     "scale": "example:\n  ringmaster scale --api http://127.0.0.1:PORT -np 4   # the URL `run` printed",
+    "drain": "example:\n  ringmaster drain --api http://127.0.0.1:PORT hostB --deadline 120   # before maintenance",
+    "undrain": "example:\n  ringmaster undrain --api http://127.0.0.1:PORT hostB",
     "status": "example:\n  ringmaster status --api http://127.0.0.1:PORT",
     "events": "example:\n  ringmaster events --api http://127.0.0.1:PORT --follow",
 }
@@ -196,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
                   "Ask a running job for a number of workers; it shrinks or grows at its next commit.")
     remote.add_api_flags(scale)
     scale.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of workers wanted")
+    drain = _verb(sub, "drain", "take a host out of a running job at its workers' next commit (no work lost)",
+                  "Take a host out of a running job politely: its workers leave at their next commit and the others "
+                  "go on without a rollback; the host is not blacklisted and stays out until `ringmaster undrain`. "
+                  "Workers still there when the deadline passes are stopped, and the others recover from their "
+                  "last commit.")
+    remote.add_api_flags(drain)
+    drain.add_argument("host", help="the host's name, as `ringmaster status` lists it")
+    drain.add_argument("--deadline", type=float, default=None, metavar="S",
+                       help=f"seconds for its workers to reach a commit (default: {defaults.DEFAULT_DRAIN_DEADLINE_S:g})")
+    undrain = _verb(sub, "undrain", "let a drained host back into a running job",
+                    "Let a drained host back into a running job: workers start there and join at the next commit.")
+    remote.add_api_flags(undrain)
+    undrain.add_argument("host", help="the host's name")
     remote.add_api_flags(_verb(sub, "status", "print a running job's state, hosts and workers",
                                "Print a running job's state, hosts and workers."))
     events = _verb(sub, "events", "print a running job's events (--follow: until it ends)",
@@ -257,6 +272,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             spares=args.spares if args.spares is not None else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES,
+            drain_grace_s=getattr(args, "drain_grace", defaults.DEFAULT_DRAIN_GRACE_S),
+            notice_script=os.path.abspath(args.preemption_notice_script) if getattr(args, "preemption_notice_script", None)
+            else None, notice_interval_s=getattr(args, "notice_interval", defaults.DEFAULT_NOTICE_INTERVAL_S),
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
             warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
             exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
@@ -294,6 +312,7 @@ def _flag_error(error: Mapping[str, Any]) -> str:
              "checkpoint_every": "--checkpoint-every", "checkpoint_interval_s": "--checkpoint-interval",
              "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout",
              "spares": f"--spares (or ${defaults.SPARES_ENV})", "timeline": "--timeline",
+             "drain_grace_s": "--drain-grace", "notice_interval_s": "--notice-interval",
              "timeline_max_mb": "--timeline-max-mb"}
     flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
@@ -319,7 +338,15 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
 
 
 def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
-    """How `run` reaches its hosts (horovodrun's flags)."""
+    """How `run` reaches its hosts (horovodrun's flags), and what its agents do when a host is taken."""
+    parser.add_argument("--drain-grace", type=float, metavar="S", default=defaults.DEFAULT_DRAIN_GRACE_S,
+                        help="an agent that gets SIGTERM drains its host: its workers get this long to leave at their "
+                             "next commit (default: %(default)s)")
+    parser.add_argument("--preemption-notice-script", default=None, metavar="PATH",
+                        help="each agent runs it every --notice-interval (with $RINGMASTER_HOST set): nothing printed "
+                             "means no notice, `drain SECONDS` drains the host (deploy/notice/ has AWS and GCP ones) (default: none)")
+    parser.add_argument("--notice-interval", type=float, metavar="S", default=defaults.DEFAULT_NOTICE_INTERVAL_S,
+                        help="seconds between two runs of the notice script (default: %(default)s)")
     parser.add_argument("--launcher", choices=list(LAUNCHERS), default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
                         help="how agents are started: 'ssh' runs each host's agent over ssh (hosts that are this machine "
                              "run here), 'local' runs every host's agent on this machine (hosts emulated by name), 'none' "
@@ -474,6 +501,10 @@ def _remote(args: argparse.Namespace) -> int:
             return remote.scale(client, args.np)
         if args.verb == "status":
             return remote.status(client)
+        if args.verb == "drain":
+            return remote.drain(client, args.host, args.deadline)
+        if args.verb == "undrain":
+            return remote.undrain(client, args.host)
         if args.since < 0:
             raise UsageError(f"--since {args.since}: event numbers start at 0")
         return remote.events(client, args.since, args.follow, args.json)
@@ -494,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         verb_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.verb]
         verb_parser.error(unrecognized(unknown, verb_parser))
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
-    if args.verb in ("scale", "status", "events"):
+    if args.verb in ("scale", "drain", "undrain", "status", "events"):
         return _remote(args)
     if args.verb == "agent-key":
         return _print_agent_key(args.host, args.secret_file)

@@ -1,5 +1,6 @@
 """The commands that talk to a running job through its control API: `ringmaster scale`,
-`ringmaster status` (the job as a table) and `ringmaster events` (its events, `--follow`ed)."""
+`ringmaster drain` / `undrain`, `ringmaster status` (the job as a table) and `ringmaster events`
+(its events, `--follow`ed)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import json
 import sys
 import time
+import urllib.parse
 from typing import Any, Callable, Sequence, TextIO
 
 from ringmaster.cli.api_client import ApiClient, ApiError
@@ -27,6 +29,23 @@ def scale(client: ApiClient, np: int, out: TextIO | None = None) -> int:
     """POST /scale and print the answer."""
     out = out or sys.stdout
     answer = client.post("/scale", {"np": np})
+    print(f"ringmaster: {_text(answer, 'message')}", file=out)
+    return 0
+
+
+def drain(client: ApiClient, host: str, deadline_s: float | None, out: TextIO | None = None) -> int:
+    """POST /hosts/HOST/drain (with the deadline, else the job's default) and print the answer."""
+    out = out or sys.stdout
+    body = {} if deadline_s is None else {"deadline_s": deadline_s}
+    answer = client.post(f"/hosts/{urllib.parse.quote(host, safe='')}/drain", body)
+    print(f"ringmaster: {_text(answer, 'message')}", file=out)
+    return 0
+
+
+def undrain(client: ApiClient, host: str, out: TextIO | None = None) -> int:
+    """POST /hosts/HOST/undrain and print the answer."""
+    out = out or sys.stdout
+    answer = client.post(f"/hosts/{urllib.parse.quote(host, safe='')}/undrain", {})
     print(f"ringmaster: {_text(answer, 'message')}", file=out)
     return 0
 

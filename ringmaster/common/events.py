@@ -93,6 +93,10 @@ class Kind(enum.StrEnum):
     AGENT_LOST_RENDEZVOUS = "agent.lost_rendezvous"
     AGENT_GAVE_UP = "agent.gave_up"
     AGENT_STOPPING = "agent.stopping"
+    AGENT_DRAINING = "agent.draining"
+    AGENT_DRAIN_REFUSED = "agent.drain_refused"
+    AGENT_NOTICE = "agent.notice"
+    AGENT_NOTICE_FAILED = "agent.notice_failed"
     PROCESS_STARTED = "process.started"
     PROCESS_START_FAILED = "process.start_failed"
     SPARE_READY = "spare.ready"
@@ -212,6 +216,11 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_GAVE_UP: Spec(_E, "could not reach the rendezvous at {addresses} for {timeout_s:g} s "
                                  "(--reconnect-timeout); stopping workers"),
     Kind.AGENT_STOPPING: Spec(_I, "stopping: {reason}"),
+    Kind.AGENT_DRAINING: Spec(_W, "{why}: draining this host; its {workers} worker(s) leave at their next commit, "
+                                  "within {grace_s:g} s (send {why} again to stop them now)"),
+    Kind.AGENT_DRAIN_REFUSED: Spec(_W, "the rendezvous refused this host's drain: {error}"),
+    Kind.AGENT_NOTICE: Spec(_W, "preemption notice: {notice}"),
+    Kind.AGENT_NOTICE_FAILED: Spec(_W, "the preemption notice script {problem}; no drain asked for"),
     Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
     Kind.SPARE_READY: Spec(_I, "warm spare (pid {pid}) ready: its imports took {took_s:g} s"),

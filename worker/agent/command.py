@@ -26,7 +26,7 @@ from ringmaster.discovery import host_name_problem
 from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
-from ringmaster.worker.agent.daemon import Agent
+from ringmaster.worker.agent.daemon import Agent, DrainAsk
 from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
@@ -50,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spares", type=int, default=None, metavar="N",
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
+    parser.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
+                        help="on SIGTERM or SIGINT the host is drained: its workers get this long to leave at their "
+                             "next commit before they are stopped; a second signal stops them at once (default: "
+                             "%(default)s, under Kubernetes' 30 s grace)")
+    parser.add_argument("--preemption-notice-script", default=None, metavar="PATH",
+                        help="run every --notice-interval: it prints nothing when all is well, `drain SECONDS` when "
+                             "this host goes away in that many seconds (deploy/notice/ has AWS and GCP ones)")
+    parser.add_argument("--notice-interval", type=float, default=defaults.DEFAULT_NOTICE_INTERVAL_S, metavar="S",
+                        help="seconds between two runs of the notice script (default: %(default)s)")
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600): the agent derives its host's "
                              f"key from it and forgets it. Default: ${SECRET_ENV}")
@@ -87,11 +96,14 @@ def main(argv: list[str] | None = None) -> int:
                                  reconnect_timeout_s=args.reconnect_timeout if args.reconnect_timeout is not None else
                                  os.environ.get(env_names.RECONNECT_TIMEOUT) or defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                                  spares=args.spares if args.spares is not None else
-                                 os.environ.get(SPARES_ENV) or defaults.DEFAULT_SPARES)
+                                 os.environ.get(SPARES_ENV) or defaults.DEFAULT_SPARES,
+                                 drain_grace_s=args.drain_grace, notice_script=args.preemption_notice_script,
+                                 notice_interval_s=args.notice_interval)
     except ValidationError as exc:
         flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
                  "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout",
-                 "spares": f"--spares (or ${SPARES_ENV})"}
+                 "spares": f"--spares (or ${SPARES_ENV})", "drain_grace_s": "--drain-grace",
+                 "notice_interval_s": "--notice-interval", "notice_script": "--preemption-notice-script"}
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
     try:
@@ -106,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     except RingmasterError as exc:
         parser.error(str(exc))
     agent = Agent(settings, key, on_stopping=exit_if_stuck, ca_pem=ca_pem)
-    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: agent.request_stop())
+    # A stop signal drains the host (its workers leave at their next commit); a second stops now.
+    signal.signal(signal.SIGTERM, lambda signum, _: agent.signalled(signum))
+    signal.signal(signal.SIGINT, lambda signum, _: agent.signalled(signum))
+    # Slurm's `--signal=B:USR1@90` and the like: a preemption notice, the drain grace from now.
+    signal.signal(signal.SIGUSR1, lambda *_: agent.notice(DrainAsk("SIGUSR1: preemption notice", settings.drain_grace_s,
+                                                                   notice=True)))
     if args.from_launcher:
         threading.Thread(target=_stop_when_closed, args=(agent,), daemon=True).start()
     return agent.run()

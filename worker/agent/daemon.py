@@ -9,6 +9,11 @@ Run as `ringmaster agent --rendezvous HOST:PORT[,HOST:PORT...] [--host NAME]` on
 When it loses the rendezvous (restarted, or failed over to a standby) it keeps its workers
 running and reconnects to the listed addresses in turn, with backoff, for up to
 `--reconnect-timeout` seconds; exits that happened meanwhile are reported once it is back.
+
+Told to stop by a signal (SIGTERM, SIGINT: Kubernetes, Slurm, a person) while it runs workers,
+it asks the rendezvous to drain its host (`DrainHost`) and keeps them until they have left at a
+commit or `--drain-grace` ends, then exits 0; a second signal stops them at once. A preemption
+notice (`notice.py`: its script, or SIGUSR1) drains the host without ending the agent.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +50,7 @@ from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.processes import dying_with_parent
+from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
@@ -60,6 +67,16 @@ def say(host: str, kind: Kind, **fields: object) -> None:
     """Log one of this agent's events; the console line names the host."""
     event = Event(kind, {"host": host, **fields})
     _logger.log(event.level, event.message, extra={"event": event, "host": host})
+
+
+@dataclass(frozen=True)
+class DrainAsk:
+    """Put on the agent's command queue: drain this host (`deadline_s`), or withdraw a notice."""
+
+    reason: str
+    deadline_s: float
+    notice: bool = False  # a preemption notice: the agent stays; else the agent leaves with the drain
+    withdraw: bool = False
 
 
 @dataclass
@@ -103,6 +120,15 @@ class Agent:
                                 lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
         self._told_to_stop = False
+        self.drain_grace_s = settings.drain_grace_s
+        self._signals = 0  # stop signals received (the second one stops at once)
+        self._leaving_by: float | None = None  # draining to leave: stop by then at the latest
+        self._drain_unsent: list[DrainAsk] = []  # asks not yet delivered (rendezvous away)
+        # Where a worker is marked before this agent sends it SIGTERM (host_signals.py).
+        self._stops_dir = tempfile.mkdtemp(prefix="ringmaster-agent-stops-")
+        self._notices = NoticeWatcher(settings.notice_script, settings.notice_interval_s, self._noticed,
+                                      lambda problem: say(self.host, Kind.AGENT_NOTICE_FAILED, problem=problem),
+                                      self._stop, {**os.environ, env_names.HOST: self.host}) if settings.notice_script else None
 
     @property
     def _last_call_s(self) -> float:
@@ -118,6 +144,8 @@ class Agent:
     def run(self) -> int:
         self._reader.start()
         self._heartbeater.start()
+        if self._notices is not None:
+            self._notices.start()
         exit_code = 0
         try:
             while True:
@@ -129,6 +157,10 @@ class Agent:
                     say(self.host, Kind.AGENT_GAVE_UP, addresses=", ".join(self.addresses), timeout_s=self.reconnect_timeout_s)
                     exit_code = 1
                     break
+                if isinstance(command, DrainAsk):
+                    if not self._begin_drain(command):
+                        break
+                    continue
                 if command is not None:
                     if command.shutdown:
                         say(self.host, Kind.AGENT_STOPPING, reason=command.reason or "the rendezvous ended the job")
@@ -136,6 +168,10 @@ class Agent:
                         break
                     self._apply(command.workers)
                 self._reap()
+                if self._drain_unsent:
+                    self._send_drains()
+                if self._leaving_by is not None and self._drained():
+                    break
                 self._close_retired()
                 if time.monotonic() - self._spares_tended >= TEND_SPARES_S:
                     self._spares_tended = time.monotonic()
@@ -145,6 +181,7 @@ class Agent:
                 self._on_stopping(self.stop_bound_s)
             self._stop_all()
             self._close()
+            shutil.rmtree(self._stops_dir, ignore_errors=True)
         return exit_code
 
     def _close(self) -> None:
@@ -174,6 +211,70 @@ class Agent:
 
     def request_stop(self, reason: str = "agent interrupted") -> None:
         self._commands.put(pb.AgentCommand(shutdown=True, reason=reason))
+
+    def signalled(self, signum: int) -> None:
+        """A stop signal (from a signal handler): the first drains the host, the next stops now."""
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals == 1:
+            self._commands.put(DrainAsk(name, self.drain_grace_s))
+        else:
+            self.request_stop(f"{name} again: stopping the workers now")
+
+    def notice(self, ask: DrainAsk) -> None:
+        """A preemption notice (or its withdrawal), from the notice watcher or SIGUSR1."""
+        self._commands.put(ask)
+
+    def _noticed(self, seconds: float | None) -> None:
+        if seconds is None:
+            self.notice(DrainAsk("notice withdrawn", 0.0, notice=True, withdraw=True))
+        else:
+            self.notice(DrainAsk(f"notice: this host goes away in {seconds:g} s", max(seconds, 0.1), notice=True))
+
+    # -------------------------------------------------------------- drains
+    def _begin_drain(self, ask: DrainAsk) -> bool:
+        """Act on a drain ask; False when the agent should stop now (nothing to drain)."""
+        if ask.notice:
+            say(self.host, Kind.AGENT_NOTICE, notice=ask.reason)
+        else:
+            if not self.children:
+                say(self.host, Kind.AGENT_STOPPING, reason=f"{ask.reason}: no workers to drain")
+                return False
+            if self._leaving_by is None:
+                self._leaving_by = time.monotonic() + ask.deadline_s
+                say(self.host, Kind.AGENT_DRAINING, why=ask.reason, grace_s=ask.deadline_s,
+                    workers=len(self.children))
+        self._drain_unsent.append(ask)
+        self._send_drains()
+        return True
+
+    def _send_drains(self) -> None:
+        """Deliver the drain asks in order; those the rendezvous cannot hear now wait."""
+        while self._drain_unsent and self._stub is not None:
+            ask = self._drain_unsent[0]
+            try:
+                self._stub.DrainHost(pb.DrainRequest(host=self.host, deadline_s=ask.deadline_s, reason=ask.reason[:200],
+                                                     notice=ask.notice, withdraw=ask.withdraw),
+                                     timeout=EXIT_REPORT_RPC_TIMEOUT_S)
+            except ValueError:  # the channel closed meanwhile
+                return
+            except grpc.RpcError as exc:
+                if exc.code() in AWAY_CODES:
+                    return
+                say(self.host, Kind.AGENT_DRAIN_REFUSED, error=exc.details())
+            self._drain_unsent.pop(0)
+
+    def _drained(self) -> bool:
+        """Leaving: every worker gone and reported, or the grace over (the rest are stopped)."""
+        assert self._leaving_by is not None
+        if not self.children and not self._unsent:
+            say(self.host, Kind.AGENT_STOPPING, reason="host drained: its workers left at a commit")
+            return True
+        if time.monotonic() >= self._leaving_by:
+            say(self.host, Kind.AGENT_STOPPING, reason=f"the drain grace ({self.drain_grace_s:g} s) is over: "
+                                                      f"stopping {len(self.children)} worker(s)")
+            return True
+        return False
 
     # -------------------------------------------------------------- threads
     def _read_sessions(self) -> None:
@@ -277,6 +378,7 @@ class Agent:
         env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
         if self.key is not None and worker_id is not None:
             env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
+        env[env_names.AGENT_STOPS] = self._stops_dir
         env.pop(TLS_CA_ENV, None)
         if self.ca_pem is not None:
             env[TLS_CA_ENV] = self.ca_pem.decode()
@@ -307,7 +409,16 @@ class Agent:
         if child.proc.poll() is not None:
             return  # it died by itself: its exit is its own, reported as such
         child.kill_at = time.monotonic() + self.stop_grace_s
+        self._mark(child)
         _signal(child.proc, signal.SIGTERM)
+
+    def _mark(self, child: _Child) -> None:
+        """Say that the SIGTERM coming is this agent's own: the worker ends at once (host_signals.py)."""
+        try:
+            with open(os.path.join(self._stops_dir, str(child.proc.pid)), "x"):
+                pass
+        except OSError:
+            pass  # marked already, or the folder is gone: the SIGKILL after the grace still comes
 
     def _reap(self) -> None:
         while self._unstartable:

@@ -29,6 +29,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
+from ringmaster.worker.train.host_signals import shield_from_host_signals
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
 from ringmaster.worker.train.say import Kind, say
 
@@ -93,6 +94,7 @@ class WorkerContext:
         if self.link is None:
             self._join_alone()
             return
+        shield_from_host_signals()  # a SIGTERM to the whole host is its agent's drain, not this worker's end
         host, port = self._store_address.rsplit(":", 1)  # type: ignore[union-attr]
         self._connect_store(host, int(port))
         self._guard(self.link.start)

@@ -66,6 +66,7 @@ class RendezvousLink:
         self._assignment: pb.Assignment | None = None
         self._over: dict[int, str] = {}
         self._hosts_sequence = 0
+        self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
         self._retired: str | None = None
         self._ended: pb.JobEnded | None = None
         self._lost: str | None = None
@@ -208,6 +209,12 @@ class RendezvousLink:
         with self._cond:
             return self._hosts_sequence
 
+    def checkpoint_sequence(self) -> int:
+        """The newest host update that asked rank 0 to make its commit durable before anyone
+        leaves (a drain that leaves too few workers); 0 if none."""
+        with self._cond:
+            return self._checkpoint_sequence
+
     def add_waiter(self, event: threading.Event) -> None:
         with self._cond:
             self._waiters.add(event)
@@ -264,6 +271,8 @@ class RendezvousLink:
                 self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
             elif kind == "hosts_updated":
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
+                if event.hosts_updated.checkpoint:
+                    self._checkpoint_sequence = max(self._checkpoint_sequence, event.hosts_updated.sequence)
             elif kind == "retire":
                 self._retired = event.retire.reason or "retired"
             elif kind == "job_ended":

@@ -15,6 +15,7 @@ keyword becomes an attribute saved, restored and broadcast as a Python object.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -117,10 +118,24 @@ class State:
         ctx = context()
         if ctx.link is None:  # a job of one, outside `ringmaster run`
             return
-        seen = torch.tensor([ctx.link.hosts_sequence()], dtype=torch.int64)
+        seen = torch.tensor([ctx.link.hosts_sequence(), ctx.link.checkpoint_sequence()], dtype=torch.int64)
         allreduce_(seen, op=Max)
-        if int(seen.item()) > ctx.hosts_sequence_baseline():
+        newest, checkpoint = (int(v) for v in seen.tolist())
+        if newest > ctx.hosts_sequence_baseline():
+            if checkpoint > ctx.hosts_sequence_baseline():
+                self._make_durable(ctx)
             raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def _make_durable(self, ctx) -> None:
+        """A drain leaves too few workers: rank 0 writes this commit to --checkpoint-dir and waits
+        for the disk before anyone leaves, so the job resumes from it."""
+        if self._durable is None:
+            return
+        rank, size = ctx.topology()[:2]
+        generation = ctx.assignment.generation if ctx.assignment else 0
+        warning = self._durable.finish(self._snapshot, self._commits, rank, size, generation)
+        if warning:
+            print(f"ringmaster: {warning}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ what a commit holds
     def _entries(self) -> dict[str, Any]:
