@@ -171,10 +171,10 @@ class Job:
 
         return wait_for(check, timeout_s, what, interval_s=0.1)
 
-    def kill_host(self, host: str) -> int:
-        """SIGKILL an emulated host: its agent's whole process group."""
+    def kill_host(self, host: str, sig: int = signal.SIGKILL) -> int:
+        """SIGKILL an emulated host (or send it `sig`): its agent's whole process group."""
         pid = next(h["agent_pid"] for h in self.status()["hosts"] if h["name"] == host)
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
         return pid
 
     def wait(self, timeout_s: float) -> int:

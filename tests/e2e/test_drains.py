@@ -1,0 +1,111 @@
+"""Drains with real agents and workers: a host taken politely costs no committed work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from harness import FAST, ROOT, elastic_job, events, read_logs, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def redone(logs: dict[str, list[dict]]) -> int:
+    """Steps a worker began more than once (each `begin` names the step it starts)."""
+    total = 0
+    for records in logs.values():
+        begun = [r["step"] for r in records if r["event"] == "begin"]
+        total += len(begun) - len(set(begun))
+    return total
+
+
+def cli(job, *args: str) -> subprocess.CompletedProcess:
+    """A `ringmaster` verb against the job's control API (the tests' secret is in the environment)."""
+    return subprocess.run([sys.executable, "-m", "ringmaster.cli", *args, "--api", job.api_url or job.wait_api()],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def host_state(job, host: str) -> str:
+    return next(h["state"] for h in job.status()["hosts"] if h["name"] == host)
+
+
+def test_sigterm_to_a_hosts_process_group_drains_it_at_a_commit(run_job, tmp_path) -> None:
+    """Kubernetes' and Slurm's way: SIGTERM to every process of the host. Its worker leaves at
+    its next commit, nothing is rolled back or blacklisted, and its agent exits 0."""
+    log = tmp_path / "log"
+    job = run_job("-H", "hostA:1,hostB:1", "--min-np", "1", *FAST,
+                  *elastic_job(log, epochs=3, samples=240, step_time=0.05), "--timestamps")
+    job.wait_status(lambda s: s["steps"] >= 5, 120, "training")
+    job.kill_host("hostB", signal.SIGTERM)
+    drained = job.wait_event("host.drained", 60, host="hostB")
+    assert drained["outcome"] == "commit", drained
+    assert job.wait_event("agent.stopping", 30, host="hostB")["reason"].startswith("host drained")
+    assert job.wait(240) == 0, job.output[-3000:]
+    for noise in ("worker.failed", "host.blacklisted", "host.lost", "generation.over"):
+        assert not job.events(noise), (noise, job.events(noise))
+    logs = read_logs(log)
+    assert redone(logs) == 0
+    assert {r["size"] for r in events(logs, "synced") if r["generation"] >= 2} == {1}
+
+
+def test_a_notice_script_that_flips_to_drain_drains_that_host(run_job, tmp_path) -> None:
+    notice = tmp_path / "notice"
+    notice.write_text("")
+    script = tmp_path / "notice.sh"
+    script.write_text(f'#!/bin/sh\n[ "$RINGMASTER_HOST" = hostB ] && cat {notice}\nexit 0\n')
+    script.chmod(0o755)
+    log = tmp_path / "log"
+    job = run_job("-H", "hostA:1,hostB:1", "--min-np", "1", "--preemption-notice-script", script,
+                  "--notice-interval", "0.2", *FAST, *elastic_job(log, epochs=3, samples=240, step_time=0.05),
+                  "--timestamps")
+    job.wait_status(lambda s: s["steps"] >= 5, 120, "training")
+    notice.write_text("drain 10\n")
+    job.wait_event("host.draining", 30, host="hostB")
+    assert job.wait_event("host.drained", 60, host="hostB")["outcome"] == "commit"
+    assert host_state(job, "hostB") == "drained"
+    notice.write_text("")  # withdrawn: the host takes workers again
+    job.wait_event("host.undrained", 30, host="hostB")
+    job.wait_status(lambda s: s["world_size"] == 2, 120, "hostB back in the ring")
+    assert job.wait(240) == 0, job.output[-3000:]
+    assert redone(read_logs(log)) == 0
+    assert not job.events("host.blacklisted") and not job.events("worker.failed")
+
+
+def test_a_deadline_before_the_next_commit_stops_the_workers_and_costs_the_uncommitted_steps(run_job, tmp_path) -> None:
+    log = tmp_path / "log"
+    job = run_job("-H", "hostA:1,hostB:1", "--min-np", "1", *FAST,
+                  *elastic_job(log, epochs=2, samples=400, step_time=0.05), "--commit-every", "1000", "--timestamps")
+    job.wait_status(lambda s: s["world_size"] == 2, 120, "the ring")
+    wait_for(lambda: len(events(read_logs(log), "begin")) >= 10 or None, 120, "some steps")
+    refused = cli(job, "drain", "nope")
+    assert refused.returncode != 0 and "no host 'nope'" in refused.stderr, refused
+    refused = cli(job, "drain", "hostB", "--deadline", "-1")
+    assert refused.returncode != 0 and "deadline_s" in refused.stderr, refused
+    drained = cli(job, "drain", "hostB", "--deadline", "1")
+    assert drained.returncode == 0 and "within 1 s" in drained.stdout, drained
+    done = job.wait_event("host.drained", 60, host="hostB")
+    assert done["outcome"] == "deadline" and done["uncommitted_s"] > 0, done
+    assert job.events("generation.over"), "the others rolled back"
+    assert not job.events("host.blacklisted")
+    assert job.wait(300) == 0, job.output[-3000:]
+    assert redone(read_logs(log)) > 0  # what the deadline cost: the steps since the last commit
+
+
+def test_draining_the_last_host_checkpoints_first_and_a_restart_resumes_there(run_job, tmp_path) -> None:
+    log, checkpoints = tmp_path / "log", tmp_path / "ckpt"
+    flags = ["-np", "1", "--min-np", "1", "--checkpoint-dir", checkpoints, "--checkpoint-interval", "3600",
+             "--elastic-timeout", "3", *FAST]
+    job = run_job(*flags, *elastic_job(log, epochs=3, samples=300, step_time=0.05))
+    job.wait_status(lambda s: s["steps"] >= 8, 120, "training")
+    job.kill_host("localhost", signal.SIGTERM)
+    assert job.wait_event("host.drained", 60, host="localhost")["outcome"] == "commit"
+    assert job.wait(120) == 1, "no host left: the job fails after --elastic-timeout"
+    last = max(r["step"] for r in events(read_logs(log), "commit"))
+    again = run_job(*flags, *elastic_job(log, epochs=3, samples=300, step_time=0.05))
+    assert again.wait(240) == 0, again.output[-3000:]
+    synced = [r for r in events(read_logs(log), "synced")]
+    assert synced[-1]["step"] >= last, (last, synced[-1])
