@@ -114,3 +114,36 @@ def test_the_dashboard_shows_a_lost_host_as_a_new_generation_and_scales_the_job(
     assert job.wait(240) == 0, job.output
     wait_for(lambda: shown()["state"] == "succeeded" or "does not answer" in browser.find_element(By.ID, "problem").text,
              30, "the page to see the job's end")
+
+
+def test_the_dashboard_drains_a_host_and_takes_it_back(run_job, browser, tmp_path) -> None:
+    from selenium.webdriver.common.by import By
+
+    stop = tmp_path / "stop"
+    job = run_job("--min-np", "1", "-H", "hostA:1,hostB:1", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=1000, samples=96), "--stop-file", str(stop))
+    url = job.wait_api()
+    job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 120, "2 workers training")
+    browser.get(url + "/")
+    wait_for(lambda: _page(browser, "return window.ringmasterFirstRender"), 30, "the page's first drawing")
+
+    def host_states() -> dict:
+        return dict(_page(browser, """return Array.from(document.querySelectorAll('#hosts tbody tr'))
+            .map((tr) => [tr.cells[0].textContent, tr.cells[2].textContent]);"""))
+
+    browser.find_element(By.ID, "token").send_keys(SECRET)
+    browser.find_element(By.ID, "drain-host").send_keys("nope")
+    browser.find_element(By.ID, "drain").click()
+    wait_for(lambda: "refused (404)" in browser.find_element(By.ID, "drain-reply").text, 20, "the refusal on the page")
+    host = browser.find_element(By.ID, "drain-host")
+    host.clear()
+    host.send_keys("hostB")
+    browser.find_element(By.ID, "drain").click()
+    wait_for(lambda: "draining hostB" in browser.find_element(By.ID, "drain-reply").text, 20, "the drain reply")
+    wait_for(lambda: host_states().get("hostB") == "drained", 60, "hostB drained on the page")
+    assert job.status()["world_size"] == 1 and not job.events("worker.failed")
+    browser.find_element(By.ID, "undrain").click()
+    wait_for(lambda: "back in the job" in browser.find_element(By.ID, "drain-reply").text, 20, "the undrain reply")
+    wait_for(lambda: host_states().get("hostB") == "active", 120, "hostB active again on the page")
+    stop.touch()
+    assert job.wait(240) == 0, job.output[-3000:]

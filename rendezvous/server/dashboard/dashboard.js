@@ -1,5 +1,5 @@
 // Ringmaster's dashboard: reads GET /status once a second and draws it; POST /scale with the job
-// secret. Everything from the job (host names, worker ids, messages) is set as text, never as
+// secret, and drains hosts (POST /hosts/NAME/drain, /undrain). Everything from the job (host names, worker ids, messages) is set as text, never as
 // markup. No framework, no build step, nothing fetched from elsewhere.
 "use strict";
 
@@ -161,24 +161,37 @@ async function poll() {
   if (!lastStatus || (lastStatus.state !== "succeeded" && lastStatus.state !== "failed")) setTimeout(poll, POLL_MS);
 }
 
-async function scale(event) {
-  event.preventDefault();
+// POST a change (the secret from the form) and say the answer in `replyId`.
+async function change(path, body, replyId) {
   const token = $("token").value.trim();
   if (token) sessionStorage.setItem("ringmaster-token", token);
-  const np = Number($("scale-np").value);
   try {
-    const reply = await fetch("scale", {
-      method: "POST", headers: { "Content-Type": "application/json", ...headers() }, body: JSON.stringify({ np }),
+    const reply = await fetch(path, {
+      method: "POST", headers: { "Content-Type": "application/json", ...headers() }, body: JSON.stringify(body),
     });
-    const body = await reply.json().catch(() => ({}));
-    const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail || "");
-    text($("scale-reply"), reply.ok ? body.message : "refused (" + reply.status + "): " + detail);
+    const answer = await reply.json().catch(() => ({}));
+    const detail = typeof answer.detail === "string" ? answer.detail : JSON.stringify(answer.detail || "");
+    text($(replyId), reply.ok ? answer.message : "refused (" + reply.status + "): " + detail);
   } catch (err) {
-    text($("scale-reply"), "the rendezvous does not answer");
+    text($(replyId), "the rendezvous does not answer");
   }
+}
+
+function scale(event) {
+  event.preventDefault();
+  change("scale", { np: Number($("scale-np").value) }, "scale-reply");
+}
+
+function drainPath(verb) {
+  return "hosts/" + encodeURIComponent($("drain-host").value.trim()) + "/" + verb;
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   $("scale-form").addEventListener("submit", scale);
+  $("drain-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    change(drainPath("drain"), {}, "drain-reply");
+  });
+  $("undrain").addEventListener("click", () => change(drainPath("undrain"), {}, "drain-reply"));
   poll();
 });
