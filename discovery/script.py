@@ -45,7 +45,7 @@ class ScriptDiscovery:
             )
         if returncode != 0:
             raise DiscoveryError(f"host discovery script {self.command!r} exited with code {returncode}"
-                                 f"{failure_detail(self.command, returncode, stderr)}")
+                                 f"{failure_detail(self.command, returncode or 0, stderr)}")
         return parse_host_lines(stdout.decode(errors="replace"), self.default_slots,
                                 source=f"host discovery script {self.command!r}")
 

@@ -55,6 +55,7 @@ class TraceBuilder:
     _next_flow: int = 1
     _dropped: dict[str, int] = field(default_factory=dict)
     _lost_hosts: set[str] = field(default_factory=set)  # since the last generation formed: no arrows there
+    _draining: dict[str, int] = field(default_factory=dict)  # host -> when its drain began (µs)
 
     def metadata(self) -> list[dict[str, Any]]:
         """Names of the processes and tracks (at the head of every file)."""
@@ -81,6 +82,18 @@ class TraceBuilder:
                     _instant(kind.value, RENDEZVOUS_PID, GENERATIONS_TID, at_us, {"reason": fields.get("reason")})]
         if kind in (Kind.GENERATION_OVER, Kind.JOB_RECOVERED):
             return [_instant(kind.value, RENDEZVOUS_PID, GENERATIONS_TID, at_us, dict(fields))]
+        if kind is Kind.HOST_DRAINING:
+            host = str(fields.get("host", ""))
+            self._draining.setdefault(host, at_us)
+            return [_instant(_host_label(event), RENDEZVOUS_PID, HOSTS_TID, at_us, dict(fields))]
+        if kind is Kind.HOST_DRAINED:  # the drain as a span: from the request to its workers gone
+            start = self._draining.pop(str(fields.get("host", "")), at_us)
+            return [{"name": f"{fields.get('host', '?')}: drain ({fields.get('outcome')})", "cat": "rendezvous",
+                     "ph": "X", "ts": start, "dur": max(1, at_us - start), "pid": RENDEZVOUS_PID, "tid": HOSTS_TID,
+                     "args": dict(fields)}]
+        if kind is Kind.HOST_UNDRAINED:
+            self._draining.pop(str(fields.get("host", "")), None)
+            return [_instant(_host_label(event), RENDEZVOUS_PID, HOSTS_TID, at_us, dict(fields))]
         if kind in _HOST_KINDS:
             if kind is Kind.HOST_LOST:
                 self._lost_hosts.add(str(fields.get("host", "")))

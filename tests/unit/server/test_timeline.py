@@ -185,3 +185,23 @@ def test_a_symbolic_link_planted_at_the_timeline_is_refused_not_followed(tmp_pat
     with pytest.raises(Exception, match="is a symbolic link"):
         TraceFile(link, 1 << 20, lambda: [])
     assert target.read_text() == "keep me\n"
+
+
+def test_a_drain_is_a_span_on_the_hosts_track_from_its_request_to_its_workers_gone() -> None:
+    from ringmaster.rendezvous.server.timeline import HOSTS_TID
+
+    rig = Rig(min_np=1)
+    builder = TraceBuilder(lambda: [])
+    trace: list[dict] = []
+    clock = [0]
+    rig.coordinator.job.on_event = lambda event: trace.extend(builder.on_event(event, clock[0]))
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    clock[0] = 1_000_000
+    rig.drain_host("b", 30.0)
+    clock[0] = 1_400_000
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    rig.worker_exited("b", ids[1], 0, 0, False)
+    (span,) = [e for e in trace if e["ph"] == "X" and e["tid"] == HOSTS_TID]
+    assert span["name"] == "b: drain (commit)" and span["ts"] == 1_000_000 and span["dur"] == 400_000
+    assert any(e["ph"] == "i" and e["name"] == "b: draining" for e in trace)

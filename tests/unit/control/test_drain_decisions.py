@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import pytest
 
@@ -13,7 +14,7 @@ from ringmaster.rendezvous.control.effects import EndGeneration, Retire, StopAge
 from ringmaster.rendezvous.control.records import DrainSource
 
 
-def events(rig: Rig, kind: Kind) -> list[dict]:
+def events(rig: Rig, kind: Kind) -> list[Mapping[str, Any]]:
     return [e.fields for e in rig.coordinator.summary.events if e.kind is kind]
 
 
