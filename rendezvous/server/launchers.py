@@ -141,9 +141,13 @@ class LocalLauncher(Launcher):
         _hand_over(proc, handover(self._key(host), {}))
 
     def stop(self, host: str) -> None:
+        """Close the agent's stdin: it stops at once (a SIGTERM would ask it to drain its host)."""
         launched = self.agents.get(host)
-        if launched is not None:
-            _signal_group(launched.proc, signal.SIGTERM)
+        if launched is not None and launched.proc.stdin is not None:
+            try:
+                launched.proc.stdin.close()
+            except OSError:
+                pass
 
     def ended(self) -> list[tuple[str, str]]:
         out, self._finished = self._finished, []
@@ -167,16 +171,14 @@ class LocalLauncher(Launcher):
         return len(self.agents)
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
-        """Ask every agent to stop (its stdin closes; a local one also gets SIGTERM to its group),
-        then kill what is left."""
+        """Ask every agent to stop (its stdin closes: it stops its workers and exits; a SIGTERM
+        would ask it to drain its host instead), then kill what is left."""
         for launched in self.agents.values():
             if launched.proc.stdin is not None:
                 try:
                     launched.proc.stdin.close()
                 except OSError:
                     pass
-            if not launched.remote:
-                _signal_group(launched.proc, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for launched in self.agents.values():
             try:

@@ -108,3 +108,20 @@ def test_draining_the_last_host_checkpoints_first_and_a_restart_resumes_there(ru
     assert again.wait(240) == 0, again.output[-3000:]
     synced = [r for r in events(read_logs(log), "synced")]
     assert synced[-1]["step"] >= last, (last, synced[-1])
+
+
+def test_sigterm_twice_stops_the_hosts_workers_now_and_the_others_lose_nothing_committed(run_job, tmp_path) -> None:
+    """The second signal is the user's impatience: the host's workers are stopped at once and the
+    others roll back to their last commit (no committed step lost, the host not blacklisted)."""
+    log = tmp_path / "log"
+    job = run_job("-H", "hostA:1,hostB:1", "--min-np", "1", "--drain-grace", "60", *FAST,
+                  *elastic_job(log, epochs=2, samples=400, step_time=0.05), "--commit-every", "1000", "--timestamps")
+    job.wait_status(lambda s: s["world_size"] == 2, 120, "the ring")
+    wait_for(lambda: len(events(read_logs(log), "begin")) >= 10 or None, 120, "some steps")
+    job.kill_host("hostB", signal.SIGTERM)
+    job.wait_event("agent.draining", 30, host="hostB")
+    job.kill_host("hostB", signal.SIGTERM)
+    assert "again" in job.wait_event("agent.stopping", 30, host="hostB")["reason"]
+    job.wait_status(lambda s: s["world_size"] == 1, 60, "the job on hostA alone")
+    assert not job.events("host.blacklisted")
+    assert job.wait(300) == 0, job.output[-3000:]
