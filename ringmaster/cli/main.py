@@ -37,6 +37,7 @@ from ringmaster.common.keys import agent_key
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
 from ringmaster import __version__
 from ringmaster import settings as defaults
+from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.settings import JobSettings
 from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
@@ -339,14 +340,7 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
 
 def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
     """How `run` reaches its hosts (horovodrun's flags), and what its agents do when a host is taken."""
-    parser.add_argument("--drain-grace", type=float, metavar="S", default=defaults.DEFAULT_DRAIN_GRACE_S,
-                        help="an agent that gets SIGTERM drains its host: its workers get this long to leave at their "
-                             "next commit (default: %(default)s)")
-    parser.add_argument("--preemption-notice-script", default=None, metavar="PATH",
-                        help="each agent runs it every --notice-interval (with $RINGMASTER_HOST set): nothing printed "
-                             "means no notice, `drain SECONDS` drains the host (deploy/notice/ has AWS and GCP ones) (default: none)")
-    parser.add_argument("--notice-interval", type=float, metavar="S", default=defaults.DEFAULT_NOTICE_INTERVAL_S,
-                        help="seconds between two runs of the notice script (default: %(default)s)")
+    add_drain_flags(parser)
     parser.add_argument("--launcher", choices=list(LAUNCHERS), default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
                         help="how agents are started: 'ssh' runs each host's agent over ssh (hosts that are this machine "
                              "run here), 'local' runs every host's agent on this machine (hosts emulated by name), 'none' "

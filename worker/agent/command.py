@@ -27,6 +27,7 @@ from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent, DrainAsk
+from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
@@ -50,15 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spares", type=int, default=None, metavar="N",
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
-    parser.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
-                        help="on SIGTERM or SIGINT the host is drained: its workers get this long to leave at their "
-                             "next commit before they are stopped; a second signal stops them at once (default: "
-                             "%(default)s, under Kubernetes' 30 s grace)")
-    parser.add_argument("--preemption-notice-script", default=None, metavar="PATH",
-                        help="run every --notice-interval: it prints nothing when all is well, `drain SECONDS` when "
-                             "this host goes away in that many seconds (deploy/notice/ has AWS and GCP ones)")
-    parser.add_argument("--notice-interval", type=float, default=defaults.DEFAULT_NOTICE_INTERVAL_S, metavar="S",
-                        help="seconds between two runs of the notice script (default: %(default)s)")
+    add_drain_flags(parser)
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600): the agent derives its host's "
                              f"key from it and forgets it. Default: ${SECRET_ENV}")
