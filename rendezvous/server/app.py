@@ -242,7 +242,8 @@ class RendezvousServer:
                 asyncio.create_task(journal.keep_job_lease()),
                 asyncio.create_task(leases.watch()),
                 asyncio.create_task(keep_peers_within(port, lambda peer, count: _say(
-                    Kind.PEER_LIMITED, peer=peer, count=count, limit=MAX_PER_PEER))),
+                    Kind.PEER_LIMITED, peer=peer, count=count, limit=MAX_PER_PEER),
+                    proven=self.auth.proven.snapshot if self.auth is not None else lambda: ())),
             ]
             next_tick = time.monotonic() + TICK_S
             while coordinator.outcome is None:

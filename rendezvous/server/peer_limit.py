@@ -20,7 +20,7 @@ import asyncio
 import ipaddress
 import os
 import socket
-from typing import Callable
+from typing import Callable, Collection
 
 #: Most connections to the gRPC port from one address (an agent and its workers need a few each;
 #: a thousand simulated hosts of a benchmark share a few dozen).
@@ -42,9 +42,9 @@ def _address(hex_address: str) -> str:
     return str(address.ipv4_mapped or address)
 
 
-def established(table: str, port: int) -> list[tuple[str, int]]:
-    """(remote address, socket inode) of the established connections to local `port` in a
-    /proc/net/tcp or tcp6 table."""
+def established(table: str, port: int) -> list[tuple[str, int, int]]:
+    """(remote address, remote port, socket inode) of the established connections to local
+    `port` in a /proc/net/tcp or tcp6 table."""
     found = []
     for line in table.splitlines()[1:]:
         fields = line.split()
@@ -54,18 +54,31 @@ def established(table: str, port: int) -> list[tuple[str, int]]:
         try:
             if int(local.rsplit(":", 1)[1], 16) != port:
                 continue
-            found.append((_address(remote.rsplit(":", 1)[0]), int(inode)))
+            address, remote_port = remote.rsplit(":", 1)
+            found.append((_address(address), int(remote_port, 16), int(inode)))
         except (ValueError, IndexError):
             continue
     return found
 
 
-def beyond_limit(connections: list[tuple[str, int]], limit: int) -> dict[str, list[int]]:
-    """For each address with more than `limit` connections, the inodes of its newest ones beyond it."""
-    by_peer: dict[str, list[int]] = {}
-    for peer, inode in connections:
-        by_peer.setdefault(peer, []).append(inode)
-    return {peer: sorted(inodes)[limit:] for peer, inodes in by_peer.items() if len(inodes) > limit}
+def beyond_limit(connections: list[tuple[str, int, int]], limit: int,
+                 proven: Collection[tuple[str, int]] = ()) -> dict[str, list[int]]:
+    """For each address with more than `limit` connections, the inodes of those beyond it: never
+    a connection that carried a call proving one of the job's keys (`proven`: (address, port)),
+    then the newest of the others first. (Socket inodes are handed out in per-CPU batches, so
+    their order is creation order only roughly: an agent's long-lived session must not depend
+    on it, and does not.)"""
+    by_peer: dict[str, list[tuple[str, int, int]]] = {}
+    for connection in connections:
+        by_peer.setdefault(connection[0], []).append(connection)
+    over = {}
+    for peer, held in by_peer.items():
+        if len(held) <= limit:
+            continue
+        kept = [c for c in held if (c[0], c[1]) in proven]
+        others = sorted(c[2] for c in held if (c[0], c[1]) not in proven)
+        over[peer] = others[max(0, limit - len(kept)):]
+    return {peer: inodes for peer, inodes in over.items() if inodes}
 
 
 def _our_sockets() -> dict[int, int]:
@@ -101,16 +114,17 @@ def _shut_down(fd: int, inode: int) -> bool:
             os.close(copy)
 
 
-def shed(port: int, limit: int = MAX_PER_PEER) -> dict[str, int]:
-    """Shut down the connections to `port` beyond `limit` per peer address; how many per address."""
-    connections: list[tuple[str, int]] = []
+def shed(port: int, limit: int = MAX_PER_PEER, proven: Collection[tuple[str, int]] = ()) -> dict[str, int]:
+    """Shut down the connections to `port` beyond `limit` per peer address (never `proven` ones);
+    how many per address."""
+    connections: list[tuple[str, int, int]] = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
                 connections += established(f.read(), port)
         except OSError:
             continue
-    over = beyond_limit(connections, limit)
+    over = beyond_limit(connections, limit, proven)
     if not over:
         return {}
     ours = _our_sockets()
@@ -122,14 +136,16 @@ def shed(port: int, limit: int = MAX_PER_PEER) -> dict[str, int]:
     return shed_per_peer
 
 
-async def keep_peers_within(port: int, on_shed: Callable[[str, int], None], limit: int = MAX_PER_PEER) -> None:
+async def keep_peers_within(port: int, on_shed: Callable[[str, int], None], limit: int = MAX_PER_PEER,
+                            proven: Callable[[], Collection[tuple[str, int]]] = lambda: ()) -> None:
     """Forever: once a second, when this process holds many descriptors, shed what any peer
-    address holds beyond `limit` (`on_shed(address, count)` hears of it)."""
+    address holds beyond `limit`, sparing the connections `proven()` names (`on_shed(address,
+    count)` hears of it)."""
     if not os.path.isdir("/proc/self/fd"):
         return
     while True:
         await asyncio.sleep(CHECK_EVERY_S)
         if len(os.listdir("/proc/self/fd")) <= LOOK_ABOVE:
             continue
-        for peer, count in (await asyncio.to_thread(shed, port, limit)).items():
+        for peer, count in (await asyncio.to_thread(shed, port, limit, set(proven()))).items():
             on_shed(peer, count)

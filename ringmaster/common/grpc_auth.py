@@ -30,7 +30,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from ringmaster.common.errors import RingmasterError
 from ringmaster.common.keys import Identity, key_of
-from ringmaster.common.throttle import RefusalThrottle, peer_address
+from ringmaster.common.throttle import ProvenConnections, RefusalThrottle, peer_address
 from ringmaster.common.seal import (
     PROOF_KEY, TOKEN_KEY, Admission, CallerSeal, Gate, body_of,
 )
@@ -231,6 +231,7 @@ class RendezvousAuth:
         self._clock = clock
         self.refused = 0
         self.throttle = RefusalThrottle()
+        self.proven = ProvenConnections()  # connections the per-peer limit never sheds
 
     def guard(self, servicer: object, service: ServiceDescriptor) -> object:
         """An object with `servicer`'s RPC methods of `service`, each refusing unproven calls
@@ -258,6 +259,7 @@ class RendezvousAuth:
         replayed = self.gate.admit(admission, now)
         if replayed:
             await self._refuse(context, method, grpc.StatusCode.UNAUTHENTICATED, replayed)
+        self.proven.note(context.peer())
         return admission
 
     async def _refuse(self, context: Any, method: str, code: grpc.StatusCode, why: str) -> None:

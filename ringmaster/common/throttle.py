@@ -11,6 +11,7 @@ workers share its address) are never slowed. Pure: the time is passed in.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
 
 #: Refusals a peer gets answered at once before they are slowed down.
@@ -31,6 +32,43 @@ def peer_address(peer: str) -> str:
     if kind == "ipv4":
         return rest.rpartition(":")[0] or rest
     return peer  # unix sockets and the like: the whole string
+
+
+def peer_endpoint(peer: str) -> tuple[str, int] | None:
+    """(address, port) of a gRPC peer string (`ipv4:10.0.0.1:5000`, `ipv6:[::ffff:10.0.0.1]:5000`,
+    an IPv4-mapped address given as IPv4, as the kernel's tables read); None for anything else."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    address, _, port = rest.rpartition(":")
+    try:
+        parsed = ipaddress.ip_address(address.strip("[]"))
+        mapped = parsed.ipv4_mapped if isinstance(parsed, ipaddress.IPv6Address) else None
+        return str(mapped or parsed), int(port)
+    except ValueError:
+        return None
+
+
+class ProvenConnections:
+    """The connections (address, port) that lately carried a call proving one of the job's keys:
+    the per-peer connection limit never sheds them. Bounded: the least recently proven are
+    forgotten first."""
+
+    def __init__(self, capacity: int = MAX_PEERS * 4) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def note(self, peer: str) -> None:
+        endpoint = peer_endpoint(peer)
+        if endpoint is None:
+            return
+        self._seen[endpoint] = None
+        self._seen.move_to_end(endpoint)
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+
+    def snapshot(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self._seen)
 
 
 class RefusalThrottle:

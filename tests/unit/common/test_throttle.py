@@ -51,9 +51,26 @@ def test_connections_beyond_the_limit_per_peer_are_the_newest_ones() -> None:
         "   6: garbage\n"
     )
     connections = established(table, 0x1F90)
-    assert connections == [("127.0.0.1", 105), ("127.0.0.2", 101), ("127.0.0.2", 103), ("127.0.0.2", 102)]
+    assert connections == [("127.0.0.1", 0xD43E, 105), ("127.0.0.2", 0xD43F, 101), ("127.0.0.2", 0xD440, 103),
+                           ("127.0.0.2", 0xD441, 102)]
     assert beyond_limit(connections, 2) == {"127.0.0.2": [103]}  # the newest (inodes grow with creation)
+    # A connection that proved a key is never shed, however new: the others make room around it.
+    assert beyond_limit(connections, 2, {("127.0.0.2", 0xD440)}) == {"127.0.0.2": [102]}
+    assert beyond_limit(connections, 1, {("127.0.0.2", 0xD440)}) == {"127.0.0.2": [101, 102]}
     six = ("  sl  local_address remote_address st ...\n"
            "   0: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000200007F:D43E 01 0:0 0:0 0 0 0 7 1\n"
            "   1: 00000000000000000000000001000000:1F90 00000000000000000000000001000000:D43F 01 0:0 0:0 0 0 0 8 1\n")
-    assert established(six, 0x1F90) == [("127.0.0.2", 7), ("::1", 8)]
+    assert established(six, 0x1F90) == [("127.0.0.2", 0xD43E, 7), ("::1", 0xD43F, 8)]
+
+
+def test_proven_connections_are_read_from_grpc_peers_and_bounded() -> None:
+    from ringmaster.common.throttle import ProvenConnections, peer_endpoint
+
+    assert peer_endpoint("ipv4:10.0.0.1:5000") == ("10.0.0.1", 5000)
+    assert peer_endpoint("ipv6:[::ffff:127.0.0.1]:6000") == ("127.0.0.1", 6000)
+    assert peer_endpoint("ipv6:[::1]:7") == ("::1", 7)
+    assert peer_endpoint("unix:/tmp/x") is None and peer_endpoint("ipv4:nonsense") is None
+    proven = ProvenConnections(capacity=2)
+    for peer in ("ipv4:10.0.0.1:1", "ipv4:10.0.0.1:2", "ipv4:10.0.0.1:1", "ipv4:10.0.0.1:3"):
+        proven.note(peer)
+    assert proven.snapshot() == {("10.0.0.1", 1), ("10.0.0.1", 3)}  # the least recently proven went
