@@ -230,20 +230,22 @@ class ReadyRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "commits", "elastic", "stats", "spans", "spans_dropped")
+    __slots__ = ("worker_id", "commits", "elastic", "stats", "spans", "spans_dropped", "steps_since_commit")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     SPANS_FIELD_NUMBER: _ClassVar[int]
     SPANS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_SINCE_COMMIT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     commits: int
     elastic: bool
     stats: WorkerStats
     spans: _containers.RepeatedCompositeFieldContainer[Span]
     spans_dropped: int
-    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ..., stats: _Optional[_Union[WorkerStats, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., spans_dropped: _Optional[int] = ...) -> None: ...
+    steps_since_commit: int
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., elastic: _Optional[bool] = ..., stats: _Optional[_Union[WorkerStats, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., spans_dropped: _Optional[int] = ..., steps_since_commit: _Optional[int] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("kind", "start_us", "duration_us", "rank", "generation", "detail")

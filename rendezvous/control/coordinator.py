@@ -200,11 +200,13 @@ class Coordinator:
         if worker_id in self.job.workers:
             self._observe(SessionClosed(worker_id))
 
-    def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float) -> None:
+    def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float,
+                         steps_since_commit: int = 0) -> None:
         worker = self.job.workers.get(worker_id)
         if worker is None:
             return
         worker.last_heartbeat = now
+        worker.steps_since_commit = min(max(0, steps_since_commit), 1 << 40)  # (bounded: it is input)
         self.job.note_commits(worker, commits, now)
         if elastic and not worker.elastic:
             worker.elastic = True
@@ -288,6 +290,7 @@ class Coordinator:
         """
         job, counters = self.job, saved.counters
         self.pool.resumed(saved.hosts, now, agents_survive)
+        self.drains.resumed()
         job.workers, job.generation = saved.workers, saved.generation
         job.next_id, job.hosts_sequence = counters.next_id, counters.hosts_sequence
         job.target_np, job.finishing = counters.target_np, counters.finishing

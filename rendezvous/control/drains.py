@@ -18,6 +18,7 @@ Pure: no I/O, the time is passed in.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Kind
@@ -47,7 +48,8 @@ class Drains:
         self.job = job
         self.pool = job.pool
         self._active: set[str] = set()  # hosts whose drain is not done: settling looks at these only
-        self._expired: dict[str, float] = {}  # host -> seconds of uncommitted work lost when its deadline passed
+        #: host -> (seconds, optimizer steps) of uncommitted work lost when its deadline passed
+        self._expired: dict[str, tuple[float, int]] = {}
 
     # ------------------------------------------------------------------ inputs
     def request(self, host: str, source: DrainSource, deadline_s: float, reason: str, now: float,
@@ -137,21 +139,26 @@ class Drains:
             elif now >= drain.deadline_at and record.name not in self._expired:  # (stopped once)
                 self._expire(record.name, live, now)
 
+    def resumed(self) -> None:
+        """Watch again the drains a previous rendezvous left under way (`HostPool.resumed`)."""
+        self._active = {name for name, host in self.pool.hosts.items() if host.drain is not None and not host.drain.done}
+
     def _finished(self, host: str, drain: Drain, now: float) -> None:
-        drain.done = True
+        self.pool.hosts[host].drain = replace(drain, done=True)  # (a new object: the host's record is rewritten)
         self._active.discard(host)
         seconds = now - drain.requested_at
-        lost_s = self._expired.get(host)
-        if lost_s is not None:
+        lost = self._expired.get(host)
+        lost_s, lost_steps = lost if lost is not None else (0.0, 0)
+        if lost is not None:
             outcome = "deadline"
             how = (f"its deadline passed before its workers reached a commit: they were stopped and the others "
-                   f"rolled back to their last commit ({lost_s:.1f} s of work since it)")
+                   f"rolled back to their last commit ({lost_steps} step(s), {lost_s:.1f} s of work since it)")
         elif drain.had_workers:
             outcome, how = "commit", "its workers left at a commit, nothing rolled back"
         else:
             outcome, how = "idle", "it ran no workers of the job"
         self.job.emit(now, Kind.HOST_DRAINED, host=host, seconds=seconds, how=how, outcome=outcome,
-                      uncommitted_s=lost_s or 0.0)
+                      uncommitted_s=lost_s, steps_lost=lost_steps)
         drains = self.job.summary.drains
         drains[outcome] = drains.get(outcome, 0) + 1
         if drain.source is DrainSource.SIGNAL:
@@ -162,7 +169,9 @@ class Drains:
         """The deadline passed with workers still there: stop them; the others recover from
         their last commit (the work since it is what the deadline cost)."""
         job = self.job
-        self._expired[host] = max(0.0, now - job.last_commit_at)
+        # Steps as the members' last heartbeats counted them (a heartbeat's interval may hide a few more).
+        steps = max((w.steps_since_commit for w in job.workers.values() if w.live and job.is_member(w)), default=0)
+        self._expired[host] = (max(0.0, now - job.last_commit_at), steps)
         reason = f"host {host}'s drain deadline passed before its workers reached a commit"
         if any(job.is_member(w) for w in live):
             job.causes.add(reason, ResetCause.HOST_REMOVED)

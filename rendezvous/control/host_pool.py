@@ -16,7 +16,7 @@ the pool when one of its hosts failed (`blacklist_host`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ringmaster.common.events import Event, Kind
@@ -95,12 +95,16 @@ class HostPool:
 
     def resumed(self, hosts: dict[str, Host], now: float, agents_survive: bool) -> None:
         """Carry on with the hosts a previous rendezvous kept: each gets a fresh heartbeat
-        window to reconnect (their last heartbeats were on the old process's clock)."""
+        window to reconnect (their last heartbeats were on the old process's clock), and a
+        drain under way its whole deadline again (read back on a clock that starts at 0)."""
         self.hosts = hosts
         self.first_discovery_at = now
         for host in hosts.values():
             host.agent_connected = host.agent_connected and agents_survive
             host.last_heartbeat = now
+            if host.drain is not None:
+                host.drain = replace(host.drain, requested_at=host.drain.requested_at + now,
+                                     deadline_at=host.drain.deadline_at + now)
 
     # ------------------------------------------------------------------ inputs: agents
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,

@@ -93,6 +93,7 @@ class Worker(Revised):
     registered: bool = False  # opened a worker session (called hvd.init)
     elastic: bool = False  # runs inside hvd.elastic.run, so it rejoins in place
     stopping: bool = False  # we asked its agent to stop it; its exit is not a failure
+    steps_since_commit: int = 0  # optimizer steps a rollback would undo, as of its last heartbeat
     failed: str | None = None  # why it counts as failed
     done: bool = False  # its training function returned
     generation: int = 0  # last generation it was a member of

@@ -89,13 +89,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.call(self.coordinator.discovery_failed, message)
 
     # ---------------------------------------------------------------- plumbing
-    def call(self, method: Callable, *args):
+    def call(self, method: Callable, *args, **kwargs):
         """Run a coordinator method with the current time, then deliver its outbox. The
         coordinator acts on the inputs in batches (`_settle`): a pass looks at every host and
         worker, so the next waits as long as the last one took, and inputs gather meanwhile.
         With 8 hosts that is microseconds; with 512 it keeps a generation change (512 inputs)
         from costing 512 passes over 512 workers."""
-        result = method(*args, self.clock())
+        result = method(*args, self.clock(), **kwargs)
         self.flush()
         if not self._settle_scheduled:
             self._settle_scheduled = True
@@ -340,7 +340,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:
         """A worker is alive; it carries its commit count, whether it runs `hvd.elastic.run`, and
         its figures (kept for the metrics when they have the shape a worker sends)."""
-        self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic)
+        self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic,
+                  steps_since_commit=request.steps_since_commit)
         worker = self.coordinator.workers.get(request.worker_id)
         if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
                 and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)

@@ -14,15 +14,21 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ringmaster.common.errors import StateError
 from ringmaster.discovery import host_name_problem
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.records import Generation, Host, JobCounters, Phase, Revised, SavedJob, Worker
+from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S, MAX_DRAIN_REASON
+from ringmaster.rendezvous.control.records import (
+    Drain, DrainSource, Generation, Host, JobCounters, Phase, Revised, SavedJob, Worker,
+)
 
 R = TypeVar("R", bound=Revised)
+
+#: Longest agent incarnation kept with a drain (the agent's own are 32 hex digits).
+MAX_INCARNATION_CHARS = 64
 
 FORMAT = "ringmaster-rendezvous"
 VERSION = 1
@@ -59,11 +65,24 @@ class JobRecord(_Record):
     outcome: Optional[tuple[bool, str]]
 
 
+class DrainRecord(_Record):
+    """A host's drain. Its deadline is kept as the seconds it was given, not a time on the old
+    process's clock: a rendezvous that takes the job over gives the drain that long again."""
+
+    source: DrainSource
+    reason: str = Field(max_length=MAX_DRAIN_REASON)
+    deadline_s: float = Field(gt=0, le=MAX_DRAIN_DEADLINE_S)
+    incarnation: str = Field(max_length=MAX_INCARNATION_CHARS)
+    had_workers: bool
+    done: bool
+
+
 class HostRecord(_Record):
     slots: int
     discovered: bool
     agent_connected: bool
     agent_pid: Optional[int]
+    drain: Optional[DrainRecord] = None  # (absent in records written before drains were kept)
 
 
 class WorkerRecord(_Record):
@@ -122,8 +141,14 @@ class Snapshots:
 
 
 def _host_value(host: Host) -> dict[str, Any]:
-    return {"slots": host.slots, "discovered": host.discovered, "agent_connected": host.agent_connected,
-            "agent_pid": host.agent_pid}
+    value: dict[str, Any] = {"slots": host.slots, "discovered": host.discovered,
+                             "agent_connected": host.agent_connected, "agent_pid": host.agent_pid}
+    drain = host.drain
+    if drain is not None:
+        value["drain"] = {"source": drain.source.value, "reason": drain.reason,
+                          "deadline_s": max(1.0, drain.deadline_at - drain.requested_at),
+                          "incarnation": drain.incarnation, "had_workers": drain.had_workers, "done": drain.done}
+    return value
 
 
 def _worker_value(w: Worker) -> dict[str, Any]:
@@ -224,7 +249,12 @@ def diff(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> tupl
 
 
 def _host(name: str, r: HostRecord) -> Host:
-    return Host(name, r.slots, discovered=r.discovered, agent_pid=r.agent_pid, agent_connected=r.agent_connected)
+    d = r.drain
+    # (on a clock that starts at 0: `HostPool.resumed` moves it onto the new process's clock)
+    drain = None if d is None else Drain(d.source, d.reason, 0.0, d.deadline_s, d.incarnation,
+                                         had_workers=d.had_workers, done=d.done)
+    return Host(name, r.slots, discovered=r.discovered, agent_pid=r.agent_pid, agent_connected=r.agent_connected,
+                drain=drain)
 
 
 def _worker(worker_id: str, r: WorkerRecord) -> Worker:

@@ -416,3 +416,69 @@ def test_a_worker_record_is_data_its_environment_comes_from_the_resuming_job() -
     assert "RINGMASTER_CHECKPOINT_TRUSTED" not in env and "RINGMASTER_CHECKPOINT_DIR" not in env
     assert env["RINGMASTER_RENDEZVOUS"] == "127.0.0.1:1"
     assert env["RANK"] == rig.coordinator.workers[ids[0]].env["RANK"]  # its place in the ring is kept
+
+
+# ---------------------------------------------------------------- drains across a takeover
+def test_an_operators_drain_outlives_the_rendezvous_that_took_it() -> None:
+    """A standby that takes the job over keeps the host out until the operator undrains it."""
+    rig = Rig(min_np=1, max_np=8)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.drain_host("b", 30.0)
+    rig.worker_ready(ids[0], 1, "", True)
+    rig.worker_ready(ids[1], 1, "", True)
+    rig.worker_exited("b", ids[1], 0, 0, False)
+    values = record(rig)
+    assert values["hosts/b"]["drain"]["done"] and values["hosts/b"]["drain"]["source"] == "operator"
+    new = Rig(min_np=1, max_np=8)
+    new.now = 500.0
+    new.resume(job_record.read_job(values))
+    new.agent_connected("a", 100, running=list(rig.specs("a")))
+    new.agent_connected("b", 101, running=[])
+    assert not new.specs("b"), "the drained host is given no workers"
+    assert "b" not in [h.name for h in new.coordinator.pool.eligible_hosts(new.now)]
+    assert new.coordinator.view(new.now).hosts[1].state == "drained"
+    new.undrain_host("b")
+    assert len(new.specs("b")) == 1, "undrained on the new rendezvous, the host takes a worker again"
+
+
+def test_a_drain_under_way_gets_its_whole_deadline_again_on_the_new_clock() -> None:
+    rig = Rig(min_np=1, max_np=8)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.now = 20.0
+    rig.drain_host("b", 30.0)  # (taken at 20 s: due at 50 s on the old clock)
+    values = record(rig)
+    assert values["hosts/b"]["drain"]["deadline_s"] == 30.0 and not values["hosts/b"]["drain"]["done"]
+    new = Rig(min_np=1, max_np=8)
+    new.now = 1000.0
+    new.resume(job_record.read_job(values))
+    new.agent_connected("a", 100, running=list(rig.specs("a")))
+    new.agent_connected("b", 101, running=list(rig.specs("b")))
+    drain = new.coordinator.pool.hosts["b"].drain
+    assert (drain.requested_at, drain.deadline_at) == (1000.0, 1030.0)
+    new.now = 1029.0
+    new.tick()
+    assert new.coordinator.workers[ids[1]].live, "not yet due"
+    new.now = 1031.0
+    new.tick()
+    assert new.coordinator.workers[ids[1]].stopping, "past its deadline on the new clock: its worker is stopped"
+    new.worker_exited("b", ids[1], -15, 0, False)
+    (drained,) = [e.fields for e in new.coordinator.summary.events if e.kind is Kind.HOST_DRAINED]
+    assert drained["outcome"] == "deadline", drained
+
+
+@pytest.mark.parametrize("drain, message", [
+    ({"source": "sabotage"}, "source"),
+    ({"deadline_s": 1e12}, "deadline_s"),
+    ({"deadline_s": -1}, "deadline_s"),
+    ({"reason": "x" * 10_000}, "reason"),
+    ({"incarnation": "i" * 1000}, "incarnation"),
+    ({"run": "rm -rf /"}, "run"),
+])
+def test_a_drain_record_that_is_not_ours_is_refused_naming_the_field(drain, message) -> None:
+    rig = Rig(min_np=1, max_np=8)
+    rig.start_elastic({"a": 1, "b": 1})
+    rig.drain_host("b", 30.0)
+    values = record(rig)
+    values["hosts/b"] = {**values["hosts/b"], "drain": {**values["hosts/b"]["drain"], **drain}}
+    with pytest.raises(job_record.IncompatibleState, match=message):
+        job_record.read_job(values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def test_a_deadline_before_the_next_commit_stops_the_workers_and_costs_the_uncom
     drained = cli(job, "drain", "hostB", "--deadline", "1")
     assert drained.returncode == 0 and "within 1 s" in drained.stdout, drained
     done = job.wait_event("host.drained", 60, host="hostB")
-    assert done["outcome"] == "deadline" and done["uncommitted_s"] > 0, done
+    assert done["outcome"] == "deadline" and done["uncommitted_s"] > 0 and done["steps_lost"] > 0, done
     assert job.events("generation.over"), "the others rolled back"
     assert not job.events("host.blacklisted")
     assert job.wait(300) == 0, job.output[-3000:]
@@ -125,3 +126,33 @@ def test_sigterm_twice_stops_the_hosts_workers_now_and_the_others_lose_nothing_c
     job.wait_status(lambda s: s["world_size"] == 1, 60, "the job on hostA alone")
     assert not job.events("host.blacklisted")
     assert job.wait(300) == 0, job.output[-3000:]
+
+
+def test_sigterm_during_a_reset_drains_the_host_and_the_job_loses_no_committed_step(run_job, tmp_path) -> None:
+    """hostC dies outright and hostB gets SIGTERM in the same instant: the ring is re-formed
+    once, without hostB, whose worker leaves from the reset instead of a commit; hostB is not
+    blacklisted, its agent exits 0, and every generation starts from the last commit."""
+    from job_checks import assert_every_sample_once, assert_ranks_agree
+
+    log = tmp_path / "log"
+    job = run_job("-H", "hostA:1,hostB:1,hostC:1", "--min-np", "1", *FAST,
+                  *elastic_job(log, epochs=3, samples=360, step_time=0.05), "--timestamps")
+    job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 5, 120, "training on three hosts")
+    pids = {h["name"]: h["agent_pid"] for h in job.status()["hosts"]}
+    os.killpg(pids["hostC"], signal.SIGKILL)
+    os.killpg(pids["hostB"], signal.SIGTERM)
+    drained = job.wait_event("host.drained", 60, host="hostB")
+    assert drained["outcome"] in ("commit", "idle"), drained
+    assert job.wait_event("agent.stopping", 30, host="hostB")["reason"].startswith("host drained")
+    job.wait_status(lambda s: s["world_size"] == 1, 60, "the job on hostA alone")
+    assert job.wait(240) == 0, job.output[-3000:]
+    assert not job.events("host.blacklisted", host="hostB")
+    logs = read_logs(log)
+    assert_ranks_agree(logs)
+    assert_every_sample_once(logs, 3, allow_padding=True)
+    committed: dict[int, int] = {}
+    for r in events(logs, "commit"):
+        committed[r["generation"]] = max(committed.get(r["generation"], 0), r["step"])
+    for r in events(logs, "synced"):
+        before = [step for generation, step in committed.items() if generation < r["generation"]]
+        assert not before or r["step"] >= max(before), ("a generation began before the last commit", r, committed)

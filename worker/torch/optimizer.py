@@ -74,6 +74,7 @@ class _DistributedOptimizerMixin:
 
     def step(self, closure=None):  # type: ignore[override]
         """Wait for the gradients' reduction (unless `skip_synchronize()`), then step the wrapped optimizer."""
+        context().note_step()
         if self._hvd_op == "adasum":
             return self._adasum_step(closure)
         if self._hvd_should_sync and not self._hvd_synchronized:

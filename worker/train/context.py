@@ -234,10 +234,17 @@ class WorkerContext:
         self.commits = commits
         if self.link is not None:
             self.link.commits = self.commits
+            self.link.steps_since_commit = 0  # (committed, restored or synced: nothing to undo)
             generation = self.assignment.generation if self.assignment is not None else 0
             if new and generation != self._first_commit_reported:
                 self._first_commit_reported = generation
                 self.link.beat_soon()
+
+    def note_step(self) -> None:
+        """The wrapped optimizer stepped: one more step that a rollback before the next commit
+        undoes (the rendezvous says what a drain's missed deadline cost with it)."""
+        if self.link is not None:
+            self.link.steps_since_commit += 1
 
     def report_done(self, warning: str = "") -> None:
         if self.link is not None:

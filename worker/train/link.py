@@ -61,6 +61,7 @@ class RendezvousLink:
         self.host = host
         self.heartbeat_interval_s = heartbeat_interval_s
         self.commits = 0
+        self.steps_since_commit = 0  # optimizer steps a rollback now would undo
         self.elastic = False
         self._cond = threading.Condition()
         self._assignment: pb.Assignment | None = None
@@ -171,6 +172,7 @@ class RendezvousLink:
         try:
             stub.WorkerHeartbeat(
                 pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
+                                          steps_since_commit=self.steps_since_commit,
                                           stats=self._stats() if self._stats is not None else None,
                                           spans=SpanRecorder.proto(taken),
                                           spans_dropped=spans.dropped if spans is not None else 0),

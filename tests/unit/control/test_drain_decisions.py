@@ -63,7 +63,8 @@ def test_an_undrained_host_comes_back() -> None:
 def test_a_deadline_that_passes_before_a_commit_stops_the_workers_and_the_others_roll_back() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
-    rig.worker_heartbeat(ids[0], 5, True)
+    rig.worker_heartbeat(ids[0], 5, True, steps_since_commit=7)
+    rig.worker_heartbeat(ids[1], 5, True, steps_since_commit=-3)  # (input: no negative counts)
     rig.now = 2.0
     rig.drain_host("b", 10.0)
     rig.now = 11.9
@@ -79,6 +80,7 @@ def test_a_deadline_that_passes_before_a_commit_stops_the_workers_and_the_others
     rig.worker_exited("b", ids[1], 0, 15, True)
     (drained,) = events(rig, Kind.HOST_DRAINED)
     assert drained["outcome"] == "deadline" and drained["uncommitted_s"] == pytest.approx(12.0)
+    assert drained["steps_lost"] == 7 and "7 step(s)" in drained["how"]
     assert not events(rig, Kind.HOST_BLACKLISTED)
 
 
