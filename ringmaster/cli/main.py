@@ -175,6 +175,10 @@ _EXAMPLES = {
     "undrain": "example:\n  ringmaster undrain --api http://127.0.0.1:PORT hostB",
     "status": "example:\n  ringmaster status --api http://127.0.0.1:PORT",
     "events": "example:\n  ringmaster events --api http://127.0.0.1:PORT --follow",
+    "demo": "examples:\n  ringmaster demo            # about a minute; then open ringmaster-demo/demo.png\n"
+            "  ringmaster demo --quick    # a few seconds of training",
+    "plot": "examples:\n  ringmaster plot ringmaster-demo -o demo.png\n"
+            "  ringmaster run --log-format json -np 2 python train.py > job.jsonl; ringmaster plot job.jsonl -o job.png",
 }
 
 
@@ -220,6 +224,24 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--since", type=int, default=0, metavar="N", help="from the event numbered N (default: the first kept)")
     events.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
     events.add_argument("--json", action="store_true", help="one JSON object per event (seq, kind, level, generation, time, message, fields)")
+    demo = _verb(sub, "demo", "watch an elastic job survive a dead host, a host coming back and scaling (on this "
+                              "machine)",
+                 "Train a small network on handwritten digits on two emulated hosts of this machine; kill one "
+                 "outright, bring it back, scale down and up, and say what happens each time. Ends with the test "
+                 "accuracy beside a fault-free run's, what each fault cost, and a picture (demo.png).")
+    demo.add_argument("--quick", action="store_true", help="a few seconds of training (as CI runs it)")
+    demo.add_argument("--hold", type=float, default=None, metavar="S",
+                      help="seconds the job stays up after training, to open its dashboard (default: 5; --quick: 0)")
+    demo.add_argument("--out", default="ringmaster-demo", metavar="DIR",
+                      help="folder for the log, picture and timeline (default: ./ringmaster-demo)")
+    demo.add_argument("--seed", type=int, default=0, help="the training's seed (default: 0)")
+    plot = _verb(sub, "plot", "draw a job's loss, accuracy, world size and faults from its JSON log (PNG)",
+                 "Draw a picture of a job from its JSON log (`ringmaster run --log-format json` or `ringmaster "
+                 "events --json` output, or a `ringmaster demo` folder): training loss and test accuracy against the "
+                 "step (from lines the script prints as JSON with step, loss, accuracy), the world size against "
+                 "time with each generation shaded by its cause, and each fault marked with its recovery time.")
+    plot.add_argument("log", metavar="EVENTS|RUN_DIR", help="the job's JSON log, or a folder holding events.jsonl")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="where to write the picture")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
     key = sub.add_parser("agent-key", help="print the key of one host's agent, derived from the job secret (for "
@@ -509,6 +531,21 @@ def _remote(args: argparse.Namespace) -> int:
         return 130
 
 
+def _picture_verb(args: argparse.Namespace) -> int:
+    """`demo` and `plot` (their modules import matplotlib only when called)."""
+    try:
+        if args.verb == "plot":
+            from ringmaster.cli.plot import plot
+            return plot(args.log, args.output)
+        from ringmaster.cli.demo import demo
+        return demo(args.out, args.quick, args.hold, args.seed)
+    except RingmasterError as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["agent"]:  # the agent's flags are its own (worker/agent/command.py)
@@ -523,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         return _remote(args)
     if args.verb == "agent-key":
         return _print_agent_key(args.host, args.secret_file)
+    if args.verb in ("demo", "plot"):
+        return _picture_verb(args)
     return _run_job(args, local_hosts=args.verb == "run")
 
 

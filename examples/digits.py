@@ -1,0 +1,108 @@
+"""A small convolutional network learns handwritten digits: the script `ringmaster demo` runs.
+
+The data is scikit-learn's digits set (1,797 8x8 images of 0-9, shipped inside the package: no
+download), split once with a fixed seed into 1,437 training and 360 test images. Written as a
+Horovod elastic script: only the import line differs. Run it yourself with, for example,
+`ringmaster run -np 2 python examples/digits.py`.
+
+Rank 0 prints one JSON line per step (`step`, `epoch`, `loss`, `size`, `time`) and one per epoch
+with the test accuracy: `ringmaster plot` draws them from the job's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from torch import nn
+
+import ringmaster.torch as hvd
+
+
+def digits() -> tuple[torch.utils.data.TensorDataset, torch.utils.data.TensorDataset]:
+    """The training and test sets, the same on every worker (a fixed split)."""
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError:
+        sys.exit("examples/digits.py needs scikit-learn: pip install 'ringmaster[demo]'")
+    data = load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(data.target, dtype=torch.int64)
+    train_x, test_x, train_y, test_y = train_test_split(images, labels, test_size=360, random_state=0, stratify=labels)
+    return (torch.utils.data.TensorDataset(train_x, train_y), torch.utils.data.TensorDataset(test_x, test_y))
+
+
+def network() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+def accuracy(model: nn.Module, test: torch.utils.data.TensorDataset) -> float:
+    x, y = test.tensors
+    with torch.no_grad():
+        return (model(x).argmax(dim=1) == y).float().mean().item()
+
+
+def say(**record: object) -> None:
+    """One JSON line on rank 0 (what `ringmaster plot` reads from the job's log)."""
+    if hvd.rank() == 0:
+        print(json.dumps({**record, "time": round(time.time(), 3)}), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=16, help="per worker")
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hold", type=float, default=0.0,
+                        help="seconds to stay up after training (so the job's dashboard can still be opened)")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # several workers share this machine's cores
+    hvd.init()
+    torch.manual_seed(args.seed)
+    train_set, test_set = digits()
+    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+
+    model = network()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0)
+
+    @hvd.elastic.run
+    def train(state: hvd.elastic.TorchState) -> float:
+        while state.epoch < args.epochs:
+            for batch_idx, (data, target) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = nn.functional.cross_entropy(model(data), target)
+                loss.backward()
+                optimizer.step()
+                state.step += 1
+                state.sampler.record_batch(batch_idx, args.batch_size)
+                say(step=state.step, epoch=state.epoch, loss=round(loss.item(), 5), size=hvd.size())
+                hvd.report(loss=loss)
+                state.commit()
+            state.epoch += 1
+            state.sampler.set_epoch(state.epoch)
+            say(step=state.step, epoch=state.epoch, accuracy=round(accuracy(model, test_set), 4), size=hvd.size())
+            state.commit()
+        return accuracy(model, test_set)
+
+    final = train(state)
+    say(done=True, step=state.step, accuracy=round(final, 4))
+    if args.hold > 0:
+        time.sleep(args.hold)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""A finished (or running) job read back from its log: what `ringmaster plot` draws and what
+`ringmaster demo` reports.
+
+A job's log is what `ringmaster run --log-format json` prints (one JSON event per line, and the
+workers' lines as `[worker id] text`) or what `ringmaster events --json` prints (each event's
+fields under "fields"). Training figures come from the workers' lines whose text is a JSON
+object with a numeric `step` and a `loss` or an `accuracy` (as `examples/digits.py` prints them
+on rank 0). Anything else is skipped: a log is input, and one bad line costs only that line.
+
+Pure: lines in, records out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+#: Longest line read (longer ones are skipped: no event or figure line is anywhere near it).
+MAX_LINE_CHARS = 65_536
+#: Most lines read from one log (a log past it is read up to it).
+MAX_LINES = 2_000_000
+
+_WORKER_LINE = re.compile(r"^\[([A-Za-z0-9_.:\-]{1,300}/\d{1,12})\] (.*)$")
+#: Events that take workers away without warning: each is a fault that the job recovers from.
+FAULT_KINDS = ("host.lost", "worker.failed")
+
+
+@dataclass(frozen=True)
+class Generation:
+    number: int
+    started: float  # seconds since the log's first record
+    size: int
+    cause: str  # in words
+    causes: tuple[str, ...]  # `ResetCause` values; empty for the first generation
+
+
+@dataclass(frozen=True)
+class Point:
+    """One figure line of rank 0: the step, and the loss or the test accuracy at it."""
+
+    at: float
+    step: int
+    loss: float | None = None
+    accuracy: float | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """Something that changed the ring: a fault, a host added or a scale, and what it cost."""
+
+    at: float
+    kind: str  # the event's kind (host.lost, worker.failed, scale.requested, hosts.changed, host.drained, ...)
+    what: str  # its message
+    recovered_s: float | None = None  # a fault: from when it was seen to rank 0's first commit after it
+    pause_s: float | None = None  # the longest gap between two steps from it until the ring it caused trained
+    steps_redone: int = 0  # steps trained again after it (rolled back)
+
+
+@dataclass
+class JobHistory:
+    t0: float = 0.0  # wall-clock time of the first record (seconds since the epoch)
+    events: list[dict[str, Any]] = field(default_factory=list)  # with "at": seconds since t0
+    points: list[Point] = field(default_factory=list)
+    skipped: int = 0  # lines that were neither an event nor a figure nor plain worker output
+
+    def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("kind") in kinds]
+
+    @property
+    def generations(self) -> list[Generation]:
+        out = []
+        for e in self.of_kind("generation.formed"):
+            causes = e.get("causes")
+            out.append(Generation(_int(e.get("number")), e["at"], _int(e.get("size")), str(e.get("cause", ""))[:200],
+                                  tuple(str(c)[:40] for c in causes) if isinstance(causes, list) else ()))
+        return out
+
+    @property
+    def end(self) -> float:
+        times = [e["at"] for e in self.events] + [p.at for p in self.points]
+        return max(times, default=0.0)
+
+    def final_accuracy(self) -> float | None:
+        accuracies = [p.accuracy for p in self.points if p.accuracy is not None]
+        return accuracies[-1] if accuracies else None
+
+    def disruptions(self, kinds: Iterable[str] = (*FAULT_KINDS, "scale.requested", "hosts.changed",
+                                                   "host.draining")) -> list[Disruption]:
+        """Each ring-changing event with its cost. Failures of several workers of one host at
+        once are one fault (the host's loss): a fault within a second of the last is folded in."""
+        chosen = [e for e in self.of_kind(*kinds)]
+        merged: list[dict[str, Any]] = []
+        for e in chosen:
+            if merged and e["kind"] in FAULT_KINDS and merged[-1]["kind"] in FAULT_KINDS and e["at"] - merged[-1]["at"] < 1.0:
+                continue
+            merged.append(e)
+        recoveries = self.of_kind("job.recovered")
+        formed = self.generations
+        out = []
+        for i, e in enumerate(merged):
+            at = e["at"]
+            until = merged[i + 1]["at"] if i + 1 < len(merged) else math.inf
+            recovered = next((_float(r.get("seconds")) for r in recoveries if at <= r["at"] < until), None) \
+                if e["kind"] in FAULT_KINDS else None
+            next_gen = next((g for g in formed if at <= g.started < until), None)  # (the ring it caused)
+            out.append(Disruption(at, e["kind"], str(e.get("message", e["kind"]))[:300], recovered,
+                                  self._pause(at, next_gen), self._redone(at, until)))
+        return out
+
+    def _steps(self) -> list[Point]:
+        return [p for p in self.points if p.loss is not None]
+
+    def _pause(self, at: float, gen: Generation | None) -> float | None:
+        """The longest gap between consecutive steps from the last one before `at` to the first
+        one trained in `gen` (None when that ring never trained)."""
+        steps = self._steps()
+        if gen is None:
+            return None
+        before = [p.at for p in steps if p.at <= at]
+        after = [p for p in steps if p.at >= gen.started]
+        if not after:
+            return None
+        times = ([before[-1]] if before else []) + [p.at for p in steps if at < p.at <= after[0].at]
+        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+    def _redone(self, at: float, until: float) -> int:
+        """Steps trained between `at` and `until` that had been trained before `at`."""
+        steps = self._steps()
+        done = max((p.step for p in steps if p.at <= at), default=0)
+        return len({p.step for p in steps if at < p.at < until and p.step <= done})
+
+
+def read_history(lines: Iterable[str]) -> JobHistory:
+    history = JobHistory()
+    records: list[tuple[float, dict[str, Any] | Point]] = []
+    for count, line in enumerate(lines):
+        if count >= MAX_LINES:
+            break
+        if len(line) > MAX_LINE_CHARS:
+            history.skipped += 1
+            continue
+        line = line.rstrip("\n")
+        worker = _WORKER_LINE.match(line)
+        if worker:
+            point = _point(worker.group(2))
+            if point is not None:
+                records.append((point.at, point))
+            continue
+        event = _event(line)
+        if event is None:
+            if line.strip():
+                history.skipped += 1
+            continue
+        records.append((event["time"], event))
+    if not records:
+        return history
+    history.t0 = min(t for t, _ in records)
+    for t, record in sorted(records, key=lambda r: r[0]):
+        if isinstance(record, Point):
+            history.points.append(Point(t - history.t0, record.step, record.loss, record.accuracy, record.size))
+        else:
+            history.events.append({**record, "at": t - history.t0})
+    return history
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str) or not _finite(record.get("time")):
+        return None
+    fields = record.get("fields")
+    if isinstance(fields, dict):  # `ringmaster events --json`: the fields apart
+        record = {**fields, **{k: v for k, v in record.items() if k != "fields"}}
+    return record
+
+
+def _point(text: str) -> Point | None:
+    if not text.startswith("{"):
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not _finite(record.get("time")) or not isinstance(record.get("step"), int):
+        return None
+    loss, acc = record.get("loss"), record.get("accuracy")
+    if record.get("done") or not (_finite(loss) or _finite(acc)):
+        return None
+    size = record.get("size")
+    return Point(float(record["time"]), record["step"], float(loss) if _finite(loss) else None,
+                 float(acc) if _finite(acc) else None, size if isinstance(size, int) else None)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _float(value: object) -> float | None:
+    return float(value) if _finite(value) else None  # type: ignore[arg-type]
