@@ -67,6 +67,16 @@ def main_cause(causes: tuple[str, ...]) -> str:
 def draw(history: JobHistory, out: pathlib.Path, title: str = "") -> pathlib.Path:
     """Write the picture of `history` to `out` (PNG); returns `out`."""
     pyplot = need_matplotlib()
+    fig = figure(history, title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    pyplot.close(fig)
+    return out
+
+
+def figure(history: JobHistory, title: str = "") -> Any:
+    """The picture's three panels: loss, test accuracy (against the step), world size (against time)."""
+    pyplot = need_matplotlib()
     fig, (loss_ax, acc_ax, size_ax) = pyplot.subplots(3, 1, figsize=SIZE_IN, dpi=DPI)
     steps = [p for p in history.points if p.loss is not None]
     accuracies = [p for p in history.points if p.accuracy is not None]
@@ -116,10 +126,7 @@ def draw(history: JobHistory, out: pathlib.Path, title: str = "") -> pathlib.Pat
     size_ax.legend(handles=[Patch(color=CAUSE_COLOURS.get(c, "#eeeeee"), label=f"ring formed: {c.replace('_', ' ')}")
                             for c in shown], fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, frameon=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    pyplot.close(fig)
-    return out
+    return fig
 
 
 def _label(kind: str, message: str) -> str:

@@ -9,7 +9,7 @@ import atexit
 import torch
 import torch.distributed as dist
 
-from ringmaster.worker.train.context import WorkerContext
+from ringmaster.worker.train.context import WorkerContext, exit_promptly
 
 # Reduction ops, as Horovod names them.
 Average = "average"
@@ -20,6 +20,7 @@ Adasum = "adasum"  # see ringmaster.torch.adasum
 _OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX, Adasum: None}
 
 _context: WorkerContext | None = None
+atexit.register(exit_promptly)  # (registered first, so it runs last: after the script's own exit handlers)
 
 
 def init() -> None:

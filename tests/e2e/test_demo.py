@@ -1,0 +1,81 @@
+"""`ringmaster demo --quick` end to end: a real elastic job that loses a host, gets it back and
+scales, narrated, ending with a picture and the accuracy beside a fault-free run's."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from harness import ROOT
+
+pytestmark = pytest.mark.slow
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@pytest.fixture
+def reaped():
+    """The demo starts `ringmaster run` in a session of its own, which starts the emulated hosts in
+    theirs: this process becomes their subreaper, so at teardown every process the test started,
+    orphaned or not, is found among its descendants and killed."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    for child in psutil.Process().children(recursive=True):
+        if child.pid not in before:
+            try:
+                child.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+    for child in psutil.Process().children():
+        if child.pid not in before:
+            try:
+                child.wait(timeout=10)
+            except psutil.Error:
+                pass
+
+
+def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, reaped) -> None:
+    out = tmp_path / "demo"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the fault-free run is made, not cached
+    done = subprocess.run([sys.executable, "-m", "ringmaster.cli", "demo", "--quick", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    said = done.stdout
+    for narration in ("killing hostB now", "hostB is back", "scaling down to 2 workers", "scaling up to 4 workers"):
+        assert narration in said, said
+
+    # The picture: a PNG of the expected size with three panels (the axes' labels are drawn in it).
+    from matplotlib import image
+
+    pixels = image.imread(out / "demo.png")
+    assert pixels.shape[:2] == (900, 1000) and pixels.std() > 0.05
+
+    # The accuracy: above what a broken model reaches (10 classes: chance is 10%).
+    reported = [line for line in said.splitlines() if line.startswith("test accuracy")]
+    assert reported, said
+    accuracy, baseline = (float(part.split("%")[0].split()[-1]) for part in reported[0].split("(fault-free"))
+    assert accuracy > 85.0 and baseline > 85.0, reported
+
+    # The events show exactly the faults and changes narrated, and the job succeeded.
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.startswith("{")]
+    kinds = [e["kind"] for e in events]
+    assert [e["host"] for e in events if e["kind"] == "host.lost"] == ["hostB"]
+    assert {e["worker"].split("/")[0] for e in events if e["kind"] == "worker.failed"} == {"hostB"}
+    assert [e["np"] for e in events if e["kind"] == "scale.requested"] == [2, 4]
+    assert [e["description"] for e in events if e["kind"] == "hosts.changed"] == ["removed hostB", "added hostB:2"]
+    assert [e["size"] for e in events if e["kind"] == "generation.formed"] == [4, 2, 4, 2, 4]
+    assert kinds.count("job.recovered") == 1 and "job.succeeded" in kinds
+    assert "what happened:" in said and "recovered in" in said
+
+    # `ringmaster plot` draws the same folder again.
+    again = subprocess.run([sys.executable, "-m", "ringmaster.cli", "plot", str(out), "-o", str(tmp_path / "again.png")],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "5 generation(s)" in again.stdout, again
