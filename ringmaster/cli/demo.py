@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -29,7 +30,7 @@ from ringmaster import examples
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.plot import EXTRA, draw, need_matplotlib
 from ringmaster.common.errors import JobError, UsageError
-from ringmaster.common.job_history import JobHistory, read_history
+from ringmaster.common.job_history import read_history
 
 #: The demo's training script (the repository's examples/, installed as ringmaster.examples).
 SCRIPT = pathlib.Path(examples.__file__).resolve().parent / "digits.py"
@@ -49,7 +50,7 @@ class Pace:
     hold_s: float
 
 
-DEFAULT_PACE = Pace(epochs=70, kill_at=5, gap=5, hold_s=5.0)
+DEFAULT_PACE = Pace(epochs=55, kill_at=3, gap=3, hold_s=5.0)
 QUICK_PACE = Pace(epochs=50, kill_at=1, gap=2, hold_s=0.0)
 
 
@@ -76,7 +77,8 @@ class Demo:
         self.progress = Progress()
         self.lock = threading.Condition()
         self.hosts_file = out_dir / "hosts.txt"
-        self.acts: list[tuple[str, float]] = []  # (what, seconds since the demo's job started)
+        self.acts: list[tuple[str, float]] = []  # (what, when: seconds since the epoch)
+        self._log: TextIO | None = None  # the job's log, events.jsonl, while the job runs
 
     # ------------------------------------------------------------------ the runs
     def training_args(self) -> list[str]:
@@ -174,8 +176,14 @@ class Demo:
         self.say("nothing more to do: the job trains to its last epoch")
 
     def act(self, narration: str) -> None:
-        self.acts.append((narration, time.time()))
+        """Say what the demo does now, on the console and in the job's log (a `demo.act` event)."""
+        now = time.time()
+        self.acts.append((narration, now))
         self.say(narration, mark=">>")
+        with self.lock:
+            if self._log is not None:
+                self._log.write(json.dumps({"logger": "ringmaster.demo", "level": "INFO", "message": narration,
+                                            "time": now, "kind": "demo.act", "generation": None}) + "\n")
 
     def wait(self, condition: Callable[[Progress], bool], what: str) -> None:
         deadline = time.monotonic() + ACT_TIMEOUT_S
@@ -198,10 +206,15 @@ class Demo:
     # ------------------------------------------------------------------ the log
     def _read(self, stream: TextIO) -> None:
         with open(self.out_dir / "events.jsonl", "w") as log:
+            with self.lock:
+                self._log = log
             for line in stream:
-                log.write(line)
-                log.flush()
+                with self.lock:
+                    log.write(line)
+                    log.flush()
                 self._note(line)
+            with self.lock:
+                self._log = None
         with self.lock:
             self.progress.ended = True
             self.lock.notify_all()
@@ -295,10 +308,8 @@ def _kill_group(job: subprocess.Popen) -> None:
 def demo(out: str, quick: bool, hold_s: float | None, seed: int, console: TextIO | None = None) -> int:
     """The `ringmaster demo` verb."""
     need_matplotlib()
-    try:
-        import sklearn  # noqa: F401  (the data set)
-    except ImportError:
-        raise UsageError(f"the demo trains on scikit-learn's digits: pip install 'ringmaster[{EXTRA}]'") from None
+    if importlib.util.find_spec("sklearn") is None:  # (the data set)
+        raise UsageError(f"the demo trains on scikit-learn's digits: pip install 'ringmaster[{EXTRA}]'")
     pace = QUICK_PACE if quick else DEFAULT_PACE
     if hold_s is not None:
         if not 0 <= hold_s <= 3600:

@@ -96,6 +96,8 @@ class JobHistory:
         merged: list[dict[str, Any]] = []
         for e in chosen:
             if merged and e["kind"] in FAULT_KINDS and merged[-1]["kind"] in FAULT_KINDS and e["at"] - merged[-1]["at"] < 1.0:
+                if e["kind"] == "host.lost" and merged[-1]["kind"] != "host.lost":  # (the host's loss names it best)
+                    merged[-1] = {**e, "at": merged[-1]["at"]}
                 continue
             merged.append(e)
         recoveries = self.of_kind("job.recovered")

@@ -73,6 +73,7 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     assert [e["description"] for e in events if e["kind"] == "hosts.changed"] == ["removed hostB", "added hostB:2"]
     assert [e["size"] for e in events if e["kind"] == "generation.formed"] == [4, 2, 4, 2, 4]
     assert kinds.count("job.recovered") == 1 and "job.succeeded" in kinds
+    assert [e["message"].split()[0] for e in events if e["kind"] == "demo.act"] == ["killing", "hostB", "scaling", "scaling"]
     assert "what happened:" in said and "recovered in" in said
 
     # `ringmaster plot` draws the same folder again.

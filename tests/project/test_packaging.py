@@ -35,6 +35,7 @@ def test_the_wheel_holds_only_the_ringmaster_namespace(wheel: pathlib.Path) -> N
     assert "ringmaster/torch/__init__.py" in names
     assert "ringmaster/torch/elastic/state.py" in names
     assert "ringmaster/proto/ringmaster.proto" in names
+    assert "ringmaster/examples/digits.py" in names  # (what `ringmaster demo` runs, outside a checkout too)
     for page in ("index.html", "dashboard.js", "dashboard.css"):  # the dashboard ships whole
         assert f"ringmaster/rendezvous/server/dashboard/{page}" in names
     assert not [name for name in names if name.endswith(".png")], "README's picture is not part of the package"

@@ -21,8 +21,8 @@ def figure(at: float, step: int, worker: str = "hostA/1", **fields) -> str:
 def a_log() -> list[str]:
     lines = [event(0.0, "generation.formed", number=1, size=4, cause="job start", causes=[])]
     lines += [figure(0.1 * i, i, loss=2.0 / i) for i in range(1, 11)]  # steps 1..10 by 1.0 s
+    lines.append(event(1.05, "worker.failed", worker="hostB/3"))  # (the same fault as the host's loss: folded in)
     lines.append(event(1.05, "host.lost", host="hostB"))
-    lines.append(event(1.05, "worker.failed", worker="hostB/3"))  # (the same fault: folded in)
     lines.append(event(1.06, "generation.formed", number=2, size=2, cause="host hostB lost", causes=["host_lost"]))
     lines += [figure(1.5 + 0.1 * i, 9 + i, loss=0.1) for i in range(0, 6)]  # steps 9, 10 again, then 11..14
     lines.append(event(1.55, "job.recovered", seconds=0.5, number=2))
