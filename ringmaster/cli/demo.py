@@ -36,8 +36,13 @@ from ringmaster.common.job_history import read_history
 SCRIPT = pathlib.Path(examples.__file__).resolve().parent / "digits.py"
 HOSTS = {"hostA": 2, "hostB": 2}
 VICTIM = "hostB"
+#: Warm spare workers each agent keeps (as many as a host's slots: a scale-up fills a host at once).
+SPARES = 2
 #: Seconds an act may wait for what it caused before the demo gives up on it.
 ACT_TIMEOUT_S = 60.0
+#: Seconds between redraws of the status line on a terminal.
+STATUS_EVERY_S = 0.25
+_CLEAR = "\r\x1b[K"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Progress:
     generation: int = 0
     api_url: str = ""
     kinds: list[str] = dataclasses.field(default_factory=list)
+    warm_spares: dict[str, int] = dataclasses.field(default_factory=dict)  # host -> spares ready and unused
     ended: bool = False
 
 
@@ -79,6 +85,10 @@ class Demo:
         self.hosts_file = out_dir / "hosts.txt"
         self.acts: list[tuple[str, float]] = []  # (what, when: seconds since the epoch)
         self._log: TextIO | None = None  # the job's log, events.jsonl, while the job runs
+        self._tty = console.isatty()
+        self._status_at = 0.0
+        self._status_shown = False
+        self.doing = ""  # what the demo waits for now (the status line says it)
 
     # ------------------------------------------------------------------ the runs
     def training_args(self) -> list[str]:
@@ -118,7 +128,7 @@ class Demo:
         secret_file = self.out_dir / "secret"
         secret_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "ringmaster.cli", "run", "--host-discovery-script", str(script),
-                   "--launcher", "local", "--min-np", "2", "--max-np", "4", "--discovery-interval", "0.5",
+                   "--launcher", "local", "--spares", str(SPARES), "--min-np", "2", "--max-np", "4", "--discovery-interval", "0.5",
                    "--blacklist-cooldown-range", "1", "1", "--log-format", "json",
                    "--timeline", str(self.out_dir / "timeline.json"), "--secret-file", str(secret_file),
                    *self.training_args(), "--hold", str(self.pace.hold_s)]
@@ -163,6 +173,8 @@ class Demo:
 
         start = self.progress.epoch
         self.wait(lambda p: p.epoch >= start + pace.gap, "training on 4 workers again")
+        # (each agent keeps warm spares, torch imported: the scale-up below starts its workers in them)
+        self.wait(lambda p: p.warm_spares.get(VICTIM, 0) >= SPARES, f"{VICTIM}'s agent to warm {SPARES} spare workers")
         self.act("scaling down to 2 workers through the control API (POST /scale): two workers leave at the "
                  "next commit, nothing is rolled back")
         client.post("/scale", {"np": 2})
@@ -174,6 +186,7 @@ class Demo:
         client.post("/scale", {"np": 4})
         self.wait(lambda p: p.size == 4, "the job at 4 workers")
         self.say("nothing more to do: the job trains to its last epoch")
+        self.doing = "the job trains to its last epoch"
 
     def act(self, narration: str) -> None:
         """Say what the demo does now, on the console and in the job's log (a `demo.act` event)."""
@@ -186,6 +199,7 @@ class Demo:
                                             "time": now, "kind": "demo.act", "generation": None}) + "\n")
 
     def wait(self, condition: Callable[[Progress], bool], what: str) -> None:
+        self.doing = f"waiting for {what}"
         deadline = time.monotonic() + ACT_TIMEOUT_S
         with self.lock:
             while not condition(self.progress):
@@ -230,6 +244,7 @@ class Demo:
                     epoch = int(figure.get("epoch", 0))
                     p.steps_in_epoch = p.steps_in_epoch + 1 if epoch == p.epoch else 1
                     p.epoch = max(p.epoch, epoch)
+                    self._status(figure)
                 elif "accuracy" in figure and not figure.get("done"):
                     self.say(f"epoch {figure.get('epoch')}: test accuracy {100 * float(figure['accuracy']):.1f}% "
                              f"on {figure.get('size')} workers")
@@ -240,6 +255,10 @@ class Demo:
                     p.api_url = str(event.get("url", ""))
                 elif kind == "generation.formed":
                     p.size, p.generation = int(event.get("size", 0)), int(event.get("number", 0))
+                elif kind in ("spare.ready", "spare.used") and isinstance(event.get("host"), str):
+                    host = event["host"]
+                    change = 1 if kind == "spare.ready" else -1 if event.get("warm") is True else 0
+                    p.warm_spares[host] = max(0, p.warm_spares.get(host, 0) + change)
                 if kind in _SHOWN:
                     self.say(str(event.get("message", kind)), mark="  ")
             self.lock.notify_all()
@@ -268,7 +287,24 @@ class Demo:
         return code
 
     def say(self, text: str, mark: str = "") -> None:
-        print(f"{mark} {text}" if mark else text, file=self.console, flush=True)
+        with self.lock:
+            if self._status_shown:
+                self.console.write(_CLEAR)
+                self._status_shown = False
+            print(f"{mark} {text}" if mark else text, file=self.console, flush=True)
+
+    def _status(self, figure: dict) -> None:
+        """On a terminal, the live status line: the step, the ring's size, the loss and what the
+        demo waits for now (redrawn in place at most every STATUS_EVERY_S)."""
+        now = time.monotonic()
+        if not self._tty or now - self._status_at < STATUS_EVERY_S:
+            return
+        self._status_at = now
+        line = (f"step {figure.get('step')}, epoch {figure.get('epoch')}, {figure.get('size')} workers, loss "
+                f"{figure.get('loss')}" + (f" | {self.doing}" if self.doing else ""))
+        self.console.write(_CLEAR + line[:160])
+        self.console.flush()
+        self._status_shown = True
 
 
 #: Events the demo repeats on its console (the rest are in events.jsonl).

@@ -58,7 +58,9 @@ def load(source: str) -> JobHistory:
 
 
 def main_cause(causes: tuple[str, ...]) -> str:
-    for cause in ("failure", "host_lost", "partition", "scale", "host_added", "host_removed", "restart"):
+    """The cause a generation is shaded by: a host's loss before its workers' failures, which a
+    host's death also causes (the dashboard's order)."""
+    for cause in ("host_lost", "partition", "failure", "scale", "host_added", "host_removed", "restart"):
         if cause in causes:
             return cause
     return causes[0] if causes else "start"

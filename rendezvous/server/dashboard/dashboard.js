@@ -5,7 +5,9 @@
 
 const POLL_MS = 1000;
 const HISTORY = 300; // points kept for the charts (five minutes at one a second)
-const CAUSE_ORDER = ["failure", "host_lost", "partition", "host_removed", "host_added", "scale"];
+// A host's loss (or silence) explains its workers' failures, which are often seen a moment before
+// it when a whole host dies: a generation with both is shown as the host's.
+const CAUSE_ORDER = ["host_lost", "partition", "failure", "host_removed", "host_added", "scale"];
 const history = { rate: [], loss: [] };
 let lastStatus = null;
 
