@@ -115,7 +115,10 @@ class TraceBuilder:
         out = [{"name": f"{worker} failed", "cat": "failure", "ph": "X", "ts": at_us, "dur": FAILURE_SLICE_US,
                 "pid": RENDEZVOUS_PID, "tid": FAILURES_TID, "args": dict(event.fields)}]
         # The first failure of a generation ends it: arrows to each survivor's recovery. Others
-        # in the same generation (the rest of a lost host's workers) only get their slice.
+        # in the same generation (the rest of a lost host's workers) only get their slice. An
+        # arrow is written whole when its worker's recovery span arrives (`on_spans`): a worker
+        # that turns out not to survive (its host's loss is often seen a moment after its
+        # host-mate's failure) leaves no arrow pointing nowhere.
         generation = event.generation
         if generation is not None and generation == self._flowed_generation:
             return out
@@ -123,11 +126,8 @@ class TraceBuilder:
         for worker_id, host in self.members():
             if worker_id == worker or host in self._lost_hosts:
                 continue
-            flow = _Flow(self._next_flow, at_us)
+            self._flows[worker_id] = _Flow(self._next_flow, at_us)
             self._next_flow += 1
-            self._flows[worker_id] = flow
-            out.append({"name": "recovery", "cat": "recovery", "ph": "s", "id": flow.flow_id, "ts": at_us,
-                        "pid": RENDEZVOUS_PID, "tid": FAILURES_TID})
         return out
 
     # ------------------------------------------------------------ the workers' spans
@@ -153,6 +153,8 @@ class TraceBuilder:
             if flow is not None and span.kind in RECOVERY_KINDS and span.start_us + span.duration_us >= flow.at_us:
                 del self._flows[worker_id]
                 at = min(max(span.start_us, flow.at_us), span.start_us + span.duration_us)
+                out.append({"name": "recovery", "cat": "recovery", "ph": "s", "id": flow.flow_id, "ts": flow.at_us,
+                            "pid": RENDEZVOUS_PID, "tid": FAILURES_TID})
                 out.append({"name": "recovery", "cat": "recovery", "ph": "f", "bp": "e", "id": flow.flow_id, "ts": at,
                             "pid": RANKS_PID, "tid": rank})
         if dropped > self._dropped.get(worker_id, 0) and out:

@@ -109,11 +109,28 @@ def test_a_lost_host_gets_no_arrows_and_a_second_failure_in_the_same_generation_
     ids = rig.start_elastic({"a": 1, "b": 2})
     rig.now = 5.0
     rig.agent_disconnected("b")  # both of b's workers fail with it
-    starts = [e for e in trace if e["ph"] == "s"]
     failed = [e for e in trace if e["ph"] == "X" and e.get("cat") == "failure"]
-    assert len(failed) == 2 and len(starts) == 1  # only the survivor on host a gets an arrow
+    assert len(failed) == 2
     assert any(e["ph"] == "i" and e["name"] == "b: lost" for e in trace)
-    assert ids[0] in builder._flows and len(builder._flows) == 1
+    assert ids[0] in builder._flows and len(builder._flows) == 1  # only the survivor on host a gets an arrow
+    assert not [e for e in trace if e["ph"] in ("s", "f")], "an arrow is written when its recovery is known"
+
+
+def test_a_host_mates_failure_seen_before_its_hosts_loss_leaves_no_arrow_pointing_nowhere() -> None:
+    """A whole host SIGKILLed: one worker's closed stream often arrives before its agent's."""
+    rig, builder, trace, clock = _rig_with_trace()
+    ids = rig.start_elastic({"a": 1, "b": 2})
+    rig.now = 5.0
+    clock[0] = 5_000_000
+    rig.worker_disconnected(ids[1])  # b's first worker, then b itself
+    rig.agent_disconnected("b")
+    trace += builder.on_spans(ids[0], [pb.Span(kind=pb.SPAN_RESTORE, start_us=5_000_100, duration_us=500, rank=0,
+                                               generation=1)])
+    trace += builder.close(6_000_000)
+    starts = {e["id"]: e for e in trace if e["ph"] == "s"}
+    ends = {e["id"]: e for e in trace if e["ph"] == "f"}
+    assert len(starts) == 1 and starts.keys() == ends.keys(), (starts, ends)  # to host a's survivor alone
+    assert next(iter(ends.values()))["tid"] == 0
 
 
 def test_the_trace_file_is_json_rotates_at_its_bound_and_repeats_the_track_names(tmp_path) -> None:
