@@ -55,7 +55,7 @@ class Pace:
     hold_s: float
 
 
-DEFAULT_PACE = Pace(epochs=55, kill_at=3, gap=3, hold_s=5.0)
+DEFAULT_PACE = Pace(epochs=42, kill_at=2, gap=3, hold_s=5.0)
 QUICK_PACE = Pace(epochs=50, kill_at=1, gap=2, hold_s=0.0)
 
 

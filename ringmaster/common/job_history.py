@@ -102,15 +102,19 @@ class JobHistory:
             merged.append(e)
         recoveries = self.of_kind("job.recovered")
         formed = self.generations
+        counted: set[int] = set()  # steps trained again, each put down to one change (a fault first)
         out = []
         for i, e in enumerate(merged):
             at = e["at"]
             until = merged[i + 1]["at"] if i + 1 < len(merged) else math.inf
-            recovered = next((_float(r.get("seconds")) for r in recoveries if at <= r["at"] < until), None) \
+            # (a recovery follows a fault, however soon another change comes: up to the next fault)
+            next_fault = next((m["at"] for m in merged[i + 1:] if m["kind"] in FAULT_KINDS), math.inf)
+            recovered = next((_float(r.get("seconds")) for r in recoveries if at <= r["at"] < next_fault), None) \
                 if e["kind"] in FAULT_KINDS else None
             next_gen = next((g for g in formed if at <= g.started < until), None)  # (the ring it caused)
             out.append(Disruption(at, e["kind"], str(e.get("message", e["kind"]))[:300], recovered,
-                                  self._pause(at, next_gen), self._redone(at, until)))
+                                  self._pause(at, next_gen),
+                                  self._redone(at, next_fault if e["kind"] in FAULT_KINDS else until, counted)))
         return out
 
     def _steps(self) -> list[Point]:
@@ -129,11 +133,15 @@ class JobHistory:
         times = ([before[-1]] if before else []) + [p.at for p in steps if at < p.at <= after[0].at]
         return max((b - a for a, b in zip(times, times[1:])), default=0.0)
 
-    def _redone(self, at: float, until: float) -> int:
-        """Steps trained between `at` and `until` that had been trained before `at`."""
+    def _redone(self, at: float, until: float, counted: set[int]) -> int:
+        """Steps trained between `at` and `until` that had been trained before `at` (and not
+        put down to an earlier change: a fault's rollback is seen after the changes that follow
+        it within moments, such as its host leaving the discovery script)."""
         steps = self._steps()
         done = max((p.step for p in steps if p.at <= at), default=0)
-        return len({p.step for p in steps if at < p.at < until and p.step <= done})
+        again = {p.step for p in steps if at < p.at < until and p.step <= done} - counted
+        counted.update(again)
+        return len(again)
 
 
 def read_history(lines: Iterable[str]) -> JobHistory:

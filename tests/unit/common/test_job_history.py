@@ -24,6 +24,7 @@ def a_log() -> list[str]:
     lines.append(event(1.05, "worker.failed", worker="hostB/3"))  # (the same fault as the host's loss: folded in)
     lines.append(event(1.05, "host.lost", host="hostB"))
     lines.append(event(1.06, "generation.formed", number=2, size=2, cause="host hostB lost", causes=["host_lost"]))
+    lines.append(event(1.07, "hosts.changed", description="removed hostB"))  # (before the recovery is seen)
     lines += [figure(1.5 + 0.1 * i, 9 + i, loss=0.1) for i in range(0, 6)]  # steps 9, 10 again, then 11..14
     lines.append(event(1.55, "job.recovered", seconds=0.5, number=2))
     lines.append(event(2.3, "scale.requested", np=4))
@@ -38,7 +39,8 @@ def test_events_figures_generations_and_what_each_change_cost() -> None:
     assert history.t0 == T and history.skipped == 0
     assert [(g.number, g.size, g.causes) for g in history.generations] == [(1, 4, ()), (2, 2, ("host_lost",)), (3, 4, ("scale",))]
     assert history.final_accuracy() == 0.93
-    fault, scale = history.disruptions()
+    fault, removed, scale = history.disruptions()
+    assert removed.kind == "hosts.changed" and removed.recovered_s is None
     assert fault.kind == "host.lost" and fault.recovered_s == 0.5
     assert fault.steps_redone == 2  # steps 9 and 10, trained before the loss, trained again after it
     assert abs(fault.pause_s - 0.5) < 1e-6  # from step 10 at 1.0 s to step 9 again at 1.5 s
@@ -71,5 +73,5 @@ def test_a_log_is_input_bad_lines_cost_only_themselves() -> None:
     assert len(history.generations) == 4  # the bad one is read with its bad fields emptied
     assert history.generations[0].number == 0 and history.generations[0].causes == ()
     assert history.skipped == 6
-    assert len(history.disruptions()) == 2
+    assert len(history.disruptions()) == 3
     assert read_history([]).generations == [] and read_history([]).final_accuracy() is None
