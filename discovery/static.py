@@ -15,4 +15,4 @@ class StaticDiscovery:
         return dict(self._hosts)
 
     def describe(self) -> str:
-        return "hosts " + ",".join(f"{h}:{s}" for h, s in self._hosts.items())
+        return "hosts " + ",".join(f"{h}:{s}" for h, s in self._hosts.items()) if self._hosts else "no listed hosts"

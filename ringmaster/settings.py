@@ -107,6 +107,9 @@ class JobSettings(BaseModel):
     notice_script: Optional[str] = None
     notice_interval_s: float = Field(DEFAULT_NOTICE_INTERVAL_S, ge=0.1, le=3600)
     blacklist_cooldown_s: Optional[tuple[float, float]] = None
+    hosts_from_agents: bool = Field(
+        False, description="every agent that proves the job secret joins the job as its host, with the slots it "
+                           "declares, and leaves it when it goes (Kubernetes, Slurm, any engine that starts agents)")
     warmup_grace_s: float = Field(DEFAULT_WARMUP_GRACE_S, ge=0)
     crash_loop_window_s: float = Field(DEFAULT_CRASH_LOOP_WINDOW_S, ge=0)
     crash_loop_limit: int = Field(DEFAULT_CRASH_LOOP_LIMIT, ge=1)
@@ -152,6 +155,10 @@ class AgentSettings(BaseModel):
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     reconnect_timeout_s: float = Field(DEFAULT_RECONNECT_TIMEOUT_S, gt=0)
     spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES, description="warm spare worker processes kept ready (0: none)")
+    slots: int = Field(1, ge=1, le=1024,  # (discovery.MAX_SLOTS_PER_HOST)
+                       description="slots this host offers a job that takes hosts from agents")
+    warm_join: bool = Field(False, description="warm the spares for every slot before saying hello, so the first "
+                                               "workers this host is given start warm")
     drain_grace_s: float = Field(DEFAULT_DRAIN_GRACE_S, gt=0, le=86_400,
                                  description="seconds the workers get to leave at a commit after SIGTERM")
     notice_script: str | None = Field(None, description="a preemption notice script, run every notice_interval_s")

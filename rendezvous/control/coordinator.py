@@ -24,10 +24,11 @@ from typing import Callable, Mapping
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
-from ringmaster.discovery import Blacklist
+from ringmaster.discovery import Blacklist, HostDiff
 from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent
 from ringmaster.rendezvous.control.facts import (
-    AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, SessionClosed, TrainingReturned, WorkerExited,
+    AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, HostsJoined, SessionClosed, TrainingReturned,
+    WorkerExited,
 )
 from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.formation import Formation, StoreFactory
@@ -135,20 +136,25 @@ class Coordinator:
         if first:
             self.job.summary.started_at = now
         if change:
-            kinds = set()
-            if change.added or any(new > old for old, new in change.resized.values()):
-                kinds.add(ResetCause.HOST_ADDED)
-            if change.removed or any(new < old for old, new in change.resized.values()):
-                kinds.add(ResetCause.HOST_REMOVED)
-            self.job.causes.add(f"discovery {change.describe()}", *sorted(kinds, key=lambda k: k.value))
+            self._hosts_changed("discovery", change)
         self._unsettled = True
+
+    def _hosts_changed(self, source: str, change: HostDiff) -> None:
+        """The host set changed (`source`: who said so): the cause of the next generation."""
+        kinds = set()
+        if change.added or any(new > old for old, new in change.resized.values()):
+            kinds.add(ResetCause.HOST_ADDED)
+        if change.removed or any(new < old for old, new in change.resized.values()):
+            kinds.add(ResetCause.HOST_REMOVED)
+        self.job.causes.add(f"{source} {change.describe()}", *sorted(kinds, key=lambda k: k.value))
 
     def discovery_failed(self, message: str, now: float) -> None:
         self.pool.discovery_failed(message, now)
 
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
-                        incarnation: str = "") -> None:
-        self.pool.agent_connected(host, pid, now, running, incarnation)
+                        incarnation: str = "", slots: int = 0) -> None:
+        """An agent opened its session (`slots`: what it offers, for `--hosts-from-agents`)."""
+        self.pool.agent_connected(host, pid, now, running, incarnation, slots)
 
     def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
         self.pool.agent_launch_failed(host, reason, now)
@@ -400,3 +406,5 @@ class Coordinator:
                     job.end_generation(f"worker {fact.worker_id} reported: {fact.failure}", now)
             elif isinstance(fact, TrainingReturned):
                 job.start_finishing(now)
+            elif isinstance(fact, HostsJoined):
+                self._hosts_changed("agents", fact.change)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from ringmaster.discovery import HostDiff
+
 
 @dataclass(frozen=True)
 class AgentConnected:
@@ -73,4 +75,13 @@ class TrainingReturned:
     worker_id: str
 
 
-Fact = Union[AgentConnected, AgentLost, AgentUnreachable, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned]
+@dataclass(frozen=True)
+class HostsJoined:
+    """The host set changed because agents joined or left by connecting (`--hosts-from-agents`),
+    not because discovery said so."""
+
+    change: HostDiff
+
+
+Fact = Union[AgentConnected, AgentLost, AgentUnreachable, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned,
+             HostsJoined]

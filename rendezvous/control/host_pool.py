@@ -9,6 +9,11 @@ agent, stop one) goes out as effects (`effects.LaunchAgent`, `effects.StopLaunch
 clock also judges the rendezvous itself: a stall (it did not run) or an isolation (every host
 fell silent at once) means nobody is judged by silence.
 
+The host set is what discovery lists (`set_hosts`) together with, under `--hosts-from-agents`,
+the hosts whose agents joined by connecting with the slots they declared (`agent_connected`):
+such a host leaves the set when its agent goes (exits, drains, is lost), and the change goes to
+the job as a `HostsJoined` fact, as discovery's changes do through `set_hosts`.
+
 Pure like the coordinator: no I/O, the time is passed in. Nothing here assumes a single job:
 a job asks for the hosts it may use (`eligible_hosts`, `capacity`, `hosts_wanted`) and tells
 the pool when one of its hosts failed (`blacklist_host`).
@@ -22,7 +27,7 @@ from typing import Callable, Mapping
 from ringmaster.common.events import Event, Kind
 from ringmaster.discovery import Blacklist, CooldownRange, HostDiff, diff_hosts
 from ringmaster.rendezvous.control.effects import LaunchAgent, PoolEffect, StopLaunchedAgent
-from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, AgentUnreachable, Fact
+from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, AgentUnreachable, Fact, HostsJoined
 from ringmaster.rendezvous.control.records import Host
 from ringmaster.settings import JobSettings
 
@@ -65,6 +70,8 @@ class HostPool:
         self.isolated_since: float | None = None  # when every host fell silent at once (see `_isolated`)
         self.effects: list[PoolEffect] = []  # agents to start or stop, taken by the server
         self._order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
+        self._listed: dict[str, int] = {}  # discovery's latest host set
+        self._joined: dict[str, int] = {}  # hosts whose agents joined by connecting, with their slots
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
         self._launched: dict[str, bool] = {}  # host -> whether the agent started for it connected since
         self._stopping: set[str] = set()  # launched agents asked to stop
@@ -72,23 +79,49 @@ class HostPool:
     # ------------------------------------------------------------------ inputs: discovery
     def set_hosts(self, hosts: Mapping[str, int], now: float) -> HostDiff | None:
         """Discovery's latest good host set; the change, or None for the first one."""
-        old = {h.name: h.slots for h in self.hosts.values() if h.discovered}
-        change: HostDiff | None = diff_hosts(old, hosts)
+        self._listed = dict(hosts)
         if self.first_discovery_at is None:
             self.first_discovery_at = now
             self._emit(now, Kind.HOSTS_DISCOVERED, hosts=dict(hosts))
-            change = None
-        elif change:
+            self._apply_host_set(now, said=True)
+            return None
+        return self._apply_host_set(now)
+
+    def host_set(self) -> dict[str, int]:
+        """The hosts in the set now, with their slots: discovery's, then those agents joined
+        (discovery's slots win for a host that is both)."""
+        return {**self._joined, **self._listed}
+
+    def _apply_host_set(self, now: float, said: bool = False) -> HostDiff | None:
+        """Bring the hosts' records in line with the host set; the change (said as an event
+        unless `said`), or None when there is none."""
+        old = {h.name: h.slots for h in self.hosts.values() if h.discovered}
+        hosts = self.host_set()
+        change = diff_hosts(old, hosts)
+        if change and not said:
             self._emit(now, Kind.HOSTS_CHANGED, description=change.describe(), added=dict(change.added),
                        removed=list(change.removed), resized={h: list(ab) for h, ab in change.resized.items()})
         for name, slots in hosts.items():
             host = self.hosts.setdefault(name, Host(name, slots))
             host.slots, host.discovered = slots, True
+            host.joined = name in self._joined and name not in self._listed
         for name in old:
             if name not in hosts:
-                self.hosts[name].discovered = False
+                self.hosts[name].discovered = self.hosts[name].joined = False
         self._order = [n for n in self._order if n in hosts] + [n for n in hosts if n not in self._order]
-        return change
+        return change or None
+
+    def _join(self, host: str, slots: int, now: float) -> None:
+        """`--hosts-from-agents`: the agent of `host` joined with `slots` (0: it left)."""
+        if slots > 0:
+            self._joined[host] = slots
+        elif self._joined.pop(host, None) is None:
+            return
+        if self.first_discovery_at is None:
+            return  # the first discovery (or a resumed job) brings the rest of the set
+        change = self._apply_host_set(now)
+        if change:
+            self._observe(HostsJoined(change))
 
     def discovery_failed(self, message: str, now: float) -> None:
         self._emit(now, Kind.DISCOVERY_FAILED, error=message)
@@ -99,6 +132,9 @@ class HostPool:
         drain under way its whole deadline again (read back on a clock that starts at 0)."""
         self.hosts = hosts
         self.first_discovery_at = now
+        self._joined = {h.name: h.slots for h in hosts.values() if h.joined and h.discovered}
+        self._listed = {h.name: h.slots for h in hosts.values() if h.discovered and not h.joined}
+        self._order = [h.name for h in hosts.values() if h.discovered]
         for host in hosts.values():
             host.agent_connected = host.agent_connected and agents_survive
             host.last_heartbeat = now
@@ -108,9 +144,10 @@ class HostPool:
 
     # ------------------------------------------------------------------ inputs: agents
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
-                        incarnation: str = "") -> None:
+                        incarnation: str = "", slots: int = 0) -> None:
         """An agent opened its session; `running` names the workers it runs (a reconnecting
-        agent's workers that are not among them died while it was away)."""
+        agent's workers that are not among them died while it was away). Under
+        `--hosts-from-agents` its host joins the host set with the `slots` it declared."""
         record = self.hosts.setdefault(host, Host(host, 0, discovered=False))
         again = record.agent_connected and record.agent_pid == pid
         record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
@@ -119,6 +156,8 @@ class HostPool:
             self._launched[host] = True
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
         self._observe(AgentConnected(host, frozenset(running or ()), incarnation))
+        if self.settings.hosts_from_agents and slots > 0:
+            self._join(host, slots, now)
 
     def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
         """The agent of `host` could not be started (its ssh exited before the agent connected):
@@ -147,6 +186,7 @@ class HostPool:
             return
         record.agent_connected = False
         self._observe(AgentLost(host, reason, silent))
+        self._join(host, 0, now)  # a host that joined by connecting leaves with its agent
 
     # ------------------------------------------------------------------ the clock
     def tick(self, now: float) -> Liveness:
@@ -247,8 +287,12 @@ class HostPool:
         return None
 
     # ------------------------------------------------------------------ what a job may use
+    def joined_hosts(self) -> int:
+        """Hosts in the set because their agents joined by connecting."""
+        return len(self._joined)
+
     def ordered_hosts(self) -> list[Host]:
-        """Discovered hosts in discovery's order: hosts known longer first, new ones in the order
+        """Hosts in the set in discovery's order: hosts known longer first, new ones in the order
         listed (Horovod's rule), so rank 0 follows `-H` and a host that joins takes the last ranks."""
         order = self._order or [h.name for h in self.hosts.values()]
         return [self.hosts[n] for n in order if n in self.hosts and self.hosts[n].discovered]

@@ -75,7 +75,8 @@ class Drain:
 class Host(Revised):
     name: str
     slots: int
-    discovered: bool = True
+    discovered: bool = True  # in the host set: listed by discovery, or joined by its agent
+    joined: bool = False  # its agent joined it to the host set by connecting (`--hosts-from-agents`)
     agent_pid: int | None = None
     agent_connected: bool = False
     last_heartbeat: float = 0.0

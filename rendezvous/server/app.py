@@ -218,7 +218,8 @@ class RendezvousServer:
             self.auth.guard(service, pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
             grpc_server)
         await grpc_server.start()
-        _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=self.discovery.describe(),
+        hosts_from = self.discovery.describe() + (" and agents that join by connecting" if self.settings.hosts_from_agents else "")
+        _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=hosts_from,
              store=self.store_spec.describe())
 
         background: list[asyncio.Task] = []

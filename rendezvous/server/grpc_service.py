@@ -18,7 +18,7 @@ from ringmaster.common.figures import FigureTotals, check_stats
 from ringmaster.common.keys import AGENT, WORKER, Identity
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.common.errors import Refused
-from ringmaster.discovery import host_name_problem
+from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
@@ -234,7 +234,16 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if problem:  # refused before it reaches the job's state or the store
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
         record = self.coordinator.pool.hosts.get(request.host)
-        if (record is None or not record.discovered) and request.host not in self._agents \
+        joining = self.coordinator.settings.hosts_from_agents and request.slots > 0
+        if request.slots < 0 or request.slots > MAX_SLOTS_PER_HOST:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"agent hello refused: {request.slots} slots; give the agent --slots N with N from 1 "
+                                f"to {MAX_SLOTS_PER_HOST}")
+        if joining and (record is None or not record.joined) and self.coordinator.pool.joined_hosts() >= MAX_HOSTS:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{MAX_HOSTS} hosts have joined by connecting already, the most a job takes; host "
+                                f"{request.host} is refused")
+        if not joining and (record is None or not record.discovered) and request.host not in self._agents \
                 and self._unlisted_agents() >= MAX_UNLISTED_AGENTS:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{MAX_UNLISTED_AGENTS} agents of hosts that discovery does not list are connected "
@@ -254,7 +263,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
-                                                               incarnation=request.incarnation[:64]))
+                                                               incarnation=request.incarnation[:64], slots=request.slots))
         async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
                                         self._agent_gone):
             yield message

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ringmaster.common.errors import StateError
-from ringmaster.discovery import host_name_problem
+from ringmaster.discovery import MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S, MAX_DRAIN_REASON
@@ -78,11 +78,12 @@ class DrainRecord(_Record):
 
 
 class HostRecord(_Record):
-    slots: int
+    slots: int = Field(ge=0, le=MAX_SLOTS_PER_HOST)
     discovered: bool
     agent_connected: bool
     agent_pid: Optional[int]
     drain: Optional[DrainRecord] = None  # (absent in records written before drains were kept)
+    joined: bool = False  # its agent joined it by connecting (absent in older records)
 
 
 class WorkerRecord(_Record):
@@ -143,6 +144,8 @@ class Snapshots:
 def _host_value(host: Host) -> dict[str, Any]:
     value: dict[str, Any] = {"slots": host.slots, "discovered": host.discovered,
                              "agent_connected": host.agent_connected, "agent_pid": host.agent_pid}
+    if host.joined:
+        value["joined"] = True
     drain = host.drain
     if drain is not None:
         value["drain"] = {"source": drain.source.value, "reason": drain.reason,
@@ -254,7 +257,7 @@ def _host(name: str, r: HostRecord) -> Host:
     drain = None if d is None else Drain(d.source, d.reason, 0.0, d.deadline_s, d.incarnation,
                                          had_workers=d.had_workers, done=d.done)
     return Host(name, r.slots, discovered=r.discovered, agent_pid=r.agent_pid, agent_connected=r.agent_connected,
-                drain=drain)
+                drain=drain, joined=r.joined)
 
 
 def _worker(worker_id: str, r: WorkerRecord) -> Worker:

@@ -55,6 +55,11 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
     parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
                         help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval (default: none)")
+    parser.add_argument("--hosts-from-agents", action="store_true",
+                        help="every agent that proves the job secret joins the job as its host, with the slots it "
+                             "declares (`ringmaster agent --slots N`), and leaves it when it exits, drains or is lost: "
+                             "how Kubernetes, Slurm or any engine scales a job, by starting and stopping agents; with -H "
+                             "or a discovery script, their hosts too (default: off)")
     parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None, metavar="N",
                         help="slots of a host listed without a count (default: none; then each line needs host:slots)")
     parser.add_argument("--elastic-timeout", type=float, metavar="S", default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
@@ -276,6 +281,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
         discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
     elif args.hosts:
         discovery = StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
+    elif args.hosts_from_agents:
+        discovery = StaticDiscovery({})  # every host joins by connecting
     else:
         if args.np is None and args.max_np is None and args.min_np is None:
             raise UsageError("say how many workers: -np N (runs N workers on this machine)")
@@ -299,7 +306,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             notice_script=os.path.abspath(args.preemption_notice_script) if getattr(args, "preemption_notice_script", None)
             else None, notice_interval_s=getattr(args, "notice_interval", defaults.DEFAULT_NOTICE_INTERVAL_S),
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
-            warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            hosts_from_agents=args.hosts_from_agents, warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
             exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
             checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
             checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,

@@ -87,6 +87,7 @@ class Kind(enum.StrEnum):
     STORE_UNREADABLE = "store.unreadable"
     # agent
     AGENT_SESSION = "agent.session"
+    AGENT_WARM = "agent.warm"
     AGENT_REFUSED = "agent.refused"
     AGENT_UNPROVEN = "agent.unproven"
     AGENT_REPORT_REFUSED = "agent.report_refused"
@@ -209,6 +210,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.STORE_UNREADABLE: Spec(_W, "skipped the store's key {key}: {error} ({count} skipped so far; was it written by "
                                     "something other than ringmaster?)"),
     Kind.AGENT_SESSION: Spec(_I, "session with the rendezvous at {address}"),
+    Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s) in {took_s:g} s; connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),
     Kind.AGENT_REPORT_REFUSED: Spec(_W, "the rendezvous refused the exit report of {worker}: {error}"),

@@ -28,6 +28,7 @@ from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent, DrainAsk
 from ringmaster.worker.agent.flags import add_drain_flags
+from ringmaster.worker.agent.slots import default_slots
 from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
@@ -51,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spares", type=int, default=None, metavar="N",
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
+    parser.add_argument("--slots", type=int, default=None, metavar="N",
+                        help="slots this host offers a job whose rendezvous takes hosts from agents "
+                             "(`--hosts-from-agents`); a job that lists its hosts takes their slots from the list "
+                             "(default: the GPUs this host sees, else 1)")
+    parser.add_argument("--warm-join", action=argparse.BooleanOptionalAction, default=None,
+                        help="before connecting, warm a spare for every slot (torch imported), so the first workers "
+                             "this host is given start in a fraction of a second (default: on, except for the agents "
+                             "`ringmaster run` starts, whose first workers start the job)")
     add_drain_flags(parser)
     parser.add_argument("--secret-file", default=None, metavar="FILE",
                         help=f"the job secret (as given to `ringmaster serve`; mode 600): the agent derives its host's "
@@ -91,12 +100,15 @@ def main(argv: list[str] | None = None) -> int:
                                  spares=args.spares if args.spares is not None else
                                  os.environ.get(SPARES_ENV) or defaults.DEFAULT_SPARES,
                                  drain_grace_s=args.drain_grace, notice_script=args.preemption_notice_script,
-                                 notice_interval_s=args.notice_interval)
+                                 notice_interval_s=args.notice_interval,
+                                 slots=args.slots if args.slots is not None else default_slots(os.environ),
+                                 warm_join=args.warm_join if args.warm_join is not None else not args.from_launcher)
     except ValidationError as exc:
         flags = {"rendezvous": "--rendezvous", "host": "--host", "heartbeat_interval_s": "--heartbeat-interval",
                  "stop_grace_s": "--stop-grace", "reconnect_timeout_s": "--reconnect-timeout",
                  "spares": f"--spares (or ${SPARES_ENV})", "drain_grace_s": "--drain-grace",
-                 "notice_interval_s": "--notice-interval", "notice_script": "--preemption-notice-script"}
+                 "notice_interval_s": "--notice-interval", "notice_script": "--preemption-notice-script",
+                 "slots": "--slots"}
         problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
     try:

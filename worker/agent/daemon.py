@@ -58,6 +58,9 @@ from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 POLL_S = 0.02
 #: Seconds between two looks at the warm spares (memory, replacements).
 TEND_SPARES_S = 0.5
+#: The longest an agent warms its spares before it says hello (`--warm-join`), and how often it looks.
+WARM_JOIN_TIMEOUT_S = 60.0
+WARM_JOIN_POLL_S = 0.05
 
 
 _logger = logging.getLogger(logs.AGENT)
@@ -116,6 +119,8 @@ class Agent:
         self._on_stopping = on_stopping
         self._reader = threading.Thread(target=self._read_sessions, daemon=True)
         self._heartbeater = threading.Thread(target=self._heartbeat, daemon=True)
+        self.slots = settings.slots  # offered to a job that takes its hosts from agents
+        self.warm_join = settings.warm_join
         self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
                                 lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
@@ -142,6 +147,8 @@ class Agent:
         return self.stop_grace_s + 1.0 + 2 * EXIT_REPORT_RPC_TIMEOUT_S + self._last_call_s + 10.0
 
     def run(self) -> int:
+        if self.warm_join:
+            self._warm_before_joining()
         self._reader.start()
         self._heartbeater.start()
         if self._notices is not None:
@@ -183,6 +190,23 @@ class Agent:
             self._close()
             shutil.rmtree(self._stops_dir, ignore_errors=True)
         return exit_code
+
+    def _warm_before_joining(self) -> None:
+        """Warm a spare for every slot before the first hello, so that the host's first workers
+        start warm: a host that joins a running job costs the others the script's own start, not
+        Python's and torch's. Bounded by WARM_JOIN_TIMEOUT_S; a stop signal ends it at once."""
+        target = max(self.spares.count, self.slots)
+        if self.spares.count <= 0:
+            return
+        started = time.monotonic()
+        self.spares.warm_for_join(target)
+        while time.monotonic() - started < WARM_JOIN_TIMEOUT_S and self._commands.empty():
+            self.spares.tend()
+            if self.spares.count <= 0 or self.spares.warm() >= target:
+                break
+            time.sleep(WARM_JOIN_POLL_S)
+        say(self.host, Kind.AGENT_WARM, spares=self.spares.warm(), slots=self.slots,
+            took_s=round(time.monotonic() - started, 2))
 
     def _close(self) -> None:
         """End the session from this one thread, once no other thread uses its channel: closing a
@@ -290,7 +314,7 @@ class Agent:
             self._channel = channel
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
-                                                      incarnation=self.incarnation))
+                                                      incarnation=self.incarnation, slots=self.slots))
             self._session = session
             over = False
             try:

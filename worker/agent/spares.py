@@ -142,6 +142,7 @@ class SparePool:
         self._next_start: float | None = None  # None: no worker started yet, so no spare either
         self._failures = 0
         self.used = 0
+        self._join_target = 0  # spares wanted warm before the agent joins (`warm_for_join`)
 
     def take(self, argv: list[str], env: dict[str, str], worker_id: str) -> subprocess.Popen | None:
         """A spare turned into worker `worker_id`, or None (start it fresh) when none fits."""
@@ -160,6 +161,7 @@ class SparePool:
             except (BrokenPipeError, ValueError, OSError):
                 _kill(spare)
                 continue  # it died meanwhile: try the next
+            self._join_target = 0  # the host's first workers are here: back to `count` spares
             spare.on_output[0] = f"[{worker_id}] "
             spare.poll_ready(self._clock())
             spare.forget()
@@ -170,6 +172,18 @@ class SparePool:
                       age_s=round(self._clock() - spare.started, 2))
             return spare.proc
         return None
+
+    def warm_for_join(self, count: int) -> None:
+        """Start `count` spares now (at least `self.count`), for the first workers of a host that
+        joins: they are kept until used, and the pool goes back to `self.count` at the first use."""
+        if self.count <= 0:
+            return
+        self._join_target = count
+        self.hold(0.0)
+
+    def warm(self) -> int:
+        """Idle spares that are warm (torch imported)."""
+        return sum(1 for spare in self.idle if spare.ready_s is not None)
 
     def started_fresh(self) -> None:
         """The agent started a worker without a spare just now: no spare starts beside its start-up."""
@@ -193,7 +207,8 @@ class SparePool:
                 self.idle.remove(spare)
                 _kill(spare)
                 self._say(Kind.SPARE_TOO_BIG, pid=spare.proc.pid, rss_mb=size >> 20, limit_mb=self._max_rss >> 20)
-        while self._next_start is not None and len(self.idle) < self.count and self._clock() >= self._next_start:
+        wanted = max(self.count, self._join_target)
+        while self._next_start is not None and len(self.idle) < wanted and self._clock() >= self._next_start:
             self._start()
 
     def close(self) -> None:

@@ -216,6 +216,23 @@ def test_a_used_spare_is_replaced_and_an_unfit_worker_leaves_the_spare_idle(pool
     assert proc.wait(60) == 0
 
 
+def test_a_joining_host_warms_a_spare_per_slot_then_keeps_its_usual_count(pool_of, tmp_path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    pool, _, _ = pool_of(1)
+    pool.tend()
+    assert not pool.idle  # no worker started yet: a job's first workers start fresh
+    pool.warm_for_join(2)
+    pool.tend()
+    assert len(pool.idle) == 2
+    wait_for(lambda: (pool.tend(), pool.warm() == 2)[1], 60, "two warm spares")
+    first = pool.take([PY, "probe.py"], dict(os.environ), "w1")
+    second = pool.take([PY, "probe.py"], dict(os.environ), "w2")
+    assert first is not None and second is not None and not pool.idle
+    pool.tend()
+    assert len(pool.idle) == 1  # back to --spares once the host's first workers took theirs
+    assert first.wait(60) == 0 and second.wait(60) == 0
+
+
 def test_spares_are_stopped_when_retired_or_grown_too_big(pool_of) -> None:
     pool, _, said = pool_of(2, max_rss_bytes=1 << 20)  # 1 MiB: any Python is past it
     pool.hold()

@@ -1,0 +1,95 @@
+"""Hosts that join by connecting (`--hosts-from-agents`): how Kubernetes, Slurm or any engine
+scales a job, by starting and stopping `ringmaster agent` processes. Real `serve`, real agents
+(each its own process group: a host), real workers and Gloo rings.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from harness import FAST, credentials, elastic_job, read_logs, wait_for
+from job_checks import assert_every_sample_once, assert_ranks_agree
+
+pytestmark = pytest.mark.slow
+
+
+def agent(run_job, address: str, host: str, *args: str):
+    return run_job("--rendezvous", address, "--host", host, *args, verb="agent")
+
+
+def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_job, tmp_path) -> None:
+    logs_dir = tmp_path / "log"
+    epochs = 14
+    server = run_job("--hosts-from-agents", "--min-np", "1", "--max-np", "4", "--api-port", "0", *FAST,
+                     *elastic_job(logs_dir, epochs=epochs, samples=96), "--timestamps", verb="serve")
+    address = server.wait_event("rendezvous.listening")["address"]
+    assert "agents that join by connecting" in server.wait_event("rendezvous.listening")["discovery"]
+    a = agent(run_job, address, "hostA", "--slots", "1")
+    server.wait_status(lambda s: s["world_size"] == 1 and s["steps"] >= 2, 120, "hostA training alone")
+
+    b = agent(run_job, address, "hostB", "--slots", "2")  # warms a spare per slot, then says hello
+    warm = b.wait_event("agent.warm", 120)
+    assert warm["spares"] == 2 and warm["slots"] == 2
+    joined = server.wait_event("agent.connected", 60, host="hostB")
+    grown = server.wait_event("generation.formed", 120, size=3)
+    assert "agents added hostB:2" in grown["cause"]
+    used = [e for e in b.events("spare.used") if e.get("warm")]
+    assert len(used) == 2, b.output  # both first workers of the joining host started warm
+    first = wait_for(lambda: min((r["time"] for records in read_logs(logs_dir).values() for r in records
+                                  if r["event"] == "commit" and r["size"] == 3), default=None), 60, "a step at size 3")
+    print(f"\n[figure] hostB connected -> ring of 3 formed: {grown['time'] - joined['time']:.2f} s; -> the first step "
+          f"at size 3: {first - joined['time']:.2f} s; agent start -> warm: {warm['took_s']:.2f} s")
+
+    b.proc.send_signal(signal.SIGTERM)  # the engine takes hostB politely: its workers leave at a commit
+    assert b.wait(60) == 0, b.output
+    left = server.wait_event("host.left", 60, host="hostB")
+    shrunk = server.wait_status(lambda s: s["world_size"] == 1, 60, "the ring without hostB")
+    assert "hostB" not in {h["name"] for h in shrunk["hosts"] if h["discovered"]}
+    assert not server.events("host.lost", host="hostB") and not server.events("host.blacklisted", host="hostB")
+    assert left
+
+    c = agent(run_job, address, "hostC", "--slots", "1", "--no-warm-join")
+    server.wait_status(lambda s: s["world_size"] == 2, 120, "hostC joined")
+    assert not c.events("agent.warm")
+    wait_for(lambda: any(r["event"] == "commit" and r["size"] == 2 for name, records in read_logs(logs_dir).items()
+                         if name.startswith("hostC") for r in records), 60, "hostC's worker in the ring")
+    c.kill()  # the whole host dies: its agent's process group
+    server.wait_event("host.lost", 60, host="hostC")
+    server.wait_status(lambda s: s["world_size"] == 1, 60, "the ring without hostC")
+
+    assert server.wait(300) == 0, server.output
+    assert a.wait(30) == 0, a.output
+    logs = read_logs(logs_dir)
+    assert_every_sample_once(logs, epochs)
+    assert_ranks_agree(logs)
+
+
+def test_an_agent_with_impossible_slots_is_refused_by_its_own_flags(run_job) -> None:
+    for slots in ("0", "-2", "5000"):
+        refused = run_job("--rendezvous", "127.0.0.1:1", "--host", "hostX", "--slots", slots, verb="agent")
+        assert refused.wait(30) == 2
+        assert "--slots" in refused.output, refused.output
+
+
+def test_a_hello_with_too_many_slots_is_refused_by_the_rendezvous(run_job) -> None:
+    """The flag's bound is the agent's; the rendezvous refuses a hello past it whoever sends it
+    (a raw client with the host's key, as a hostile agent would)."""
+    import grpc
+
+    from ringmaster.common.grpc_auth import secured
+    from ringmaster.proto import ringmaster_pb2 as pb
+    from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+
+    server = run_job("--hosts-from-agents", "--min-np", "1", "python", "-c", "pass", verb="serve")
+    address = server.wait_event("rendezvous.listening")["address"]
+    for slots in (100_000, -1):
+        with secured(grpc.insecure_channel(address), credentials("hostX")) as channel:
+            session = pb_grpc.RendezvousStub(channel).AgentSession(
+                pb.AgentHello(host="hostX", pid=1, incarnation="x", slots=slots), timeout=10)
+            with pytest.raises(grpc.RpcError) as refused:
+                next(session)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert f"{slots} slots" in (refused.value.details() or "")
+    assert not server.events("agent.connected")
