@@ -24,13 +24,13 @@ from harness import wait_for
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 
 
-def skip_reason() -> str | None:
-    """Why namespaces with sshd cannot be made here (None: they can)."""
+def skip_reason(need_sshd: bool = True) -> str | None:
+    """Why namespaces (with sshd unless told otherwise) cannot be made here (None: they can)."""
     if os.geteuid() != 0:
         return "network namespaces need root (CAP_NET_ADMIN); CI runs as root"
     if shutil.which("ip") is None:
         return "the ip command (iproute2) is missing"
-    if SSHD is None:
+    if need_sshd and SSHD is None:
         return "sshd is missing (Debian package openssh-server; .ci/setup installs it)"
     probe = f"rmprobe{os.getpid() % 100000}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
@@ -109,10 +109,12 @@ class NetworkHosts:
         self.key = workdir / "id_ed25519"
         self.hosts = [NetHost(f"rmns{tag}h{i}", f"10.213.{self.subnet}.{10 + i}", f"rmv{tag}{i}"[:15]) for i in range(count)]
 
-    def start(self) -> "NetworkHosts":
+    def start(self, sshd: bool = True) -> "NetworkHosts":
+        """Make the namespaces (and start an sshd in each unless told not to)."""
         try:
             self._make_network()
-            self._start_sshds()
+            if sshd:
+                self._start_sshds()
         except BaseException:
             self.remove()
             raise

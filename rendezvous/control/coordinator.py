@@ -74,6 +74,7 @@ class Coordinator:
         self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._agents_stopped = False  # told every agent to stop, the job having ended
+        self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
     # ------------------------------------------------------------------ the job, as read
     @property
@@ -278,6 +279,33 @@ class Coordinator:
         self._unsettled = True
         return ended
 
+    def preempt(self, reason: str, deadline_s: float, now: float) -> None:
+        """The whole job is taken (Slurm's `--signal=B:USR1@90`, a preemption): every host is
+        drained, so its workers leave at their next commit, which rank 0 makes durable first (no
+        host is left); then the job ends as preempted, to resume from that checkpoint when started
+        again. Workers still there after `deadline_s` are stopped (the last durable checkpoint)."""
+        if self.job.outcome is not None or self.preempted_for is not None:
+            return
+        self.preempted_for = reason
+        self.job.emit(now, Kind.JOB_PREEMPTED, reason=reason, deadline_s=deadline_s,
+                      checkpoint_dir=self.settings.checkpoint_dir or "")
+        for host in list(self.pool.hosts.values()):
+            if host.drain is None and (host.agent_connected or host.name in self.job.busy_hosts()):
+                try:
+                    self.drains.request(host.name, DrainSource.OPERATOR, deadline_s, reason, now)
+                except Refused:
+                    continue  # (a host that cannot be drained runs nothing to wait for)
+        self._unsettled = True
+
+    def _preempted_yet(self, now: float) -> None:
+        """A preempted job ends once no worker of it is left."""
+        if self.preempted_for is not None and self.job.outcome is None and not self.job.live_workers():
+            where = self.settings.checkpoint_dir
+            self.job.end_job(JobOutcome(False, f"preempted ({self.preempted_for}): every worker left at a commit; "
+                                        + (f"started again, the job resumes from its checkpoint in {where}" if where
+                                           else "no --checkpoint-dir, so started again it begins anew"),
+                                        interrupted=True, preempted=True), now)
+
     def abort(self, reason: str, now: float) -> None:
         """End the job: the user stopped it (SIGINT, SIGTERM)."""
         self.job.end_job(JobOutcome(False, reason, interrupted=True), now)
@@ -371,6 +399,7 @@ class Coordinator:
             return
         self.formation.reconcile(now)
         self.drains.settle(now)  # (then drains are done: an agent that asked to go is told so last)
+        self._preempted_yet(now)
         if self.job.outcome is None:
             self.pool.reconcile_agents(self.hosts_wanted(now), self.job.busy_hosts())
 

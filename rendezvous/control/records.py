@@ -163,6 +163,7 @@ class JobOutcome:
     success: bool
     message: str
     interrupted: bool = False  # stopped by the user (Ctrl-C, SIGTERM), not failed
+    preempted: bool = False  # taken whole (Slurm's preemption notice): its workers left at a durable commit
 
 
 #: Events a job keeps (the newest); older ones are counted in `Summary.events_dropped`.

@@ -121,11 +121,18 @@ class RendezvousServer:
         self.coordinator: Coordinator | None = None
         self.service: RendezvousService | None = None
         self._stop_reason: str | None = None
+        self._preempt_reason: str | None = None
         self.metrics: JobMetrics | None = None
         self.followers = EventFollowers()  # readers of GET /events, given their last events at the end
         self.timeline: JobTimeline | None = None
         self._open_files = 1024  # the soft descriptor limit, as `run` finds it
         self._on_api = on_api
+
+    def request_preemption(self, reason: str) -> None:
+        """The whole job is taken (SIGUSR1 under Slurm): drain every host, then end as preempted."""
+        self._preempt_reason = reason
+        if self.service is not None:
+            self.service.changed.set()
 
     def request_stop(self, reason: str) -> None:
         """Stop the job (SIGINT/SIGTERM): it ends as failed with `reason`."""
@@ -256,6 +263,9 @@ class RendezvousServer:
                 if self._stop_reason:
                     service.call(coordinator.abort, self._stop_reason)
                     break
+                if self._preempt_reason:
+                    service.call(coordinator.preempt, self._preempt_reason, self.settings.drain_grace_s)
+                    self._preempt_reason = None
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
                 service.changed.clear()

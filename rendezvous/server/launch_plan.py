@@ -19,6 +19,8 @@ from typing import Mapping
 DEFAULT_LAUNCHER = "ssh"
 #: Environment variable giving --launcher's default (the tests, which emulate hosts by name, set "local").
 LAUNCHER_ENV = "RINGMASTER_LAUNCHER"
+#: Extra `srun` flags for the agents `--launcher slurm` starts (e.g. `--mem=0 --cpu-bind=none`).
+SRUN_OPTIONS_ENV = "RINGMASTER_SRUN_OPTIONS"
 #: Environment variable with more `ssh` options, as a shell would split them (e.g. "-o UserKnownHostsFile=F").
 SSH_OPTIONS_ENV = "RINGMASTER_SSH_OPTIONS"
 #: Environment variables not forwarded to remote hosts: they describe this machine or session.
@@ -82,3 +84,16 @@ def forwarded_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """What of the launching environment a remote agent (and so its workers) gets."""
     return {k: v for k, v in environ.items()
             if k not in NOT_FORWARDED and not k.startswith(NOT_FORWARDED_PREFIXES)}
+
+
+def srun_command(host: str, agent: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    """`srun` starting one agent on Slurm node `host` as a step of the job this process runs in
+    (`--overlap`: it shares the allocation's CPUs with the other agents and the batch script;
+    Slurm tracks it and kills it with the job). Its stdin is the agent's, as over ssh."""
+    return ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={host}", "--kill-on-bad-exit=0",
+            "--job-name=ringmaster-agent", "--quiet", *extra, *agent]
+
+
+def choose_launcher(flag: str | None, environ: Mapping[str, str]) -> str:
+    """`--launcher`, else $RINGMASTER_LAUNCHER, else `slurm` inside a Slurm job, else ssh."""
+    return flag or environ.get(LAUNCHER_ENV) or ("slurm" if environ.get("SLURM_JOB_ID") else DEFAULT_LAUNCHER)

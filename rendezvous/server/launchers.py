@@ -9,6 +9,9 @@ same path as every other input. A new engine (Slurm, Ray, Kubernetes) is one mor
   process group (its workers stay in it, so killing that group is the death of a host).
 - `SshLauncher` (`--launcher ssh`): a host that is this machine runs its agent here; any other
   gets `ssh host ... agent --from-launcher`.
+- `SlurmLauncher` (`--launcher slurm`, by itself inside a Slurm job): each node's agent is a job
+  step, `srun --nodes=1 --ntasks=1 --overlap --nodelist=NODE ... agent --from-launcher`: Slurm
+  tracks it and kills it with the job; nothing goes over ssh.
 - `NoLauncher` (`--launcher none`): something else starts the agents (`ringmaster serve`).
 
 Every agent gets its host's key (`keys.agent_key`, never the job secret) on its stdin (and a
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,7 +40,9 @@ from ringmaster.common.keys import agent_key
 from ringmaster.common.network import is_this_machine, this_machine_names
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.common.secret import SECRET_ENV
-from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
+from ringmaster.rendezvous.server.launch_plan import (
+    SRUN_OPTIONS_ENV, SshOptions, agent_command, forwarded_environment, srun_command, ssh_command,
+)
 
 #: Lines of an agent's (or its ssh's) output kept to say why it failed.
 KEPT_LINES = 5
@@ -62,6 +68,7 @@ class AgentOptions:
 class _Launched:
     proc: subprocess.Popen
     remote: bool
+    via: str = "its agent"  # what was started: its agent, or what starts it (ssh, srun)
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_LINES))
     relays: list[threading.Thread] = field(default_factory=list)  # copying its output to ours
 
@@ -160,8 +167,7 @@ class LocalLauncher(Launcher):
     @staticmethod
     def _why(launched: _Launched) -> str:
         said = " / ".join(line for line in launched.output if line) or "(it printed nothing)"
-        what = "ssh" if launched.remote else "its agent"
-        return f"{what} exited with code {launched.proc.returncode} before the agent connected: {said}"
+        return f"{launched.via} exited with code {launched.proc.returncode} before the agent connected: {said}"
 
     def alive(self) -> int:
         for host, launched in list(self.agents.items()):
@@ -225,14 +231,42 @@ class SshLauncher(LocalLauncher):
         self._on_event(host, f"over ssh ({' '.join(argv[:-2])} ...)")
         proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        launched = _Launched(proc, remote=True)
+        launched = _Launched(proc, remote=True, via="ssh")
         self.agents[host] = launched
         launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output)]
         _hand_over(proc, handover(self._key(host), forwarded_environment(env)))
 
 
+class SlurmLauncher(LocalLauncher):
+    """`--launcher slurm`: each host is a node of the Slurm job this process runs in, and its agent
+    a job step started with `srun` (the key on its stdin, which srun forwards and keeps open)."""
+
+    @classmethod
+    def remote_hosts(cls, hosts: list[str]) -> list[str]:
+        names = this_machine_names()
+        return [h for h in hosts if not is_this_machine(h, names)]
+
+    def start(self, host: str) -> None:
+        if host in self.agents:
+            return
+        env = self._environment()
+        argv = srun_command(host, self._argv(host, remote=True), tuple(shlex.split(env.get(SRUN_OPTIONS_ENV, ""))))
+        self._on_event(host, f"as a Slurm job step ({' '.join(argv[:8])} ...)")
+        try:
+            proc = subprocess.Popen(dying_with_parent(argv), start_new_session=True, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:  # no srun here
+            self._finished.append((host, f"srun could not be started: {exc}"))
+            return
+        launched = _Launched(proc, remote=True, via="srun")
+        self.agents[host] = launched
+        launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output)]
+        _hand_over(proc, handover(self._key(host), {}))
+
+
 #: The launchers `--launcher` names.
-LAUNCHERS: dict[str, type[Launcher]] = {"ssh": SshLauncher, "local": LocalLauncher, "none": NoLauncher}
+LAUNCHERS: dict[str, type[Launcher]] = {"ssh": SshLauncher, "local": LocalLauncher, "slurm": SlurmLauncher,
+                                         "none": NoLauncher}
 
 
 def make_launcher(name: str, options: AgentOptions, secret: str | None, ssh: SshOptions = SshOptions(),
@@ -241,6 +275,8 @@ def make_launcher(name: str, options: AgentOptions, secret: str | None, ssh: Ssh
     kind = LAUNCHERS[name]
     if kind is SshLauncher:
         return SshLauncher(options, secret, ssh, on_event)
+    if kind is SlurmLauncher:
+        return SlurmLauncher(options, secret, on_event)
     if kind is LocalLauncher:
         return LocalLauncher(options, secret, on_event)
     return NoLauncher()

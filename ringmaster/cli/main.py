@@ -27,7 +27,7 @@ from ringmaster.cli.progress import ProgressLine
 from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.common.network import NetworkError, interface_address, route_address
 from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions
+from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions, choose_launcher
 from ringmaster.rendezvous.server.launchers import LAUNCHERS
 from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
 from ringmaster.common import logs
@@ -35,6 +35,7 @@ from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
+from ringmaster.discovery.slurm import SlurmDiscovery
 from ringmaster import __version__
 from ringmaster import settings as defaults
 from ringmaster.worker.agent.flags import add_drain_flags
@@ -281,6 +282,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
         discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
     elif args.hosts:
         discovery = StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
+    elif getattr(args, "launcher", None) == "slurm":
+        discovery = SlurmDiscovery(os.environ, args.slots_per_host, args.discovery_timeout)
     elif args.hosts_from_agents:
         discovery = StaticDiscovery({})  # every host joins by connecting
     else:
@@ -370,11 +373,13 @@ def summary_events(outcome: JobOutcome, summary: Summary) -> list[Event]:
 def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
     """How `run` reaches its hosts (horovodrun's flags), and what its agents do when a host is taken."""
     add_drain_flags(parser)
-    parser.add_argument("--launcher", choices=list(LAUNCHERS), default=os.environ.get(LAUNCHER_ENV) or DEFAULT_LAUNCHER,
+    parser.add_argument("--launcher", choices=list(LAUNCHERS), default=None,
                         help="how agents are started: 'ssh' runs each host's agent over ssh (hosts that are this machine "
-                             "run here), 'local' runs every host's agent on this machine (hosts emulated by name), 'none' "
-                             f"starts none (Kubernetes, Slurm... start `ringmaster agent`) (default: ${LAUNCHER_ENV}, else "
-                             f"{DEFAULT_LAUNCHER})")
+                             "run here), 'local' runs every host's agent on this machine (hosts emulated by name), "
+                             "'slurm' runs each node's agent as a step of the Slurm job this runs in (srun; hosts: the "
+                             "allocation's nodes, SIGUSR1 a preemption: checkpoint, then requeue), 'none' starts none "
+                             f"(Kubernetes... start `ringmaster agent`) (default: ${LAUNCHER_ENV}, else slurm inside a "
+                             f"Slurm job, else {DEFAULT_LAUNCHER})")
     parser.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
     parser.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
 
@@ -399,6 +404,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
 
     from ringmaster.rendezvous.state.kv import StoreUnavailable
 
+    if local_hosts:
+        args.launcher = choose_launcher(args.launcher, os.environ)
     try:
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key, store_password(args))
@@ -443,6 +450,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop_by_user, sig)
+        if launcher == "slurm":  # `#SBATCH --signal=B:USR1@90`: the allocation ends soon (preemption, time limit)
+            loop.add_signal_handler(signal.SIGUSR1, server.request_preemption, "SIGUSR1 from Slurm")
         progress = asyncio.create_task(ProgressLine(sys.stdout, sys.stdout.isatty(), time.monotonic).run(server))
         try:
             return await server.run(initial)
@@ -466,9 +475,35 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     assert server.coordinator is not None
     for event in summary_events(outcome, server.coordinator.summary):
         log_event(log, event)
+    if outcome.preempted:
+        return requeue(os.environ)
     if outcome.interrupted and stopped_by:
         return 128 + stopped_by[0]  # as shells expect of a command stopped by a signal (130 for Ctrl-C)
     return 0 if outcome.success else 1
+
+
+#: `run`'s exit status after a preemption (EX_TEMPFAIL): for Slurm's `RequeueExit=75`, and for scripts.
+PREEMPTED_EXIT = 75
+
+
+def requeue(environ: Mapping[str, str]) -> int:
+    """A preempted job asks Slurm to queue it again (`scontrol requeue`: the job must be
+    requeueable, `sbatch --requeue`), to resume from its checkpoint; PREEMPTED_EXIT either way."""
+    job_id = environ.get("SLURM_JOB_ID", "")
+    if not job_id.isdigit():
+        how = "preempted outside a Slurm job: start it again to resume from its checkpoint"
+    else:
+        import subprocess
+
+        try:
+            done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=30)
+            how = (f"Slurm job {job_id} requeued: it starts again and resumes from its checkpoint" if done.returncode == 0
+                   else f"scontrol requeue {job_id} failed ({done.stderr.strip()[:300]}); submit the job with "
+                        "--requeue, or again by hand: it resumes from its checkpoint")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            how = f"scontrol requeue {job_id} could not run ({exc}); submit the job again: it resumes from its checkpoint"
+    log_event(log, Event(Kind.JOB_REQUEUED, {"how": how, "exit_code": PREEMPTED_EXIT}))
+    return PREEMPTED_EXIT
 
 
 def store_password(args: argparse.Namespace) -> str | None:

@@ -88,6 +88,8 @@ class Kind(enum.StrEnum):
     # agent
     AGENT_SESSION = "agent.session"
     AGENT_WARM = "agent.warm"
+    JOB_PREEMPTED = "job.preempted"
+    JOB_REQUEUED = "job.requeued"
     AGENT_REFUSED = "agent.refused"
     AGENT_UNPROVEN = "agent.unproven"
     AGENT_REPORT_REFUSED = "agent.report_refused"
@@ -210,6 +212,9 @@ SPECS: dict[Kind, Spec] = {
     Kind.STORE_UNREADABLE: Spec(_W, "skipped the store's key {key}: {error} ({count} skipped so far; was it written by "
                                     "something other than ringmaster?)"),
     Kind.AGENT_SESSION: Spec(_I, "session with the rendezvous at {address}"),
+    Kind.JOB_PREEMPTED: Spec(_W, "the job is preempted ({reason}): every host drains, its workers leave at their "
+                                 "next commit (made durable first) within {deadline_s:g} s"),
+    Kind.JOB_REQUEUED: Spec(_W, "{how}"),
     Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s) in {took_s:g} s; connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),

@@ -1,0 +1,166 @@
+"""Ringmaster inside a real Slurm: `sbatch` a job whose `ringmaster run` finds its nodes in the
+allocation and starts each node's agent as a job step (`--launcher slurm`, chosen by itself).
+
+The cluster is real (`slurm_cluster.py`): slurmctld, munged, and one slurmd per network
+namespace, each node its own address and host name. Faults are real: a node an administrator
+marks DOWN, a node whose every process dies (slurmd too), and Slurm's preemption signal
+(`scancel --signal=USR1 --batch`, what `#SBATCH --signal=B:USR1@90` sends), after which the job
+checkpoints, is requeued by Slurm and resumes. Skipped only where the packages or namespaces
+cannot be had; CI installs them and runs as root.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import WORKLOADS, events, parse_event_line, read_logs, wait_for
+from job_checks import assert_every_sample_once, assert_ranks_agree
+from slurm_cluster import SlurmCluster, skip_reason
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    """Two Slurm nodes, each a namespace; every daemon stopped and namespace removed at teardown."""
+    cluster = SlurmCluster(2, tmp_path).start()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs: int, samples: int,
+                 step_time: float = 0.08) -> pathlib.Path:
+    """An sbatch script as a user writes it (examples/slurm/ is the one to copy): `exec` so that
+    Slurm's signals reach `ringmaster run` itself."""
+    log = cluster.workdir / "log"
+    log.mkdir(exist_ok=True)
+    script = cluster.workdir / f"{name}.sbatch"
+    script.write_text("\n".join([
+        "#!/bin/bash",
+        "#SBATCH --nodes=2 --ntasks-per-node=1 --no-kill --requeue --open-mode=append",
+        f"#SBATCH --output={cluster.workdir}/{name}.out --chdir={cluster.workdir}",
+        "unset RINGMASTER_LAUNCHER  # (the tests' own default): inside a Slurm job the launcher is slurm by itself",
+        f"exec {sys.executable} -m ringmaster.cli run --network-interface {cluster.net.bridge} --min-np 1 "
+        f"--discovery-interval 0.5 --log-format json {' '.join(run_flags)} "
+        f"{sys.executable} {WORKLOADS / 'elastic_job.py'} --log-dir {log} --epochs {epochs} --samples {samples} "
+        f"--step-time {step_time} --timestamps",
+        "",
+    ]))
+    return script
+
+
+def job_events(cluster: SlurmCluster, name: str, kind: str | None = None) -> list[dict]:
+    path = cluster.workdir / f"{name}.out"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    found = [parse_event_line(line) for line in lines]
+    return [e for e in found if e is not None and (kind is None or e.get("kind") == kind)]
+
+
+def wait_state(cluster: SlurmCluster, job_id: str, states: set[str], timeout_s: float, name: str) -> str:
+    def reached() -> str | None:
+        state = cluster.job_state(job_id)
+        return state if state in states else None
+
+    try:
+        return wait_for(reached, timeout_s, f"Slurm job {job_id} in {states}", interval_s=0.5)
+    except AssertionError:
+        out = (cluster.workdir / f"{name}.out")
+        raise AssertionError(f"job {job_id} is {cluster.job_state(job_id)}:\n"
+                             f"{out.read_text()[-6000:] if out.exists() else '(no output)'}{cluster.logs()}") from None
+
+
+def first_commit(log_dir: pathlib.Path, predicate) -> dict:
+    def find() -> dict | None:
+        found = [r for r in events(read_logs(log_dir), "commit") if predicate(r)]
+        return min(found, key=lambda r: r["time"]) if found else None
+
+    return wait_for(find, 180, "a matching commit", interval_s=0.2)
+
+
+def test_an_sbatch_job_finds_its_nodes_starts_agents_as_steps_and_finishes(slurm) -> None:
+    script = batch_script(slurm, "plain", [], epochs=2, samples=64)
+    submitted = time.time()
+    job_id = slurm.sbatch(script)
+    first = first_commit(slurm.workdir / "log", lambda r: r["size"] == 2)
+    assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 240, "plain") == "COMPLETED"
+    launching = job_events(slurm, "plain", "agent.launching")
+    assert {e["host"] for e in launching} == {"node0", "node1"}
+    assert all("Slurm job step" in e["how"] for e in launching)
+    listening = job_events(slurm, "plain", "rendezvous.listening")[0]
+    assert f"Slurm job {job_id}" in listening["discovery"]
+    logs = read_logs(slurm.workdir / "log")
+    assert {r["size"] for r in events(logs, "done")} == {2}
+    assert_every_sample_once(logs, 2)
+    print(f"\n[figure] Slurm submit -> first step on 2 nodes: {first['time'] - submitted:.2f} s")
+
+
+def test_a_node_marked_down_leaves_the_job_which_goes_on_smaller(slurm) -> None:
+    script = batch_script(slurm, "down", [], epochs=8, samples=96)
+    job_id = slurm.sbatch(script)
+    log = slurm.workdir / "log"
+    first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 5)
+    downed = time.time()
+    slurm.scontrol("update", "nodename=node1", "state=down", "reason=ringmaster-test")
+    after = first_commit(log, lambda r: r["size"] == 1 and r["time"] > downed)
+    assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "down") == "COMPLETED"
+    logs = read_logs(log)
+    assert_every_sample_once(logs, 8)
+    assert_ranks_agree(logs)
+    assert {r["size"] for r in events(logs, "done")} == {1}
+    print(f"\n[figure] Slurm node marked DOWN -> first step at the smaller size: {after['time'] - downed:.2f} s")
+
+
+def test_a_node_that_dies_whole_is_a_lost_host_and_the_job_recovers(slurm) -> None:
+    script = batch_script(slurm, "dies", [], epochs=8, samples=96)
+    job_id = slurm.sbatch(script)
+    log = slurm.workdir / "log"
+    first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 5)
+    killed = time.time()
+    assert slurm.kill_node("node1") > 0  # slurmd, the agent's step, the workers: the machine is gone
+    after = first_commit(log, lambda r: r["size"] == 1 and r["time"] > killed)
+    assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "dies") == "COMPLETED"
+    assert [e for e in job_events(slurm, "dies", "host.lost") if e["host"] == "node1"]
+    logs = read_logs(log)
+    assert_every_sample_once(logs, 8)
+    assert_ranks_agree(logs)
+    print(f"\n[figure] Slurm node killed -> first step without it: {after['time'] - killed:.2f} s")
+
+
+def test_slurms_preemption_signal_checkpoints_requeues_and_the_job_resumes_losing_nothing(slurm) -> None:
+    checkpoints = slurm.workdir / "ckpt"
+    script = batch_script(slurm, "preempt", ["--checkpoint-dir", str(checkpoints), "--checkpoint-interval", "3600",
+                                             "--drain-grace", "60"], epochs=6, samples=160)
+    job_id = slurm.sbatch(script)
+    log = slurm.workdir / "log"
+    first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 6)
+    signalled = time.time()
+    done = subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    requeued = wait_for(lambda: next(iter(job_events(slurm, "preempt", "job.requeued")), None), 120, "the requeue")
+    assert "requeued" in requeued["how"], requeued
+    last_before = max(r["step"] for r in events(read_logs(log), "commit") if r["time"] < requeued["time"])
+    assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "preempt") == "COMPLETED"
+    assert slurm.job_field(job_id, "Restarts") == "1"
+    logs = read_logs(log)
+    resumed = [r for r in events(logs, "synced") if r["time"] > requeued["time"]]
+    # It resumes at the commit its workers left at (made durable first), at or after the last one logged.
+    assert resumed and min(r["step"] for r in resumed) >= last_before, (last_before, resumed[:2])
+    after = min(r["time"] for r in events(logs, "commit") if r["time"] > requeued["time"])
+    drained = job_events(slurm, "preempt", "host.drained")
+    assert {e["host"] for e in drained} == {"node0", "node1"} and all(e["outcome"] == "commit" for e in drained), drained
+    assert_every_sample_once(logs, 6)  # nothing trained twice into the model, nothing skipped, across the requeue
+    start = min(r["step"] for r in resumed)  # (the requeued run numbers its generations from 1 again)
+    assert len({r["digest"] for r in resumed if r["step"] == start}) == 1, resumed
+    assert len({r["digest"] for r in events(logs, "done")}) == 1
+    lost = sum(e.get("steps_lost", 0) for e in drained)
+    assert lost == 0
+    print(f"\n[figure] Slurm USR1 -> checkpoint written and requeued: {requeued['time'] - signalled:.2f} s; -> the "
+          f"requeued job's first step: {after - signalled:.2f} s; steps lost: {lost}")
