@@ -72,3 +72,19 @@ def test_agents_are_slurm_steps_and_slurm_is_chosen_inside_a_slurm_job() -> None
     assert choose_launcher("local", {"SLURM_JOB_ID": "42"}) == "local"
     assert choose_launcher(None, {"SLURM_JOB_ID": "42", "RINGMASTER_LAUNCHER": "ssh"}) == "ssh"
     assert choose_launcher(None, {}) == "ssh"
+
+
+def test_the_sbatch_example_asks_slurm_for_what_elasticity_needs_and_its_flags_parse() -> None:
+    import pathlib
+    import shlex
+
+    from ringmaster.cli.main import build_parser
+
+    text = (pathlib.Path(__file__).resolve().parents[3] / "examples" / "slurm" / "train.sbatch").read_text()
+    directives = [line.split(None, 1)[1].split("#")[0].strip() for line in text.splitlines() if line.startswith("#SBATCH")]
+    for needed in ("--no-kill", "--requeue", "--signal=B:USR1@90", "--open-mode=append"):
+        assert needed in directives
+    command = text[text.index("exec ringmaster run"):].replace("\\\n", " ").splitlines()[0]
+    argv = shlex.split(command.replace("$", "").replace("SLURM_JOB_NAME", "job"))[2:]
+    parsed, unknown = build_parser().parse_known_args(argv)
+    assert not unknown and parsed.verb == "run" and parsed.checkpoint_dir and parsed.launcher is None
