@@ -40,7 +40,8 @@ def objects() -> dict[tuple[str, str], dict]:
     assert built.returncode == 0, built.stderr
     decoded = kubectl("label", "--local", "-f", "-", "-o", "json", "ringmaster.checked=yes", stdin=built.stdout)
     assert decoded.returncode == 0, decoded.stderr
-    items, text, at = [], decoded.stdout, 0
+    items: list[dict] = []
+    text, at = decoded.stdout, 0
     decoder = json.JSONDecoder()
     while text[at:].strip():  # one JSON object per manifest, one after another
         at += len(text[at:]) - len(text[at:].lstrip())

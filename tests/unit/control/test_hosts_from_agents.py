@@ -5,13 +5,15 @@ Driven without I/O (a manual clock, the coordinator's outbox), as the gRPC layer
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from coordinator_rig import Rig, record
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.effects import Retire, UpdateHosts
 from ringmaster.rendezvous.state import job_record
 
 
-def kinds(rig: Rig, kind: Kind) -> list[dict]:
+def kinds(rig: Rig, kind: Kind) -> list[Mapping[str, Any]]:
     return [e.fields for e in rig.coordinator.summary.events if e.kind is kind]
 
 
