@@ -1,0 +1,94 @@
+"""One scheduling round: each job's target placement under a policy, with the pool's rules on
+top of the policy's sizes.
+
+- Gang: a job runs with at least `--min-np` workers or not at all (the sizers admit whole
+  minimums only).
+- Stability: a running job resized less than `--min-resize-interval` ago keeps its size, unless a
+  host under it failed (`urgent`) or its slots are needed to start a job (a job of higher
+  precedence: earlier under `fifo`, higher under `priority`, a queue below its share under `fair`).
+  Such a job is fixed at its size and the policy asked again, until nothing held is changed.
+- Placement: as few hosts as possible, running workers not moved (`placement.place`).
+
+Pure: `schedule(policy, hosts, jobs, now, settings)` returns a `Verdict` per job, with the reason
+an operator sees. The pool service acts on it (at each job's next commit); the trace simulator
+feeds it simulated time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from ringmaster.rendezvous.scheduling.model import JobAsk, Settings, Verdict
+from ringmaster.rendezvous.scheduling.placement import place
+from ringmaster.rendezvous.scheduling.sizing import POLICIES, SIZERS, Sizes
+
+
+def _held(job: JobAsk, usable_size: int, now: float, settings: Settings) -> bool:
+    """Whether the minimum interval holds `job` at its size: it runs whole (no host under it is
+    gone) and was resized less than the interval ago."""
+    return (job.running and not job.urgent and usable_size == job.size and job.resized_at is not None
+            and now - job.resized_at < settings.min_resize_interval_s)
+
+
+def _precedence(policy: str, jobs: Sequence[JobAsk]) -> list[str]:
+    if policy == "priority":
+        return [j.id for j in sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id))]
+    return [j.id for j in sorted(jobs, key=lambda j: (not j.running, j.submitted, j.id))]
+
+
+def target_sizes(policy: str, capacity: int, jobs: Sequence[JobAsk], may_hold: set[str], now: float,
+                 settings: Settings) -> tuple[Sizes, set[str]]:
+    """The policy's sizes with the stability rule applied to the jobs in `may_hold` (each placed
+    on usable hosts only), and the jobs it held."""
+    if policy not in SIZERS:
+        raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    fixed: dict[str, int] = {}
+    held = [j for j in jobs if j.id in may_hold]
+    while True:
+        sizes = SIZERS[policy](list(jobs), capacity, fixed, settings)
+        starts = any(sizes[j.id] > 0 and not j.running for j in jobs)
+        moved = [j for j in held if j.id not in fixed and sizes[j.id] != j.size and not (starts and sizes[j.id] < j.size)]
+        if not moved:
+            return sizes, {j.id for j in held if j.id in fixed}
+        for job in moved:
+            fixed[job.id] = job.size
+
+
+def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, policy: str) -> str:
+    if size == 0:
+        if job.running:
+            return (f"suspended: its {job.min_np} slot minimum went to jobs of higher precedence ({policy}); it resumes "
+                    "from its last commit when slots come back")
+        return (f"waiting: needs {job.min_np} slots together (--min-np); {max(unclaimed, 0)} are not held as the "
+                f"minimum of a job ahead of it ({policy})")
+    if not job.running:
+        return f"starts on {size} slot(s)"
+    if held:
+        return (f"held at {size}: resized {now - (job.resized_at or now):.0f} s ago, under --min-resize-interval")
+    if size > job.size:
+        return f"grows to {size} with slots left over"
+    if size < job.size:
+        return f"shrinks to {size}: its slots go to jobs of higher precedence ({policy}) or a host is gone"
+    return f"running on {size} slot(s)"
+
+
+def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now: float,
+             settings: Settings | None = None) -> dict[str, Verdict]:
+    """Each job's target under `policy` (`fifo`, `priority` or `fair`). `hosts`: the pool's usable
+    hosts (blacklisted, drained and lost ones left out) with their slots."""
+    settings = settings or Settings()
+    if len({j.id for j in jobs}) != len(jobs):
+        raise ValueError("job ids must be unique")
+    capacity = sum(hosts.values())
+    usable = {j.id: {h: n for h, n in j.placement.items() if h in hosts} for j in jobs}
+    held_now = {j.id for j in jobs if _held(j, sum(usable[j.id].values()), now, settings)}
+    # What runs is what is on usable hosts, and only at its minimum or more: a job that lost
+    # hosts below its --min-np waits like any other (and, let in again, keeps what it has left).
+    jobs = [replace(j, placement=usable[j.id] if sum(usable[j.id].values()) >= j.min_np else {}) for j in jobs]
+    sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings)
+    order = _precedence(policy, jobs)
+    placements = place(hosts, usable, sizes, order)
+    claimed = sum(sizes[j.id] if j.id in held else j.min_np for j in jobs if sizes[j.id] > 0)
+    return {j.id: Verdict(j.id, placements[j.id], _reason(j, sizes[j.id], now, j.id in held, capacity - claimed, policy))
+            for j in jobs}
