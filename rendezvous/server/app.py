@@ -98,10 +98,12 @@ class RendezvousServer:
         secret: str | None = None,
         tls: ServerTls | None = None,
         on_api: Callable[[str], None] | None = None,
+        observe: Callable[[Event], None] | None = None,
     ) -> None:
         """`secret`: the job secret. Every gRPC call must prove a key derived from it (its agent's,
         its worker's) and every change through the control API must carry it; `None` (tests of
-        the parts alone) checks nothing. `on_api(url)` hears the control API's URL once it listens."""
+        the parts alone) checks nothing. `on_api(url)` hears the control API's URL once it listens;
+        `observe(event)` hears every event of the job (a pool learns of its hosts' failures so)."""
         self.secret = secret
         self.tls = tls
         self.store_spec = store
@@ -127,6 +129,7 @@ class RendezvousServer:
         self.timeline: JobTimeline | None = None
         self._open_files = 1024  # the soft descriptor limit, as `run` finds it
         self._on_api = on_api
+        self._observe = observe
 
     def request_preemption(self, reason: str) -> None:
         """The whole job is taken (SIGUSR1 under Slurm): drain every host, then end as preempted."""
@@ -321,6 +324,8 @@ class RendezvousServer:
             self.metrics.on_event(event)
         if self.timeline is not None:
             self.timeline.on_event(event)
+        if self._observe is not None:
+            self._observe(event)
 
     def _refused(self, method: str, reason: str) -> None:
         """Log a refused call: the first ones, then one in a hundred (a flood must not flood the log)."""

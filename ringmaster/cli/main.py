@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster.cli import pool as pool_verbs
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
@@ -250,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="where to write the picture")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
+    pool_verbs.add_verbs(sub)
     key = sub.add_parser("agent-key", help="print the key of one host's agent, derived from the job secret (for "
                                            "`ringmaster agent --agent-key-file`: that agent can then act for its host only)")
     key.add_argument("host", metavar="HOST", help="the host's name, as discovery lists it and its agent's --host says")
@@ -556,16 +558,19 @@ def _remote(args: argparse.Namespace) -> int:
         secret = secret_from(args.secret_file, os.environ) or find_job_secret(args.api)
         client = ApiClient(args.api, secret, args.tls_ca)
         if args.verb == "scale":
-            return remote.scale(client, args.np)
+            return remote.scale(client, args.np, job=args.job)
         if args.verb == "status":
-            return remote.status(client)
+            return remote.status(client, job=args.job)
+        if args.job is not None and args.verb in ("drain", "undrain"):
+            raise UsageError(f"`ringmaster {args.verb}` takes a host out of one job; a pool's hosts are the pool's: "
+                             "drop --job and give the job's own --api")
         if args.verb == "drain":
             return remote.drain(client, args.host, args.deadline)
         if args.verb == "undrain":
             return remote.undrain(client, args.host)
         if args.since < 0:
             raise UsageError(f"--since {args.since}: event numbers start at 0")
-        return remote.events(client, args.since, args.follow, args.json)
+        return remote.events(client, args.since, args.follow, args.json, job=args.job)
     except RingmasterError as exc:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -600,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(getattr(args, "log_format", None), getattr(args, "log_level", None))
     if args.verb in ("scale", "drain", "undrain", "status", "events"):
         return _remote(args)
+    if args.verb in ("pool", "submit", "jobs", "cancel", "logs"):
+        return pool_verbs.main(args)
     if args.verb == "agent-key":
         return _print_agent_key(args.host, args.secret_file)
     if args.verb in ("demo", "plot"):

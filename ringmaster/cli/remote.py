@@ -23,12 +23,23 @@ def add_api_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
     parser.add_argument("--tls-ca", default=None, metavar="FILE",
                         help="the CA of an https:// control API's certificate (default: the system's)")
+    parser.add_argument("--job", default=None, metavar="ID",
+                        help="with --api a pool's control API (`ringmaster pool serve`): that job of the pool")
 
 
-def scale(client: ApiClient, np: int, out: TextIO | None = None) -> int:
+def job_path(job: str | None) -> str:
+    """Where a job's calls go: the API's root for a job's own API, `/jobs/ID` for a pool's job."""
+    return "" if job is None else f"/jobs/{urllib.parse.quote(job, safe='')}"
+
+
+def scale(client: ApiClient, np: int, out: TextIO | None = None, job: str | None = None) -> int:
     """POST /scale and print the answer."""
     out = out or sys.stdout
-    answer = client.post("/scale", {"np": np})
+    answer = client.post(f"{job_path(job)}/scale", {"np": np})
+    if job is not None:
+        print(f"ringmaster: job {answer.get('id')} may have up to {answer.get('max_np')} workers; the pool resizes it "
+              f"at its next commit ({answer.get('reason')})", file=out)
+        return 0
     print(f"ringmaster: {_text(answer, 'message')}", file=out)
     return 0
 
@@ -50,26 +61,28 @@ def undrain(client: ApiClient, host: str, out: TextIO | None = None) -> int:
     return 0
 
 
-def status(client: ApiClient, out: TextIO | None = None) -> int:
+def status(client: ApiClient, out: TextIO | None = None, job: str | None = None) -> int:
     """GET /status, printed as `ringmaster run`'s status line and tables of hosts and workers."""
     out = out or sys.stdout
-    print(render_status(client.get("/status")), file=out)
+    print(render_status(client.get(f"{job_path(job)}/status")), file=out)
     return 0
 
 
 #: The kinds that end a job: `events --follow` stops after printing one.
-_ENDS = ("job.succeeded", "job.failed")
+_ENDS = ("job.succeeded", "job.failed", "job.stopped")
 
 
 def events(client: ApiClient, since: int, follow: bool, as_json: bool, out: TextIO | None = None,
-           sleep: Callable[[float], None] = time.sleep) -> int:
+           sleep: Callable[[float], None] = time.sleep, job: str | None = None,
+           ended: Callable[[], int | None] | None = None) -> int:
     """Print the job's events from number `since` on. With `follow`, keep printing new ones
     until the job's end is printed (exit 0 if it succeeded, 1 if it failed; Ctrl-C stops earlier).
     The job's end is known by its last event, not by asking afterwards: `ringmaster run` and its
-    API are gone moments after it."""
+    API are gone moments after it. A pool's job outlives its rendezvous: `ended()` (its exit
+    status once it has ended, else None) is asked when no new event came."""
     out = out or sys.stdout
     while True:
-        page = client.get("/events", since=since)
+        page = client.get(f"{job_path(job)}/events", since=since)
         if not isinstance(page, dict) or not isinstance(page.get("events"), list):
             raise ApiError(f"{client.api}/events answered something else than a page of events")
         if page.get("dropped", 0) > since:
@@ -83,6 +96,8 @@ def events(client: ApiClient, since: int, follow: bool, as_json: bool, out: Text
             continue  # more may be waiting
         if not follow:
             return 0
+        if ended is not None and (code := ended()) is not None:
+            return code
         sleep(FOLLOW_POLL_S)
 
 

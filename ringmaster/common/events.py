@@ -90,6 +90,16 @@ class Kind(enum.StrEnum):
     AGENT_WARM = "agent.warm"
     JOB_PREEMPTED = "job.preempted"
     JOB_REQUEUED = "job.requeued"
+    # the pool (`ringmaster pool serve`): its hosts and the jobs it schedules
+    POOL_LISTENING = "pool.listening"
+    POOL_HOSTS = "pool.hosts"
+    POOL_HOST_BLACKLISTED = "pool.host_blacklisted"
+    POOL_JOB_SUBMITTED = "pool.job_submitted"
+    POOL_JOB_STARTED = "pool.job_started"
+    POOL_JOB_RESIZED = "pool.job_resized"
+    POOL_JOB_SUSPENDING = "pool.job_suspending"
+    POOL_JOB_SUSPENDED = "pool.job_suspended"
+    POOL_JOB_ENDED = "pool.job_ended"
     AGENT_REFUSED = "agent.refused"
     AGENT_UNPROVEN = "agent.unproven"
     AGENT_REPORT_REFUSED = "agent.report_refused"
@@ -215,6 +225,16 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_PREEMPTED: Spec(_W, "the job is preempted ({reason}): every host drains, its workers leave at their "
                                  "next commit (made durable first) within {deadline_s:g} s"),
     Kind.JOB_REQUEUED: Spec(_W, "{how}"),
+    Kind.POOL_LISTENING: Spec(_I, "pool of {slots} slot(s) on {hosts}, policy {policy}: control API at {url}"),
+    Kind.POOL_HOSTS: Spec(_I, "the pool's hosts: {hosts} ({slots} slots)"),
+    Kind.POOL_HOST_BLACKLISTED: Spec(_W, "host {host} failed under job {job}: out of the pool for {cooldown_s:g} s; "
+                                         "every job on it is rescheduled"),
+    Kind.POOL_JOB_SUBMITTED: Spec(_I, "job {job} queued in {queue} (priority {priority}, {min_np}-{max_np} workers)"),
+    Kind.POOL_JOB_STARTED: Spec(_I, "job {job} {how} on {size} slot(s): {hosts}"),
+    Kind.POOL_JOB_RESIZED: Spec(_I, "job {job}: {before} -> {size} slot(s) at its next commit ({hosts}): {reason}"),
+    Kind.POOL_JOB_SUSPENDING: Spec(_W, "job {job} is suspended: {reason}"),
+    Kind.POOL_JOB_SUSPENDED: Spec(_I, "job {job} suspended at a durable checkpoint; it resumes when slots come back"),
+    Kind.POOL_JOB_ENDED: Spec(_I, "job {job} {state}: {outcome}"),
     Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s) in {took_s:g} s; connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),

@@ -9,6 +9,7 @@ inherit) prints one JSON object per line with the event's kind and fields instea
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -32,6 +33,11 @@ AGENT = "ringmaster.agent"
 WORKER = "ringmaster.worker"
 CLI = "ringmaster.cli"
 
+#: The job a record is about, in a process that leads many (`ringmaster pool serve` sets it in each
+#: job's task; asyncio copies it into every task that job starts): `[job]` on the console, `job`
+#: in JSON. None in a process of one job.
+JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("ringmaster_job", default=None)
+
 #: Console prefix per logger (a record's `host`, set by the agent, fills `{host}`).
 _PREFIXES = {AGENT: "ringmaster-agent[{host}]", WORKER: "ringmaster-worker"}
 
@@ -49,7 +55,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         event: Event | None = getattr(record, "event", None)
         generation = f"[gen {event.generation}] " if event is not None and event.generation is not None else ""
-        text = f"{_prefix(record)}: {generation}{record.getMessage()}"
+        job = JOB_LABEL.get()
+        text = f"{_prefix(record)}{f'[{job}]' if job else ''}: {generation}{record.getMessage()}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
@@ -63,6 +70,9 @@ class JsonFormatter(logging.Formatter):
         host = getattr(record, "host", None)
         if host is not None:
             line["host"] = host
+        job = JOB_LABEL.get()
+        if job is not None:
+            line["job"] = job
         line["time"] = record.created
         event: Event | None = getattr(record, "event", None)
         if event is not None:

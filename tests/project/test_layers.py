@@ -20,6 +20,8 @@ PARTS = {
     "rendezvous/control": "control",
     "rendezvous/state": "state",
     "rendezvous/server": "server",
+    "rendezvous/scheduling": "scheduling",
+    "rendezvous/pool": "pool",
     "worker/agent": "agent",
     "worker/train": "train",
     "worker/torch": "torch",
@@ -35,6 +37,8 @@ MODULES = {
     "ringmaster.rendezvous.control": "control",
     "ringmaster.rendezvous.state": "state",
     "ringmaster.rendezvous.server": "server",
+    "ringmaster.rendezvous.scheduling": "scheduling",
+    "ringmaster.rendezvous.pool": "pool",
     "ringmaster.worker.agent": "agent",
     "ringmaster.worker.train": "train",
     "ringmaster.torch": "torch",
@@ -52,10 +56,12 @@ ALLOWED: dict[str, set[str]] = {
     "control": {"common", "discovery", "proto", "settings"},
     "state": {"common", "control", "discovery", "proto", "settings"},
     "server": {"common", "control", "state", "discovery", "proto", "settings"},
+    "scheduling": set(),
+    "pool": {"common", "control", "state", "server", "scheduling", "discovery", "proto", "settings"},
     "agent": {"common", "discovery", "proto", "settings"},
     "train": {"common", "checkpoint", "proto", "settings"},
     "torch": {"common", "checkpoint", "proto", "settings", "train"},
-    "cli": {"common", "control", "state", "server", "discovery", "proto", "settings", "agent"},
+    "cli": {"common", "control", "state", "server", "scheduling", "pool", "discovery", "proto", "settings", "agent"},
 }
 
 

@@ -1,0 +1,1 @@
+"""`ringmaster pool serve`: one pool of hosts lent to many elastic jobs under a scheduling policy."""

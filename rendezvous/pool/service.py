@@ -1,0 +1,280 @@
+"""The pool service: hosts from one source, jobs from submissions, and every scheduling interval
+the policy's verdicts carried out.
+
+Each job runs as it would alone: its own `RendezvousServer` (own secret, generations, rings'
+store, commits, checkpoints, events, metrics, control API) on this asyncio loop, its hosts the
+pool's placement (`PlacementHosts`), its agents started on those hosts by the pool's launcher
+with that job's secret only. A resize is a change of the placement, which the job carries out
+at its next commit; taking a job whole is the preemption path (a durable checkpoint at the next
+commit, then its workers stop) and starting it again resumes from that checkpoint. A host that
+one job finds lost is taken out of the pool (for --blacklist-cooldown) and every job on it is
+rescheduled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ringmaster.common.errors import Refused
+from ringmaster.common.events import Event, Kind
+from ringmaster.common.logs import JOB_LABEL
+from ringmaster.common.secret import generate_secret
+from ringmaster.discovery import DiscoveryError, HostDiscovery
+from ringmaster.rendezvous.control.records import JobOutcome
+from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
+from ringmaster.rendezvous.pool.table import JobTable, PoolJob
+from ringmaster.rendezvous.scheduling.model import Settings as Rules
+from ringmaster.rendezvous.scheduling.plan import schedule
+from ringmaster.rendezvous.server.app import RendezvousServer
+from ringmaster.rendezvous.server.launch_plan import SshOptions
+from ringmaster.settings import JobSettings
+
+#: Seconds between two scheduling rounds when nothing wakes the pool earlier.
+SCHEDULE_INTERVAL_S = 0.5
+
+
+@dataclass
+class _Lease:
+    """A job that runs: its rendezvous, the hosts it reads, the task that runs it."""
+
+    server: RendezvousServer
+    hosts: PlacementHosts
+    task: asyncio.Task[JobOutcome]
+
+
+class PoolService:
+    def __init__(self, source: HostDiscovery, policy: str, rules: Rules, job_settings: Mapping[str, object],
+                 checkpoint_root: pathlib.Path, say: Callable[..., None], launcher: str = "local",
+                 ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
+                 discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0) -> None:
+        """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
+        **fields)` tells the pool's events."""
+        self.source = source
+        self.policy = policy
+        self.rules = rules
+        self.job_settings = dict(job_settings)
+        self.checkpoint_root = checkpoint_root
+        self.say = say
+        self.launcher = launcher
+        self.ssh = ssh
+        self.bind = bind
+        self.advertise = advertise
+        self.discovery_interval_s = discovery_interval_s
+        self.blacklist_cooldown_s = blacklist_cooldown_s
+        self.table = JobTable(set(rules.queue_weights))
+        self.hosts: dict[str, int] = {}
+        self.blacklisted: dict[str, float] = {}  # host -> until
+        self.leases: dict[str, _Lease] = {}
+        self.changed = asyncio.Event()
+        self._stop = False
+
+    # ---------------------------------------------------------------- what the API asks
+    def capacity(self, now: float) -> int:
+        return sum(self.usable_hosts(now).values())
+
+    def usable_hosts(self, now: float) -> dict[str, int]:
+        return {h: n for h, n in self.hosts.items() if self.blacklisted.get(h, 0) <= now}
+
+    def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
+               priority: int) -> PoolJob:
+        now = time.time()
+        job = self.table.submit(command, min_np, max_np, now, max(self.capacity(now), sum(self.hosts.values())), name,
+                                queue, priority, taken=lambda job_id: (self.checkpoint_root / job_id).exists())
+        self.say(Kind.POOL_JOB_SUBMITTED, job=job.id, queue=job.queue, priority=job.priority, min_np=job.min_np,
+                 max_np=job.max_np)
+        self.changed.set()
+        return job
+
+    def cancel(self, job_id: str) -> PoolJob:
+        job = self.table.cancel(job_id, time.time())
+        lease = self.leases.get(job_id)
+        if job.state == "cancelling" and lease is not None:
+            lease.server.request_stop("cancelled through the pool")
+        elif job.state == "cancelled":
+            self.say(Kind.POOL_JOB_ENDED, job=job.id, state=job.state, outcome=job.message)
+        self.changed.set()
+        return job
+
+    def scale(self, job_id: str, np: int) -> PoolJob:
+        job = self.table.scale(job_id, np)
+        job.urgent = True  # asked for by its owner: not held by the interval between resizes
+        self.changed.set()
+        return job
+
+    def server_of(self, job_id: str) -> RendezvousServer:
+        """The rendezvous of a running job (`ringmaster status --job`); KeyError names why not."""
+        job = self.table.get(job_id)
+        lease = self.leases.get(job_id)
+        if lease is None or lease.server.service is None:
+            raise KeyError(f"job {job_id} is {job.state}: it has no rendezvous now ({job.reason})")
+        return lease.server
+
+    def view_of(self, job_id: str) -> tuple[JobView, float]:
+        """The job as its rendezvous sees it now, or saw it last (its events outlive it, for
+        `ringmaster logs`), with the wall-clock time of that view; KeyError names why there is none."""
+        job = self.table.get(job_id)
+        lease = self.leases.get(job_id)
+        view = lease.server.view() if lease is not None else None
+        if view is not None:
+            return view, time.time()
+        if job.last_view is None:
+            raise KeyError(f"job {job_id} is {job.state} and has not run yet: no events ({job.reason})")
+        return job.last_view, job.last_view_wall
+
+    def stop(self) -> None:
+        self._stop = True
+        self.changed.set()
+
+    # ---------------------------------------------------------------- the loop
+    async def run(self) -> None:
+        """Poll the hosts, reap ended jobs and schedule, until `stop()`; then stop every job."""
+        poll = asyncio.create_task(self._poll_hosts())
+        try:
+            while not self._stop:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), SCHEDULE_INTERVAL_S)
+                self.changed.clear()
+                self._reap()
+                if not self._stop:
+                    self._schedule(time.time())
+        finally:
+            poll.cancel()
+            for lease in self.leases.values():
+                lease.server.request_stop("the pool is stopping")
+            if self.leases:
+                await asyncio.gather(*(lease.task for lease in self.leases.values()), return_exceptions=True)
+
+    async def _poll_hosts(self) -> None:
+        last_error = None
+        while True:
+            try:
+                hosts = await asyncio.to_thread(self.source.find_hosts)
+            except DiscoveryError as exc:
+                if str(exc) != last_error:
+                    last_error = str(exc)
+                    self.say(Kind.DISCOVERY_FAILED, error=last_error)
+            else:
+                last_error = None
+                if hosts != self.hosts:
+                    self.hosts = hosts
+                    self.say(Kind.POOL_HOSTS, hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or "(none)",
+                             slots=sum(hosts.values()))
+                    self.changed.set()
+            await asyncio.sleep(self.discovery_interval_s)
+
+    def _reap(self) -> None:
+        for job_id, lease in list(self.leases.items()):
+            if not lease.task.done():
+                continue
+            del self.leases[job_id]
+            job = self.table.jobs.get(job_id)
+            if job is None:
+                continue
+            last = lease.server.view()
+            if last is not None:
+                job.last_view, job.last_view_wall = last, time.time()
+            try:
+                outcome = lease.task.result()
+            except Exception as exc:  # the job could not run at all (its rendezvous failed to start)
+                outcome = JobOutcome(False, f"its rendezvous failed: {exc}")
+            now = time.time()
+            if job.state == "cancelling":
+                self.table.end(job, "cancelled", "cancelled while it ran", now)
+            elif outcome.preempted:
+                job.state, job.placement, job.reason = "suspended", {}, "suspended: resumes from its checkpoint"
+                job.sizes.append((now, 0))
+            elif outcome.success:
+                self.table.end(job, "succeeded", outcome.message, now)
+            else:
+                self.table.end(job, "failed", outcome.message, now)
+            self.say(Kind.POOL_JOB_ENDED if job.state != "suspended" else Kind.POOL_JOB_SUSPENDED, job=job.id,
+                     state=job.state, outcome=outcome.message)
+
+    def _schedule(self, now: float) -> None:
+        usable = self.usable_hosts(now)
+        for job in self.table.live():  # slots of jobs on their way out are not the policy's to give
+            if job.state in ("suspending", "cancelling"):
+                for host, n in job.placement.items():
+                    if host in usable:
+                        usable[host] -= n
+        usable = {h: n for h, n in usable.items() if n > 0}
+        jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
+        verdicts = schedule(self.policy, usable, [j.ask() for j in jobs], now, self.rules)
+        for job in jobs:
+            verdict = verdicts[job.id]
+            job.reason = verdict.reason
+            placement = dict(verdict.placement)
+            if job.state in ("queued", "suspended"):
+                if placement:
+                    self._start(job, placement, now)
+            elif not placement:
+                self._suspend(job, verdict.reason, now)
+            elif placement != job.placement:
+                self._resize(job, placement, now)
+
+    # ---------------------------------------------------------------- acting
+    def _start(self, job: PoolJob, placement: dict[str, int], now: float) -> None:
+        resuming = job.state == "suspended"
+        command = [sys.executable, *job.command[1:]] if job.command[0] in ("python", "python3") else job.command
+        settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np,
+                               checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
+        hosts = PlacementHosts(placement)
+        server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
+                                  launcher=self.launcher, ssh=self.ssh, advertise=self.advertise,
+                                  secret=generate_secret(), observe=lambda event: self._job_event(job.id, event))
+        label = JOB_LABEL.set(job.id)
+        try:  # the task (and every task it starts) logs with the job's label
+            task = asyncio.create_task(server.run(placement), name=f"job {job.id}")
+        finally:
+            JOB_LABEL.reset(label)
+        task.add_done_callback(lambda _: self.changed.set())
+        self.leases[job.id] = _Lease(server, hosts, task)
+        job.state, job.placement, job.resized_at, job.urgent = "running", placement, now, False
+        job.started_at = job.started_at or now
+        job.resumes += resuming
+        job.sizes.append((now, job.size))
+        self.say(Kind.POOL_JOB_STARTED, job=job.id, size=job.size, hosts=_hosts(placement),
+                 how="resumes from its checkpoint" if resuming else "starts")
+
+    def _resize(self, job: PoolJob, placement: dict[str, int], now: float) -> None:
+        lease = self.leases[job.id]
+        before = job.size
+        lease.hosts.set(placement)
+        if lease.server.service is not None:
+            lease.server.service.hosts_found(dict(placement))
+        job.placement, job.resized_at, job.urgent = placement, now, False
+        job.sizes.append((now, job.size))
+        self.say(Kind.POOL_JOB_RESIZED, job=job.id, before=before, size=job.size, hosts=_hosts(placement),
+                 reason=job.reason)
+
+    def _suspend(self, job: PoolJob, reason: str, now: float) -> None:
+        self.leases[job.id].server.request_preemption(f"the pool takes its slots: {reason}")
+        job.state = "suspending"
+        job.reason = "suspending: a durable checkpoint at its next commit, then its workers stop"
+        self.say(Kind.POOL_JOB_SUSPENDING, job=job.id, reason=reason)
+
+    def _job_event(self, job_id: str, event: Event) -> None:
+        """A job's event: a host it lost is lost to the pool (for the cooldown)."""
+        if event.kind is Kind.HOST_LOST:
+            host = str(event.fields.get("host", ""))
+            if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():
+                self.blacklisted[host] = time.time() + self.blacklist_cooldown_s
+                for job in self.table.live():
+                    if host in job.placement:
+                        job.urgent = True
+                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s)
+                self.changed.set()
+
+
+def _hosts(placement: Mapping[str, int]) -> str:
+    return ",".join(f"{h}:{n}" for h, n in placement.items())
+
+
+__all__ = ["PoolService", "Refused"]

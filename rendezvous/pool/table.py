@@ -1,0 +1,169 @@
+"""The pool's jobs: what was submitted, where each job is in its life, and the checks a
+submission must pass. Pure: the time and the pool's capacity are passed in; the service acts.
+
+A job's life: `queued` -> `running` (its own rendezvous leads it on the hosts the policy gave)
+-> `succeeded` | `failed` | `cancelled`; a running job the policy takes whole goes `suspending`
+(a durable checkpoint at its next commit, then its workers stop) -> `suspended`, and back to
+`running` from that checkpoint when slots return. `cancelling` is a cancel on its way.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ringmaster.common.errors import Refused
+from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
+
+#: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.
+MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
+#: Jobs not yet ended that the pool holds at most: a flood of submits is refused, not kept.
+MAX_LIVE_JOBS = 1000
+#: Submissions accepted per minute at most (across all queues).
+MAX_SUBMITS_PER_MINUTE = 600
+#: Ended jobs remembered (for `ringmaster jobs` and `logs`); older ones are forgotten.
+KEEP_ENDED = 500
+#: Longest name and command a job may have.
+MAX_NAME = 64
+MAX_COMMAND_ARGS, MAX_COMMAND_CHARS = 1000, 64 * 1024
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+class TooMany(Refused):
+    """A submission refused for the pool's bounds on jobs and submissions (HTTP 429)."""
+
+
+LIVE = ("queued", "running", "suspending", "suspended", "cancelling")
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class PoolJob:
+    id: str
+    name: str
+    queue: str
+    priority: int
+    min_np: int
+    max_np: int
+    command: list[str]
+    submitted: float
+    state: str = "queued"
+    placement: dict[str, int] = field(default_factory=dict)
+    resized_at: float | None = None
+    urgent: bool = False
+    reason: str = "queued"
+    message: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    resumes: int = 0
+    submitted_max_np: int = 0  # the most it may be scaled to (its --max-np at submission)
+    api_url: str | None = None
+    sizes: list[tuple[float, int]] = field(default_factory=list)  # (time, size): its size over time
+    last_view: Any = None  # its rendezvous' last JobView once that has stopped (its events, for `logs`)
+    last_view_wall: float = 0.0  # seconds since the epoch at that view's time
+
+    @property
+    def size(self) -> int:
+        return sum(self.placement.values())
+
+    def ask(self) -> JobAsk:
+        """The job as the policy sees it."""
+        return JobAsk(self.id, self.min_np, self.max_np, self.submitted, self.queue, self.priority,
+                      dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent)
+
+
+class JobTable:
+    def __init__(self, queues: set[str]) -> None:
+        """`queues`: the names a job may be submitted to (--queue-weights' and `default`)."""
+        self.queues = set(queues) | {DEFAULT_QUEUE}
+        self.jobs: dict[str, PoolJob] = {}
+        self._count = 0
+        self._recent: collections.deque[float] = collections.deque()
+
+    def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int, name: str | None = None,
+               queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False) -> PoolJob:
+        """A new queued job, or `Refused` naming what was wrong. `capacity`: the most slots the
+        pool has (a job whose minimum exceeds it could never start); `taken(id)`: whether an id
+        was used before this table (its checkpoints are on disk: a new job must not resume them)."""
+        max_np = max_np if max_np is not None else min_np
+        if not command or not command[0]:
+            raise Refused("no command: give the training command, e.g. python train.py")
+        if len(command) > MAX_COMMAND_ARGS or sum(len(a) for a in command) > MAX_COMMAND_CHARS:
+            raise Refused(f"the command is longer than {MAX_COMMAND_ARGS} arguments or {MAX_COMMAND_CHARS} characters")
+        if any("\x00" in a for a in command):
+            raise Refused("the command holds a NUL character")
+        if not 1 <= min_np <= max_np:
+            raise Refused(f"--min-np {min_np} and --max-np {max_np}: need 1 <= min-np <= max-np")
+        if min_np > capacity:
+            raise Refused(f"--min-np {min_np} is more than the pool's {capacity} slots: the job could never start "
+                          "(its workers start together or not at all)")
+        if queue not in self.queues:
+            raise Refused(f"unknown queue {queue!r}: this pool has {', '.join(sorted(self.queues))}")
+        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise Refused(f"--priority {priority} is outside {MIN_PRIORITY}..{MAX_PRIORITY}")
+        if name is not None and not _NAME.fullmatch(name):
+            raise Refused(f"--name {name[:80]!r}: 1 to {MAX_NAME} letters, digits, '.', '_' or '-', starting with a "
+                          "letter or digit")
+        while self._recent and self._recent[0] < now - 60:
+            self._recent.popleft()
+        if len(self._recent) >= MAX_SUBMITS_PER_MINUTE:
+            raise TooMany(f"more than {MAX_SUBMITS_PER_MINUTE} submissions in the last minute: try again shortly")
+        if sum(1 for j in self.jobs.values() if j.state in LIVE) >= MAX_LIVE_JOBS:
+            raise TooMany(f"the pool already holds {MAX_LIVE_JOBS} jobs that have not ended: cancel some or wait")
+        self._recent.append(now)
+        self._count += 1
+        while taken(f"{name or 'job'}-{self._count}") or f"{name or 'job'}-{self._count}" in self.jobs:
+            self._count += 1
+        job_id = f"{name or 'job'}-{self._count}"
+        job = PoolJob(job_id, name or job_id, queue, priority, min_np, max_np, list(command), now,
+                      submitted_max_np=max_np)
+        self.jobs[job_id] = job
+        self._forget_old()
+        return job
+
+    def get(self, job_id: str) -> PoolJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no job {job_id[:80]!r} in this pool (ringmaster jobs lists them)")
+        return job
+
+    def cancel(self, job_id: str, now: float) -> PoolJob:
+        """Mark a job to be cancelled: a queued or suspended one ends at once, a running one once
+        its rendezvous has stopped it (the service does that). `Refused` for one that ended."""
+        job = self.get(job_id)
+        if job.state in ENDED:
+            raise Refused(f"job {job_id} has already ended ({job.state}): nothing to cancel")
+        if job.state in ("queued", "suspended"):
+            self.end(job, "cancelled", "cancelled before it ran" if job.state == "queued" else "cancelled while suspended",
+                     now)
+        elif job.state != "cancelling":
+            job.state = "cancelling"
+            job.reason = "cancelling: its workers are being stopped"
+        return job
+
+    def scale(self, job_id: str, np: int) -> PoolJob:
+        """`ringmaster scale --job ID -np N`: the most workers the job may have from now on (the
+        pool grows or shrinks it toward that at its next commit), within its --min-np and the
+        --max-np it was submitted with."""
+        job = self.get(job_id)
+        if job.state not in LIVE or job.state == "cancelling":
+            raise Refused(f"job {job_id} is {job.state}: it cannot be scaled")
+        if not job.min_np <= np <= job.submitted_max_np:
+            raise Refused(f"-np {np}: job {job_id} takes {job.min_np} to {job.submitted_max_np} workers (its --min-np "
+                          "and --max-np)")
+        job.max_np = np
+        return job
+
+    def end(self, job: PoolJob, state: str, message: str, now: float) -> None:
+        job.state, job.message, job.reason, job.ended_at = state, message, message, now
+        job.placement = {}
+        job.sizes.append((now, 0))
+
+    def live(self) -> list[PoolJob]:
+        return [j for j in self.jobs.values() if j.state in LIVE]
+
+    def _forget_old(self) -> None:
+        ended = [j for j in self.jobs.values() if j.state in ENDED]
+        for job in sorted(ended, key=lambda j: j.ended_at or 0)[:max(0, len(ended) - KEEP_ENDED)]:
+            del self.jobs[job.id]

@@ -1,0 +1,266 @@
+"""The pool's commands: `ringmaster pool serve` (one pool of hosts for many jobs), `submit`,
+`jobs` and `cancel` (talking to it through its control API).
+
+`pool serve` takes its hosts as `run` does (-H, a discovery script; the same launchers) and
+lends their slots to the jobs submitted to it under --policy. Its admin secret is
+--secret-file / $RINGMASTER_SECRET, or one made for it and kept in a private file that the other
+commands on this machine find by the pool's URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import signal
+import sys
+import urllib.parse
+from typing import Any, TextIO
+
+from ringmaster import settings as defaults
+from ringmaster.cli.api_client import ApiClient, ApiError
+from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
+from ringmaster.cli import remote
+from ringmaster.cli.remote import table
+from ringmaster.common.errors import RingmasterError, UsageError
+from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, secret_from
+from ringmaster.rendezvous.scheduling.sizing import POLICIES
+from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV, choose_launcher
+from ringmaster.rendezvous.server.launchers import LAUNCHERS
+
+#: Where `pool serve` keeps jobs' checkpoints (suspended jobs resume from them) unless told.
+DEFAULT_CHECKPOINT_ROOT = "ringmaster-pool/checkpoints"
+POOL_ENV = "RINGMASTER_POOL"
+TOKEN_ENV = "RINGMASTER_POOL_TOKEN"
+
+
+def add_verbs(sub: argparse._SubParsersAction) -> None:
+    pool = sub.add_parser("pool", help="run a pool of hosts shared by many elastic jobs (`pool serve`)",
+                          description="A pool of hosts lent to many elastic jobs under a scheduling policy.")
+    verbs = pool.add_subparsers(dest="pool_verb", required=True)
+    serve = verbs.add_parser("serve", help="serve the pool: hosts from -H or a discovery script, jobs from `submit`",
+                             description="Serve a pool of hosts: jobs submitted to it (`ringmaster submit`) start when "
+                                         "their --min-np slots are free together, and are grown, shrunk (at their "
+                                         "commits) or suspended (at a durable checkpoint) as --policy says.")
+    hosts = serve.add_mutually_exclusive_group(required=True)
+    hosts.add_argument("-H", "--hosts", default=None, help="host1:slots,host2:slots (as `run -H`)")
+    hosts.add_argument("--host-discovery-script", default=None, metavar="PATH", help="prints host:slots lines (as `run`)")
+    serve.add_argument("--slots-per-host", type=int, default=None, metavar="N", help="slots of hosts that name none")
+    serve.add_argument("--discovery-interval", type=float, default=1.0, metavar="S", help="seconds between two host polls (default: 1)")
+    serve.add_argument("--policy", choices=POLICIES, default="fifo",
+                       help="fifo: first come first served, with backfill; priority: higher --priority shrinks lower "
+                            "jobs toward their --min-np, then suspends the lowest; fair: weighted max-min fair shares "
+                            "of slots between queues (default: fifo)")
+    serve.add_argument("--queue-weights", default="", metavar="Q=W,...",
+                       help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always exists)")
+    serve.add_argument("--min-resize-interval", type=float, default=60.0, metavar="S",
+                       help="a job is not resized again within S seconds unless a host under it failed or a job of "
+                            "higher precedence needs its slots (default: 60)")
+    serve.add_argument("--blacklist-cooldown", type=float, default=300.0, metavar="S",
+                       help="seconds a host that failed under a job stays out of the pool (default: 300)")
+    serve.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, metavar="DIR",
+                       help="each job's checkpoints go to DIR/JOB_ID; a suspended job resumes from them "
+                            f"(default: ./{DEFAULT_CHECKPOINT_ROOT})")
+    serve.add_argument("--launcher", choices=[n for n in LAUNCHERS if n != "none"], default=None,
+                       help=f"how jobs' agents are started on the hosts, as `run --launcher` (default: ${LAUNCHER_ENV}, "
+                            "else ssh)")
+    serve.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the pool and its jobs listen on")
+    serve.add_argument("--advertise-address", default=None, metavar="HOST", help="what hosts dial (default: --bind)")
+    serve.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the pool's control API (default: a free one)")
+    serve.add_argument("--secret-file", default=None, metavar="FILE",
+                       help=f"the pool's admin secret (default: ${SECRET_ENV}, else one made and kept for this machine's "
+                            "`submit`, `jobs`, `cancel`)")
+    serve.add_argument("--queue-tokens", default=None, metavar="FILE",
+                       help="per-queue tokens (mode 600; a line `QUEUE TOKEN` each): a token's holder submits, lists, "
+                            "scales and cancels the jobs of its queue only")
+    serve.add_argument("--spares", type=int, default=0, metavar="N", help="warm spares per job agent (default: 0)")
+    serve.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S, metavar="S",
+                       help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
+    serve.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S, metavar="S",
+                       help="seconds for a job's workers to start (as `run`)")
+    serve.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
+                       help="seconds a job being suspended has to reach a commit (as `run`)")
+    for parser in (serve,):
+        parser.add_argument("--log-format", choices=["text", "json"], default=None)
+        parser.add_argument("--log-level", default=None)
+
+    submit = sub.add_parser("submit", help="submit a job to a pool (prints its id)",
+                            description="Submit an elastic job to a pool: it starts when --min-np slots are free "
+                                        "together, and grows toward --max-np with what is left over.")
+    _client_flags(submit)
+    submit.add_argument("--name", default=None, help="a name (the job's id starts with it)")
+    submit.add_argument("--queue", default="default", help="the queue (default: default)")
+    submit.add_argument("--priority", type=int, default=0, help="higher runs first under --policy priority (default: 0)")
+    submit.add_argument("-np", "--num-proc", dest="np", type=int, default=None, help="workers (min and max alike)")
+    submit.add_argument("--min-np", type=int, default=None, help="fewest workers (default: -np, else 1)")
+    submit.add_argument("--max-np", type=int, default=None, help="most workers (default: --min-np)")
+    submit.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
+    jobs = sub.add_parser("jobs", help="list a pool's jobs", description="List a pool's jobs: id, queue, priority, "
+                                                                         "state, size, hosts, steps/s and why it is so.")
+    _client_flags(jobs)
+    cancel = sub.add_parser("cancel", help="cancel a job of a pool", description="Cancel a pool's job: a running one's "
+                                                                                 "workers are stopped.")
+    _client_flags(cancel)
+    cancel.add_argument("job", metavar="ID")
+    logs_verb = sub.add_parser("logs", help="print a pool job's events (--follow: until it ends)",
+                               description="Print the events of a pool's job (its rendezvous', agents' and workers' "
+                                           "doings, as `ringmaster events`); with --follow, until it ends.")
+    _client_flags(logs_verb)
+    logs_verb.add_argument("job", metavar="ID")
+    logs_verb.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
+    logs_verb.add_argument("--json", action="store_true", help="one JSON object per event")
+
+
+def _client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
+                        help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
+    parser.add_argument("--secret-file", default=None, metavar="FILE", help=f"the pool's secret (default: ${SECRET_ENV})")
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help=f"instead of the secret, a queue's token (mode 600) (default: ${TOKEN_ENV})")
+    parser.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        if args.verb == "pool":
+            return serve(args)
+        client = ApiClient(args.pool, credential(args), args.tls_ca)
+        if args.verb == "submit":
+            return submit(client, args, out)
+        if args.verb == "jobs":
+            return list_jobs(client, out)
+        if args.verb == "logs":
+            return remote.events(client, 0, args.follow, args.json, out, job=args.job, ended=lambda: job_ended(client, args.job))
+        answer = client.post(f"/jobs/{urllib.parse.quote(args.job, safe='')}/cancel", {})
+        print(f"ringmaster: job {answer.get('id')} is {answer.get('state')}", file=out)
+        return 0
+    except RingmasterError as exc:
+        print(f"ringmaster: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def job_ended(client: ApiClient, job_id: str) -> int | None:
+    """A pool job's exit status once it has ended (0: succeeded; 1: failed or cancelled), else None."""
+    state = client.get(f"/jobs/{urllib.parse.quote(job_id, safe='')}").get("state")
+    return None if state not in ("succeeded", "failed", "cancelled") else int(state != "succeeded")
+
+
+def credential(args: argparse.Namespace) -> str | None:
+    """What a client command sends: --token-file, $RINGMASTER_POOL_TOKEN, the secret, or the secret
+    a pool made on this machine kept for its URL."""
+    if args.token_file:
+        return read_private_file(args.token_file, "--token-file").strip() or None
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV].strip()
+    return secret_from(args.secret_file, os.environ) or find_job_secret(args.pool)
+
+
+def submit(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("no training command given; e.g. ringmaster submit --pool URL --min-np 2 python train.py")
+    min_np = args.min_np or args.np or 1
+    max_np = args.max_np or args.np or min_np
+    answer = client.post("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, "name": args.name,
+                                   "queue": args.queue, "priority": args.priority})
+    print(answer["id"], file=out)
+    return 0
+
+
+def list_jobs(client: ApiClient, out: TextIO) -> int:
+    rows: list[Any] = client.get("/jobs")
+    if not isinstance(rows, list):
+        raise ApiError(f"{client.api}/jobs answered something else than a list of jobs")
+    print("\n".join(table(("id", "queue", "priority", "state", "size", "hosts", "steps/s", "reason"), [
+        (j["id"], j["queue"], j["priority"], j["state"], f"{j['size']} ({j['min_np']}-{j['max_np']})",
+         ",".join(f"{h}:{n}" for h, n in j["hosts"].items()) or "-",
+         "-" if j.get("steps_per_second") is None else f"{j['steps_per_second']:.2f}", j["reason"]) for j in rows])),
+          file=out)
+    return 0
+
+
+def parse_queue_weights(text: str) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if not sep or not name or not 0 < weight <= 1e6 or len(name) > 200:
+            raise UsageError(f"--queue-weights {text[:200]!r}: {part[:80]!r} is not QUEUE=WEIGHT with a weight from 0 "
+                             "to 1e6")
+        weights[name.strip()] = weight
+    return weights
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ringmaster.common.events import Kind, emitter
+    from ringmaster.common import logs
+    from ringmaster.discovery import ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+    from ringmaster.rendezvous.pool.api import create_pool_app
+    from ringmaster.rendezvous.pool.service import PoolService
+    from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
+    from ringmaster.rendezvous.scheduling.model import Settings as Rules
+
+    say = emitter(logs.RENDEZVOUS)
+    rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights))
+    if args.min_resize_interval < 0 or args.blacklist_cooldown < 0:
+        raise UsageError("--min-resize-interval and --blacklist-cooldown are seconds, 0 or more")
+    source = (ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
+              if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
+    source.find_hosts()  # a bad host list or script refuses to start here
+    tokens = parse_queue_tokens(read_private_file(args.queue_tokens, "--queue-tokens", 1 << 20), {"default", *rules.queue_weights}) \
+        if args.queue_tokens else {}
+    secret = secret_from(args.secret_file, os.environ, create=True)
+    made = secret is None
+    secret = secret or generate_secret()
+    job_settings = {"spares": args.spares, "warmup_grace_s": args.warmup_grace, "start_timeout_s": args.start_timeout,
+                    "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2}
+    launcher = choose_launcher(args.launcher, os.environ)
+    pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
+                       launcher=launcher, bind=args.bind, advertise=args.advertise_address,
+                       discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown)
+    saved: list[pathlib.Path] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, pool.stop)
+        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port, log_level="warning",
+                                lifespan="off")
+        api = uvicorn.Server(config)
+        api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
+        serving = asyncio.create_task(api.serve())
+        while not api.started:
+            if serving.done():
+                serving.result()
+                raise UsageError(f"the pool's control API could not listen on {args.bind}:{args.api_port}")
+            await asyncio.sleep(0.02)
+        port = api.servers[0].sockets[0].getsockname()[1]
+        url = f"http://{args.advertise_address or args.bind}:{port}"
+        if made:
+            saved.append(save_job_secret(url, secret))
+        hosts = await asyncio.to_thread(source.find_hosts)
+        say(Kind.POOL_LISTENING, url=url, policy=args.policy, slots=sum(hosts.values()),
+            hosts=",".join(f"{h}:{n}" for h, n in hosts.items()))
+        try:
+            await pool.run()
+        finally:
+            api.should_exit = True
+            await serving
+
+    try:
+        asyncio.run(run())
+    finally:
+        for path in saved:
+            remove_job_secret(path)
+    return 0

@@ -1,0 +1,152 @@
+"""Many jobs on one pool of hosts (`ringmaster pool serve`): real pool, real jobs (each its own
+rendezvous, agents and Gloo rings) on emulated hosts of this machine. A job shrinks at a commit
+to let another start and grows back when it ends; a higher priority suspends a lower job at a
+durable checkpoint and the lower one resumes from it; a host that dies under a job leaves the pool;
+`submit`, `jobs`, `cancel` and `status --job` as a user types them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import urllib.request
+from typing import Any
+
+import pytest
+
+from harness import SECRET, WORKLOADS, Job, read_logs, wait_for
+from job_checks import assert_every_sample_once, assert_ranks_agree
+
+pytestmark = pytest.mark.slow
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+
+
+class Pool:
+    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str) -> None:
+        self.proc: Job = run_job("serve", "--api-port", "0", "--warmup-grace", "10", "--start-timeout", "30",
+                                 "--checkpoint-root", str(tmp_path / "ckpt"), *flags, verb="pool")
+        self.url = str(self.proc.wait_event("pool.listening", 60)["url"])
+
+    def call(self, path: str, body: dict | None = None) -> Any:
+        request = urllib.request.Request(f"{self.url}{path}", headers={**AUTH, "Content-Type": "application/json"},
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         method="POST" if body is not None else "GET")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+
+    def submit(self, log_dir: pathlib.Path, min_np: int, max_np: int, epochs: int, samples: int, **kw) -> str:
+        log_dir.mkdir(exist_ok=True)
+        command = ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir), "--epochs", str(epochs),
+                   "--samples", str(samples), "--step-time", "0.05", "--timestamps"]
+        return str(self.call("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, **kw})["id"])
+
+    def job(self, job_id: str) -> dict:
+        return self.call(f"/jobs/{job_id}")
+
+    def wait_job(self, job_id: str, predicate, timeout_s: float, what: str) -> dict:
+        def check() -> dict | None:
+            if self.proc.proc.poll() is not None:
+                raise AssertionError(f"the pool exited ({self.proc.proc.returncode}):\n{self.proc.output[-5000:]}")
+            job = self.job(job_id)
+            if job["state"] in ("failed", "cancelled") and "fail" not in what and "cancel" not in what:
+                raise AssertionError(f"job {job_id} {job['state']}: {job['message']}\n{self.proc.output[-5000:]}")
+            return job if predicate(job) else None
+
+        return wait_for(check, timeout_s, what, interval_s=0.1)
+
+
+def sizes_logged(log_dir: pathlib.Path) -> list[int]:
+    """The sizes the job's commits were made at, in time order, runs of one size folded."""
+    commits = sorted((r["time"], r["size"]) for records in read_logs(log_dir).values() for r in records
+                     if r["event"] == "commit")
+    folded: list[int] = []
+    for _, size in commits:
+        if not folded or folded[-1] != size:
+            folded.append(size)
+    return folded
+
+
+def test_fifo_shrinks_a_running_job_at_its_commit_to_start_the_next_and_grows_it_back(run_job, tmp_path) -> None:
+    pool = Pool(run_job, tmp_path, "-H", "hA:2,hB:2", "--min-resize-interval", "0")
+    a = pool.submit(tmp_path / "a", 2, 4, epochs=8, samples=240)
+    pool.wait_job(a, lambda j: j["state"] == "running" and j["size"] == 4, 60, "a on 4 slots")
+    wait_for(lambda: any(r["event"] == "commit" and r["size"] == 4 for rs in read_logs(tmp_path / "a").values() for r in rs),
+             120, "a training on 4")
+    b = pool.submit(tmp_path / "b", 2, 2, epochs=2, samples=64)
+    resized = pool.proc.wait_event("pool.job_resized", 60, job=a)
+    assert resized["before"] == 4 and resized["size"] == 2
+    pool.wait_job(b, lambda j: j["state"] == "succeeded", 180, "b to finish")
+    done = pool.wait_job(a, lambda j: j["state"] == "succeeded", 300, "a to finish")
+    assert [size for _, size in done["sizes"]] == [4, 2, 4, 0], done["sizes"]
+    assert sizes_logged(tmp_path / "a") == [4, 2, 4]  # resized at commits, never stopped
+    for name, epochs in (("a", 8), ("b", 2)):
+        logs = read_logs(tmp_path / name)
+        assert_every_sample_once(logs, epochs)
+        assert_ranks_agree(logs)
+    assert not [e for e in pool.proc.events("job.failed")]
+
+
+def test_priority_suspends_the_lower_job_at_a_durable_checkpoint_and_it_resumes_from_it(run_job, tmp_path) -> None:
+    pool = Pool(run_job, tmp_path, "-H", "hA:2", "--policy", "priority")
+    low = pool.submit(tmp_path / "low", 2, 2, epochs=6, samples=160, priority=0)
+    wait_for(lambda: sum(1 for rs in read_logs(tmp_path / "low").values() for r in rs if r["event"] == "commit") >= 10,
+             120, "low training")
+    high = pool.submit(tmp_path / "high", 2, 2, epochs=1, samples=32, priority=5)
+    pool.proc.wait_event("pool.job_suspending", 60, job=low)
+    pool.proc.wait_event("pool.job_suspended", 120, job=low)
+    pool.wait_job(high, lambda j: j["state"] == "succeeded", 180, "high to finish")
+    done = pool.wait_job(low, lambda j: j["state"] == "succeeded", 300, "low to resume and finish")
+    assert done["resumes"] == 1
+    assert [e["how"] for e in pool.proc.events("pool.job_started", job=low)] == ["starts", "resumes from its checkpoint"]
+    assert any((tmp_path / "ckpt" / low).iterdir())
+    logs = read_logs(tmp_path / "low")
+    assert_every_sample_once(logs, 6)  # nothing trained twice into the model, nothing skipped, across the suspension
+    assert_every_sample_once(read_logs(tmp_path / "high"), 1)
+
+
+def test_a_host_that_dies_under_a_job_leaves_the_pool_and_the_job_goes_on(run_job, tmp_path) -> None:
+    pool = Pool(run_job, tmp_path, "-H", "hA:2,hB:2", "--blacklist-cooldown", "600")
+    job = pool.submit(tmp_path / "j", 2, 4, epochs=8, samples=240)
+    pool.wait_job(job, lambda j: j["size"] == 4, 60, "the job on 4 slots")
+    status = wait_for(lambda: (s := pool.call(f"/jobs/{job}/status")) and s["world_size"] == 4 and s, 120,
+                      "4 workers in the ring")
+    agent = next(h["agent_pid"] for h in status["hosts"] if h["name"] == "hB")
+    os.killpg(agent, signal.SIGKILL)  # the host dies: its agent and workers
+    pool.proc.wait_event("pool.host_blacklisted", 60, host="hB")
+    shrunk = pool.wait_job(job, lambda j: j["hosts"] == {"hA": 2}, 60, "the job on hA alone")
+    assert shrunk["state"] == "running"
+    hosts = {h["name"]: h for h in pool.call("/hosts")}
+    assert hosts["hB"]["blacklisted_for_s"] > 500 and hosts["hB"]["used"] == 0
+    pool.wait_job(job, lambda j: j["state"] == "succeeded", 300, "the job to finish")
+    assert_every_sample_once(read_logs(tmp_path / "j"), 8)
+
+
+def test_submit_jobs_status_and_cancel_as_a_user_types_them(run_job, tmp_path) -> None:
+    pool = Pool(run_job, tmp_path, "-H", "hA:2")
+
+    (tmp_path / "l").mkdir()
+    command = ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(tmp_path / "l"), "--epochs", "1000"]
+    submitted = run_job("--pool", pool.url, "--name", "long", "--min-np", "1", "--max-np", "2", *command, verb="submit")
+    assert submitted.wait(30) == 0, submitted.output
+    job_id = submitted.output.strip().splitlines()[-1]
+    assert job_id == "long-1"
+    pool.wait_job(job_id, lambda j: j["state"] == "running", 60, "the job running")
+    listed = run_job("--pool", pool.url, verb="jobs")
+    assert listed.wait(30) == 0
+    assert "long-1" in listed.output and "running" in listed.output and "(1-2)" in listed.output, listed.output
+    wait_for(lambda: pool.call(f"/jobs/{job_id}/status")["world_size"] == 2, 120, "2 workers")
+    status = run_job("--api", pool.url, "--job", job_id, verb="status")
+    assert status.wait(30) == 0 and "world size 2" in status.output, status.output
+    too_big = run_job("--pool", pool.url, "--min-np", "3", "python", "x.py", verb="submit")
+    assert too_big.wait(30) != 0 and "more than the pool's 2 slots" in too_big.output, too_big.output
+    cancelled = run_job(job_id, "--pool", pool.url, verb="cancel")
+    assert cancelled.wait(30) == 0, cancelled.output
+    pool.wait_job(job_id, lambda j: j["state"] == "cancelled", 60, "the job cancelled")
+    again = run_job(job_id, "--pool", pool.url, verb="cancel")
+    assert again.wait(30) != 0 and "already ended" in again.output
+    logs = run_job(job_id, "--pool", pool.url, "--follow", verb="logs")  # its events outlive its rendezvous
+    assert logs.wait(30) == 1 and "generation 1 formed" in logs.output, logs.output  # 1: it did not succeed
+    assert "cancelled" in pool.job(job_id)["message"]
+    pool.proc.proc.send_signal(signal.SIGTERM)
+    assert pool.proc.wait(60) == 0

@@ -1,0 +1,131 @@
+"""The pool's control API on a pool whose loop is not running: what it accepts, what it refuses
+and with which status. (The jobs are only queued here; tests/e2e/test_pool.py runs them.)"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ringmaster.rendezvous.pool.api import create_pool_app
+from ringmaster.rendezvous.pool.service import PoolService
+from ringmaster.rendezvous.scheduling.model import Settings
+from ringmaster.discovery import StaticDiscovery
+
+SECRET = "pool-secret-pool-secret-pool-secret-0"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+
+
+@pytest.fixture
+def api(tmp_path: pathlib.Path):
+    said: list[tuple] = []
+    pool = PoolService(StaticDiscovery({"a": 4, "b": 4}), "fifo", Settings(queue_weights={"team-a": 2}), {}, tmp_path,
+                       lambda kind, **fields: said.append((kind, fields)))
+    pool.hosts = {"a": 4, "b": 4}
+    return TestClient(create_pool_app(pool, SECRET)), pool
+
+
+def test_every_call_but_health_needs_the_pools_secret(api) -> None:
+    client, _ = api
+    assert client.get("/healthz").status_code == 200
+    for method, path in (("get", "/jobs"), ("post", "/jobs"), ("get", "/hosts"), ("post", "/jobs/x/cancel"),
+                         ("get", "/jobs/x/status")):
+        answer = getattr(client, method)(path, headers={"Authorization": "Bearer wrong"})
+        assert answer.status_code == 401 and "pool's secret" in answer.json()["detail"], (path, answer.text)
+
+
+def test_a_submission_is_queued_and_listed(api) -> None:
+    client, pool = api
+    answer = client.post("/jobs", json={"command": ["python", "train.py"], "min_np": 2, "max_np": 4, "name": "r",
+                                        "queue": "team-a", "priority": 1}, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == "r-1" and answer.json()["state"] == "queued"
+    rows = client.get("/jobs", headers=AUTH).json()
+    assert [(r["id"], r["queue"], r["min_np"], r["max_np"]) for r in rows] == [("r-1", "team-a", 2, 4)]
+    assert pool.changed.is_set()  # the loop is woken to schedule it
+    assert [h["name"] for h in client.get("/hosts", headers=AUTH).json()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("body", [
+    {"command": ["x"], "min_np": 2.0},
+    {"command": ["x"], "min_np": "2"},
+    {"command": ["x"], "min_np": True},
+    {"command": "python train.py", "min_np": 1},
+    {"command": [], "min_np": 1},
+    {"command": ["x"], "min_np": 1, "priority": "high"},
+    {"command": ["x"], "min_np": 1, "extra": 1},
+    {"command": ["x"], "min_np": 10**12},
+])
+def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
+    client, pool = api
+    answer = client.post("/jobs", json=body, headers=AUTH)
+    assert answer.status_code == 422, answer.text
+    assert not pool.table.jobs
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"command": ["x"], "min_np": 9}, "more than the pool's 8 slots"),
+    ({"command": ["x"], "min_np": 1, "queue": "nope"}, "unknown queue 'nope'"),
+    ({"command": ["x"], "min_np": 1, "priority": 5000}, "outside -1000..1000"),
+])
+def test_what_the_pool_cannot_take_is_refused_with_the_reason(api, body, says) -> None:
+    client, _ = api
+    answer = client.post("/jobs", json=body, headers=AUTH)
+    assert answer.status_code == 400 and says in answer.json()["detail"], answer.text
+
+
+def test_cancel_and_scale_of_jobs_that_are_not_there_or_ended(api) -> None:
+    client, _ = api
+    assert client.post("/jobs/ghost/cancel", headers=AUTH).status_code == 404
+    job = client.post("/jobs", json={"command": ["x"], "min_np": 1, "max_np": 3}, headers=AUTH).json()["id"]
+    assert client.post(f"/jobs/{job}/scale", json={"np": 5}, headers=AUTH).status_code == 409
+    assert client.post(f"/jobs/{job}/scale", json={"np": 2}, headers=AUTH).json()["max_np"] == 2
+    assert client.get(f"/jobs/{job}/status", headers=AUTH).status_code == 409  # queued: no rendezvous yet
+    assert client.post(f"/jobs/{job}/cancel", headers=AUTH).json()["state"] == "cancelled"
+    again = client.post(f"/jobs/{job}/cancel", headers=AUTH)
+    assert again.status_code == 409 and "already ended" in again.json()["detail"]
+
+
+def test_a_flood_of_submits_is_answered_429_and_the_queue_keeps_its_jobs(api, monkeypatch) -> None:
+    from ringmaster.rendezvous.pool import table
+
+    monkeypatch.setattr(table, "MAX_SUBMITS_PER_MINUTE", 20)  # (the bound itself, smaller, to keep the test short)
+    client, pool = api
+    codes = [client.post("/jobs", json={"command": ["x"], "min_np": 1}, headers=AUTH).status_code for _ in range(50)]
+    assert codes.count(200) == 20 and codes.count(429) == 30
+    assert len(pool.table.live()) == 20
+
+
+def test_a_queue_token_reaches_its_queues_jobs_only(tmp_path) -> None:
+    pool = PoolService(StaticDiscovery({"a": 4}), "fair", Settings(queue_weights={"team-a": 1, "team-b": 1}), {}, tmp_path,
+                       lambda kind, **fields: None)
+    pool.hosts = {"a": 4}
+    client = TestClient(create_pool_app(pool, SECRET, {"token-of-team-a-0123": "team-a"}))
+    team_a = {"Authorization": "Bearer token-of-team-a-0123"}
+    mine = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-a"}, headers=team_a)
+    assert mine.status_code == 200, mine.text
+    other = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-b"}, headers=AUTH).json()["id"]
+    refused = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-b"}, headers=team_a)
+    assert refused.status_code == 403 and "queue team-a only" in refused.json()["detail"]
+    assert [j["id"] for j in client.get("/jobs", headers=team_a).json()] == [mine.json()["id"]]
+    assert len(client.get("/jobs", headers=AUTH).json()) == 2
+    hidden = client.post(f"/jobs/{other}/cancel", headers=team_a)
+    assert hidden.status_code == 404 and "in queue team-a" in hidden.json()["detail"]
+    assert pool.table.get(other).state == "queued"
+    assert client.get("/hosts", headers=team_a).status_code == 403
+    assert client.post(f"/jobs/{mine.json()['id']}/cancel", headers=team_a).json()["state"] == "cancelled"
+    assert client.get("/jobs", headers={"Authorization": "Bearer token-of-team-a-0124"}).status_code == 401
+
+
+def test_the_queue_tokens_file_is_checked_line_by_line() -> None:
+    from ringmaster.common.errors import UsageError
+    from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
+
+    queues = {"default", "team-a"}
+    assert parse_queue_tokens("# tokens\nteam-a  aaaaaaaaaaaaaaaa\ndefault bbbbbbbbbbbbbbbb # the rest\n", queues) == {
+        "aaaaaaaaaaaaaaaa": "team-a", "bbbbbbbbbbbbbbbb": "default"}
+    for text, says in (("team-c aaaaaaaaaaaaaaaa", "line 1: unknown queue 'team-c'"), ("team-a short", "shorter than 16"),
+                       ("team-a", "two words"), ("team-a aaaaaaaaaaaaaaaa\ndefault aaaaaaaaaaaaaaaa", "line 2: a token is given twice")):
+        with pytest.raises(UsageError, match=says):
+            parse_queue_tokens(text, queues)
