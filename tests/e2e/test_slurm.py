@@ -11,6 +11,7 @@ cannot be had; CI installs them and runs as root.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from harness import WORKLOADS, events, parse_event_line, read_logs, wait_for
+from harness import ROOT, SECRET, WORKLOADS, events, free_port, parse_event_line, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 from slurm_cluster import SlurmCluster, skip_reason
 
@@ -36,7 +37,7 @@ def slurm(tmp_path):
 
 
 def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs: int, samples: int,
-                 step_time: float = 0.08) -> pathlib.Path:
+                 step_time: float = 0.08, nodes: str = "--nodes=2") -> pathlib.Path:
     """An sbatch script as a user writes it (examples/slurm/ is the one to copy): `exec` so that
     Slurm's signals reach `ringmaster run` itself."""
     log = cluster.workdir / "log"
@@ -44,7 +45,7 @@ def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs:
     script = cluster.workdir / f"{name}.sbatch"
     script.write_text("\n".join([
         "#!/bin/bash",
-        "#SBATCH --nodes=2 --ntasks-per-node=1 --no-kill --requeue --open-mode=append",
+        f"#SBATCH {nodes} --ntasks-per-node=1 --no-kill --requeue --open-mode=append",
         f"#SBATCH --output={cluster.workdir}/{name}.out --chdir={cluster.workdir}",
         "unset RINGMASTER_LAUNCHER  # (the tests' own default): inside a Slurm job the launcher is slurm by itself",
         f"exec {sys.executable} -m ringmaster.cli run --network-interface {cluster.net.bridge} --min-np 1 "
@@ -164,3 +165,43 @@ def test_slurms_preemption_signal_checkpoints_requeues_and_the_job_resumes_losin
     assert lost == 0
     print(f"\n[figure] Slurm USR1 -> checkpoint written and requeued: {requeued['time'] - signalled:.2f} s; -> the "
           f"requeued job's first step: {after - signalled:.2f} s; steps lost: {lost}")
+
+
+def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled(slurm) -> None:
+    """Job A runs on node0 with --hosts-from-agents; job B, submitted from examples/slurm/add_nodes.sbatch
+    as a user would, runs an agent on node1 that connects to A's rendezvous: A grows to node1 at a
+    commit, and when B is cancelled (Slurm's SIGTERM to its steps) node1 drains and A goes on alone."""
+    port = free_port()
+    script = batch_script(slurm, "grow", ["--hosts-from-agents", "--port", str(port)], epochs=20, samples=96,
+                          nodes="--nodes=1 --nodelist=node0")
+    job_a = slurm.sbatch(script)
+    log = slurm.workdir / "log"
+    first_commit(log, lambda r: r["size"] == 1 and r["step"] >= 3)
+    secret = slurm.workdir / "secret"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    submitted = time.time()
+    job_b = slurm.sbatch(ROOT / "examples" / "slurm" / "add_nodes.sbatch", "--nodes=1", "--nodelist=node1",
+                         "--ntasks-per-node=1", f"--output={slurm.workdir}/more.out",
+                         f"--export=ALL,RENDEZVOUS={slurm.node('node0').address}:{port},SECRET_FILE={secret},"
+                         f"PATH={pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")  # (`ringmaster` as installed)
+    grown = first_commit(log, lambda r: r["size"] == 2)
+    joined = wait_for(lambda: [e for e in job_events(slurm, "grow", "agent.connected") if e["host"] == "node1"], 60,
+                      "node1's agent connected")[0]
+    assert {r["worker"].split("_")[0] for r in events(read_logs(log), "commit") if r["size"] == 2} == {"node0", "node1"}
+    cancelled = time.time()
+    done = subprocess.run(["scancel", job_b], env=slurm.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    after = first_commit(log, lambda r: r["size"] == 1 and r["time"] > cancelled)
+    assert wait_state(slurm, job_b, {"CANCELLED", "COMPLETED", "FAILED"}, 60, "more") == "CANCELLED"
+    left = [e for e in job_events(slurm, "grow", "host.left") if e["host"] == "node1"]
+    assert left and not [e for e in job_events(slurm, "grow", "host.lost") if e["host"] == "node1"], left
+    drained = [e for e in job_events(slurm, "grow", "host.drained") if e["host"] == "node1"]
+    assert drained and drained[0]["outcome"] == "commit", drained
+    assert wait_state(slurm, job_a, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "grow") == "COMPLETED"
+    logs = read_logs(log)
+    assert_every_sample_once(logs, 20)
+    assert_ranks_agree(logs)
+    print(f"\n[figure] Slurm: second allocation submitted -> its node's first step in the job: "
+          f"{grown['time'] - submitted:.2f} s (agent connected -> step: {grown['time'] - joined['time']:.2f} s); "
+          f"scancel -> first step without it: {after['time'] - cancelled:.2f} s")
