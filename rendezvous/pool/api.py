@@ -9,20 +9,37 @@ than the pool, a flood of submits) is answered 400 or 429 with the reason.
 from __future__ import annotations
 
 import hmac
+import importlib.resources
 import time
 from typing import Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ringmaster.common.errors import Refused
+from ringmaster.rendezvous.pool.metrics import PoolMetrics
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany
 from ringmaster.rendezvous.pool.tokens import queue_of
 from ringmaster.rendezvous.server.body_limit import BodyLimit
-from ringmaster.rendezvous.server.http_api import MAX_EVENTS_PAGE, EventPage, JobStatus, event_page, job_status
+from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, EventPage, JobStatus, event_page, is_loopback,
+                                                   job_status)
+from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+
+#: The pool's page: its own files, nothing else may run or frame it (as the job's dashboard).
+_PAGES = {"pool.html": "text/html; charset=utf-8", "pool.js": "text/javascript; charset=utf-8",
+          "pool.css": "text/css; charset=utf-8"}
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+
+
+def _page(name: str) -> Response:
+    content = importlib.resources.files("ringmaster.rendezvous.pool").joinpath("dashboard", name).read_bytes()
+    return Response(content=content, media_type=_PAGES[name], headers=_PAGE_HEADERS)
 
 
 class SubmitRequest(BaseModel):
@@ -94,11 +111,13 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                                        "<secret or token>' (--secret-file FILE, or $RINGMASTER_SECRET)")
         return Caller(queue=queue)
 
-    def admin(caller: Caller = Depends(authorized)) -> Caller:
-        if caller.queue is not None:
-            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot do this; it needs the "
-                                                        "pool's admin secret")
-        return caller
+    def reader(request: Request) -> Caller:
+        """Reads (the jobs, the hosts, the metrics, the page's data) from this machine need no
+        secret, as a job's own status does not; from elsewhere the secret or a token."""
+        client = request.client.host if request.client else ""
+        if is_loopback(client) and "authorization" not in request.headers:
+            return Caller()
+        return authorized(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -143,11 +162,11 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
         return row(job.id)
 
     @app.get("/jobs", response_model=list[JobRow])
-    async def jobs(caller: Caller = Depends(authorized)) -> list[JobRow]:
+    async def jobs(caller: Caller = Depends(reader)) -> list[JobRow]:
         return [row(job.id) for job in list(pool.table.jobs.values()) if caller.queue in (None, job.queue)]
 
     @app.get("/jobs/{job_id}", response_model=JobRow)
-    async def one(job_id: str, caller: Caller = Depends(authorized)) -> JobRow:
+    async def one(job_id: str, caller: Caller = Depends(reader)) -> JobRow:
         return row(known(job_id, caller))
 
     @app.post("/jobs/{job_id}/cancel", response_model=JobRow)
@@ -188,8 +207,32 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
             raise HTTPException(status_code=409, detail=exc.args[0]) from None
         return event_page(view, since, limit, wall - view.time)
 
-    @app.get("/hosts", response_model=list[HostRow], dependencies=[Depends(admin)])
-    async def hosts() -> list[HostRow]:
+    metrics = PoolMetrics(pool)
+
+    @app.get("/metrics")
+    async def prometheus(caller: Caller = Depends(reader)) -> Response:
+        """The pool's metrics in Prometheus' text format (rendezvous/pool/metrics.py)."""
+        if caller.queue is not None:
+            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot read the pool's metrics")
+        return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return _page("pool.html")
+
+    @app.get("/pool.js", include_in_schema=False)
+    async def page_script() -> Response:
+        return _page("pool.js")
+
+    @app.get("/pool.css", include_in_schema=False)
+    async def page_style() -> Response:
+        return _page("pool.css")
+
+    @app.get("/hosts", response_model=list[HostRow])
+    async def hosts(caller: Caller = Depends(reader)) -> list[HostRow]:
+        if caller.queue is not None:
+            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot do this; it needs the "
+                                                        "pool's admin secret")
         now = time.time()
         rows = []
         for name, slots in pool.hosts.items():

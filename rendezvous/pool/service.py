@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pathlib
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -29,11 +30,14 @@ from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import JobView
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
+from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
 from ringmaster.rendezvous.pool.table import JobTable, PoolJob
 from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
+from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
+from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import JobSettings
 
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
@@ -53,9 +57,11 @@ class PoolService:
     def __init__(self, source: HostDiscovery, policy: str, rules: Rules, job_settings: Mapping[str, object],
                  checkpoint_root: pathlib.Path, say: Callable[..., None], launcher: str = "local",
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
-                 discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0) -> None:
+                 discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0,
+                 store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "") -> None:
         """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
-        **fields)` tells the pool's events."""
+        **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
+        are kept under `prefix` and taken up again by the next pool that leads it."""
         self.source = source
         self.policy = policy
         self.rules = rules
@@ -74,6 +80,9 @@ class PoolService:
         self.leases: dict[str, _Lease] = {}
         self.changed = asyncio.Event()
         self._stop = False
+        self.store, self.leadership, self.prefix = store, leadership, prefix
+        self.dirty: set[str] = set()  # jobs whose record the store has not heard yet
+        self.deposed: str | None = None
 
     # ---------------------------------------------------------------- what the API asks
     def capacity(self, now: float) -> int:
@@ -84,9 +93,14 @@ class PoolService:
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
                priority: int) -> PoolJob:
+        if command and self.launcher == "local" and command[0] not in ("python", "python3") \
+                and shutil.which(command[0]) is None:
+            raise Refused(f"command {command[0][:200]!r} is not found on this machine, where the pool's hosts run it: "
+                          "give its path, or install it")
         now = time.time()
         job = self.table.submit(command, min_np, max_np, now, max(self.capacity(now), sum(self.hosts.values())), name,
                                 queue, priority, taken=lambda job_id: (self.checkpoint_root / job_id).exists())
+        self.dirty.add(job.id)
         self.say(Kind.POOL_JOB_SUBMITTED, job=job.id, queue=job.queue, priority=job.priority, min_np=job.min_np,
                  max_np=job.max_np)
         self.changed.set()
@@ -94,6 +108,7 @@ class PoolService:
 
     def cancel(self, job_id: str) -> PoolJob:
         job = self.table.cancel(job_id, time.time())
+        self.dirty.add(job.id)
         lease = self.leases.get(job_id)
         if job.state == "cancelling" and lease is not None:
             lease.server.request_stop("cancelled through the pool")
@@ -104,6 +119,7 @@ class PoolService:
 
     def scale(self, job_id: str, np: int) -> PoolJob:
         job = self.table.scale(job_id, np)
+        self.dirty.add(job.id)
         job.urgent = True  # asked for by its owner: not held by the interval between resizes
         self.changed.set()
         return job
@@ -134,22 +150,68 @@ class PoolService:
 
     # ---------------------------------------------------------------- the loop
     async def run(self) -> None:
-        """Poll the hosts, reap ended jobs and schedule, until `stop()`; then stop every job."""
-        poll = asyncio.create_task(self._poll_hosts())
+        """Take up the jobs the store kept, then poll the hosts, reap ended jobs, schedule and
+        save, until `stop()` (or another pool leads); then stop every job."""
+        await self._take_up()
+        background = [asyncio.create_task(self._poll_hosts())]
+        if self.leadership is not None:
+            background.append(asyncio.create_task(self.leadership.keep(lambda trouble: None)))
         try:
             while not self._stop:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.changed.wait(), SCHEDULE_INTERVAL_S)
                 self.changed.clear()
+                if self.leadership is not None and self.leadership.lost.is_set():
+                    self.deposed = self.leadership.lost_reason or "another pool leads"
+                    break
                 self._reap()
                 if not self._stop:
                     self._schedule(time.time())
+                await self._save()
         finally:
-            poll.cancel()
+            for task in background:
+                task.cancel()
             for lease in self.leases.values():
                 lease.server.request_stop("the pool is stopping")
             if self.leases:
                 await asyncio.gather(*(lease.task for lease in self.leases.values()), return_exceptions=True)
+
+    async def _take_up(self) -> None:
+        """The jobs a store kept (a pool that led before): running ones resume from their last
+        checkpoint; a record that does not parse is said and skipped."""
+        if self.store is None:
+            return
+        entries, _ = await self.store.get_prefix(job_key(self.prefix, ""))
+        jobs = []
+        for entry in entries:
+            try:
+                jobs.append(from_record(entry.value))
+            except ValueError as exc:
+                self.say(Kind.STORE_UNREADABLE, key=entry.key, error=str(exc), count=1)
+        self.table.load(jobs)
+        if jobs:
+            self.say(Kind.POOL_TAKEN_UP, jobs=len(jobs), live=len(self.table.live()))
+            self.dirty.update(job.id for job in jobs)
+
+    async def _save(self) -> None:
+        """Write the records of the jobs that changed, in one transaction that holds only while
+        this pool leads (a deposed pool writes nothing)."""
+        if self.store is None or not (self.dirty or self.table.forgotten):
+            return
+        puts = {job_key(self.prefix, i): to_record(self.table.jobs[i]) for i in self.dirty if i in self.table.jobs}
+        deletes = [job_key(self.prefix, i) for i in self.table.forgotten]
+        guards = self.leadership.guard if self.leadership is not None else {}
+        try:
+            written = await self.store.transact(guards, puts, deletes)
+        except StoreUnavailable as exc:
+            self.say(Kind.STORE_DEGRADED, error=str(exc))
+            return  # kept dirty: written when the store answers again
+        if not written:
+            self.deposed = "the pool's leader key changed: another pool leads"
+            self._stop = True
+            return
+        self.dirty.clear()
+        self.table.forgotten.clear()
 
     async def _poll_hosts(self) -> None:
         last_error = None
@@ -185,6 +247,7 @@ class PoolService:
             except Exception as exc:  # the job could not run at all (its rendezvous failed to start)
                 outcome = JobOutcome(False, f"its rendezvous failed: {exc}")
             now = time.time()
+            self.dirty.add(job.id)
             if job.state == "cancelling":
                 self.table.end(job, "cancelled", "cancelled while it ran", now)
             elif outcome.preempted:
@@ -236,6 +299,7 @@ class PoolService:
             JOB_LABEL.reset(label)
         task.add_done_callback(lambda _: self.changed.set())
         self.leases[job.id] = _Lease(server, hosts, task)
+        self.dirty.add(job.id)
         job.state, job.placement, job.resized_at, job.urgent = "running", placement, now, False
         job.started_at = job.started_at or now
         job.resumes += resuming
@@ -251,12 +315,14 @@ class PoolService:
             lease.server.service.hosts_found(dict(placement))
         job.placement, job.resized_at, job.urgent = placement, now, False
         job.sizes.append((now, job.size))
+        self.dirty.add(job.id)
         self.say(Kind.POOL_JOB_RESIZED, job=job.id, before=before, size=job.size, hosts=_hosts(placement),
                  reason=job.reason)
 
     def _suspend(self, job: PoolJob, reason: str, now: float) -> None:
         self.leases[job.id].server.request_preemption(f"the pool takes its slots: {reason}")
         job.state = "suspending"
+        self.dirty.add(job.id)
         job.reason = "suspending: a durable checkpoint at its next commit, then its workers stop"
         self.say(Kind.POOL_JOB_SUSPENDING, job=job.id, reason=reason)
 

@@ -80,6 +80,7 @@ class JobTable:
         self.jobs: dict[str, PoolJob] = {}
         self._count = 0
         self._recent: collections.deque[float] = collections.deque()
+        self.forgotten: list[str] = []  # ids of ended jobs forgotten since the store last heard
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int, name: str | None = None,
                queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False) -> PoolJob:
@@ -121,6 +122,12 @@ class JobTable:
         self.jobs[job_id] = job
         self._forget_old()
         return job
+
+    def load(self, jobs: list[PoolJob]) -> None:
+        """Jobs a store kept (a pool started again): taken up as they are, their ids not reused."""
+        for job in jobs:
+            self.jobs[job.id] = job
+        self._forget_old()
 
     def get(self, job_id: str) -> PoolJob:
         job = self.jobs.get(job_id)
@@ -167,3 +174,4 @@ class JobTable:
         ended = [j for j in self.jobs.values() if j.state in ENDED]
         for job in sorted(ended, key=lambda j: j.ended_at or 0)[:max(0, len(ended) - KEEP_ENDED)]:
             del self.jobs[job.id]
+            self.forgotten.append(job.id)

@@ -62,6 +62,13 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, metavar="DIR",
                        help="each job's checkpoints go to DIR/JOB_ID; a suspended job resumes from them "
                             f"(default: ./{DEFAULT_CHECKPOINT_ROOT})")
+    serve.add_argument("--store", default="memory", metavar="URL",
+                       help="where the pool keeps its jobs: memory (gone with this process), or etcd://HOST:PORT[,...]"
+                            "[/PREFIX]: a pool started again, or a standby `pool serve` on the same store (it waits "
+                            "while another leads), takes every job up (running ones from their last checkpoint)")
+    serve.add_argument("--checkpoint-interval", type=float, default=300.0, metavar="S",
+                       help="each job writes a durable checkpoint at least every S seconds (what a pool started "
+                            "again resumes from) (default: 300)")
     serve.add_argument("--launcher", choices=[n for n in LAUNCHERS if n != "none"], default=None,
                        help=f"how jobs' agents are started on the hosts, as `run --launcher` (default: ${LAUNCHER_ENV}, "
                             "else ssh)")
@@ -210,6 +217,9 @@ def serve(args: argparse.Namespace) -> int:
     from ringmaster.rendezvous.pool.service import PoolService
     from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
     from ringmaster.rendezvous.scheduling.model import Settings as Rules
+    from ringmaster.rendezvous.state.leadership import Leadership
+    from ringmaster.rendezvous.state.open_store import open_store
+    from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
 
     say = emitter(logs.RENDEZVOUS)
     rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights))
@@ -223,15 +233,26 @@ def serve(args: argparse.Namespace) -> int:
     secret = secret_from(args.secret_file, os.environ, create=True)
     made = secret is None
     secret = secret or generate_secret()
+    if not 0 < args.checkpoint_interval <= 86_400:
+        raise UsageError(f"--checkpoint-interval {args.checkpoint_interval:g}: seconds, more than 0 and at most a day")
     job_settings = {"spares": args.spares, "warmup_grace_s": args.warmup_grace, "start_timeout_s": args.start_timeout,
-                    "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2}
+                    "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2,
+                    "checkpoint_interval_s": args.checkpoint_interval}
     launcher = choose_launcher(args.launcher, os.environ)
-    pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
-                       launcher=launcher, bind=args.bind, advertise=args.advertise_address,
-                       discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown)
+    spec = parse_store(args.store, password=os.environ.get(STORE_PASSWORD_ENV) or None)
     saved: list[pathlib.Path] = []
+    outcome: list[str] = []
 
     async def run() -> None:
+        store = await open_store(spec)
+        leadership = None
+        if spec.kind != "memory":
+            leadership = Leadership(store, spec.prefix + "pool/", f"{args.advertise_address or args.bind}:{args.api_port}")
+            await leadership.acquire(wait=True)  # a standby pool waits here while another leads
+        pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
+                           launcher=launcher, bind=args.bind, advertise=args.advertise_address,
+                           discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
+                           store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
@@ -252,15 +273,23 @@ def serve(args: argparse.Namespace) -> int:
         hosts = await asyncio.to_thread(source.find_hosts)
         say(Kind.POOL_LISTENING, url=url, policy=args.policy, slots=sum(hosts.values()),
             hosts=",".join(f"{h}:{n}" for h, n in hosts.items()))
+        if leadership is not None:
+            await leadership.announce(url)
         try:
             await pool.run()
         finally:
             api.should_exit = True
             await serving
+            if leadership is not None and pool.deposed is None:
+                await leadership.resign()
+            await store.close()
+        if pool.deposed is not None:
+            say(Kind.POOL_DEPOSED, reason=pool.deposed)
+            outcome.append(pool.deposed)
 
     try:
         asyncio.run(run())
     finally:
         for path in saved:
             remove_job_secret(path)
-    return 0
+    return 1 if outcome else 0

@@ -93,6 +93,8 @@ class Kind(enum.StrEnum):
     # the pool (`ringmaster pool serve`): its hosts and the jobs it schedules
     POOL_LISTENING = "pool.listening"
     POOL_HOSTS = "pool.hosts"
+    POOL_TAKEN_UP = "pool.taken_up"
+    POOL_DEPOSED = "pool.deposed"
     POOL_HOST_BLACKLISTED = "pool.host_blacklisted"
     POOL_JOB_SUBMITTED = "pool.job_submitted"
     POOL_JOB_STARTED = "pool.job_started"
@@ -227,6 +229,9 @@ SPECS: dict[Kind, Spec] = {
     Kind.JOB_REQUEUED: Spec(_W, "{how}"),
     Kind.POOL_LISTENING: Spec(_I, "pool of {slots} slot(s) on {hosts}, policy {policy}: control API at {url}"),
     Kind.POOL_HOSTS: Spec(_I, "the pool's hosts: {hosts} ({slots} slots)"),
+    Kind.POOL_TAKEN_UP: Spec(_I, "took up {jobs} job(s) the store kept ({live} not ended; running ones resume from "
+                                 "their last checkpoint)"),
+    Kind.POOL_DEPOSED: Spec(_W, "stopped leading the pool: {reason}; its jobs resume under the new leader from their last checkpoints"),
     Kind.POOL_HOST_BLACKLISTED: Spec(_W, "host {host} failed under job {job}: out of the pool for {cooldown_s:g} s; "
                                          "every job on it is rescheduled"),
     Kind.POOL_JOB_SUBMITTED: Spec(_I, "job {job} queued in {queue} (priority {priority}, {min_np}-{max_np} workers)"),

@@ -5,40 +5,21 @@ loses a host and is then scaled from the page itself."""
 from __future__ import annotations
 
 import os
-import pathlib
-import shutil
 
 import pytest
 
+from browser import headless_browser
 from harness import FAST, SECRET, elastic_job, wait_for
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 #: Where to also save a screenshot of the job's three generations (README's picture is made so).
 SCREENSHOT_ENV = "RINGMASTER_DASHBOARD_SCREENSHOT"
 
 
 @pytest.fixture
 def browser():
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromedriver are missing: .ci/setup installs them (Debian's chromium, chromium-driver)")
-        pytest.skip("needs Debian's chromium and chromium-driver (bash .ci/setup installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1150",
-                 "--no-first-run", "--disable-extensions", "--disable-background-networking"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from headless_browser()
 
 
 def _page(driver, script: str):

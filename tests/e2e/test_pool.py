@@ -10,12 +10,14 @@ import json
 import os
 import pathlib
 import signal
+import time
 import urllib.request
 from typing import Any
 
 import pytest
 
-from harness import SECRET, WORKLOADS, Job, read_logs, wait_for
+from browser import headless_browser
+from harness import SECRET, WORKLOADS, Job, events, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
@@ -23,10 +25,16 @@ AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
 class Pool:
-    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str) -> None:
+    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str, leads: bool = True) -> None:
+        """`leads=False`: a standby, whose URL comes once it leads (`listening`)."""
         self.proc: Job = run_job("serve", "--api-port", "0", "--warmup-grace", "10", "--start-timeout", "30",
                                  "--checkpoint-root", str(tmp_path / "ckpt"), *flags, verb="pool")
-        self.url = str(self.proc.wait_event("pool.listening", 60)["url"])
+        self.url = ""
+        if leads:
+            self.listening(60)
+
+    def listening(self, timeout_s: float) -> None:
+        self.url = str(self.proc.wait_event("pool.listening", timeout_s)["url"])
 
     def call(self, path: str, body: dict | None = None) -> Any:
         request = urllib.request.Request(f"{self.url}{path}", headers={**AUTH, "Content-Type": "application/json"},
@@ -56,6 +64,11 @@ class Pool:
         return wait_for(check, timeout_s, what, interval_s=0.1)
 
 
+@pytest.fixture
+def browser():
+    yield from headless_browser()
+
+
 def sizes_logged(log_dir: pathlib.Path) -> list[int]:
     """The sizes the job's commits were made at, in time order, runs of one size folded."""
     commits = sorted((r["time"], r["size"]) for records in read_logs(log_dir).values() for r in records
@@ -73,6 +86,7 @@ def test_fifo_shrinks_a_running_job_at_its_commit_to_start_the_next_and_grows_it
     pool.wait_job(a, lambda j: j["state"] == "running" and j["size"] == 4, 60, "a on 4 slots")
     wait_for(lambda: any(r["event"] == "commit" and r["size"] == 4 for rs in read_logs(tmp_path / "a").values() for r in rs),
              120, "a training on 4")
+    submitted = time.time()
     b = pool.submit(tmp_path / "b", 2, 2, epochs=2, samples=64)
     resized = pool.proc.wait_event("pool.job_resized", 60, job=a)
     assert resized["before"] == 4 and resized["size"] == 2
@@ -80,6 +94,16 @@ def test_fifo_shrinks_a_running_job_at_its_commit_to_start_the_next_and_grows_it
     done = pool.wait_job(a, lambda j: j["state"] == "succeeded", 300, "a to finish")
     assert [size for _, size in done["sizes"]] == [4, 2, 4, 0], done["sizes"]
     assert sizes_logged(tmp_path / "a") == [4, 2, 4]  # resized at commits, never stopped
+    a_logs = read_logs(tmp_path / "a")
+    redone = sum(len(steps) - len(set(steps)) for steps in ([r["step"] for r in records if r["event"] == "begin"]
+                                                            for records in a_logs.values()))
+    assert redone == 0  # a resize at a commit rolls nothing back
+    b_first = min(r["time"] for rs in read_logs(tmp_path / "b").values() for r in rs if r["event"] == "commit")
+    a_back = min(r["time"] for rs in a_logs.values() for r in rs if r["event"] == "commit" and r["size"] == 4
+                 and r["time"] > b_first)
+    b_end = max(r["time"] for rs in read_logs(tmp_path / "b").values() for r in rs if r["event"] == "done")
+    print(f"\n[figure] pool: b submitted -> b's first step (a shrunk at its commit): {b_first - submitted:.2f} s; "
+          f"b's end -> a's first step at 4 again: {a_back - b_end:.2f} s; steps a trained twice: {redone}")
     for name, epochs in (("a", 8), ("b", 2)):
         logs = read_logs(tmp_path / name)
         assert_every_sample_once(logs, epochs)
@@ -122,7 +146,7 @@ def test_a_host_that_dies_under_a_job_leaves_the_pool_and_the_job_goes_on(run_jo
     assert_every_sample_once(read_logs(tmp_path / "j"), 8)
 
 
-def test_submit_jobs_status_and_cancel_as_a_user_types_them(run_job, tmp_path) -> None:
+def test_submit_jobs_status_cancel_and_the_pools_page_as_a_user_sees_them(run_job, tmp_path, browser) -> None:
     pool = Pool(run_job, tmp_path, "-H", "hA:2")
 
     (tmp_path / "l").mkdir()
@@ -138,6 +162,16 @@ def test_submit_jobs_status_and_cancel_as_a_user_types_them(run_job, tmp_path) -
     wait_for(lambda: pool.call(f"/jobs/{job_id}/status")["world_size"] == 2, 120, "2 workers")
     status = run_job("--api", pool.url, "--job", job_id, verb="status")
     assert status.wait(30) == 0 and "world size 2" in status.output, status.output
+    browser.get(pool.url + "/")  # the pool's page, in a real browser: the job on its host, and a link to its own page
+    row = wait_for(lambda: browser.execute_script(
+        f"const r = document.querySelector('tr[data-job=\"{job_id}\"]'); return r && r.innerText"), 30, "the job's row")
+    assert "running" in row and "2 (1-2)" in row, row
+    assert browser.execute_script("return document.getElementById('grid').innerText").count("hA (2)") == 1
+    link = browser.execute_script(f"return document.querySelector('tr[data-job=\"{job_id}\"] a').href")
+    assert link.rstrip("/") == pool.job(job_id)["api_url"]
+    assert "2 of 2 slots used" in browser.execute_script("return document.getElementById('summary').innerText")
+    metrics = urllib.request.urlopen(pool.url + "/metrics", timeout=10).read().decode()  # from this machine: no secret
+    assert f'ringmaster_pool_job_size{{job="{job_id}",queue="default"}} 2.0' in metrics
     too_big = run_job("--pool", pool.url, "--min-np", "3", "python", "x.py", verb="submit")
     assert too_big.wait(30) != 0 and "more than the pool's 2 slots" in too_big.output, too_big.output
     cancelled = run_job(job_id, "--pool", pool.url, verb="cancel")
@@ -150,3 +184,33 @@ def test_submit_jobs_status_and_cancel_as_a_user_types_them(run_job, tmp_path) -
     assert "cancelled" in pool.job(job_id)["message"]
     pool.proc.proc.send_signal(signal.SIGTERM)
     assert pool.proc.wait(60) == 0
+
+
+def test_a_standby_pool_takes_the_jobs_over_through_etcd_when_the_leader_dies(run_job, tmp_path, etcd) -> None:
+    store = f"etcd://{etcd.address}/pool-{tmp_path.name}"
+    flags = ("-H", "hA:2", "--store", store, "--checkpoint-interval", "1")
+    first = Pool(run_job, tmp_path, *flags)
+    job = first.submit(tmp_path / "log", 2, 2, epochs=6, samples=160)
+    waiting = first.submit(tmp_path / "later", 2, 2, epochs=1, samples=32)
+    first.wait_job(job, lambda j: j["state"] == "running", 60, "the job running")
+    wait_for(lambda: sum(1 for rs in read_logs(tmp_path / "log").values() for r in rs if r["event"] == "commit") >= 40,
+             120, "40 commits (durable checkpoints every second)")
+    standby = Pool(run_job, tmp_path, *flags, leads=False)
+    standby.proc.wait_event("leader.standing_by", 60)
+    crashed = time.time()
+    os.killpg(first.proc.proc.pid, signal.SIGKILL)  # the leading pool dies, and its jobs' agents and workers with it
+    standby.listening(60)
+    taken = standby.proc.wait_event("pool.taken_up", 10)
+    assert taken["jobs"] == 2 and taken["live"] == 2
+    assert standby.job(waiting)["state"] in ("queued", "running", "succeeded")
+    done = standby.wait_job(job, lambda j: j["state"] == "succeeded", 300, "the job to resume and finish")
+    assert done["resumes"] == 1
+    assert [e["how"] for e in standby.proc.events("pool.job_started", job=job)] == ["resumes from its checkpoint"]
+    standby.wait_job(waiting, lambda j: j["state"] == "succeeded", 180, "the queued job to run under the new leader")
+    logs = read_logs(tmp_path / "log")
+    last = max(r["step"] for r in events(logs, "commit") if r["time"] < crashed)
+    start = min(r["step"] for r in events(logs, "synced") if r["time"] > crashed)
+    assert last - 60 <= start <= last, (start, last)  # from a checkpoint at most about a second old
+    after = sorted((r for r in events(logs, "epoch") if r["time"] > crashed), key=lambda r: r["epoch"])
+    assert [r["epoch"] for r in after] == list(range(after[0]["epoch"], 6))
+    assert all(r["min"] == r["max"] == 1.0 for r in after), after  # each sample once per epoch, across the crash

@@ -48,14 +48,14 @@ def test_a_submission_is_queued_and_listed(api) -> None:
 
 
 @pytest.mark.parametrize("body", [
-    {"command": ["x"], "min_np": 2.0},
-    {"command": ["x"], "min_np": "2"},
-    {"command": ["x"], "min_np": True},
+    {"command": ["true"], "min_np": 2.0},
+    {"command": ["true"], "min_np": "2"},
+    {"command": ["true"], "min_np": True},
     {"command": "python train.py", "min_np": 1},
     {"command": [], "min_np": 1},
-    {"command": ["x"], "min_np": 1, "priority": "high"},
-    {"command": ["x"], "min_np": 1, "extra": 1},
-    {"command": ["x"], "min_np": 10**12},
+    {"command": ["true"], "min_np": 1, "priority": "high"},
+    {"command": ["true"], "min_np": 1, "extra": 1},
+    {"command": ["true"], "min_np": 10**12},
 ])
 def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
     client, pool = api
@@ -65,9 +65,10 @@ def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
 
 
 @pytest.mark.parametrize("body, says", [
-    ({"command": ["x"], "min_np": 9}, "more than the pool's 8 slots"),
-    ({"command": ["x"], "min_np": 1, "queue": "nope"}, "unknown queue 'nope'"),
-    ({"command": ["x"], "min_np": 1, "priority": 5000}, "outside -1000..1000"),
+    ({"command": ["no-such-trainer"], "min_np": 1}, "command 'no-such-trainer' is not found on this machine"),
+    ({"command": ["true"], "min_np": 9}, "more than the pool's 8 slots"),
+    ({"command": ["true"], "min_np": 1, "queue": "nope"}, "unknown queue 'nope'"),
+    ({"command": ["true"], "min_np": 1, "priority": 5000}, "outside -1000..1000"),
 ])
 def test_what_the_pool_cannot_take_is_refused_with_the_reason(api, body, says) -> None:
     client, _ = api
@@ -78,7 +79,7 @@ def test_what_the_pool_cannot_take_is_refused_with_the_reason(api, body, says) -
 def test_cancel_and_scale_of_jobs_that_are_not_there_or_ended(api) -> None:
     client, _ = api
     assert client.post("/jobs/ghost/cancel", headers=AUTH).status_code == 404
-    job = client.post("/jobs", json={"command": ["x"], "min_np": 1, "max_np": 3}, headers=AUTH).json()["id"]
+    job = client.post("/jobs", json={"command": ["true"], "min_np": 1, "max_np": 3}, headers=AUTH).json()["id"]
     assert client.post(f"/jobs/{job}/scale", json={"np": 5}, headers=AUTH).status_code == 409
     assert client.post(f"/jobs/{job}/scale", json={"np": 2}, headers=AUTH).json()["max_np"] == 2
     assert client.get(f"/jobs/{job}/status", headers=AUTH).status_code == 409  # queued: no rendezvous yet
@@ -92,7 +93,7 @@ def test_a_flood_of_submits_is_answered_429_and_the_queue_keeps_its_jobs(api, mo
 
     monkeypatch.setattr(table, "MAX_SUBMITS_PER_MINUTE", 20)  # (the bound itself, smaller, to keep the test short)
     client, pool = api
-    codes = [client.post("/jobs", json={"command": ["x"], "min_np": 1}, headers=AUTH).status_code for _ in range(50)]
+    codes = [client.post("/jobs", json={"command": ["true"], "min_np": 1}, headers=AUTH).status_code for _ in range(50)]
     assert codes.count(200) == 20 and codes.count(429) == 30
     assert len(pool.table.live()) == 20
 
@@ -103,10 +104,10 @@ def test_a_queue_token_reaches_its_queues_jobs_only(tmp_path) -> None:
     pool.hosts = {"a": 4}
     client = TestClient(create_pool_app(pool, SECRET, {"token-of-team-a-0123": "team-a"}))
     team_a = {"Authorization": "Bearer token-of-team-a-0123"}
-    mine = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-a"}, headers=team_a)
+    mine = client.post("/jobs", json={"command": ["true"], "min_np": 1, "queue": "team-a"}, headers=team_a)
     assert mine.status_code == 200, mine.text
-    other = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-b"}, headers=AUTH).json()["id"]
-    refused = client.post("/jobs", json={"command": ["x"], "min_np": 1, "queue": "team-b"}, headers=team_a)
+    other = client.post("/jobs", json={"command": ["true"], "min_np": 1, "queue": "team-b"}, headers=AUTH).json()["id"]
+    refused = client.post("/jobs", json={"command": ["true"], "min_np": 1, "queue": "team-b"}, headers=team_a)
     assert refused.status_code == 403 and "queue team-a only" in refused.json()["detail"]
     assert [j["id"] for j in client.get("/jobs", headers=team_a).json()] == [mine.json()["id"]]
     assert len(client.get("/jobs", headers=AUTH).json()) == 2
@@ -129,3 +130,28 @@ def test_the_queue_tokens_file_is_checked_line_by_line() -> None:
                        ("team-a", "two words"), ("team-a aaaaaaaaaaaaaaaa\ndefault aaaaaaaaaaaaaaaa", "line 2: a token is given twice")):
         with pytest.raises(UsageError, match=says):
             parse_queue_tokens(text, queues)
+
+
+def test_the_pools_metrics_count_slots_jobs_and_the_queue(api) -> None:
+    client, pool = api
+    queued = client.post("/jobs", json={"command": ["true"], "min_np": 2, "max_np": 4, "queue": "team-a"}, headers=AUTH)
+    running = pool.table.get(client.post("/jobs", json={"command": ["true"], "min_np": 3}, headers=AUTH).json()["id"])
+    running.state, running.placement, running.started_at = "running", {"a": 3}, running.submitted + 2.0
+    text = client.get("/metrics", headers=AUTH).text
+    assert 'ringmaster_pool_slots{state="usable"} 8.0' in text and 'ringmaster_pool_slots{state="used"} 3.0' in text
+    assert "ringmaster_pool_utilisation 0.375" in text
+    assert "ringmaster_pool_queue_length 1.0" in text
+    assert 'ringmaster_pool_jobs{state="running"} 1.0' in text and 'ringmaster_pool_jobs{state="queued"} 1.0' in text
+    assert f'ringmaster_pool_job_size{{job="{running.id}",queue="default"}} 3.0' in text
+    assert f'ringmaster_pool_job_bound{{bound="max",job="{queued.json()["id"]}",queue="team-a"}} 4.0' in text
+    assert 'ringmaster_pool_wait_seconds_bucket{le="5.0"} 1.0' in text
+
+
+def test_the_pools_page_is_served_with_its_own_files_only(api) -> None:
+    client, _ = api
+    page = client.get("/")
+    assert page.status_code == 200 and "pool.js" in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    script = client.get("/pool.js").text
+    assert 'fetch(path)' in script and '"jobs", "hosts"' in script
+    assert client.get("/pool.css").headers["content-type"].startswith("text/css")
