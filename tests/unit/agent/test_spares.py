@@ -216,6 +216,7 @@ def test_a_used_spare_is_replaced_and_an_unfit_worker_leaves_the_spare_idle(pool
     assert proc.wait(60) == 0
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_joining_host_warms_a_spare_per_slot_then_keeps_its_usual_count(pool_of, tmp_path) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     pool, _, _ = pool_of(1)
@@ -265,6 +266,7 @@ def test_spares_that_die_before_use_turn_spares_off_once(pool_of) -> None:
     assert "exited with code" in said[0][1]["reason"]
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_whose_agent_closes_its_stdin_exits_without_running_anything(tmp_path) -> None:
     marker = tmp_path / "ran"
     proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.spare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
