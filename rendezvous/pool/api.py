@@ -9,7 +9,6 @@ than the pool, a flood of submits) is answered 400 or 429 with the reason.
 from __future__ import annotations
 
 import hmac
-import importlib.resources
 import time
 from typing import Optional
 
@@ -25,22 +24,8 @@ from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany
 from ringmaster.rendezvous.pool.tokens import queue_of
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, EventPage, JobStatus, event_page, is_loopback,
-                                                   job_status)
+                                                   job_status, serve_pages)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-
-#: The pool's page: its own files, nothing else may run or frame it (as the job's dashboard).
-_PAGES = {"pool.html": "text/html; charset=utf-8", "pool.js": "text/javascript; charset=utf-8",
-          "pool.css": "text/css; charset=utf-8"}
-_PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                               "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
-
-
-def _page(name: str) -> Response:
-    content = importlib.resources.files("ringmaster.rendezvous.pool").joinpath("dashboard", name).read_bytes()
-    return Response(content=content, media_type=_PAGES[name], headers=_PAGE_HEADERS)
-
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -216,17 +201,7 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
             raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot read the pool's metrics")
         return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/", include_in_schema=False)
-    async def page() -> Response:
-        return _page("pool.html")
-
-    @app.get("/pool.js", include_in_schema=False)
-    async def page_script() -> Response:
-        return _page("pool.js")
-
-    @app.get("/pool.css", include_in_schema=False)
-    async def page_style() -> Response:
-        return _page("pool.css")
+    serve_pages(app, "ringmaster.rendezvous.pool", {"/": "pool.html", "/pool.js": "pool.js", "/pool.css": "pool.css"})
 
     @app.get("/hosts", response_model=list[HostRow])
     async def hosts(caller: Caller = Depends(reader)) -> list[HostRow]:

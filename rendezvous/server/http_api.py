@@ -16,7 +16,7 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -139,11 +139,11 @@ class EventFollowers:
         return self.served_upto >= view.events_dropped + len(view.events)
 
 
-#: The dashboard's files and their types, read once (they ship with Ringmaster).
-_DASHBOARD_TYPES = {"index.html": "text/html; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8",
-                    "dashboard.css": "text/css; charset=utf-8"}
-#: The page runs only its own script and talks only to this API; no other site may frame it.
-_DASHBOARD_HEADERS = {
+#: The types of a page's files, by suffix.
+_PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+               ".css": "text/css; charset=utf-8"}
+#: A page runs only its own script and talks only to its API; no other site may frame it.
+_PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -153,12 +153,21 @@ _DASHBOARD_HEADERS = {
 
 
 @functools.cache
-def _dashboard_file(name: str) -> bytes:
-    return (importlib.resources.files("ringmaster.rendezvous.server") / "dashboard" / name).read_bytes()
+def _page_file(package: str, name: str) -> bytes:
+    return (importlib.resources.files(package) / "dashboard" / name).read_bytes()
 
 
-def _page(name: str) -> Response:
-    return Response(content=_dashboard_file(name), media_type=_DASHBOARD_TYPES[name], headers=_DASHBOARD_HEADERS)
+def serve_pages(app: FastAPI, package: str, routes: dict[str, str]) -> None:
+    """Serve the files of `package`'s `dashboard/` folder (they ship with Ringmaster, read once)
+    at the given paths, with headers that let them run nothing else."""
+    def route(name: str) -> Callable[[], Awaitable[Response]]:
+        async def page() -> Response:  # (no parameters: nothing from the request picks the file)
+            return Response(content=_page_file(package, name), media_type=_PAGE_TYPES[name[name.rindex("."):]],
+                            headers=_PAGE_HEADERS)
+        return page
+
+    for path, name in routes.items():
+        app.add_api_route(path, route(name), methods=["GET"], include_in_schema=False)
 
 
 def is_loopback(address: str) -> bool:
@@ -290,18 +299,9 @@ def create_app(
             raise HTTPException(status_code=409, detail=str(refused)) from None
         return DrainReply(host=host, message=f"host {host} is back in the job: workers start there at the next commit")
 
-    @app.get("/", include_in_schema=False)
-    async def dashboard() -> Response:
-        """The dashboard page (it reads /status from the browser; see rendezvous/server/dashboard)."""
-        return _page("index.html")
-
-    @app.get("/dashboard.js", include_in_schema=False)
-    async def dashboard_script() -> Response:
-        return _page("dashboard.js")
-
-    @app.get("/dashboard.css", include_in_schema=False)
-    async def dashboard_style() -> Response:
-        return _page("dashboard.css")
+    # The dashboard page (it reads /status from the browser; see rendezvous/server/dashboard).
+    serve_pages(app, "ringmaster.rendezvous.server", {"/": "index.html", "/dashboard.js": "dashboard.js",
+                                                      "/dashboard.css": "dashboard.css"})
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -155,3 +155,11 @@ def test_the_pools_page_is_served_with_its_own_files_only(api) -> None:
     script = client.get("/pool.js").text
     assert 'fetch(path)' in script and '"jobs", "hosts"' in script
     assert client.get("/pool.css").headers["content-type"].startswith("text/css")
+
+
+def test_nothing_in_a_request_picks_which_file_the_page_serves(api) -> None:
+    client, _ = api
+    plain = client.get("/").content
+    for query in ("?name=../../../../etc/passwd", "?name=pool.js", "?package=os"):
+        assert client.get("/" + query).content == plain
+    assert client.get("/../pyproject.toml").status_code == 404
