@@ -270,17 +270,52 @@ class PoolService:
         usable = {h: n for h, n in usable.items() if n > 0}
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
         verdicts = schedule(self.policy, usable, [j.ask() for j in jobs], now, self.rules)
-        for job in jobs:
+        grows = []
+        for job in jobs:  # first what running jobs give back (at their next commit) ...
             verdict = verdicts[job.id]
             job.reason = verdict.reason
             placement = dict(verdict.placement)
             if job.state in ("queued", "suspended"):
                 if placement:
-                    self._start(job, placement, now)
+                    grows.append((job, placement))
             elif not placement:
                 self._suspend(job, verdict.reason, now)
-            elif placement != job.placement:
+            elif placement == job.placement:
+                continue
+            elif all(n <= job.placement.get(h, 0) for h, n in placement.items()):
                 self._resize(job, placement, now)
+            else:
+                grows.append((job, placement))
+        leaving = self._leaving()
+        for job, placement in grows:  # ... then starts and growth, on slots nobody's workers still hold
+            mine = job.placement if job.state == "running" else {}
+            busy = sorted(h for h, n in placement.items() if n > mine.get(h, 0) and leaving.get(h))
+            if busy:
+                job.reason = (f"takes {sum(placement.values())} slot(s) once the workers leaving {', '.join(busy)} have "
+                              "gone (at their job's next commit)")
+            elif job.state == "running":
+                self._resize(job, placement, now)
+            else:
+                self._start(job, placement, now)
+
+    def _leaving(self) -> dict[str, int]:
+        """Per host, live workers of running jobs beyond what their placement gives them there:
+        workers on their way out at their next commit, whose slots are not free yet (a GPU two
+        jobs' workers shared would run out of memory)."""
+        held: dict[str, int] = {}
+        for job_id, lease in self.leases.items():
+            job = self.table.jobs.get(job_id)
+            view = lease.server.view() if job is not None and job.state == "running" else None
+            if view is None or job is None:
+                continue
+            on: dict[str, int] = {}
+            for worker in view.workers:
+                if worker.live:
+                    on[worker.host] = on.get(worker.host, 0) + 1
+            for host, count in on.items():
+                if count > job.placement.get(host, 0):
+                    held[host] = held.get(host, 0) + count - job.placement.get(host, 0)
+        return held
 
     # ---------------------------------------------------------------- acting
     def _start(self, job: PoolJob, placement: dict[str, int], now: float) -> None:

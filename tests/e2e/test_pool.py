@@ -90,6 +90,11 @@ def test_fifo_shrinks_a_running_job_at_its_commit_to_start_the_next_and_grows_it
     b = pool.submit(tmp_path / "b", 2, 2, epochs=2, samples=64)
     resized = pool.proc.wait_event("pool.job_resized", 60, job=a)
     assert resized["before"] == 4 and resized["size"] == 2
+    started = pool.proc.wait_event("pool.job_started", 120, job=b)
+    (given,) = [h.split(":")[0] for h in str(started["hosts"]).split(",")]
+    gone = [e["time"] for e in pool.proc.events() if e.get("job") == a and e.get("host") == given
+            and e.get("kind") in ("worker.exited", "worker.stopped", "worker.finished")]
+    assert len(gone) == 2 and max(gone) <= started["time"], (gone, started)  # b starts once a's workers left its host
     pool.wait_job(b, lambda j: j["state"] == "succeeded", 180, "b to finish")
     done = pool.wait_job(a, lambda j: j["state"] == "succeeded", 300, "a to finish")
     assert [size for _, size in done["sizes"]] == [4, 2, 4, 0], done["sizes"]
@@ -162,6 +167,13 @@ def test_submit_jobs_status_cancel_and_the_pools_page_as_a_user_sees_them(run_jo
     wait_for(lambda: pool.call(f"/jobs/{job_id}/status")["world_size"] == 2, 120, "2 workers")
     status = run_job("--api", pool.url, "--job", job_id, verb="status")
     assert status.wait(30) == 0 and "world size 2" in status.output, status.output
+    def both_pids() -> list[int] | None:
+        found = [w["pid"] for w in pool.call(f"/jobs/{job_id}/status")["workers"] if w["live"] and w["pid"]]
+        return found if len(found) == 2 else None
+
+    pids = wait_for(both_pids, 60, "2 workers' processes")
+    for pid in pids:  # the job's processes hold no secret of the pool's
+        assert SECRET.encode() not in pathlib.Path(f"/proc/{pid}/environ").read_bytes()
     browser.get(pool.url + "/")  # the pool's page, in a real browser: the job on its host, and a link to its own page
     row = wait_for(lambda: browser.execute_script(
         f"const r = document.querySelector('tr[data-job=\"{job_id}\"]'); return r && r.innerText"), 30, "the job's row")
