@@ -252,7 +252,7 @@ class PoolService:
                 self.table.end(job, "cancelled", "cancelled while it ran", now)
             elif outcome.preempted:
                 job.state, job.placement, job.reason = "suspended", {}, "suspended: resumes from its checkpoint"
-                job.sizes.append((now, 0))
+                job.sized(now)
             elif outcome.success:
                 self.table.end(job, "succeeded", outcome.message, now)
             else:
@@ -338,7 +338,7 @@ class PoolService:
         job.state, job.placement, job.resized_at, job.urgent = "running", placement, now, False
         job.started_at = job.started_at or now
         job.resumes += resuming
-        job.sizes.append((now, job.size))
+        job.sized(now)
         self.say(Kind.POOL_JOB_STARTED, job=job.id, size=job.size, hosts=_hosts(placement),
                  how="resumes from its checkpoint" if resuming else "starts")
 
@@ -349,7 +349,7 @@ class PoolService:
         if lease.server.service is not None:
             lease.server.service.hosts_found(dict(placement))
         job.placement, job.resized_at, job.urgent = placement, now, False
-        job.sizes.append((now, job.size))
+        job.sized(now)
         self.dirty.add(job.id)
         self.say(Kind.POOL_JOB_RESIZED, job=job.id, before=before, size=job.size, hosts=_hosts(placement),
                  reason=job.reason)

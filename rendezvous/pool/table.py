@@ -25,6 +25,8 @@ MAX_LIVE_JOBS = 1000
 MAX_SUBMITS_PER_MINUTE = 600
 #: Ended jobs remembered (for `ringmaster jobs` and `logs`); older ones are forgotten.
 KEEP_ENDED = 500
+#: Changes of size remembered per job (the page's line of its size over time).
+SIZES_KEPT = 1000
 #: Longest name and command a job may have.
 MAX_NAME = 64
 MAX_COMMAND_ARGS, MAX_COMMAND_CHARS = 1000, 64 * 1024
@@ -66,6 +68,11 @@ class PoolJob:
     @property
     def size(self) -> int:
         return sum(self.placement.values())
+
+    def sized(self, now: float) -> None:
+        """Note its size now (its size over time, the newest SIZES_KEPT changes)."""
+        self.sizes.append((now, self.size))
+        del self.sizes[:-SIZES_KEPT]
 
     def ask(self) -> JobAsk:
         """The job as the policy sees it."""
@@ -165,7 +172,7 @@ class JobTable:
     def end(self, job: PoolJob, state: str, message: str, now: float) -> None:
         job.state, job.message, job.reason, job.ended_at = state, message, message, now
         job.placement = {}
-        job.sizes.append((now, 0))
+        job.sized(now)
 
     def live(self) -> list[PoolJob]:
         return [j for j in self.jobs.values() if j.state in LIVE]

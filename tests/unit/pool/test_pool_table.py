@@ -90,3 +90,13 @@ def test_an_id_used_before_is_not_given_again() -> None:
     t = table()
     assert t.submit(["true"], 1, 1, 0.0, 8, taken=used.__contains__).id == "job-3"
     assert t.submit(["true"], 1, 1, 0.0, 8, name="r", taken=used.__contains__).id == "r-4"
+
+
+def test_a_jobs_sizes_over_time_are_bounded() -> None:
+    from ringmaster.rendezvous.pool.table import SIZES_KEPT
+
+    job = table().submit(["true"], 1, 1, 0.0, 8)
+    for i in range(SIZES_KEPT + 50):
+        job.placement = {"a": 1 + i % 2}
+        job.sized(float(i))
+    assert len(job.sizes) == SIZES_KEPT and job.sizes[-1] == (float(SIZES_KEPT + 49), 2)
