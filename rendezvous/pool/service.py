@@ -377,5 +377,3 @@ class PoolService:
 def _hosts(placement: Mapping[str, int]) -> str:
     return ",".join(f"{h}:{n}" for h, n in placement.items())
 
-
-__all__ = ["PoolService", "Refused"]

@@ -51,13 +51,13 @@ def _grow_in_order(ordered: Iterable[JobAsk], sizes: Sizes, fixed: Mapping[str, 
         left -= more
 
 
-def _start(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int]) -> tuple[Sizes, int]:
+def _start(capacity: int, fixed: Mapping[str, int]) -> tuple[Sizes, int]:
     sizes: Sizes = dict(fixed)
     return sizes, capacity - sum(fixed.values())
 
 
 def fifo(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(jobs, capacity, fixed)
+    sizes, left = _start(capacity, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
     left = _admit([j for j in by_arrival if j.running], left, sizes)
     left = _admit(by_arrival, left, sizes)
@@ -66,14 +66,14 @@ def fifo(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: 
 
 
 def priority(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(jobs, capacity, fixed)
+    sizes, left = _start(capacity, fixed)
     left = _admit(sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id)), left, sizes)
     _grow_in_order(sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.id)), sizes, fixed, left)
     return sizes
 
 
 def fair(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(jobs, capacity, fixed)
+    sizes, left = _start(capacity, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
     left = _admit([j for j in by_arrival if j.running], left, sizes)
     queues = sorted({j.queue for j in jobs})
