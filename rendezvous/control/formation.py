@@ -73,13 +73,35 @@ class Formation:
         return self.pool.hosts_wanted(now, self.job.limit, self.job.busy_hosts())
 
     # ------------------------------------------------------------------ who leaves
+    def _over_slots(self, now: float) -> dict[str, str]:
+        """Workers on hosts that now have fewer slots than they run (a pool that lends one of
+        this job's slots on a host to another job, a discovery script that says fewer), with
+        why: those on the highest slots go, newcomers before members of the generation."""
+        job = self.job
+        gen = job.generation
+        members = gen.member_set if gen is not None else set()
+        on: dict[str, list[Worker]] = {}
+        for worker in job.live_workers():
+            if not worker.stopping:
+                on.setdefault(worker.host, []).append(worker)
+        over: dict[str, str] = {}
+        for host in self.pool.eligible_hosts(now):
+            workers = on.get(host.name, [])
+            if len(workers) <= host.slots:
+                continue
+            workers.sort(key=lambda w: (w.worker_id not in members, w.slot))
+            for worker in workers[host.slots:]:
+                over[worker.worker_id] = f"host {host.name} now lends this job {host.slots} slot(s)"
+        return over
+
     def _retire_outcasts(self, eligible: set[str], now: float) -> None:
         job = self.job
         gen = job.generation
+        over = self._over_slots(now)
         for worker in job.live_workers():
-            if worker.host in eligible or worker.stopping:
+            if (worker.host in eligible and worker.worker_id not in over) or worker.stopping:
                 continue
-            reason = f"host {worker.host} left the job"
+            reason = over.get(worker.worker_id) or f"host {worker.host} left the job"
             if job.is_member(worker) and gen is not None and gen.over is None:
                 policy = policy_of(worker)
                 if policy.leaves_at_commit(worker):
@@ -139,10 +161,12 @@ class Formation:
         if job.awaiting_exits(now):
             return  # a failed worker's status decides whether its host stays: wait for it
         eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        over = self._over_slots(now)
         survivors = [job.workers[i] for i in gen.member_ids]
-        survivors = [w for w in survivors if self._candidate(w, eligible)]
+        survivors = [w for w in survivors if self._candidate(w, eligible) and w.worker_id not in over]
         kept = {w.worker_id for w in survivors}  # by id: comparing the records field by field is quadratic
-        newcomers = [w for w in job.workers.values() if w.worker_id not in kept and self._candidate(w, eligible)]
+        newcomers = [w for w in job.workers.values()
+                     if w.worker_id not in kept and self._candidate(w, eligible) and w.worker_id not in over]
         if not survivors and not newcomers:
             if not any(w.live for w in job.workers.values()):
                 job.note_lost_commits(now)
@@ -239,6 +263,11 @@ class Formation:
         leaving = [w for w in members if w.live and w.host not in eligible]
         if leaving:
             reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+            kinds.add(ResetCause.HOST_REMOVED)
+        over = self._over_slots(now)
+        fewer = [w for w in members if w.live and w.worker_id in over and w.host in eligible]
+        if fewer:
+            reasons.append("fewer slots on " + ", ".join(sorted({w.host for w in fewer})))
             kinds.add(ResetCause.HOST_REMOVED)
         if sum(1 for w in members if w.live) > limit:
             reasons.append(f"scaling down to {limit} workers")

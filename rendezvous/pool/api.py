@@ -8,16 +8,20 @@ than the pool, a flood of submits) is answered 400 or 429 with the reason.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
-from typing import Optional
+from typing import Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from ringmaster.common.errors import Refused
+from ringmaster.common.keys import pool_host_key
+from ringmaster.rendezvous.pool.host_board import BoardRefusal, HostBoard, Order
+from ringmaster.rendezvous.pool.host_wire import LeaveRequest, OrderRow, PollAnswer, PollRequest
 from ringmaster.rendezvous.pool.metrics import PoolMetrics
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany
@@ -26,6 +30,10 @@ from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, EventPage, JobStatus, event_page, is_loopback,
                                                    job_status, serve_pages)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+
+#: Seconds between two looks at a held poll's orders.
+HOLD_STEP_S = 0.05
+
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -36,6 +44,8 @@ class SubmitRequest(BaseModel):
     name: Optional[StrictStr] = Field(None, max_length=200, description="a name, which the job's id starts with")
     queue: StrictStr = Field("default", max_length=200, description="the queue (a name --queue-weights gives)")
     priority: StrictInt = Field(0, ge=-10**9, le=10**9, description="higher runs first under --policy priority")
+    gpus_per_worker: Union[StrictInt, StrictFloat] = Field(0, ge=0, le=1e6, description="GPUs each worker takes")
+    cpus_per_worker: Union[StrictInt, StrictFloat] = Field(0, ge=0, le=1e6, description="CPUs each worker takes")
 
 
 class ScaleRequest(BaseModel):
@@ -62,11 +72,13 @@ class JobRow(BaseModel):
     steps_per_second: Optional[float]
     api_url: Optional[str] = Field(description="the job's own control API and dashboard while it runs")
     sizes: list[tuple[float, int]] = Field(description="(time, size) at each change: its size over time")
+    demand: dict[str, float] = Field(description="what each worker takes besides its slot (gpu, cpu)")
 
 
 class HostRow(BaseModel):
     name: str
     slots: int
+    resources: dict[str, float] = Field(description="what it declares besides slots (hosts that joined by connecting)")
     used: int
     jobs: dict[str, int]
     blacklisted_for_s: float
@@ -78,8 +90,10 @@ class Caller(BaseModel):
     queue: Optional[str] = None
 
 
-def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None) -> FastAPI:
-    """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only."""
+def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None,
+                    join_secret: str | None = None) -> FastAPI:
+    """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
+    `join_secret`: with the pool's `board`, what hosts' pool agents derive their keys from."""
     app = FastAPI(title="Ringmaster pool API")
     app.add_middleware(BodyLimit)
     tokens = tokens or {}
@@ -117,7 +131,8 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                       min_np=job.min_np, max_np=job.max_np, hosts=dict(job.placement), reason=job.reason,
                       message=job.message, submitted=job.submitted, started_at=job.started_at, ended_at=job.ended_at,
                       resumes=job.resumes, steps_per_second=metrics.steps_per_second() if metrics is not None else None,
-                      api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:])
+                      api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:],
+                      demand=dict(job.demand))
 
     def known(job_id: str, caller: Caller) -> str:
         try:
@@ -139,7 +154,8 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                                                         f"{request.queue[:80]!r}")
         try:
             job = pool.submit(list(request.command), request.min_np, request.max_np, request.name, request.queue,
-                              request.priority)
+                              request.priority, {"gpu": float(request.gpus_per_worker),
+                                                 "cpu": float(request.cpus_per_worker)})
         except TooMany as exc:
             raise HTTPException(status_code=429, detail=str(exc)) from None
         except Refused as exc:
@@ -210,10 +226,62 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                                                         "pool's admin secret")
         now = time.time()
         rows = []
+        declared = pool.board.find_resources() if pool.board is not None else {}
         for name, slots in pool.hosts.items():
             on = {j.id: j.placement[name] for j in pool.table.live() if name in j.placement}
-            rows.append(HostRow(name=name, slots=slots, used=sum(on.values()), jobs=on,
+            rows.append(HostRow(name=name, slots=slots, resources=declared.get(name, {}), used=sum(on.values()), jobs=on,
                                 blacklisted_for_s=max(0.0, pool.blacklisted.get(name, 0) - now)))
         return rows
 
+    if pool.board is not None and join_secret is not None:
+        add_host_routes(app, pool.board, join_secret, lambda: pool.stopping)
     return app
+
+
+def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: Callable[[], bool]) -> None:
+    """`POST /hosts/{name}/poll` and `/leave`, for hosts' pool agents, each proving its own host's
+    key (`keys.pool_host_key`) and nothing else: a host's key opens no other call."""
+
+    def host_of(name: str, request: Request) -> str:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        expected = pool_host_key(join_secret, name).hex() if len(name) <= 253 else ""
+        if scheme.lower() != "bearer" or not expected or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+            raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"},
+                                detail=f"host {name[:80]!r} must prove its key, derived from the pool's join secret "
+                                       "(`ringmaster pool agent --secret-file FILE`, the file `pool serve "
+                                       "--join-secret-file` names)")
+        return name
+
+    @app.post("/hosts/{name}/poll", response_model=PollAnswer)
+    async def poll(name: str, request: PollRequest, http: Request) -> PollAnswer:
+        host = host_of(name, http)
+        try:
+            session, version = board.poll(host, request.session, request.slots, list(request.running),
+                                          [(e.order, e.how) for e in request.ended], time.time(),
+                                          {k: float(v) for k, v in request.resources.items()})
+        except BoardRefusal as exc:
+            raise HTTPException(status_code=exc.status, detail=str(exc)) from None
+        deadline = time.monotonic() + board.hold_s
+        while version == request.version and request.session == session and time.monotonic() < deadline \
+                and not stopping():
+            await asyncio.sleep(HOLD_STEP_S)
+            now_version = board.version(host)
+            if now_version is None:
+                break
+            version = now_version
+        held = board.orders(host, session, time.time())
+        version, orders = held if held is not None else (version, [])
+        return PollAnswer(session=session, version=version, hold_s=board.hold_s, timeout_s=board.timeout_s,
+                          orders=[order_row(order) for order in orders])
+
+    @app.post("/hosts/{name}/leave")
+    async def leave(name: str, request: LeaveRequest, http: Request) -> dict[str, bool]:
+        return {"left": board.leave(host_of(name, http), request.session)}
+
+
+def order_row(order: Order) -> OrderRow:
+    o = order.options
+    return OrderRow(order=order.ident, job=order.job, rendezvous=o.rendezvous, key=order.key,
+                    heartbeat_interval_s=float(o.heartbeat_interval_s), stop_grace_s=float(o.stop_grace_s),
+                    reconnect_timeout_s=None if o.reconnect_timeout_s is None else float(o.reconnect_timeout_s),
+                    spares=o.spares, drain_grace_s=None if o.drain_grace_s is None else float(o.drain_grace_s))

@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from ringmaster.rendezvous.pool.table import ENDED, LIVE, MAX_COMMAND_ARGS, PoolJob
+from ringmaster.rendezvous.pool.table import ENDED, LIVE, MAX_COMMAND_ARGS, MAX_DEMAND, PoolJob
+from ringmaster.rendezvous.scheduling.resources import RESOURCES
 
 #: Sizes over time kept per job in its record.
 SIZES_KEPT = 200
@@ -37,6 +38,7 @@ class JobRecord(BaseModel):
     ended_at: Optional[StrictFloat] = None
     resumes: StrictInt = Field(0, ge=0)
     sizes: list[tuple[StrictFloat, StrictInt]] = Field(default_factory=list, max_length=SIZES_KEPT)
+    demand: dict[StrictStr, StrictFloat] = Field(default_factory=dict, max_length=len(RESOURCES))
 
 
 def job_key(prefix: str, job_id: str) -> str:
@@ -48,7 +50,7 @@ def to_record(job: PoolJob) -> dict[str, Any]:
                      max_np=job.max_np, submitted_max_np=job.submitted_max_np or job.max_np, command=job.command,
                      submitted=float(job.submitted), state=job.state, placement=dict(job.placement), message=job.message,
                      started_at=job.started_at, ended_at=job.ended_at, resumes=job.resumes,
-                     sizes=[(float(t), int(n)) for t, n in job.sizes[-SIZES_KEPT:]]).model_dump()
+                     sizes=[(float(t), int(n)) for t, n in job.sizes[-SIZES_KEPT:]], demand=dict(job.demand)).model_dump()
 
 
 def from_record(value: Any) -> PoolJob:
@@ -63,10 +65,13 @@ def from_record(value: Any) -> PoolJob:
         raise ValueError(f"state {record.state[:40]!r} is not a job's state")
     if not record.min_np <= record.max_np <= record.submitted_max_np:
         raise ValueError(f"min_np {record.min_np}, max_np {record.max_np}, submitted_max_np {record.submitted_max_np}")
+    if any(name not in RESOURCES or not 0 < amount <= MAX_DEMAND for name, amount in record.demand.items()):
+        raise ValueError(f"demand {dict(list(record.demand.items())[:4])}: resources {', '.join(RESOURCES)}, each more "
+                         f"than 0 and at most {MAX_DEMAND:g}")
     job = PoolJob(record.id, record.name, record.queue, record.priority, record.min_np, record.max_np,
                   list(record.command), record.submitted, message=record.message, started_at=record.started_at,
                   ended_at=record.ended_at, resumes=record.resumes, submitted_max_np=record.submitted_max_np,
-                  sizes=[tuple(s) for s in record.sizes])  # type: ignore[misc]
+                  sizes=[tuple(s) for s in record.sizes], demand=dict(record.demand))  # type: ignore[misc]
     if record.state in ("running", "suspending", "suspended"):
         job.state, job.reason = "suspended", "the pool started again: it resumes from its last checkpoint"
     elif record.state == "cancelling":

@@ -29,6 +29,8 @@ from ringmaster.common.secret import generate_secret
 from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
+from ringmaster.rendezvous.pool.host_board import HostBoard
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
 from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
 from ringmaster.rendezvous.pool.table import JobTable, PoolJob
@@ -36,10 +38,13 @@ from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
+from ringmaster.rendezvous.server.launchers import LauncherFactory
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import JobSettings
 
+#: The most workers a job may ask for together where hosts join by connecting (known later).
+MAX_GANG = 1_000_000
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
 SCHEDULE_INTERVAL_S = 0.5
 
@@ -58,10 +63,12 @@ class PoolService:
                  checkpoint_root: pathlib.Path, say: Callable[..., None], launcher: str = "local",
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
                  discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0,
-                 store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "") -> None:
+                 store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "",
+                 board: HostBoard | None = None) -> None:
         """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
         **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
-        are kept under `prefix` and taken up again by the next pool that leads it."""
+        are kept under `prefix` and taken up again by the next pool that leads it. With a `board`
+        (hosts that join by connecting), it is the source of hosts and every job's launcher."""
         self.source = source
         self.policy = policy
         self.rules = rules
@@ -83,23 +90,40 @@ class PoolService:
         self.store, self.leadership, self.prefix = store, leadership, prefix
         self.dirty: set[str] = set()  # jobs whose record the store has not heard yet
         self.deposed: str | None = None
+        self.board = board
+        self._finished = False
 
     # ---------------------------------------------------------------- what the API asks
     def capacity(self, now: float) -> int:
         return sum(self.usable_hosts(now).values())
 
+    def resources(self) -> dict[str, dict[str, float]]:
+        """What each host declares besides its slots (only hosts that join by connecting say it)."""
+        return self.board.find_resources() if self.board is not None else {}
+
+    def resource_totals(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for declared in self.resources().values():
+            for name, amount in declared.items():
+                totals[name] = totals.get(name, 0.0) + amount
+        return totals
+
     def usable_hosts(self, now: float) -> dict[str, int]:
         return {h: n for h, n in self.hosts.items() if self.blacklisted.get(h, 0) <= now}
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
-               priority: int) -> PoolJob:
-        if command and self.launcher == "local" and command[0] not in ("python", "python3") \
+               priority: int, demand: Mapping[str, float] | None = None) -> PoolJob:
+        if command and self.launcher == "local" and self.board is None and command[0] not in ("python", "python3") \
                 and shutil.which(command[0]) is None:
             raise Refused(f"command {command[0][:200]!r} is not found on this machine, where the pool's hosts run it: "
                           "give its path, or install it")
         now = time.time()
-        job = self.table.submit(command, min_np, max_np, now, max(self.capacity(now), sum(self.hosts.values())), name,
-                                queue, priority, taken=lambda job_id: (self.checkpoint_root / job_id).exists())
+        # Hosts that join by connecting come and go: a job may be queued before they are there.
+        capacity = max(self.capacity(now), sum(self.hosts.values())) if self.board is None else MAX_GANG
+        totals = self.resource_totals() if self.board is None else None
+        job = self.table.submit(command, min_np, max_np, now, capacity, name, queue, priority,
+                                taken=lambda job_id: (self.checkpoint_root / job_id).exists(), demand=demand,
+                                totals=totals)
         self.dirty.add(job.id)
         self.say(Kind.POOL_JOB_SUBMITTED, job=job.id, queue=job.queue, priority=job.priority, min_np=job.min_np,
                  max_np=job.max_np)
@@ -148,6 +172,11 @@ class PoolService:
         self._stop = True
         self.changed.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether every job has stopped and the pool is on its way out (held polls answer at once)."""
+        return self._finished
+
     # ---------------------------------------------------------------- the loop
     async def run(self) -> None:
         """Take up the jobs the store kept, then poll the hosts, reap ended jobs, schedule and
@@ -164,6 +193,8 @@ class PoolService:
                 if self.leadership is not None and self.leadership.lost.is_set():
                     self.deposed = self.leadership.lost_reason or "another pool leads"
                     break
+                if self.board is not None and self.board.lapse(time.time()):
+                    self.changed.set()
                 self._reap()
                 if not self._stop:
                     self._schedule(time.time())
@@ -175,6 +206,7 @@ class PoolService:
                 lease.server.request_stop("the pool is stopping")
             if self.leases:
                 await asyncio.gather(*(lease.task for lease in self.leases.values()), return_exceptions=True)
+            self._finished = True
 
     async def _take_up(self) -> None:
         """The jobs a store kept (a pool that led before): running ones resume from their last
@@ -269,7 +301,7 @@ class PoolService:
                         usable[host] -= n
         usable = {h: n for h, n in usable.items() if n > 0}
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
-        verdicts = schedule(self.policy, usable, [j.ask() for j in jobs], now, self.rules)
+        verdicts = schedule(self.policy, usable, [j.ask() for j in jobs], now, self.rules, self._free_resources(usable))
         grows = []
         for job in jobs:  # first what running jobs give back (at their next commit) ...
             verdict = verdicts[job.id]
@@ -298,6 +330,17 @@ class PoolService:
             else:
                 self._start(job, placement, now)
 
+    def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
+        """Each usable host's resources less what the workers of jobs on their way out take."""
+        free = {h: dict(r) for h, r in self.resources().items() if h in usable}
+        for job in self.table.live():
+            if job.state in ("suspending", "cancelling"):
+                for host, n in job.placement.items():
+                    for name, amount in job.demand.items():
+                        if host in free and name in free[host]:
+                            free[host][name] = max(0.0, free[host][name] - amount * n)
+        return free
+
     def _leaving(self) -> dict[str, int]:
         """Per host, live workers of running jobs beyond what their placement gives them there:
         workers on their way out at their next commit, whose slots are not free yet (a GPU two
@@ -324,8 +367,11 @@ class PoolService:
         settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np,
                                checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
+        board = self.board
+        launcher: str | LauncherFactory = self.launcher if board is None else \
+            (lambda options, secret: BoardLauncher(board, job.id, options, secret))
         server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
-                                  launcher=self.launcher, ssh=self.ssh, advertise=self.advertise,
+                                  launcher=launcher, ssh=self.ssh, advertise=self.advertise,
                                   secret=generate_secret(), observe=lambda event: self._job_event(job.id, event))
         label = JOB_LABEL.set(job.id)
         try:  # the task (and every task it starts) logs with the job's label

@@ -12,10 +12,11 @@ from __future__ import annotations
 import collections
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
+from ringmaster.rendezvous.scheduling.resources import RESOURCES
 
 #: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
@@ -30,6 +31,8 @@ SIZES_KEPT = 1000
 #: Longest name and command a job may have.
 MAX_NAME = 64
 MAX_COMMAND_ARGS, MAX_COMMAND_CHARS = 1000, 64 * 1024
+#: Most of one resource a worker may ask for.
+MAX_DEMAND = 1e6
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 class TooMany(Refused):
@@ -64,6 +67,7 @@ class PoolJob:
     sizes: list[tuple[float, int]] = field(default_factory=list)  # (time, size): its size over time
     last_view: Any = None  # its rendezvous' last JobView once that has stopped (its events, for `logs`)
     last_view_wall: float = 0.0  # seconds since the epoch at that view's time
+    demand: dict[str, float] = field(default_factory=dict)  # per worker, besides its slot (gpu, cpu)
 
     @property
     def size(self) -> int:
@@ -77,7 +81,8 @@ class PoolJob:
     def ask(self) -> JobAsk:
         """The job as the policy sees it."""
         return JobAsk(self.id, self.min_np, self.max_np, self.submitted, self.queue, self.priority,
-                      dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent)
+                      dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent,
+                      dict(self.demand))
 
 
 class JobTable:
@@ -90,11 +95,24 @@ class JobTable:
         self.forgotten: list[str] = []  # ids of ended jobs forgotten since the store last heard
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int, name: str | None = None,
-               queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False) -> PoolJob:
+               queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False,
+               demand: Mapping[str, float] | None = None, totals: Mapping[str, float] | None = None) -> PoolJob:
         """A new queued job, or `Refused` naming what was wrong. `capacity`: the most slots the
         pool has (a job whose minimum exceeds it could never start); `taken(id)`: whether an id
-        was used before this table (its checkpoints are on disk: a new job must not resume them)."""
+        was used before this table (its checkpoints are on disk: a new job must not resume them);
+        `demand`: what each worker takes besides its slot, out of the pool's `totals` (None: the
+        hosts are not known yet, nothing is checked against them)."""
         max_np = max_np if max_np is not None else min_np
+        demand = {name_: float(amount) for name_, amount in (demand or {}).items() if amount}
+        for resource, amount in demand.items():
+            if resource not in RESOURCES:
+                raise Refused(f"unknown resource {resource[:40]!r}: a worker may ask for {', '.join(RESOURCES)}")
+            if not 0 < amount <= MAX_DEMAND:
+                raise Refused(f"{amount:g} {resource} per worker: ask for more than 0 and at most {MAX_DEMAND:g}")
+            if totals is not None and amount * min_np > totals.get(resource, 0.0):
+                raise Refused(f"--min-np {min_np} workers with {amount:g} {resource} each need {amount * min_np:g} "
+                              f"{resource}; the pool's hosts declare {totals.get(resource, 0.0):g} in all: the job "
+                              "could never start")
         if not command or not command[0]:
             raise Refused("no command: give the training command, e.g. python train.py")
         if len(command) > MAX_COMMAND_ARGS or sum(len(a) for a in command) > MAX_COMMAND_CHARS:
@@ -125,7 +143,7 @@ class JobTable:
             self._count += 1
         job_id = f"{name or 'job'}-{self._count}"
         job = PoolJob(job_id, name or job_id, queue, priority, min_np, max_np, list(command), now,
-                      submitted_max_np=max_np)
+                      submitted_max_np=max_np, demand=demand)
         self.jobs[job_id] = job
         self._forget_old()
         return job

@@ -30,11 +30,15 @@ class JobAsk:
     placement: Mapping[str, int] = field(default_factory=dict)
     resized_at: float | None = None
     urgent: bool = False
+    #: What each worker takes besides its slot (`--gpus-per-worker`, `--cpus-per-worker`).
+    demand: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_np <= self.max_np:
             raise ValueError(f"job {self.id}: min_np {self.min_np} and max_np {self.max_np} must satisfy "
                              "1 <= min_np <= max_np")
+        if any(not 0 <= amount < float("inf") for amount in self.demand.values()):
+            raise ValueError(f"job {self.id}: a demand is a finite amount, 0 or more, not {dict(self.demand)}")
         if any(n <= 0 for n in self.placement.values()):
             raise ValueError(f"job {self.id}: a placement holds only positive slot counts, not {dict(self.placement)}")
 

@@ -5,13 +5,16 @@ running job's workers never moved without cause.
 A job that shrinks gives back slots on the hosts where it has the fewest first (it leaves whole
 hosts, and keeps its densest ones); a job that grows first fills the free slots of hosts it is
 already on, then takes the hosts with the most free slots (the fewest hosts for the slots it
-needs). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept.
-Pure: hosts' slots, current placements and target sizes in; placements out.
+needs). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
+workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit.
+Pure: hosts' slots (and resources), current placements and target sizes in; placements out.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
+
+from ringmaster.rendezvous.scheduling.resources import SLOTS, Demand, room_in, usage
 
 Placement = dict[str, int]
 
@@ -29,48 +32,52 @@ def _shrink(current: Mapping[str, int], size: int) -> Placement:
 
 
 def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], sizes: Mapping[str, int],
-          order: list[str]) -> dict[str, Placement]:
+          order: list[str], demand: Mapping[str, Demand] | None = None,
+          resources: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Placement]:
     """Each job's placement. `hosts`: usable hosts and their slots; `current`: where jobs run now;
     `sizes`: target sizes (their sum at most the slots); `order`: jobs in the order they are
-    placed (precedence). Raises ValueError when the sizes do not fit the slots."""
+    placed (precedence); `demand`: what a job's worker takes besides its slot, out of each host's
+    `resources`. On slots alone every size is placed; where workers ask for other resources a
+    job may be placed short of its size (they do not fit together), which the caller judges."""
     if sum(sizes.values()) > sum(hosts.values()):
         raise ValueError(f"sizes {dict(sizes)} need more than the pool's {sum(hosts.values())} slots")
+    demand, resources = demand or {}, resources or {}
+    free = {h: {SLOTS: float(n), **resources.get(h, {})} for h, n in hosts.items()}
+
+    def take(job: str, host: str, workers: int) -> None:
+        for name, amount in usage(demand.get(job, {}), workers).items():
+            free[host][name] = free[host].get(name, 0.0) - amount
+
     result: dict[str, Placement] = {}
     for job in order:  # first, what every job keeps
         usable = {h: n for h, n in current.get(job, {}).items() if h in hosts}
         size = sizes.get(job, 0)
         result[job] = _shrink(usable, size) if sum(usable.values()) >= size else usable
-    free = dict(hosts)
-    for placement in result.values():
-        for host, n in placement.items():
-            free[host] -= n
-    for host in [h for h, n in free.items() if n < 0]:  # a host that lost slots: the last jobs leave it
-        for job in reversed(order):
-            if free[host] >= 0:
-                break
-            take = min(result[job].get(host, 0), -free[host])
-            if take:
-                result[job][host] -= take
-                free[host] += take
-                if result[job][host] == 0:
-                    del result[job][host]
+        for host, n in result[job].items():
+            take(job, host, n)
+    for host in [h for h, left in free.items() if min(left.values()) < -1e-9]:
+        for job in reversed(order):  # a host that lost slots (or resources): the last jobs leave it
+            while result[job].get(host, 0) and min(free[host].values()) < -1e-9:
+                result[job][host] -= 1
+                take(job, host, -1)
+            if not result[job].get(host, 1):
+                del result[job][host]
     for job in order:  # then growth: own hosts first, then the emptiest hosts
         need = sizes.get(job, 0) - sum(result[job].values())
         if need <= 0:
             continue
         placement = result[job]
-        own = sorted((h for h in placement if free[h] > 0), key=lambda h: (-free[h], h))
-        others = sorted((h for h in free if h not in placement and free[h] > 0),
-                        key=lambda h: (-free[h], hosts[h] - free[h], h))
+        asks = demand.get(job, {})
+        own = sorted((h for h in placement if room_in(free[h], asks) > 0), key=lambda h: (-free[h][SLOTS], h))
+        others = sorted((h for h in free if h not in placement and room_in(free[h], asks) > 0),
+                        key=lambda h: (-free[h][SLOTS], hosts[h] - free[h][SLOTS], h))
         for host in own + others:
-            take = min(free[host], need)
-            if take <= 0:
+            n = min(room_in(free[host], asks), need)
+            if n <= 0:
                 continue
-            placement[host] = placement.get(host, 0) + take
-            free[host] -= take
-            need -= take
+            placement[host] = placement.get(host, 0) + n
+            take(job, host, n)
+            need -= n
             if need == 0:
                 break
-        if need > 0:  # (cannot happen when the sizes fit: what is kept is within each host's slots)
-            raise ValueError(f"job {job}: {need} slot(s) could not be placed")
     return result

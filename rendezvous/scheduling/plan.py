@@ -7,7 +7,9 @@ top of the policy's sizes.
   host under it failed (`urgent`) or its slots are needed to start a job (a job of higher
   precedence: earlier under `fifo`, higher under `priority`, a queue below its share under `fair`).
   Such a job is fixed at its size and the policy asked again, until nothing held is changed.
-- Placement: as few hosts as possible, running workers not moved (`placement.place`).
+- Placement: as few hosts as possible, running workers not moved (`placement.place`); where
+  workers ask for GPUs or CPUs, on hosts where those are free (a job that cannot be placed at its
+  minimum waits, with that reason).
 
 Pure: `schedule(policy, hosts, jobs, now, settings)` returns a `Verdict` per job, with the reason
 an operator sees. The pool service acts on it (at each job's next commit); the trace simulator
@@ -21,6 +23,7 @@ from typing import Mapping, Sequence
 
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings, Verdict
 from ringmaster.rendezvous.scheduling.placement import place
+from ringmaster.rendezvous.scheduling.resources import Left
 from ringmaster.rendezvous.scheduling.sizing import POLICIES, SIZERS, Sizes
 
 
@@ -38,15 +41,15 @@ def _precedence(policy: str, jobs: Sequence[JobAsk]) -> list[str]:
 
 
 def target_sizes(policy: str, capacity: int, jobs: Sequence[JobAsk], may_hold: set[str], now: float,
-                 settings: Settings) -> tuple[Sizes, set[str]]:
+                 settings: Settings, totals: Mapping[str, float] | None = None) -> tuple[Sizes, set[str]]:
     """The policy's sizes with the stability rule applied to the jobs in `may_hold` (each placed
-    on usable hosts only), and the jobs it held."""
+    on usable hosts only), and the jobs it held. `totals`: the pool's resources besides slots."""
     if policy not in SIZERS:
         raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
     fixed: dict[str, int] = {}
     held = [j for j in jobs if j.id in may_hold]
     while True:
-        sizes = SIZERS[policy](list(jobs), capacity, fixed, settings)
+        sizes = SIZERS[policy](list(jobs), Left(capacity, totals), fixed, settings)
         starts = any(sizes[j.id] > 0 and not j.running for j in jobs)
         moved = [j for j in held if j.id not in fixed and sizes[j.id] != j.size and not (starts and sizes[j.id] < j.size)]
         if not moved:
@@ -74,10 +77,17 @@ def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, poli
 
 
 def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now: float,
-             settings: Settings | None = None) -> dict[str, Verdict]:
+             settings: Settings | None = None, resources: Mapping[str, Mapping[str, float]] | None = None
+             ) -> dict[str, Verdict]:
     """Each job's target under `policy` (`fifo`, `priority` or `fair`). `hosts`: the pool's usable
-    hosts (blacklisted, drained and lost ones left out) with their slots."""
+    hosts (blacklisted, drained and lost ones left out) with their slots; `resources`: what each
+    declares besides (GPUs, CPUs), which jobs' `demand` is taken from."""
     settings = settings or Settings()
+    resources = {h: dict(r) for h, r in (resources or {}).items() if h in hosts}
+    totals: dict[str, float] = {}
+    for declared in resources.values():
+        for name, amount in declared.items():
+            totals[name] = totals.get(name, 0.0) + amount
     if len({j.id for j in jobs}) != len(jobs):
         raise ValueError("job ids must be unique")
     capacity = sum(hosts.values())
@@ -86,9 +96,21 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
     # What runs is what is on usable hosts, and only at its minimum or more: a job that lost
     # hosts below its --min-np waits like any other (and, let in again, keeps what it has left).
     jobs = [replace(j, placement=usable[j.id] if sum(usable[j.id].values()) >= j.min_np else {}) for j in jobs]
-    sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings)
+    sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings, totals)
     order = _precedence(policy, jobs)
-    placements = place(hosts, usable, sizes, order)
+    placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources)
     claimed = sum(sizes[j.id] if j.id in held else j.min_np for j in jobs if sizes[j.id] > 0)
-    return {j.id: Verdict(j.id, placements[j.id], _reason(j, sizes[j.id], now, j.id in held, capacity - claimed, policy))
-            for j in jobs}
+    verdicts = {}
+    for j in jobs:
+        placed = sum(placements[j.id].values())
+        if placed < sizes[j.id] and placed < j.min_np:  # its workers' resources do not fit together on hosts
+            verdicts[j.id] = Verdict(j.id, {}, f"waiting: its {j.min_np} workers, each with {_asks(j)}, do not fit "
+                                               "together on the hosts' free resources")
+        else:
+            verdicts[j.id] = Verdict(j.id, placements[j.id],
+                                     _reason(j, placed, now, j.id in held, capacity - claimed, policy))
+    return verdicts
+
+
+def _asks(job: JobAsk) -> str:
+    return ", ".join([f"{amount:g} {name}" for name, amount in job.demand.items() if amount] + ["a slot"])

@@ -9,11 +9,14 @@ together or not at all: gang), then growth toward `--max-np` with what is left o
   suspended; the leftover goes by priority, then submission.
 - `fair`: running jobs keep their minimums; waiting jobs are admitted from the queue that holds
   the least per unit of weight; the leftover is divided between queues by weighted max-min
-  fairness (`shares.water_fill`) and inside a queue equally between its jobs, so a queue's
-  unused share is lent to others and taken back when it has work.
+  fairness and inside a queue equally between its jobs, so a queue's unused share is lent to
+  others and taken back when it has work. What a queue "holds" is its dominant share (the
+  largest fraction of any one resource of the pool: slots, GPUs, CPUs), so where workers ask
+  for different resources this is dominant-resource fairness; on slots alone, max-min on slots.
 
 `fixed` jobs (held by the minimum interval between resizes) keep their size and are counted
-first. Pure: the jobs, the slots and the fixed sizes in, a size per job out (0: not running).
+first. A job fits where the slots and every resource its workers ask for are left (`Left`).
+Pure: the jobs, what the pool has and the fixed sizes in, a size per job out (0: not running).
 """
 
 from __future__ import annotations
@@ -21,85 +24,104 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping
 
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
-from ringmaster.rendezvous.scheduling.shares import water_fill
+from ringmaster.rendezvous.scheduling.resources import Left, dominant_share, usage
 
 POLICIES = ("fifo", "priority", "fair")
 Sizes = dict[str, int]
 
 
-def _admit(ordered: Iterable[JobAsk], capacity: int, sizes: Sizes) -> int:
-    """Give each job in `ordered` (not yet sized) its minimum while it fits; the slots left."""
+def _admit(ordered: Iterable[JobAsk], left: Left, sizes: Sizes) -> None:
+    """Give each job in `ordered` (not yet sized) its minimum while it fits."""
     for job in ordered:
         if job.id in sizes:
             continue
-        if job.min_np <= capacity:
+        if left.room(job.demand) >= job.min_np:
             sizes[job.id] = job.min_np
-            capacity -= job.min_np
+            left.take(job.demand, job.min_np)
         else:
             sizes[job.id] = 0
-    return capacity
 
 
-def _grow_in_order(ordered: Iterable[JobAsk], sizes: Sizes, fixed: Mapping[str, int], left: int) -> None:
+def _grow_in_order(ordered: Iterable[JobAsk], sizes: Sizes, fixed: Mapping[str, int], left: Left) -> None:
     for job in ordered:
-        if left <= 0:
-            return
         if job.id in fixed or sizes[job.id] == 0:
             continue
-        more = min(job.max_np - sizes[job.id], left)
-        sizes[job.id] += more
-        left -= more
+        more = min(job.max_np - sizes[job.id], left.room(job.demand))
+        if more > 0:
+            sizes[job.id] += more
+            left.take(job.demand, more)
 
 
-def _start(capacity: int, fixed: Mapping[str, int]) -> tuple[Sizes, int]:
+def _start(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int]) -> Sizes:
     sizes: Sizes = dict(fixed)
-    return sizes, capacity - sum(fixed.values())
+    for job in jobs:
+        if job.id in fixed:
+            left.take(job.demand, fixed[job.id])
+    return sizes
 
 
-def fifo(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(capacity, fixed)
+def fifo(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
+    sizes = _start(jobs, left, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    left = _admit([j for j in by_arrival if j.running], left, sizes)
-    left = _admit(by_arrival, left, sizes)
+    _admit([j for j in by_arrival if j.running], left, sizes)
+    _admit(by_arrival, left, sizes)
     _grow_in_order(by_arrival, sizes, fixed, left)
     return sizes
 
 
-def priority(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(capacity, fixed)
-    left = _admit(sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id)), left, sizes)
+def priority(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
+    sizes = _start(jobs, left, fixed)
+    _admit(sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id)), left, sizes)
     _grow_in_order(sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.id)), sizes, fixed, left)
     return sizes
 
 
-def fair(jobs: list[JobAsk], capacity: int, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes, left = _start(capacity, fixed)
+def fair(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
+    sizes = _start(jobs, left, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    left = _admit([j for j in by_arrival if j.running], left, sizes)
+    _admit([j for j in by_arrival if j.running], left, sizes)
     queues = sorted({j.queue for j in jobs})
-    held = {q: sum(sizes.get(j.id, 0) for j in jobs if j.queue == q) for q in queues}
+    held: dict[str, dict[str, float]] = {q: {} for q in queues}
+
+    def hold(job: JobAsk, workers: int) -> None:
+        for name, amount in usage(job.demand, workers).items():
+            held[job.queue][name] = held[job.queue].get(name, 0.0) + amount
+
+    def level(queue: str) -> float:  # (rounded: equal shares reached by different sums tie)
+        return round(dominant_share(held[queue], left.totals) / settings.weight(queue), 9)
+
+    for job in jobs:
+        if sizes.get(job.id, 0) > 0:
+            hold(job, sizes[job.id])
     waiting = [j for j in by_arrival if j.id not in sizes]
     while waiting:  # admit from the queue that holds least per unit of weight, among jobs that fit
-        fits = [j for j in waiting if j.min_np <= left]
+        fits = [j for j in waiting if left.room(j.demand) >= j.min_np]
         if not fits:
             break
-        job = min(fits, key=lambda j: (held[j.queue] / settings.weight(j.queue), j.submitted, j.id))
+        job = min(fits, key=lambda j: (level(j.queue), j.submitted, j.id))
         sizes[job.id] = job.min_np
-        left -= job.min_np
-        held[job.queue] += job.min_np
+        left.take(job.demand, job.min_np)
+        hold(job, job.min_np)
         waiting.remove(job)
     for job in waiting:
         sizes[job.id] = 0
-    growing = [j for j in by_arrival if sizes[j.id] > 0 and j.id not in fixed]
-    cap = {q: held[q] + sum(j.max_np - sizes[j.id] for j in growing if j.queue == q) for q in queues}
-    shares = water_fill(held, cap, {q: settings.weight(q) for q in queues}, left)
-    for q in queues:
-        members = [j for j in growing if j.queue == q]
-        split = water_fill({j.id: sizes[j.id] for j in members}, {j.id: j.max_np for j in members},
-                           {j.id: 1.0 for j in members}, shares[q] - held[q])
-        sizes.update(split)
-    return sizes
+    # Progressive filling, one worker at a time: to the queue whose (dominant) share per unit of
+    # weight is lowest, inside it to its smallest job; a queue none of whose jobs can take one
+    # more is out. On slots alone this is weighted max-min fairness on slots.
+    growing = {q: [j for j in by_arrival if j.queue == q and sizes[j.id] > 0 and j.id not in fixed] for q in queues}
+    order = {q: i for i, q in enumerate(queues)}
+    while True:
+        open_queues = {q: [j for j in members if sizes[j.id] < j.max_np and left.room(j.demand) > 0]
+                       for q, members in growing.items()}
+        open_queues = {q: members for q, members in open_queues.items() if members}
+        if not open_queues:
+            return sizes
+        queue = min(open_queues, key=lambda q: (level(q), order[q]))
+        job = min(open_queues[queue], key=lambda j: sizes[j.id])
+        sizes[job.id] += 1
+        left.take(job.demand, 1)
+        hold(job, 1)
 
 
-SIZERS: dict[str, Callable[[list[JobAsk], int, Mapping[str, int], Settings], Sizes]] = {
+SIZERS: dict[str, Callable[[list[JobAsk], Left, Mapping[str, int], Settings], Sizes]] = {
     "fifo": fifo, "priority": priority, "fair": fair}

@@ -39,7 +39,7 @@ from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repe
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, NoLauncher, make_launcher
+from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import JobView
@@ -90,7 +90,7 @@ class RendezvousServer:
         port: int = 0,
         api_port: int | None = 0,
         local_hosts: bool = True,
-        launcher: str = "local",
+        launcher: str | LauncherFactory = "local",
         ssh: SshOptions = SshOptions(),
         advertise: str | None = None,
         store: StoreSpec = StoreSpec("memory"),
@@ -201,13 +201,16 @@ class RendezvousServer:
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:
             await leadership.announce(self.address)
-        launcher: Launcher = make_launcher(
-            self.launcher, AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
-                                        self.settings.reconnect_timeout_s, self.settings.spares,
-                                        self.settings.drain_grace_s, self.settings.notice_script,
-                                        self.settings.notice_interval_s),
-            self.secret, self.ssh, on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how),
-        ) if self.use_local_hosts else NoLauncher()
+        options = AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
+                               self.settings.reconnect_timeout_s, self.settings.spares, self.settings.drain_grace_s,
+                               self.settings.notice_script, self.settings.notice_interval_s)
+        if not self.use_local_hosts:
+            launcher: Launcher = NoLauncher()
+        elif isinstance(self.launcher, str):
+            launcher = make_launcher(self.launcher, options, self.secret, self.ssh,
+                                     on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how))
+        else:
+            launcher = self.launcher(options, self.secret)
         coordinator = Coordinator(
             self.settings, self.address, RingStoreAddress(ring_stores.host, ring_stores.port), ring_stores.plain_store,
             on_event=self._on_event, launches_agents=launcher.starts_agents,

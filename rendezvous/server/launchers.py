@@ -112,16 +112,20 @@ class LocalLauncher(Launcher):
     starts_agents = True
 
     def __init__(self, options: AgentOptions, secret: str | None,
-                 on_event: Callable[[str, str], None] = lambda host, how: None) -> None:
-        """Each agent gets its host's key derived from `secret` on its stdin, never on a command
-        line or in its environment. `on_event(host, how)` hears of each start."""
+                 on_event: Callable[[str, str], None] = lambda host, how: None, key: str | None = None) -> None:
+        """Each agent gets its host's key derived from `secret` (or `key` itself, hex, for a pool's
+        host agent, which holds no secret) on its stdin, never on a command line or in its
+        environment. `on_event(host, how)` hears of each start."""
         self._options = options
         self._secret = secret
+        self._given_key = key
         self._on_event = on_event
         self._finished: list[tuple[str, str]] = []  # ended before they started
         self.agents: dict[str, _Launched] = {}
 
     def _key(self, host: str) -> str:
+        if self._given_key is not None:
+            return self._given_key
         return agent_key(self._secret, host).hex() if self._secret is not None else ""
 
     def _argv(self, host: str, remote: bool) -> list[str]:
@@ -263,6 +267,10 @@ class SlurmLauncher(LocalLauncher):
         launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output)]
         _hand_over(proc, handover(self._key(host), {}))
 
+
+#: What builds a launcher that is not one `--launcher` names (a pool's, for its joined hosts):
+#: the agents' options and the job secret in.
+LauncherFactory = Callable[[AgentOptions, "str | None"], Launcher]
 
 #: The launchers `--launcher` names.
 LAUNCHERS: dict[str, type[Launcher]] = {"ssh": SshLauncher, "local": LocalLauncher, "slurm": SlurmLauncher,

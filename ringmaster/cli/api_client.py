@@ -20,7 +20,12 @@ MAX_ANSWER_BYTES = 16 << 20
 
 
 class ApiError(RingmasterError):
-    """The control API could not be reached or refused; the message says which and why."""
+    """The control API could not be reached or refused; the message says which and why, `status`
+    the HTTP status of a refusal (None: no answer came)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ApiClient:
@@ -54,7 +59,8 @@ class ApiClient:
             with urllib.request.urlopen(request, timeout=self._timeout_s, context=self._context) as response:
                 raw = response.read(MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as exc:
-            raise ApiError(f"{self.api} answered HTTP {exc.code}: {answer_field(exc.read(4096), 'detail')}") from None
+            raise ApiError(f"{self.api} answered HTTP {exc.code}: {answer_field(exc.read(4096), 'detail')}",
+                           exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(f"cannot reach the control API at {self.api}: {exc}") from None
         try:

@@ -24,7 +24,7 @@ from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_jo
 from ringmaster.cli import remote
 from ringmaster.cli.remote import table
 from ringmaster.common.errors import RingmasterError, UsageError
-from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, secret_from
+from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, read_secret_file, secret_from
 from ringmaster.rendezvous.scheduling.sizing import POLICIES
 from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV, choose_launcher
 from ringmaster.rendezvous.server.launchers import LAUNCHERS
@@ -46,6 +46,15 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     hosts = serve.add_mutually_exclusive_group(required=True)
     hosts.add_argument("-H", "--hosts", default=None, help="host1:slots,host2:slots (as `run -H`)")
     hosts.add_argument("--host-discovery-script", default=None, metavar="PATH", help="prints host:slots lines (as `run`)")
+    hosts.add_argument("--hosts-from-agents", action="store_true",
+                       help="hosts join by connecting: `ringmaster pool agent --pool URL` on each, proving a key "
+                            "derived from --join-secret-file; one such process per host serves every job placed there")
+    serve.add_argument("--join-secret-file", default=None, metavar="FILE",
+                       help="with --hosts-from-agents: the secret hosts' pool agents derive their keys from (made, "
+                            "mode 600, when missing); copy it to the hosts")
+    serve.add_argument("--host-timeout", type=float, default=15.0, metavar="S",
+                       help="with --hosts-from-agents: a host whose pool agent has not polled for S seconds leaves the "
+                            "pool (default: 15)")
     serve.add_argument("--slots-per-host", type=int, default=None, metavar="N", help="slots of hosts that name none")
     serve.add_argument("--discovery-interval", type=float, default=1.0, metavar="S", help="seconds between two host polls (default: 1)")
     serve.add_argument("--policy", choices=POLICIES, default="fifo",
@@ -92,6 +101,26 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--log-format", choices=["text", "json"], default=None)
         parser.add_argument("--log-level", default=None)
 
+    agent = verbs.add_parser("agent", help="join this host to a pool (`pool serve --hosts-from-agents`)",
+                             description="Join this host to a pool and serve every job the pool places on it: for each, "
+                                         "start that job's agent (which starts its workers), and stop it when the "
+                                         "pool takes the job off. SIGTERM or SIGINT: the jobs' workers leave this "
+                                         "host at their next commit, then it leaves the pool.")
+    agent.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
+                       help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
+    agent.add_argument("--host", default=None, metavar="NAME", help="this host's name in the pool (default: its hostname)")
+    agent.add_argument("--slots", type=int, default=None, metavar="N",
+                       help="workers this host runs at once (default: the GPUs it sees, else 1)")
+    agent.add_argument("--gpus", type=float, default=None, metavar="N",
+                       help="GPUs this host lends to jobs that ask for them (default: the GPUs it sees)")
+    agent.add_argument("--cpus", type=float, default=None, metavar="N",
+                       help="CPUs this host lends to jobs that ask for them (default: its CPU count)")
+    agent.add_argument("--secret-file", default=None, metavar="FILE",
+                       help=f"the pool's join secret (`pool serve --join-secret-file`) (default: ${SECRET_ENV})")
+    agent.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
+    agent.add_argument("--log-format", choices=["text", "json"], default=None)
+    agent.add_argument("--log-level", default=None)
+
     submit = sub.add_parser("submit", help="submit a job to a pool (prints its id)",
                             description="Submit an elastic job to a pool: it starts when --min-np slots are free "
                                         "together, and grows toward --max-np with what is left over.")
@@ -102,6 +131,10 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("-np", "--num-proc", dest="np", type=int, default=None, help="workers (min and max alike)")
     submit.add_argument("--min-np", type=int, default=None, help="fewest workers (default: -np, else 1)")
     submit.add_argument("--max-np", type=int, default=None, help="most workers (default: --min-np)")
+    submit.add_argument("--gpus-per-worker", type=float, default=0, metavar="N",
+                        help="GPUs each worker takes (hosts that join with `pool agent` declare theirs; with --policy "
+                             "fair, queues get equal dominant shares of slots, GPUs and CPUs)")
+    submit.add_argument("--cpus-per-worker", type=float, default=0, metavar="N", help="CPUs each worker takes")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
     jobs = sub.add_parser("jobs", help="list a pool's jobs", description="List a pool's jobs: id, queue, priority, "
                                                                          "state, size, hosts, steps/s and why it is so.")
@@ -131,6 +164,8 @@ def _client_flags(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
+        if args.verb == "pool" and args.pool_verb == "agent":
+            return pool_agent(args)
         if args.verb == "pool":
             return serve(args)
         client = ApiClient(args.pool, credential(args), args.tls_ca)
@@ -175,7 +210,8 @@ def submit(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     min_np = args.min_np or args.np or 1
     max_np = args.max_np or args.np or min_np
     answer = client.post("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, "name": args.name,
-                                   "queue": args.queue, "priority": args.priority})
+                                   "queue": args.queue, "priority": args.priority,
+                                   "gpus_per_worker": args.gpus_per_worker, "cpus_per_worker": args.cpus_per_worker})
     print(answer["id"], file=out)
     return 0
 
@@ -207,12 +243,43 @@ def parse_queue_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def pool_agent(args: argparse.Namespace) -> int:
+    import socket
+
+    from ringmaster.cli.pool_agent import run_pool_agent
+    from ringmaster.common import logs
+    from ringmaster.common.events import emitter
+    from ringmaster.common.keys import pool_host_key
+    from ringmaster.discovery.parse import MAX_SLOTS_PER_HOST, host_name_problem
+    from ringmaster.worker.agent.slots import default_slots, visible_gpus
+
+    host = args.host or socket.gethostname()
+    problem = host_name_problem(host)
+    if problem:
+        raise UsageError(f"--host {host[:80]!r}: {problem}")
+    slots = args.slots if args.slots is not None else default_slots(os.environ)
+    if not 1 <= slots <= MAX_SLOTS_PER_HOST:
+        raise UsageError(f"--slots {slots}: a host has 1 to {MAX_SLOTS_PER_HOST}")
+    join_secret = secret_from(args.secret_file, os.environ)
+    if join_secret is None:
+        raise UsageError("the pool's join secret is needed: --secret-file FILE (the file `pool serve "
+                         f"--join-secret-file` names, copied here), or ${SECRET_ENV}")
+    gpus = args.gpus if args.gpus is not None else float(visible_gpus(os.environ))
+    cpus = args.cpus if args.cpus is not None else float(os.cpu_count() or 1)
+    if not (0 <= gpus <= 1e6 and 0 <= cpus <= 1e6):
+        raise UsageError(f"--gpus {gpus:g} --cpus {cpus:g}: each from 0 to 1e6")
+    key = pool_host_key(join_secret, host).hex()
+    del join_secret  # the host's key is all it keeps
+    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.AGENT))
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ringmaster.common.events import Kind, emitter
     from ringmaster.common import logs
-    from ringmaster.discovery import ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+    from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+    from ringmaster.rendezvous.pool.host_board import HostBoard
     from ringmaster.rendezvous.pool.api import create_pool_app
     from ringmaster.rendezvous.pool.service import PoolService
     from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
@@ -225,8 +292,18 @@ def serve(args: argparse.Namespace) -> int:
     rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights))
     if args.min_resize_interval < 0 or args.blacklist_cooldown < 0:
         raise UsageError("--min-resize-interval and --blacklist-cooldown are seconds, 0 or more")
-    source = (ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
-              if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
+    board = join_secret = None
+    if args.hosts_from_agents:
+        if not 0 < args.host_timeout <= 3600:
+            raise UsageError(f"--host-timeout {args.host_timeout:g}: seconds, more than 0 and at most an hour")
+        if not args.join_secret_file:
+            raise UsageError("--hosts-from-agents needs --join-secret-file FILE: the secret hosts' pool agents derive "
+                             "their keys from (made when missing; copy it to the hosts)")
+        board = HostBoard(args.host_timeout)
+        join_secret = read_secret_file(args.join_secret_file, create=True)
+    source: HostDiscovery = board if board is not None else (
+        ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
+        if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
     source.find_hosts()  # a bad host list or script refuses to start here
     tokens = parse_queue_tokens(read_private_file(args.queue_tokens, "--queue-tokens", 1 << 20), {"default", *rules.queue_weights}) \
         if args.queue_tokens else {}
@@ -252,11 +329,12 @@ def serve(args: argparse.Namespace) -> int:
         pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
                            launcher=launcher, bind=args.bind, advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
-                           store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix)
+                           store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
+                           board=board)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
-        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port, log_level="warning",
+        config = uvicorn.Config(create_pool_app(pool, secret, tokens, join_secret), host=args.bind, port=args.api_port, log_level="warning",
                                 lifespan="off")
         api = uvicorn.Server(config)
         api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
@@ -272,7 +350,8 @@ def serve(args: argparse.Namespace) -> int:
             saved.append(save_job_secret(url, secret))
         hosts = await asyncio.to_thread(source.find_hosts)
         say(Kind.POOL_LISTENING, url=url, policy=args.policy, slots=sum(hosts.values()),
-            hosts=",".join(f"{h}:{n}" for h, n in hosts.items()))
+            hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or
+            ("hosts that join with `ringmaster pool agent`" if board is not None else "(none yet)"))
         if leadership is not None:
             await leadership.announce(url)
         try:

@@ -102,6 +102,10 @@ class Kind(enum.StrEnum):
     POOL_JOB_SUSPENDING = "pool.job_suspending"
     POOL_JOB_SUSPENDED = "pool.job_suspended"
     POOL_JOB_ENDED = "pool.job_ended"
+    POOL_AGENT_JOINED = "pool.agent_joined"
+    POOL_AGENT_STARTS = "pool.agent_starts"
+    POOL_AGENT_STOPS = "pool.agent_stops"
+    POOL_AGENT_TROUBLE = "pool.agent_trouble"
     AGENT_REFUSED = "agent.refused"
     AGENT_UNPROVEN = "agent.unproven"
     AGENT_REPORT_REFUSED = "agent.report_refused"
@@ -240,6 +244,11 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_JOB_SUSPENDING: Spec(_W, "job {job} is suspended: {reason}"),
     Kind.POOL_JOB_SUSPENDED: Spec(_I, "job {job} suspended at a durable checkpoint; it resumes when slots come back"),
     Kind.POOL_JOB_ENDED: Spec(_I, "job {job} {state}: {outcome}"),
+    Kind.POOL_AGENT_JOINED: Spec(_I, "host {host} joined the pool at {pool} with {slots} slot(s)"),
+    Kind.POOL_AGENT_STARTS: Spec(_I, "host {host}: starts the agent of job {job} (rendezvous {rendezvous})"),
+    Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),
+    Kind.POOL_AGENT_TROUBLE: Spec(_W, "host {host}: the pool did not answer ({error}); its jobs' agents go on, "
+                                      "asking again in {retry_s:g} s"),
     Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s) in {took_s:g} s; connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),

@@ -67,6 +67,12 @@ def agent_key(secret: str, host: str) -> bytes:
     return _derive(secret.encode(), AGENT, host)
 
 
+def pool_host_key(join_secret: str, host: str) -> bytes:
+    """The key with which host `host`'s pool agent (`ringmaster pool agent`) joins a pool: derived
+    from the pool's join secret, so one host's key does not let it speak for another host."""
+    return _derive(join_secret.encode(), "pool-host", host)
+
+
 def worker_key(host_agent_key: bytes, worker_id: str) -> bytes:
     """The key of worker `worker_id`, from the key of the agent of its host."""
     return _derive(host_agent_key, WORKER, worker_id)

@@ -6,78 +6,25 @@ durable checkpoint and the lower one resumes from it; a host that dies under a j
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import signal
 import time
 import urllib.request
-from typing import Any
 
 import pytest
 
 from browser import headless_browser
-from harness import SECRET, WORKLOADS, Job, events, read_logs, wait_for
+from harness import SECRET, WORKLOADS, events, read_logs, wait_for
+from pool_rig import Pool, sizes_logged
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
-AUTH = {"Authorization": f"Bearer {SECRET}"}
-
-
-class Pool:
-    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str, leads: bool = True) -> None:
-        """`leads=False`: a standby, whose URL comes once it leads (`listening`)."""
-        self.proc: Job = run_job("serve", "--api-port", "0", "--warmup-grace", "10", "--start-timeout", "30",
-                                 "--checkpoint-root", str(tmp_path / "ckpt"), *flags, verb="pool")
-        self.url = ""
-        if leads:
-            self.listening(60)
-
-    def listening(self, timeout_s: float) -> None:
-        self.url = str(self.proc.wait_event("pool.listening", timeout_s)["url"])
-
-    def call(self, path: str, body: dict | None = None) -> Any:
-        request = urllib.request.Request(f"{self.url}{path}", headers={**AUTH, "Content-Type": "application/json"},
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         method="POST" if body is not None else "GET")
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.load(answer)
-
-    def submit(self, log_dir: pathlib.Path, min_np: int, max_np: int, epochs: int, samples: int, **kw) -> str:
-        log_dir.mkdir(exist_ok=True)
-        command = ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir), "--epochs", str(epochs),
-                   "--samples", str(samples), "--step-time", "0.05", "--timestamps"]
-        return str(self.call("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, **kw})["id"])
-
-    def job(self, job_id: str) -> dict:
-        return self.call(f"/jobs/{job_id}")
-
-    def wait_job(self, job_id: str, predicate, timeout_s: float, what: str) -> dict:
-        def check() -> dict | None:
-            if self.proc.proc.poll() is not None:
-                raise AssertionError(f"the pool exited ({self.proc.proc.returncode}):\n{self.proc.output[-5000:]}")
-            job = self.job(job_id)
-            if job["state"] in ("failed", "cancelled") and "fail" not in what and "cancel" not in what:
-                raise AssertionError(f"job {job_id} {job['state']}: {job['message']}\n{self.proc.output[-5000:]}")
-            return job if predicate(job) else None
-
-        return wait_for(check, timeout_s, what, interval_s=0.1)
 
 
 @pytest.fixture
 def browser():
     yield from headless_browser()
-
-
-def sizes_logged(log_dir: pathlib.Path) -> list[int]:
-    """The sizes the job's commits were made at, in time order, runs of one size folded."""
-    commits = sorted((r["time"], r["size"]) for records in read_logs(log_dir).values() for r in records
-                     if r["event"] == "commit")
-    folded: list[int] = []
-    for _, size in commits:
-        if not folded or folded[-1] != size:
-            folded.append(size)
-    return folded
 
 
 def test_fifo_shrinks_a_running_job_at_its_commit_to_start_the_next_and_grows_it_back(run_job, tmp_path) -> None:

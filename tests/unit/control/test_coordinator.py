@@ -129,6 +129,26 @@ def test_removed_host_leaves_at_the_next_commit() -> None:
     assert ids[1] not in rig.specs("b")  # did not leave by itself: the agent stops it now
 
 
+def test_a_host_that_keeps_fewer_slots_gives_up_its_highest_ones_at_the_next_commit() -> None:
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 3, "b": 1})
+    rig.set_hosts({"a": 2, "b": 1})  # a pool lent one of a's slots to another job
+    assert rig.last(ids[0], UpdateHosts).reason == "fewer slots on a"
+    on_a = sorted(rig.specs("a"))
+    assert len(on_a) == 3  # not killed mid-step
+    for worker_id in ids:
+        rig.worker_ready(worker_id, 1, "", True)
+    members = [a.worker_id for a in rig.coordinator.generation.members]
+    assert len(members) == 3 and sum(1 for m in members if m.startswith("a/")) == 2
+    (gone,) = [w for w in ids if w not in members]
+    assert rig.kinds(gone)[-1] == Retire
+    rig.now += rig.coordinator.settings.stop_grace_s
+    rig.tick()
+    assert len(rig.specs("a")) == 2 and gone not in rig.specs("a")
+    rig.tick()
+    assert len(rig.specs("a")) == 2  # no newcomer refills the slot it gave up
+
+
 def test_below_min_np_fails_after_the_elastic_timeout_with_counts() -> None:
     rig = Rig(min_np=3, elastic_timeout_s=60, heartbeat_timeout_s=1000)
     ids = rig.start_elastic({"a": 2, "b": 1})

@@ -1,0 +1,169 @@
+"""`ringmaster pool agent`: the one process on a host that joins it to a pool and serves every job
+placed there.
+
+It polls the pool (`POST /hosts/{name}/poll`, held open until something changes) with its slots
+and what its jobs' agents did; the answer lists one order per job placed on this host. For each
+order it starts that job's own agent (`ringmaster agent --from-launcher`, as `--launcher local`
+does, the order's key on its stdin), and stops it when the order is withdrawn. So this process
+holds the host's pool key (derived from the pool's join secret, which it forgets) and, for a
+moment, the agent keys of the jobs placed here; each job's agent and workers hold only their own
+job's key.
+
+When the pool cannot be reached, the jobs' agents go on (they talk to their own rendezvous), and
+this process asks again with a growing pause. SIGTERM or SIGINT: the jobs' agents drain this host
+(their workers leave at their next commit: no job loses a step), then the host leaves the pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from ringmaster.cli.api_client import ApiClient, ApiError
+from ringmaster.common.errors import UsageError
+from ringmaster.common.events import Kind
+from ringmaster.rendezvous.pool.host_wire import OrderRow, PollAnswer
+from ringmaster.rendezvous.server.launchers import AgentOptions, LocalLauncher
+
+#: Seconds of the first and the longest pause before asking an unreachable pool again.
+RETRY_FIRST_S = 0.5
+RETRY_MOST_S = 5.0
+#: Seconds the jobs' agents have to drain this host (their workers leave at a commit) when this
+#: process stops, and then to stop.
+DRAIN_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+#: Refusals that asking again will not change: the process ends with the pool's reason.
+FINAL_STATUSES = (400, 401, 403, 404, 409, 422)
+
+
+@dataclass
+class _Running:
+    order: OrderRow
+    launcher: LocalLauncher
+    stopping: bool = False
+
+
+class PoolAgent:
+    """One host's membership of a pool: poll, then start and stop jobs' agents to match the orders."""
+
+    def __init__(self, client: ApiClient, host: str, slots: int, say: Callable[..., None],
+                 resources: dict[str, float] | None = None) -> None:
+        self.client, self.host, self.slots, self.say = client, host, slots, say
+        self.resources = dict(resources or {})
+        self.session: str | None = None
+        self.version = -1
+        self.agents: dict[str, _Running] = {}  # order -> its job's agent
+        self.done: set[str] = set()  # orders whose agent ran and ended (each order runs once)
+        self.stop_event = threading.Event()
+
+    def report(self) -> tuple[list[str], list[dict[str, str]]]:
+        """The orders whose agents run, and those that ended since the last report (with how)."""
+        running, ended = [], []
+        for ident, agent in list(self.agents.items()):
+            alive = agent.launcher.alive()
+            for _, how in agent.launcher.ended():
+                ended.append({"order": ident, "how": how})
+            if alive:
+                running.append(ident)
+            else:
+                del self.agents[ident]
+                self.done.add(ident)
+        return running, ended
+
+    def poll_once(self) -> PollAnswer:
+        running, ended = self.report()
+        raw: Any = self.client.post(f"/hosts/{self.host}/poll", {"session": self.session, "slots": self.slots,
+                                                                  "version": self.version, "running": running,
+                                                                  "ended": ended, "resources": self.resources})
+        try:
+            answer = PollAnswer.model_validate(raw)
+        except ValidationError as exc:
+            raise ApiError(f"{self.client.api} answered a poll with something else than orders: "
+                           f"{str(exc).splitlines()[0]}") from None
+        if self.session != answer.session:
+            self.say(Kind.POOL_AGENT_JOINED, host=self.host, pool=self.client.api, slots=self.slots)
+        self.session, self.version = answer.session, answer.version
+        self.apply(answer.orders)
+        return answer
+
+    def apply(self, orders: list[OrderRow]) -> None:
+        wanted = {order.order: order for order in orders}
+        self.done &= set(wanted)  # (remembered while the pool still lists the order)
+        for ident, agent in self.agents.items():
+            if ident not in wanted and not agent.stopping:
+                agent.stopping = True
+                self.say(Kind.POOL_AGENT_STOPS, host=self.host, job=agent.order.job, why="the pool took the job off this host")
+                agent.launcher.stop(self.host)
+        for ident, order in wanted.items():
+            if ident in self.agents or ident in self.done:
+                continue
+            options = AgentOptions(order.rendezvous, order.heartbeat_interval_s, order.stop_grace_s,
+                                   order.reconnect_timeout_s, order.spares, order.drain_grace_s)
+            launcher = LocalLauncher(options, None, key=order.key)
+            self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous)
+            launcher.start(self.host)
+            self.agents[ident] = _Running(order, launcher)
+
+    def run(self) -> int:
+        """Poll until stopped; 0 when stopped, 1 when the pool refuses this host for good."""
+        pause = RETRY_FIRST_S
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.poll_once()
+                    pause = RETRY_FIRST_S
+                except ApiError as exc:
+                    if exc.status in FINAL_STATUSES:
+                        raise UsageError(f"the pool refused host {self.host}: {exc}") from None
+                    self.say(Kind.POOL_AGENT_TROUBLE, host=self.host, error=str(exc), retry_s=pause)
+                    self.stop_event.wait(pause)
+                    pause = min(pause * 2, RETRY_MOST_S)
+            return 0
+        finally:
+            self.stop_all()
+
+    def stop_all(self) -> None:
+        """The host is taken politely: each job's agent drains it (its workers leave at their next
+        commit, so no job loses work), then this host leaves the pool."""
+        for agent in self.agents.values():
+            for launched in agent.launcher.agents.values():
+                with contextlib.suppress(OSError):
+                    launched.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        for agent in self.agents.values():
+            for launched in agent.launcher.agents.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    launched.proc.wait(max(0.0, deadline - time.monotonic()))
+        for agent in self.agents.values():
+            agent.launcher.stop_all(STOP_TIMEOUT_S)
+        if self.session is not None:
+            try:
+                self.client.post(f"/hosts/{self.host}/leave", {"session": self.session})
+            except ApiError:
+                pass  # the pool lets the host lapse instead
+        self.agents.clear()
+
+
+def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float], key: str, tls_ca: str | None,
+                   say: Callable[..., None]) -> int:
+    """`ringmaster pool agent`: join `pool` as `host` proving `key` (hex) until SIGTERM/SIGINT."""
+    from ringmaster.rendezvous.pool.host_board import POLL_HOLD_S
+
+    if not host:
+        raise UsageError("--host NAME: the name this host has in the pool")
+    client = ApiClient(pool, key, tls_ca, timeout_s=POLL_HOLD_S + 15.0)
+    agent = PoolAgent(client, host, slots, say, resources)
+
+    def stop(signum: int, frame: object) -> None:
+        agent.stop_event.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return agent.run()
