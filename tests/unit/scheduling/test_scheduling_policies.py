@@ -6,7 +6,6 @@ import pytest
 
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
 from ringmaster.rendezvous.scheduling.plan import schedule
-from ringmaster.rendezvous.scheduling.shares import water_fill
 
 NOW = 10_000.0
 LONG_AGO = 0.0
@@ -149,12 +148,6 @@ def test_growth_first_fills_the_hosts_a_job_is_on() -> None:
     hosts = {"a": 4, "b": 4, "c": 4}
     v = schedule("fifo", hosts, [job("x", 2, 6, 0, {"b": 2}), job("y", 2, 2, 1, {"c": 2})], NOW)
     assert dict(v["x"].placement) == {"b": 4, "a": 2}
-
-
-def test_water_fill_is_weighted_max_min_with_caps() -> None:
-    assert water_fill({"x": 0, "y": 0}, {"x": 10, "y": 10}, {"x": 2.0, "y": 1.0}, 9) == {"x": 6, "y": 3}
-    assert water_fill({"x": 0, "y": 0}, {"x": 2, "y": 10}, {"x": 1.0, "y": 1.0}, 9) == {"x": 2, "y": 7}
-    assert water_fill({"x": 5, "y": 0}, {"x": 10, "y": 10}, {"x": 1.0, "y": 1.0}, 3) == {"x": 5, "y": 3}
 
 
 def test_bad_input_is_refused_with_what_was_wrong() -> None:
