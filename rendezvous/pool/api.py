@@ -284,4 +284,5 @@ def order_row(order: Order) -> OrderRow:
     return OrderRow(order=order.ident, job=order.job, rendezvous=o.rendezvous, key=order.key,
                     heartbeat_interval_s=float(o.heartbeat_interval_s), stop_grace_s=float(o.stop_grace_s),
                     reconnect_timeout_s=None if o.reconnect_timeout_s is None else float(o.reconnect_timeout_s),
-                    spares=o.spares, drain_grace_s=None if o.drain_grace_s is None else float(o.drain_grace_s))
+                    spares=o.spares, drain_grace_s=None if o.drain_grace_s is None else float(o.drain_grace_s),
+                    gpus_per_worker=float(order.gpus_per_worker))

@@ -17,10 +17,12 @@ _STOP_POLL_S = 0.05
 class BoardLauncher(Launcher):
     starts_agents = True
 
-    def __init__(self, board: HostBoard, job: str, options: AgentOptions, secret: str | None) -> None:
+    def __init__(self, board: HostBoard, job: str, options: AgentOptions, secret: str | None,
+                 gpus_per_worker: float = 0.0) -> None:
         if secret is None:
             raise ValueError("a pool job has a secret: its agents' keys derive from it")
         self._board, self._job, self._options, self._secret = board, job, options, secret
+        self._gpus_per_worker = gpus_per_worker
         self._attempts: dict[str, int] = {}  # host -> orders given there
         self._ordered: set[str] = set()  # hosts whose agent has not ended yet
 
@@ -31,7 +33,8 @@ class BoardLauncher(Launcher):
             return
         self._attempts[host] = self._attempts.get(host, 0) + 1
         self._ordered.add(host)
-        self._board.order(host, Order(self._job, self._options, agent_key(self._secret, host).hex(), self._attempts[host]))
+        self._board.order(host, Order(self._job, self._options, agent_key(self._secret, host).hex(), self._attempts[host],
+                                      self._gpus_per_worker))
 
     def stop(self, host: str) -> None:
         self._board.withdraw(host, self._job)

@@ -51,6 +51,7 @@ class Order:
     options: AgentOptions
     key: str
     attempt: int = 1
+    gpus_per_worker: float = 0.0  # none: the host's agent hides its GPUs from the job
 
     @property
     def ident(self) -> str:

@@ -47,6 +47,7 @@ class OrderRow(BaseModel):
     reconnect_timeout_s: Optional[StrictFloat] = Field(None, ge=0, le=86_400)
     spares: Optional[StrictInt] = Field(None, ge=0, le=1024)
     drain_grace_s: Optional[StrictFloat] = Field(None, ge=0, le=86_400)
+    gpus_per_worker: StrictFloat = Field(0.0, ge=0, le=1e6, description="0: the job's workers see no GPU")
 
 
 class PollAnswer(BaseModel):

@@ -369,7 +369,7 @@ class PoolService:
         hosts = PlacementHosts(placement)
         board = self.board
         launcher: str | LauncherFactory = self.launcher if board is None else \
-            (lambda options, secret: BoardLauncher(board, job.id, options, secret))
+            (lambda options, secret: BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0)))
         server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
                                   launcher=launcher, ssh=self.ssh, advertise=self.advertise,
                                   secret=generate_secret(), observe=lambda event: self._job_event(job.id, event))

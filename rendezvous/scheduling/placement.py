@@ -6,7 +6,8 @@ A job that shrinks gives back slots on the hosts where it has the fewest first (
 hosts, and keeps its densest ones); a job that grows first fills the free slots of hosts it is
 already on, then takes the hosts with the most free slots (the fewest hosts for the slots it
 needs). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
-workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit.
+workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit, and
+two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0).
 Pure: hosts' slots (and resources), current placements and target sizes in; placements out.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ringmaster.rendezvous.scheduling.resources import SLOTS, Demand, room_in, usage
+from ringmaster.rendezvous.scheduling.resources import GPU, SLOTS, Demand, room_in, usage
 
 Placement = dict[str, int]
 
@@ -62,17 +63,25 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
                 take(job, host, -1)
             if not result[job].get(host, 1):
                 del result[job][host]
+    def room(job: str, host: str) -> int:
+        """Workers of `job` that fit on `host`; a job that uses GPUs shares a host with no other
+        such job (each job's workers number their GPUs from 0 on the host)."""
+        asks = demand.get(job, {})
+        if asks.get(GPU, 0) > 0 and any(other != job and n and demand.get(other, {}).get(GPU, 0) > 0
+                                        for other, placed in result.items() for h, n in placed.items() if h == host):
+            return 0
+        return room_in(free[host], asks)
+
     for job in order:  # then growth: own hosts first, then the emptiest hosts
         need = sizes.get(job, 0) - sum(result[job].values())
         if need <= 0:
             continue
         placement = result[job]
-        asks = demand.get(job, {})
-        own = sorted((h for h in placement if room_in(free[h], asks) > 0), key=lambda h: (-free[h][SLOTS], h))
-        others = sorted((h for h in free if h not in placement and room_in(free[h], asks) > 0),
+        own = sorted((h for h in placement if room(job, h) > 0), key=lambda h: (-free[h][SLOTS], h))
+        others = sorted((h for h in free if h not in placement and room(job, h) > 0),
                         key=lambda h: (-free[h][SLOTS], hosts[h] - free[h][SLOTS], h))
         for host in own + others:
-            n = min(room_in(free[host], asks), need)
+            n = min(room(job, host), need)
             if n <= 0:
                 continue
             placement[host] = placement.get(host, 0) + n

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Mapping
 
 SLOTS = "slots"
+GPU = "gpu"
 #: What one worker of a job takes besides its slot, by resource name.
 Demand = Mapping[str, float]
 #: Resources the pool knows by name, besides slots (what `pool agent` declares, what `submit` asks for).

@@ -112,13 +112,15 @@ class LocalLauncher(Launcher):
     starts_agents = True
 
     def __init__(self, options: AgentOptions, secret: str | None,
-                 on_event: Callable[[str, str], None] = lambda host, how: None, key: str | None = None) -> None:
+                 on_event: Callable[[str, str], None] = lambda host, how: None, key: str | None = None,
+                 environment: dict[str, str] | None = None) -> None:
         """Each agent gets its host's key derived from `secret` (or `key` itself, hex, for a pool's
         host agent, which holds no secret) on its stdin, never on a command line or in its
         environment. `on_event(host, how)` hears of each start."""
         self._options = options
         self._secret = secret
         self._given_key = key
+        self._extra_environment = dict(environment or {})  # set for its agents (and so their workers)
         self._on_event = on_event
         self._finished: list[tuple[str, str]] = []  # ended before they started
         self.agents: dict[str, _Launched] = {}
@@ -134,10 +136,10 @@ class LocalLauncher(Launcher):
                              reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares, drain_grace_s=o.drain_grace_s,
                              notice_script=o.notice_script, notice_interval_s=o.notice_interval_s)
 
-    @staticmethod
-    def _environment() -> dict[str, str]:
+    def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
+        env.update(self._extra_environment)
         return env
 
     def start(self, host: str) -> None:

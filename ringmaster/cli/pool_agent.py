@@ -106,7 +106,7 @@ class PoolAgent:
                 continue
             options = AgentOptions(order.rendezvous, order.heartbeat_interval_s, order.stop_grace_s,
                                    order.reconnect_timeout_s, order.spares, order.drain_grace_s)
-            launcher = LocalLauncher(options, None, key=order.key)
+            launcher = LocalLauncher(options, None, key=order.key, environment=job_environment(order, self.resources))
             self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous)
             launcher.start(self.host)
             self.agents[ident] = _Running(order, launcher)
@@ -149,6 +149,12 @@ class PoolAgent:
             except ApiError:
                 pass  # the pool lets the host lapse instead
         self.agents.clear()
+
+
+def job_environment(order: OrderRow, resources: dict[str, float]) -> dict[str, str]:
+    """What a job's agent (and so its workers) gets set here: a job that asked for no GPU sees
+    none on a host that has some (another job's workers may be using them)."""
+    return {"CUDA_VISIBLE_DEVICES": ""} if order.gpus_per_worker == 0 and resources.get("gpu", 0) > 0 else {}
 
 
 def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float], key: str, tls_ca: str | None,

@@ -187,3 +187,16 @@ def test_a_worker_that_asks_for_what_no_host_declares_is_refused_at_submission(t
         pool.submit(["python", "train.py"], 2, 2, None, "default", 0, {"gpu": 1.0})
     with pytest.raises(Refused, match="unknown resource 'tpu'"):
         pool.submit(["python", "train.py"], 1, 1, None, "default", 0, {"tpu": 1.0})
+
+
+def test_a_job_that_asked_for_no_gpu_sees_none_on_a_host_that_has_some() -> None:
+    from ringmaster.cli.pool_agent import job_environment
+    from ringmaster.rendezvous.pool.api import order_row
+    from ringmaster.rendezvous.server.launchers import LocalLauncher
+
+    cpu_job = order_row(Order("cpu-job", OPTIONS, "ab" * 32))
+    gpu_job = order_row(Order("gpu-job", OPTIONS, "ab" * 32, gpus_per_worker=1.0))
+    assert job_environment(cpu_job, {"gpu": 4.0, "cpu": 32.0}) == {"CUDA_VISIBLE_DEVICES": ""}
+    assert job_environment(gpu_job, {"gpu": 4.0}) == {} and job_environment(cpu_job, {"gpu": 0.0}) == {}
+    launcher = LocalLauncher(OPTIONS, None, key="ab" * 32, environment=job_environment(cpu_job, {"gpu": 4.0}))
+    assert launcher._environment()["CUDA_VISIBLE_DEVICES"] == ""  # what its agent process is started with

@@ -19,13 +19,15 @@ def sizes(verdicts) -> dict[str, int]:
 
 
 def test_fair_equalises_dominant_shares_as_in_the_drf_paper() -> None:
-    # Ghodsi et al.'s example: 9 CPUs and 18 units of a second resource; A's workers take <1, 4>,
-    # B's <3, 1>. DRF gives A 3 workers and B 2: each holds 2/3 of its dominant resource.
-    hosts, resources = {"h": 100}, {"h": {"cpu": 9.0, "gpu": 18.0}}
+    # Ghodsi et al.'s example: 9 CPUs and 18 units of a second resource (here GPUs, on two hosts,
+    # as two jobs that use GPUs do not share one); A's workers take <1, 4>, B's <3, 1>. DRF gives
+    # A 3 workers and B 2: each holds 2/3 of its dominant resource.
+    hosts, resources = {"h1": 10, "h2": 10}, {"h1": {"cpu": 3.0, "gpu": 12.0}, "h2": {"cpu": 6.0, "gpu": 6.0}}
     jobs = [JobAsk("A", 1, 100, 0.0, queue="a", demand={"cpu": 1.0, "gpu": 4.0}),
             JobAsk("B", 1, 100, 1.0, queue="b", demand={"cpu": 3.0, "gpu": 1.0})]
     verdicts = schedule("fair", hosts, jobs, NOW, resources=resources)
     assert sizes(verdicts) == {"A": 3, "B": 2}
+    assert dict(verdicts["A"].placement) == {"h1": 3} and dict(verdicts["B"].placement) == {"h2": 2}
     totals = {"cpu": 9.0, "gpu": 18.0}
     assert dominant_share({"cpu": 3, "gpu": 12}, totals) == dominant_share({"cpu": 6, "gpu": 2}, totals) == 2 / 3
 
@@ -87,3 +89,14 @@ def test_no_host_gives_more_of_any_resource_than_it_declares(pool, policy) -> No
     for host in hosts:
         assert used[host]["slots"] <= hosts[host]
         assert used[host]["gpu"] <= resources[host]["gpu"] + 1e-9 and used[host]["cpu"] <= resources[host]["cpu"] + 1e-9
+
+
+def test_two_jobs_that_use_gpus_never_share_a_host() -> None:
+    hosts, resources = {"h1": 4, "h2": 4}, {"h1": {"gpu": 4.0}, "h2": {"gpu": 4.0}}
+    first = JobAsk("a", 2, 2, 0.0, demand={"gpu": 1.0})
+    second = JobAsk("b", 2, 4, 1.0, demand={"gpu": 1.0})
+    cpu_only = JobAsk("c", 1, 2, 2.0)
+    verdicts = schedule("fifo", hosts, [first, second, cpu_only], NOW, resources=resources)
+    (a_host,), (b_host,) = verdicts["a"].placement, verdicts["b"].placement
+    assert a_host != b_host and verdicts["b"].size == 4  # b takes the other host whole
+    assert dict(verdicts["c"].placement) == {a_host: 2}  # a job without GPUs may use a GPU job's free slots
