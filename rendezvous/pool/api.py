@@ -78,7 +78,9 @@ class JobRow(BaseModel):
 class HostRow(BaseModel):
     name: str
     slots: int
-    resources: dict[str, float] = Field(description="what it declares besides slots (hosts that joined by connecting)")
+    resources: dict[str, float] = Field(description="what its pool agent declares besides slots (GPUs, CPUs)")
+    agent_pid: Optional[int] = Field(description="its pool agent's process id, as it says (none before it joined)")
+    joined: bool = Field(description="whether its pool agent has joined (only then are its slots lent)")
     used: int
     jobs: dict[str, int]
     blacklisted_for_s: float
@@ -90,10 +92,9 @@ class Caller(BaseModel):
     queue: Optional[str] = None
 
 
-def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None,
-                    join_secret: str | None = None) -> FastAPI:
+def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None) -> FastAPI:
     """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
-    `join_secret`: with the pool's `board`, what hosts' pool agents derive their keys from."""
+    Hosts' pool agents prove keys derived from the pool's join secret (`pool.join_secret`)."""
     app = FastAPI(title="Ringmaster pool API")
     app.add_middleware(BodyLimit)
     tokens = tokens or {}
@@ -226,15 +227,15 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                                                         "pool's admin secret")
         now = time.time()
         rows = []
-        declared = pool.board.find_resources() if pool.board is not None else {}
-        for name, slots in pool.hosts.items():
+        declared, pids = pool.board.find_resources(), pool.board.pids()
+        for name, slots in {**pool.expected, **pool.hosts}.items():
             on = {j.id: j.placement[name] for j in pool.table.live() if name in j.placement}
-            rows.append(HostRow(name=name, slots=slots, resources=declared.get(name, {}), used=sum(on.values()), jobs=on,
+            rows.append(HostRow(name=name, slots=slots, joined=name in pool.hosts, resources=declared.get(name, {}),
+                                agent_pid=pids.get(name), used=sum(on.values()), jobs=on,
                                 blacklisted_for_s=max(0.0, pool.blacklisted.get(name, 0) - now)))
         return rows
 
-    if pool.board is not None and join_secret is not None:
-        add_host_routes(app, pool.board, join_secret, lambda: pool.stopping)
+    add_host_routes(app, pool.board, pool.join_secret, lambda: pool.stopping)
     return app
 
 
@@ -258,7 +259,7 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
         try:
             session, version = board.poll(host, request.session, request.slots, list(request.running),
                                           [(e.order, e.how) for e in request.ended], time.time(),
-                                          {k: float(v) for k, v in request.resources.items()})
+                                          {k: float(v) for k, v in request.resources.items()}, request.pid)
         except BoardRefusal as exc:
             raise HTTPException(status_code=exc.status, detail=str(exc)) from None
         deadline = time.monotonic() + board.hold_s

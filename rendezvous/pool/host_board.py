@@ -66,6 +66,7 @@ class _Joined:
     session: str
     seen: float
     resources: dict[str, float] = field(default_factory=dict)
+    pid: int | None = None
     orders: dict[str, Order] = field(default_factory=dict)  # job -> order
     given: dict[str, str] = field(default_factory=dict)  # ident -> job, of orders given and not yet ended
     running: set[str] = field(default_factory=set)  # order idents its agent says run
@@ -96,7 +97,7 @@ class HostBoard:
 
     # ------------------------------------------------------------ what a host's agent says
     def poll(self, host: str, session: str | None, slots: int, running: list[str], ended: list[tuple[str, str]],
-             now: float, resources: Mapping[str, float] | None = None) -> tuple[str, int]:
+             now: float, resources: Mapping[str, float] | None = None, pid: int | None = None) -> tuple[str, int]:
         """A host's agent reports in: its session (None: it joins now), its slots and `resources`
         (GPUs, CPUs), the orders whose agents run and those that ended with how. Returns its
         session and the version of its orders."""
@@ -125,7 +126,7 @@ class HostBoard:
                     raise BoardRefusal(f"the pool has {MAX_HOSTS} hosts already; host {host} cannot join", status=429)
                 joined = self._hosts[host] = _Joined(slots, secrets.token_hex(16), now)
             joined.seen = now
-            joined.slots, joined.resources = slots, resources
+            joined.slots, joined.resources, joined.pid = slots, resources, pid
             for ident, how in ended:  # (only of orders this host was given: it speaks for itself only)
                 job = joined.given.pop(ident, None)
                 if job is not None:
@@ -210,6 +211,11 @@ class HostBoard:
         """Hosts whose agent says it runs the job's agent (ordered or on its way out)."""
         with self._lock:
             return sum(1 for joined in self._hosts.values() if any(joined.given.get(ident) == job for ident in joined.running))
+
+    def pids(self) -> dict[str, int | None]:
+        """Each joined host's pool agent's process id, as it says."""
+        with self._lock:
+            return {name: joined.pid for name, joined in self._hosts.items()}
 
     def jobs_on(self, host: str) -> dict[str, bool]:
         """Per job ordered on `host`: whether its agent there runs (for the pool's /hosts)."""

@@ -30,6 +30,7 @@ class PollRequest(BaseModel):
     running: list[StrictStr] = Field(default_factory=list, max_length=MAX_ITEMS,
                                      description="orders whose job agent runs here")
     ended: list[EndedAgent] = Field(default_factory=list, max_length=MAX_ITEMS)
+    pid: Optional[StrictInt] = Field(None, ge=1, le=2**31, description="the pool agent's process id (for operators)")
     resources: dict[StrictStr, Union[StrictInt, StrictFloat]] = Field(
         default_factory=dict, max_length=8, description="what this host has besides slots: gpu, cpu")
 

@@ -30,6 +30,7 @@ from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
+from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import HostBoard
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
 from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
@@ -38,11 +39,15 @@ from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import LauncherFactory
+from ringmaster.rendezvous.server.launchers import Launcher, LauncherFactory
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import JobSettings
 
+#: Launchers that start a pool agent on each named host (`--launcher`).
+HOST_AGENT_LAUNCHERS = ("local", "ssh", "slurm")
+#: Seconds the pool agents it started have, when the pool stops, to stop.
+HOST_AGENTS_STOP_S = 10.0
 #: The most workers a job may ask for together where hosts join by connecting (known later).
 MAX_GANG = 1_000_000
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
@@ -64,12 +69,23 @@ class PoolService:
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
                  discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0,
                  store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "",
-                 board: HostBoard | None = None) -> None:
+                 board: HostBoard | None = None, join_secret: str | None = None) -> None:
         """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
         **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
-        are kept under `prefix` and taken up again by the next pool that leads it. With a `board`
-        (hosts that join by connecting), it is the source of hosts and every job's launcher."""
+        are kept under `prefix` and taken up again by the next pool that leads it.
+
+        Every host runs one pool agent, which joins the pool's `board` and serves every job placed
+        there. With `board` given (`--hosts-from-agents`) the source is that board: hosts join by
+        connecting. Otherwise `source` (-H, a discovery script) names the hosts and `launcher`
+        starts a pool agent on each (`host_agents`), proving a key derived from `join_secret`."""
         self.source = source
+        self.joining = board is not None
+        self.board = board if board is not None else HostBoard()
+        self.join_secret = join_secret or generate_secret()
+        self.url = ""  # the pool's API, which the pool agents it starts dial (set before `run`)
+        self.host_agents: Launcher | None = None
+        self.launched: set[str] = set()  # hosts whose pool agent this pool started and has not stopped
+        self.expected: dict[str, int] = {}  # the hosts the source names (all joined ones when they join)
         self.policy = policy
         self.rules = rules
         self.job_settings = dict(job_settings)
@@ -90,7 +106,6 @@ class PoolService:
         self.store, self.leadership, self.prefix = store, leadership, prefix
         self.dirty: set[str] = set()  # jobs whose record the store has not heard yet
         self.deposed: str | None = None
-        self.board = board
         self._finished = False
 
     # ---------------------------------------------------------------- what the API asks
@@ -98,8 +113,9 @@ class PoolService:
         return sum(self.usable_hosts(now).values())
 
     def resources(self) -> dict[str, dict[str, float]]:
-        """What each host declares besides its slots (only hosts that join by connecting say it)."""
-        return self.board.find_resources() if self.board is not None else {}
+        """What each usable host declares besides its slots (its pool agent says it)."""
+        declared = self.board.find_resources()
+        return {h: declared.get(h, {}) for h in self.hosts}
 
     def resource_totals(self) -> dict[str, float]:
         totals: dict[str, float] = {}
@@ -113,14 +129,16 @@ class PoolService:
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
                priority: int, demand: Mapping[str, float] | None = None) -> PoolJob:
-        if command and self.launcher == "local" and self.board is None and command[0] not in ("python", "python3") \
+        if command and self.launcher == "local" and not self.joining and command[0] not in ("python", "python3") \
                 and shutil.which(command[0]) is None:
             raise Refused(f"command {command[0][:200]!r} is not found on this machine, where the pool's hosts run it: "
                           "give its path, or install it")
         now = time.time()
-        # Hosts that join by connecting come and go: a job may be queued before they are there.
-        capacity = max(self.capacity(now), sum(self.hosts.values())) if self.board is None else MAX_GANG
-        totals = self.resource_totals() if self.board is None else None
+        # Hosts that join by connecting come and go: a job may be queued before they are there;
+        # named hosts are judged once their pool agents have said what they have.
+        capacity = max(self.capacity(now), sum(self.expected.values())) if not self.joining else MAX_GANG
+        every_host_joined = bool(self.expected) and set(self.hosts) == set(self.expected)
+        totals = self.resource_totals() if not self.joining and every_host_joined else None
         job = self.table.submit(command, min_np, max_np, now, capacity, name, queue, priority,
                                 taken=lambda job_id: (self.checkpoint_root / job_id).exists(), demand=demand,
                                 totals=totals)
@@ -182,6 +200,10 @@ class PoolService:
         """Take up the jobs the store kept, then poll the hosts, reap ended jobs, schedule and
         save, until `stop()` (or another pool leads); then stop every job."""
         await self._take_up()
+        if not self.joining and self.launcher in HOST_AGENT_LAUNCHERS:
+            self.host_agents = pool_agent_launcher(
+                self.launcher, self.url, self.join_secret, lambda host: self.expected.get(host, 1), self.ssh,
+                on_event=lambda host, how: self.say(Kind.POOL_HOST_AGENT_STARTING, host=host, how=how))
         background = [asyncio.create_task(self._poll_hosts())]
         if self.leadership is not None:
             background.append(asyncio.create_task(self.leadership.keep(lambda trouble: None)))
@@ -193,7 +215,7 @@ class PoolService:
                 if self.leadership is not None and self.leadership.lost.is_set():
                     self.deposed = self.leadership.lost_reason or "another pool leads"
                     break
-                if self.board is not None and self.board.lapse(time.time()):
+                if self.board.lapse(time.time()):
                     self.changed.set()
                 self._reap()
                 if not self._stop:
@@ -206,6 +228,8 @@ class PoolService:
                 lease.server.request_stop("the pool is stopping")
             if self.leases:
                 await asyncio.gather(*(lease.task for lease in self.leases.values()), return_exceptions=True)
+            if self.host_agents is not None:
+                await asyncio.to_thread(self.host_agents.stop_all, HOST_AGENTS_STOP_S)
             self._finished = True
 
     async def _take_up(self) -> None:
@@ -246,22 +270,47 @@ class PoolService:
         self.table.forgotten.clear()
 
     async def _poll_hosts(self) -> None:
+        """The hosts the source names, their pool agents started and stopped to match (when this
+        pool starts them), and the pool's hosts: those whose pool agent has joined."""
         last_error = None
         while True:
             try:
-                hosts = await asyncio.to_thread(self.source.find_hosts)
+                expected = await asyncio.to_thread(self.source.find_hosts)
             except DiscoveryError as exc:
                 if str(exc) != last_error:
                     last_error = str(exc)
                     self.say(Kind.DISCOVERY_FAILED, error=last_error)
             else:
                 last_error = None
-                if hosts != self.hosts:
-                    self.hosts = hosts
-                    self.say(Kind.POOL_HOSTS, hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or "(none)",
-                             slots=sum(hosts.values()))
-                    self.changed.set()
+                self.expected = expected
+            if self.host_agents is not None:
+                self._start_host_agents(time.time())
+            joined = self.board.find_hosts()
+            hosts = {h: min(n, joined[h]) for h, n in self.expected.items() if h in joined}
+            if hosts != self.hosts:
+                self.hosts = hosts
+                self.say(Kind.POOL_HOSTS, hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or "(none)",
+                         slots=sum(hosts.values()))
+                self.changed.set()
             await asyncio.sleep(self.discovery_interval_s)
+
+    def _start_host_agents(self, now: float) -> None:
+        """A pool agent on each named host (not while it is out of the pool), none on the others;
+        one that ended keeps its host out for --blacklist-cooldown, then is started again."""
+        launcher = self.host_agents
+        assert launcher is not None
+        for host, how in launcher.ended():
+            self.launched.discard(host)
+            if host in self.expected and not self._stop:
+                self.say(Kind.POOL_HOST_AGENT_ENDED, host=host, how=how[:500], cooldown_s=self.blacklist_cooldown_s)
+                self._take_out(host, now)
+        for host in sorted(set(self.expected) - self.launched):
+            if self.blacklisted.get(host, 0) <= now:
+                launcher.start(host)
+                self.launched.add(host)
+        for host in sorted(self.launched - set(self.expected)):
+            launcher.stop(host)  # its stdin closes: it drains its jobs off the host, then leaves
+            self.launched.discard(host)
 
     def _reap(self) -> None:
         for job_id, lease in list(self.leases.items()):
@@ -368,8 +417,8 @@ class PoolService:
                                checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
         board = self.board
-        launcher: str | LauncherFactory = self.launcher if board is None else \
-            (lambda options, secret: BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0)))
+        launcher: LauncherFactory = \
+            lambda options, secret: BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0))
         server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
                                   launcher=launcher, ssh=self.ssh, advertise=self.advertise,
                                   secret=generate_secret(), observe=lambda event: self._job_event(job.id, event))
@@ -412,12 +461,17 @@ class PoolService:
         if event.kind is Kind.HOST_LOST:
             host = str(event.fields.get("host", ""))
             if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():
-                self.blacklisted[host] = time.time() + self.blacklist_cooldown_s
-                for job in self.table.live():
-                    if host in job.placement:
-                        job.urgent = True
                 self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s)
-                self.changed.set()
+                self._take_out(host, time.time())
+
+    def _take_out(self, host: str, now: float) -> None:
+        """A host failed: out of the pool for --blacklist-cooldown, every job on it rescheduled at
+        once (not held by the interval between resizes)."""
+        self.blacklisted[host] = now + self.blacklist_cooldown_s
+        for job in self.table.live():
+            if host in job.placement:
+                job.urgent = True
+        self.changed.set()
 
 
 def _hosts(placement: Mapping[str, int]) -> str:

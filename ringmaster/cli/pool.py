@@ -118,6 +118,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--secret-file", default=None, metavar="FILE",
                        help=f"the pool's join secret (`pool serve --join-secret-file`) (default: ${SECRET_ENV})")
     agent.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
+    agent.add_argument("--from-launcher", action="store_true", help=argparse.SUPPRESS)  # the pool started it
+    agent.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     agent.add_argument("--log-format", choices=["text", "json"], default=None)
     agent.add_argument("--log-level", default=None)
 
@@ -249,7 +251,9 @@ def pool_agent(args: argparse.Namespace) -> int:
     from ringmaster.cli.pool_agent import run_pool_agent
     from ringmaster.common import logs
     from ringmaster.common.events import emitter
-    from ringmaster.common.keys import pool_host_key
+    from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
+    from ringmaster.common.keys import parse_key, pool_host_key
+    from ringmaster.common.processes import die_with_parent
     from ringmaster.discovery.parse import MAX_SLOTS_PER_HOST, host_name_problem
     from ringmaster.worker.agent.slots import default_slots, visible_gpus
 
@@ -260,17 +264,28 @@ def pool_agent(args: argparse.Namespace) -> int:
     slots = args.slots if args.slots is not None else default_slots(os.environ)
     if not 1 <= slots <= MAX_SLOTS_PER_HOST:
         raise UsageError(f"--slots {slots}: a host has 1 to {MAX_SLOTS_PER_HOST}")
-    join_secret = secret_from(args.secret_file, os.environ)
-    if join_secret is None:
-        raise UsageError("the pool's join secret is needed: --secret-file FILE (the file `pool serve "
-                         f"--join-secret-file` names, copied here), or ${SECRET_ENV}")
     gpus = args.gpus if args.gpus is not None else float(visible_gpus(os.environ))
     cpus = args.cpus if args.cpus is not None else float(os.cpu_count() or 1)
     if not (0 <= gpus <= 1e6 and 0 <= cpus <= 1e6):
         raise UsageError(f"--gpus {gpus:g} --cpus {cpus:g}: each from 0 to 1e6")
+    if args.from_launcher:  # started by the pool for one of its hosts: its key on stdin, which stays open
+        try:
+            handed, environment = read_handover(sys.stdin.buffer.readline(MAX_HANDOVER_BYTES + 1))
+            key = parse_key(handed, "the pool's handover").hex()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        os.environ.update(environment)
+        if args.die_with_parent:
+            die_with_parent(os.getppid())
+        return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca,
+                              emitter(logs.POOL_AGENT), stop_when_stdin_closes=True)
+    join_secret = secret_from(args.secret_file, os.environ)
+    if join_secret is None:
+        raise UsageError("the pool's join secret is needed: --secret-file FILE (the file `pool serve "
+                         f"--join-secret-file` names, copied here), or ${SECRET_ENV}")
     key = pool_host_key(join_secret, host).hex()
     del join_secret  # the host's key is all it keeps
-    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.AGENT))
+    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.POOL_AGENT))
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -330,11 +345,11 @@ def serve(args: argparse.Namespace) -> int:
                            launcher=launcher, bind=args.bind, advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
-                           board=board)
+                           board=board, join_secret=join_secret)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
-        config = uvicorn.Config(create_pool_app(pool, secret, tokens, join_secret), host=args.bind, port=args.api_port, log_level="warning",
+        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port, log_level="warning",
                                 lifespan="off")
         api = uvicorn.Server(config)
         api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
@@ -346,6 +361,7 @@ def serve(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.02)
         port = api.servers[0].sockets[0].getsockname()[1]
         url = f"http://{args.advertise_address or args.bind}:{port}"
+        pool.url = url  # (the pool agents it starts on named hosts dial it)
         if made:
             saved.append(save_job_secret(url, secret))
         hosts = await asyncio.to_thread(source.find_hosts)

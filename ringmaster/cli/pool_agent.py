@@ -17,8 +17,10 @@ this process asks again with a growing pause. SIGTERM or SIGINT: the jobs' agent
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -81,7 +83,8 @@ class PoolAgent:
         running, ended = self.report()
         raw: Any = self.client.post(f"/hosts/{self.host}/poll", {"session": self.session, "slots": self.slots,
                                                                   "version": self.version, "running": running,
-                                                                  "ended": ended, "resources": self.resources})
+                                                                  "ended": ended, "resources": self.resources,
+                                                                  "pid": os.getpid()})
         try:
             answer = PollAnswer.model_validate(raw)
         except ValidationError as exc:
@@ -158,8 +161,9 @@ def job_environment(order: OrderRow, resources: dict[str, float]) -> dict[str, s
 
 
 def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float], key: str, tls_ca: str | None,
-                   say: Callable[..., None]) -> int:
-    """`ringmaster pool agent`: join `pool` as `host` proving `key` (hex) until SIGTERM/SIGINT."""
+                   say: Callable[..., None], stop_when_stdin_closes: bool = False) -> int:
+    """`ringmaster pool agent`: join `pool` as `host` proving `key` (hex) until SIGTERM/SIGINT
+    (or, started by the pool, until its stdin closes: the pool is gone or let the host go)."""
     from ringmaster.rendezvous.pool.host_board import POLL_HOLD_S
 
     if not host:
@@ -172,4 +176,11 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if stop_when_stdin_closes:
+        def wait_for_eof() -> None:
+            while sys.stdin.buffer.read(4096):
+                pass
+            agent.stop_event.set()
+
+        threading.Thread(target=wait_for_eof, daemon=True).start()
     return agent.run()

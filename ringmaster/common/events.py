@@ -103,6 +103,8 @@ class Kind(enum.StrEnum):
     POOL_JOB_SUSPENDED = "pool.job_suspended"
     POOL_JOB_ENDED = "pool.job_ended"
     POOL_AGENT_JOINED = "pool.agent_joined"
+    POOL_HOST_AGENT_STARTING = "pool.host_agent_starting"
+    POOL_HOST_AGENT_ENDED = "pool.host_agent_ended"
     POOL_AGENT_STARTS = "pool.agent_starts"
     POOL_AGENT_STOPS = "pool.agent_stops"
     POOL_AGENT_TROUBLE = "pool.agent_trouble"
@@ -245,6 +247,9 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_JOB_SUSPENDED: Spec(_I, "job {job} suspended at a durable checkpoint; it resumes when slots come back"),
     Kind.POOL_JOB_ENDED: Spec(_I, "job {job} {state}: {outcome}"),
     Kind.POOL_AGENT_JOINED: Spec(_I, "host {host} joined the pool at {pool} with {slots} slot(s)"),
+    Kind.POOL_HOST_AGENT_STARTING: Spec(_I, "host {host}: starting its pool agent {how}"),
+    Kind.POOL_HOST_AGENT_ENDED: Spec(_W, "host {host}: its pool agent ended ({how}); out of the pool for {cooldown_s:g} s, "
+                                         "then started again"),
     Kind.POOL_AGENT_STARTS: Spec(_I, "host {host}: starts the agent of job {job} (rendezvous {rendezvous})"),
     Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),
     Kind.POOL_AGENT_TROUBLE: Spec(_W, "host {host}: the pool did not answer ({error}); its jobs' agents go on, "

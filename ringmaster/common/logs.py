@@ -30,6 +30,7 @@ ROOT = "ringmaster"
 RENDEZVOUS = "ringmaster.rendezvous"
 STORE = "ringmaster.store"
 AGENT = "ringmaster.agent"
+POOL_AGENT = "ringmaster.pool_agent"
 WORKER = "ringmaster.worker"
 CLI = "ringmaster.cli"
 
@@ -39,7 +40,7 @@ CLI = "ringmaster.cli"
 JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("ringmaster_job", default=None)
 
 #: Console prefix per logger (a record's `host`, set by the agent, fills `{host}`).
-_PREFIXES = {AGENT: "ringmaster-agent[{host}]", WORKER: "ringmaster-worker"}
+_PREFIXES = {AGENT: "ringmaster-agent[{host}]", WORKER: "ringmaster-worker", POOL_AGENT: "ringmaster-pool-agent"}
 
 
 def _prefix(record: logging.LogRecord) -> str:

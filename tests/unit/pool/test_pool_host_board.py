@@ -83,8 +83,8 @@ def test_a_host_that_leaves_ends_its_jobs_agents_there() -> None:
 @pytest.fixture
 def pool_api(tmp_path: pathlib.Path):
     board = HostBoard(timeout_s=10)
-    pool = PoolService(board, "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None, board=board)
-    return TestClient(create_pool_app(pool, ADMIN, join_secret=JOIN)), board
+    pool = PoolService(board, "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None, board=board, join_secret=JOIN)
+    return TestClient(create_pool_app(pool, ADMIN)), board
 
 
 def test_a_host_proves_its_own_key_and_no_other(pool_api) -> None:
@@ -182,7 +182,8 @@ def test_a_worker_that_asks_for_what_no_host_declares_is_refused_at_submission(t
     from ringmaster.discovery import StaticDiscovery
 
     pool = PoolService(StaticDiscovery({"h": 4}), "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None)
-    pool.hosts = {"h": 4}
+    pool.board.poll("h", None, 4, [], [], 0.0, {"cpu": 2.0})  # its pool agent joined, with no GPU
+    pool.expected = pool.hosts = {"h": 4}
     with pytest.raises(Refused, match="need 2 gpu; the pool's hosts declare 0 in all"):
         pool.submit(["python", "train.py"], 2, 2, None, "default", 0, {"gpu": 1.0})
     with pytest.raises(Refused, match="unknown resource 'tpu'"):

@@ -87,6 +87,8 @@ def test_no_host_gives_more_of_any_resource_than_it_declares(pool, policy) -> No
             for name, amount in job.demand.items():
                 used[host][name] += amount * n
     for host in hosts:
+        gpu_jobs = [j.id for j in jobs if j.demand.get("gpu", 0) > 0 and verdicts[j.id].placement.get(host)]
+        assert len(gpu_jobs) <= 1, (host, gpu_jobs)
         assert used[host]["slots"] <= hosts[host]
         assert used[host]["gpu"] <= resources[host]["gpu"] + 1e-9 and used[host]["cpu"] <= resources[host]["cpu"] + 1e-9
 
