@@ -39,7 +39,7 @@ function sparkline(sizes, maxNp, since) {
 function draw(jobs, hosts) {
   const live = jobs.filter((j) => j.state in WAITING);
   const running = live.filter((j) => Object.keys(j.hosts).length);
-  const usable = hosts.filter((h) => h.blacklisted_for_s === 0).reduce((n, h) => n + h.slots, 0);
+  const usable = hosts.filter((h) => h.joined && h.blacklisted_for_s === 0).reduce((n, h) => n + h.slots, 0);
   const used = hosts.reduce((n, h) => n + h.used, 0);
   const queued = live.filter((j) => j.state === "queued" || j.state === "suspended").length;
   document.getElementById("summary").textContent =
@@ -53,8 +53,9 @@ function draw(jobs, hosts) {
   for (const job of running) cell(head, job.id);
   for (const host of hosts) {
     const row = grid.insertRow();
-    if (host.blacklisted_for_s > 0) row.className = "blacklisted";
-    cell(row, `${host.name} (${host.slots})`);
+    if (host.blacklisted_for_s > 0 || !host.joined) row.className = "blacklisted";
+    const gpus = host.resources && host.resources.gpu ? `, ${host.resources.gpu} GPU` : "";
+    cell(row, `${host.name} (${host.slots}${gpus})${host.joined ? "" : ": its pool agent has not joined"}`);
     for (const job of running) {
       const n = host.jobs[job.id] || 0;
       cell(row, n ? String(n) : "", n ? "slots used" : "slots");
