@@ -23,6 +23,7 @@ class BoardLauncher(Launcher):
             raise ValueError("a pool job has a secret: its agents' keys derive from it")
         self._board, self._job, self._options, self._secret = board, job, options, secret
         self._gpus_per_worker = gpus_per_worker
+        self._run = Order(job, options, "").run  # what the board knows this run's orders by
         self._attempts: dict[str, int] = {}  # host -> orders given there
         self._ordered: set[str] = set()  # hosts whose agent has not ended yet
 
@@ -37,21 +38,22 @@ class BoardLauncher(Launcher):
                                       self._gpus_per_worker))
 
     def stop(self, host: str) -> None:
-        self._board.withdraw(host, self._job)
+        self._board.withdraw(host, self._run)
 
     def ended(self) -> list[tuple[str, str]]:
-        out = self._board.take_ended(self._job)
+        out = self._board.take_ended(self._run)
         for host, _ in out:
             self._ordered.discard(host)
         return out
 
     def alive(self) -> int:
-        return self._board.running(self._job)
+        return self._board.running(self._run)
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
         """Withdraw every order of the job; wait up to `timeout_s` for the hosts' agents to say
         its agents ended (a host that does not say so is lost to the board in time)."""
-        self._board.withdraw_all(self._job)
+        self._board.withdraw_all(self._run)
         deadline = time.monotonic() + timeout_s
         while self.alive() and time.monotonic() < deadline:
             time.sleep(_STOP_POLL_S)
+        self._board.forget(self._run)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -54,10 +55,16 @@ class Order:
     gpus_per_worker: float = 0.0  # none: the host's agent hides its GPUs from the job
 
     @property
+    def run(self) -> str:
+        """The run of the job it is for: a job started again (resumed) has another rendezvous, so
+        what is said of one run's agents never reaches the next."""
+        return f"{self.job}@{self.options.rendezvous}"
+
+    @property
     def ident(self) -> str:
-        """Names this order: a job started again has another rendezvous, an agent the job
-        launches again on the host another attempt; a host's agent runs each order once."""
-        return f"{self.job}@{self.options.rendezvous}#{self.attempt}"
+        """Names this order: an agent a run launches again on the host is another attempt; a
+        host's agent runs each order once."""
+        return f"{self.run}#{self.attempt}"
 
 
 @dataclass
@@ -67,8 +74,8 @@ class _Joined:
     seen: float
     resources: dict[str, float] = field(default_factory=dict)
     pid: int | None = None
-    orders: dict[str, Order] = field(default_factory=dict)  # job -> order
-    given: dict[str, str] = field(default_factory=dict)  # ident -> job, of orders given and not yet ended
+    orders: dict[str, Order] = field(default_factory=dict)  # run -> order
+    given: dict[str, str] = field(default_factory=dict)  # ident -> run, of orders given and not yet ended
     running: set[str] = field(default_factory=set)  # order idents its agent says run
     version: int = 0
 
@@ -80,7 +87,8 @@ class HostBoard:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._hosts: dict[str, _Joined] = {}
-        self._ended: dict[str, list[tuple[str, str]]] = {}  # job -> [(host, how)]
+        self._ended: dict[str, list[tuple[str, str]]] = {}  # run -> [(host, how)]
+        self._pending: dict[str, dict[str, tuple[Order, float]]] = {}  # host not joined -> run -> (order, since)
 
     # ------------------------------------------------------------ the pool's source of hosts
     def find_hosts(self) -> dict[str, int]:
@@ -125,12 +133,16 @@ class HostBoard:
                 if len(self._hosts) >= MAX_HOSTS:
                     raise BoardRefusal(f"the pool has {MAX_HOSTS} hosts already; host {host} cannot join", status=429)
                 joined = self._hosts[host] = _Joined(slots, secrets.token_hex(16), now)
+                for order, _ in self._pending.pop(host, {}).values():
+                    joined.orders[order.run] = order
+                    joined.given[order.ident] = order.run
+                    joined.version += 1
             joined.seen = now
             joined.slots, joined.resources, joined.pid = slots, resources, pid
             for ident, how in ended:  # (only of orders this host was given: it speaks for itself only)
-                job = joined.given.pop(ident, None)
-                if job is not None:
-                    self._ended.setdefault(job, []).append((host, how[:2000]))
+                run = joined.given.pop(ident, None)
+                if run is not None:
+                    self._ended.setdefault(run, []).append((host, how[:2000]))
             joined.running = {ident for ident in running if ident in joined.given}
             ordered = {order.ident for order in joined.orders.values()}
             joined.given = {i: j for i, j in joined.given.items() if i in joined.running or i in ordered}
@@ -166,51 +178,71 @@ class HostBoard:
             return True
 
     def lapse(self, now: float) -> list[str]:
-        """Hosts whose agent has not polled within `timeout_s` leave; their names."""
+        """Hosts whose agent has not polled within `timeout_s` leave; their names. An order for a
+        host that has not joined within `timeout_s` ends (its job hears its agent never started)."""
         with self._lock:
             gone = [h for h, joined in self._hosts.items() if now - joined.seen > self.timeout_s]
             for host in gone:
                 self._drop(host, f"its pool agent has not reported for {self.timeout_s:.0f} s")
+            late = time.monotonic() - self.timeout_s
+            for host, waiting in list(self._pending.items()):
+                for run, (order, since) in list(waiting.items()):
+                    if since < late:
+                        del waiting[run]
+                        self._ended.setdefault(run, []).append(
+                            (host, f"host {host} has no pool agent connected (start `ringmaster pool agent` there)"))
+                if not waiting:
+                    del self._pending[host]
             return gone
 
     def _drop(self, host: str, why: str) -> None:
         joined = self._hosts.pop(host)
-        for job in {*joined.orders, *joined.given.values()}:
-            self._ended.setdefault(job, []).append((host, f"host {host} left the pool: {why}"))
+        for run in {*joined.orders, *joined.given.values()}:
+            self._ended.setdefault(run, []).append((host, f"host {host} left the pool: {why}"))
 
     # ------------------------------------------------------------ what jobs ask (`BoardLauncher`)
     def order(self, host: str, order: Order) -> None:
         with self._lock:
             joined = self._hosts.get(host)
-            if joined is None:
-                self._ended.setdefault(order.job, []).append(
-                    (host, f"host {host} has no pool agent connected (start `ringmaster pool agent` there)"))
+            if joined is None:  # it may be joining (again) now: the order waits for it, for a while
+                self._pending.setdefault(host, {})[order.run] = (order, time.monotonic())
                 return
-            if joined.orders.get(order.job) != order:
-                joined.orders[order.job] = order
-                joined.given[order.ident] = order.job
+            if joined.orders.get(order.run) != order:
+                joined.orders[order.run] = order
+                joined.given[order.ident] = order.run
                 joined.version += 1
 
-    def withdraw(self, host: str, job: str) -> None:
+    def withdraw(self, host: str, run: str) -> None:
         with self._lock:
+            self._pending.get(host, {}).pop(run, None)
             joined = self._hosts.get(host)
-            if joined is not None and joined.orders.pop(job, None) is not None:
+            if joined is not None and joined.orders.pop(run, None) is not None:
                 joined.version += 1
 
-    def withdraw_all(self, job: str) -> None:
+    def withdraw_all(self, run: str) -> None:
         with self._lock:
+            for waiting in self._pending.values():
+                waiting.pop(run, None)
             for joined in self._hosts.values():
-                if joined.orders.pop(job, None) is not None:
+                if joined.orders.pop(run, None) is not None:
                     joined.version += 1
 
-    def take_ended(self, job: str) -> list[tuple[str, str]]:
+    def take_ended(self, run: str) -> list[tuple[str, str]]:
         with self._lock:
-            return self._ended.pop(job, [])
+            return self._ended.pop(run, [])
 
-    def running(self, job: str) -> int:
-        """Hosts whose agent says it runs the job's agent (ordered or on its way out)."""
+    def forget(self, run: str) -> None:
+        """A run is over: what its hosts say of it from now on is dropped."""
         with self._lock:
-            return sum(1 for joined in self._hosts.values() if any(joined.given.get(ident) == job for ident in joined.running))
+            self._ended.pop(run, None)
+            for joined in self._hosts.values():
+                joined.given = {i: r for i, r in joined.given.items() if r != run}
+                joined.running = {i for i in joined.running if i in joined.given}
+
+    def running(self, run: str) -> int:
+        """Hosts whose agent says it runs the run's agent (ordered or on its way out)."""
+        with self._lock:
+            return sum(1 for joined in self._hosts.values() if any(joined.given.get(ident) == run for ident in joined.running))
 
     def pids(self) -> dict[str, int | None]:
         """Each joined host's pool agent's process id, as it says."""
@@ -223,4 +255,4 @@ class HostBoard:
             joined = self._hosts.get(host)
             if joined is None:
                 return {}
-            return {job: order.ident in joined.running for job, order in joined.orders.items()}
+            return {order.job: order.ident in joined.running for order in joined.orders.values()}

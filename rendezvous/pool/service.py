@@ -254,20 +254,24 @@ class PoolService:
         this pool leads (a deposed pool writes nothing)."""
         if self.store is None or not (self.dirty or self.table.forgotten):
             return
-        puts = {job_key(self.prefix, i): to_record(self.table.jobs[i]) for i in self.dirty if i in self.table.jobs}
-        deletes = [job_key(self.prefix, i) for i in self.table.forgotten]
+        # Taken out before the write: a job submitted or changed while it is on its way (the API
+        # answers on this loop meanwhile) is in the next write, not cleared with this one.
+        saving, self.dirty = self.dirty, set()
+        forgotten, self.table.forgotten = self.table.forgotten, []
+        puts = {job_key(self.prefix, i): to_record(self.table.jobs[i]) for i in saving if i in self.table.jobs}
+        deletes = [job_key(self.prefix, i) for i in forgotten]
         guards = self.leadership.guard if self.leadership is not None else {}
         try:
             written = await self.store.transact(guards, puts, deletes)
         except StoreUnavailable as exc:
             self.say(Kind.STORE_DEGRADED, error=str(exc))
-            return  # kept dirty: written when the store answers again
-        if not written:
+            written = None
+        if not written:  # kept to be written when the store answers again (or never, by a deposed pool)
+            self.dirty |= saving
+            self.table.forgotten[:0] = forgotten
+        if written is False:
             self.deposed = "the pool's leader key changed: another pool leads"
             self._stop = True
-            return
-        self.dirty.clear()
-        self.table.forgotten.clear()
 
     async def _poll_hosts(self) -> None:
         """The hosts the source names, their pool agents started and stopped to match (when this
@@ -397,16 +401,17 @@ class PoolService:
         held: dict[str, int] = {}
         for job_id, lease in self.leases.items():
             job = self.table.jobs.get(job_id)
-            view = lease.server.view() if job is not None and job.state == "running" else None
+            view = lease.server.view() if job is not None else None
             if view is None or job is None:
                 continue
+            keeps = job.placement if job.state == "running" else {}  # a job suspending or cancelling keeps none
             on: dict[str, int] = {}
             for worker in view.workers:
                 if worker.live:
                     on[worker.host] = on.get(worker.host, 0) + 1
             for host, count in on.items():
-                if count > job.placement.get(host, 0):
-                    held[host] = held.get(host, 0) + count - job.placement.get(host, 0)
+                if count > keeps.get(host, 0):
+                    held[host] = held.get(host, 0) + count - keeps.get(host, 0)
         return held
 
     # ---------------------------------------------------------------- acting

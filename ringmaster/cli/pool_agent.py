@@ -37,6 +37,10 @@ from ringmaster.rendezvous.server.launchers import AgentOptions, LocalLauncher
 #: Seconds of the first and the longest pause before asking an unreachable pool again.
 RETRY_FIRST_S = 0.5
 RETRY_MOST_S = 5.0
+#: Most characters of how a job's agent ended said to the pool (its last lines, the newest kept).
+MAX_HOW_CHARS = 2000
+#: Seconds between two looks at the jobs' agents (one that ended is said to the pool at once).
+WATCH_S = 0.1
 #: Seconds the jobs' agents have to drain this host (their workers leave at a commit) when this
 #: process stops, and then to stop.
 DRAIN_TIMEOUT_S = 60.0
@@ -63,38 +67,57 @@ class PoolAgent:
         self.version = -1
         self.agents: dict[str, _Running] = {}  # order -> its job's agent
         self.done: set[str] = set()  # orders whose agent ran and ended (each order runs once)
+        self.unsent: list[dict[str, str]] = []  # agents that ended, not yet said to the pool
+        self.lock = threading.Lock()
         self.stop_event = threading.Event()
+        self.refused: str | None = None
 
-    def report(self) -> tuple[list[str], list[dict[str, str]]]:
-        """The orders whose agents run, and those that ended since the last report (with how)."""
-        running, ended = [], []
+    def report(self) -> list[str]:
+        """The orders whose agents run; those that ended since are kept to be sent (with how)."""
+        running = []
         for ident, agent in list(self.agents.items()):
             alive = agent.launcher.alive()
             for _, how in agent.launcher.ended():
-                ended.append({"order": ident, "how": how})
+                self.unsent.append({"order": ident, "how": how[-MAX_HOW_CHARS:]})
             if alive:
                 running.append(ident)
             else:
                 del self.agents[ident]
                 self.done.add(ident)
-        return running, ended
+        return running
 
-    def poll_once(self) -> PollAnswer:
-        running, ended = self.report()
-        raw: Any = self.client.post(f"/hosts/{self.host}/poll", {"session": self.session, "slots": self.slots,
-                                                                  "version": self.version, "running": running,
-                                                                  "ended": ended, "resources": self.resources,
-                                                                  "pid": os.getpid()})
+    def exchange(self, hold: bool) -> PollAnswer:
+        """One poll: what runs and what ended out, the host's orders in (held by the pool until
+        they change when `hold`; at once otherwise, to say an agent ended without delay). An
+        answer older than one already applied (two polls cross) is not applied."""
+        with self.lock:
+            running = self.report()
+            sent, self.unsent = self.unsent, []
+            body = {"session": self.session, "slots": self.slots, "version": self.version if hold else -1,
+                    "running": running, "ended": sent, "resources": self.resources, "pid": os.getpid()}
         try:
+            raw: Any = self.client.post(f"/hosts/{self.host}/poll", body)
             answer = PollAnswer.model_validate(raw)
         except ValidationError as exc:
+            with self.lock:
+                self.unsent = sent + self.unsent
             raise ApiError(f"{self.client.api} answered a poll with something else than orders: "
                            f"{str(exc).splitlines()[0]}") from None
-        if self.session != answer.session:
-            self.say(Kind.POOL_AGENT_JOINED, host=self.host, pool=self.client.api, slots=self.slots)
-        self.session, self.version = answer.session, answer.version
-        self.apply(answer.orders)
+        except ApiError:
+            with self.lock:
+                self.unsent = sent + self.unsent  # said again with the next poll
+            raise
+        with self.lock:
+            if answer.session != self.session:
+                self.say(Kind.POOL_AGENT_JOINED, host=self.host, pool=self.client.api, slots=self.slots)
+            elif answer.version < self.version:
+                return answer
+            self.session, self.version = answer.session, answer.version
+            self.apply(answer.orders)
         return answer
+
+    def poll_once(self) -> PollAnswer:
+        return self.exchange(hold=True)
 
     def apply(self, orders: list[OrderRow]) -> None:
         wanted = {order.order: order for order in orders}
@@ -105,7 +128,7 @@ class PoolAgent:
                 self.say(Kind.POOL_AGENT_STOPS, host=self.host, job=agent.order.job, why="the pool took the job off this host")
                 agent.launcher.stop(self.host)
         for ident, order in wanted.items():
-            if ident in self.agents or ident in self.done:
+            if ident in self.agents or ident in self.done or self.stop_event.is_set():
                 continue
             options = AgentOptions(order.rendezvous, order.heartbeat_interval_s, order.stop_grace_s,
                                    order.reconnect_timeout_s, order.spares, order.drain_grace_s)
@@ -115,36 +138,54 @@ class PoolAgent:
             self.agents[ident] = _Running(order, launcher)
 
     def run(self) -> int:
-        """Poll until stopped; 0 when stopped, 1 when the pool refuses this host for good."""
-        pause = RETRY_FIRST_S
+        """Poll until stopped (a thread holds the pool's answer open; this one says at once when
+        a job's agent ended); 0 when stopped, an error when the pool refuses this host for good."""
+        poller = threading.Thread(target=self._poll_until_stopped, daemon=True)
+        poller.start()
         try:
-            while not self.stop_event.is_set():
-                try:
-                    self.poll_once()
-                    pause = RETRY_FIRST_S
-                except ApiError as exc:
-                    if exc.status in FINAL_STATUSES:
-                        raise UsageError(f"the pool refused host {self.host}: {exc}") from None
-                    self.say(Kind.POOL_AGENT_TROUBLE, host=self.host, error=str(exc), retry_s=pause)
-                    self.stop_event.wait(pause)
-                    pause = min(pause * 2, RETRY_MOST_S)
+            while not self.stop_event.wait(WATCH_S):
+                with self.lock:
+                    ended = any(not agent.launcher.alive() for agent in self.agents.values())
+                if ended:
+                    with contextlib.suppress(ApiError):
+                        self.exchange(hold=False)
+            if self.refused is not None:
+                raise UsageError(f"the pool refused host {self.host}: {self.refused}")
             return 0
         finally:
             self.stop_all()
 
+    def _poll_until_stopped(self) -> None:
+        pause = RETRY_FIRST_S
+        while not self.stop_event.is_set():
+            try:
+                self.exchange(hold=True)
+                pause = RETRY_FIRST_S
+            except ApiError as exc:
+                if exc.status in FINAL_STATUSES:
+                    self.refused = str(exc)
+                    self.stop_event.set()
+                    return
+                self.say(Kind.POOL_AGENT_TROUBLE, host=self.host, error=str(exc), retry_s=pause)
+                self.stop_event.wait(pause)
+                pause = min(pause * 2, RETRY_MOST_S)
+
     def stop_all(self) -> None:
         """The host is taken politely: each job's agent drains it (its workers leave at their next
         commit, so no job loses work), then this host leaves the pool."""
-        for agent in self.agents.values():
+        self.stop_event.set()
+        with self.lock:  # (the poller starts nothing once stopped)
+            running = list(self.agents.values())
+        for agent in running:
             for launched in agent.launcher.agents.values():
                 with contextlib.suppress(OSError):
                     launched.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        for agent in self.agents.values():
+        for agent in running:
             for launched in agent.launcher.agents.values():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     launched.proc.wait(max(0.0, deadline - time.monotonic()))
-        for agent in self.agents.values():
+        for agent in running:
             agent.launcher.stop_all(STOP_TIMEOUT_S)
         if self.session is not None:
             try:

@@ -56,9 +56,13 @@ def test_orders_and_what_a_job_hears_of_its_agents() -> None:
     session, _ = board.poll("h1", None, 2, [], [], now=0.0)
     launcher = BoardLauncher(board, "job-1", OPTIONS, "job-secret-job-secret-0")
     launcher.start("h1")
-    launcher.start("nowhere")  # a host with no agent: the job hears it ended at once
+    launcher.start("nowhere")  # a host with no agent: the order waits for it, then the job hears it ended
     version, (order,) = board.orders("h1", session, now=0.5)
     assert version == 1 and order.job == "job-1" and order.key == agent_key("job-secret-job-secret-0", "h1").hex()
+    assert launcher.ended() == []
+    board.timeout_s = 0.0
+    assert board.lapse(now=0.0) == []  # (h1 reported just now: it stays)
+    board.timeout_s = 10.0
     assert launcher.ended() == [("nowhere", "host nowhere has no pool agent connected (start `ringmaster pool agent` there)")]
     board.poll("h1", session, 2, [order.ident], [], now=1.0)
     assert launcher.alive() == 1
@@ -67,16 +71,17 @@ def test_orders_and_what_a_job_hears_of_its_agents() -> None:
     assert launcher.alive() == 1  # withdrawn, but its agent still runs until the host says it ended
     board.poll("h1", session, 2, [], [(order.ident, "exited with code 0"), ("job-2@x:1", "made up")], now=2.0)
     assert launcher.alive() == 0 and launcher.ended() == [("h1", "exited with code 0")]
-    assert board.take_ended("job-2") == []  # a host speaks only of the orders it was given
+    assert board.take_ended(Order("job-2", AgentOptions("x:1", 1.0, 1.0), "").run) == []  # it speaks of its own orders only
 
 
 def test_a_host_that_leaves_ends_its_jobs_agents_there() -> None:
     board = HostBoard(timeout_s=10)
     session, _ = board.poll("h1", None, 2, [], [], now=0.0)
-    board.order("h1", Order("job-1", OPTIONS, "00" * 32))
+    order = Order("job-1", OPTIONS, "00" * 32)
+    board.order("h1", order)
     assert board.leave("h1", "not-the-session") is False
     assert board.leave("h1", session) is True
-    ((host, how),) = board.take_ended("job-1")
+    ((host, how),) = board.take_ended(order.run)
     assert host == "h1" and "left the pool" in how and board.find_hosts() == {}
 
 
@@ -201,3 +206,16 @@ def test_a_job_that_asked_for_no_gpu_sees_none_on_a_host_that_has_some() -> None
     assert job_environment(gpu_job, {"gpu": 4.0}) == {} and job_environment(cpu_job, {"gpu": 0.0}) == {}
     launcher = LocalLauncher(OPTIONS, None, key="ab" * 32, environment=job_environment(cpu_job, {"gpu": 4.0}))
     assert launcher._environment()["CUDA_VISIBLE_DEVICES"] == ""  # what its agent process is started with
+
+
+def test_what_a_host_says_of_one_run_of_a_job_never_reaches_the_next_run() -> None:
+    board = HostBoard(timeout_s=10)
+    session, _ = board.poll("h1", None, 2, [], [], now=0.0)
+    first = BoardLauncher(board, "job-1", OPTIONS, "job-secret-job-secret-0")
+    first.start("h1")
+    _, (order,) = board.orders("h1", session, now=0.1)
+    first.stop_all(0.0)  # the run ends (suspended) before the host said its agent ended
+    resumed = BoardLauncher(board, "job-1", AgentOptions("127.0.0.1:6000", 1.0, 5.0), "job-secret-job-secret-1")
+    resumed.start("h1")
+    board.poll("h1", session, 2, [], [(order.ident, "exited with code 0")], now=0.2)  # late word of the first run
+    assert resumed.ended() == [] and first.ended() == []

@@ -90,3 +90,41 @@ def test_bad_records_are_refused_naming_the_field(change, says) -> None:
     record = to_record(JobTable(set()).submit(["true"], 1, 2, 0.0, 4))
     with pytest.raises(ValueError, match=says):
         from_record({**record, **change})
+
+
+def test_a_job_submitted_while_the_store_write_is_on_its_way_is_written_with_the_next(tmp_path) -> None:
+    """The API answers on the pool's loop while a write awaits the store: what changes meanwhile
+    must not be cleared with the write that did not carry it. (The store is the real in-memory
+    one; only its write is held open, to reach that moment every time.)"""
+    import asyncio
+
+    from ringmaster.discovery import StaticDiscovery
+    from ringmaster.rendezvous.pool.service import PoolService
+    from ringmaster.rendezvous.scheduling.model import Settings
+    from ringmaster.rendezvous.state.memory_kv import MemoryStore
+
+    class HeldStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def transact(self, guards, puts, deletes, *args, **kwargs):  # type: ignore[no-untyped-def]
+            await self.release.wait()
+            return await super().transact(guards, puts, deletes, *args, **kwargs)
+
+    async def scenario() -> list[str]:
+        store = HeldStore()
+        pool = PoolService(StaticDiscovery({"h": 2}), "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None,
+                           store=store)
+        pool.expected = pool.hosts = {"h": 2}
+        pool.submit(["python", "a.py"], 1, 1, None, "default", 0)
+        writing = asyncio.create_task(pool._save())
+        await asyncio.sleep(0)  # the write of job-1 is on its way
+        pool.submit(["python", "b.py"], 1, 1, None, "default", 0)
+        store.release.set()
+        await writing
+        await pool._save()
+        entries, _ = await store.get_prefix("pool/jobs/")
+        return sorted(entry.key for entry in entries)
+
+    assert asyncio.run(scenario()) == ["pool/jobs/job-1", "pool/jobs/job-2"]
