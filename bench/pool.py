@@ -79,6 +79,10 @@ def preempt() -> dict[str, float]:
             submitted = time.time()
             high = pool.submit(d / "high", 4, 4, epochs=2, samples=64, priority=10, name="high")
             first_high = wait_for(lambda: next((c["time"] for c in _commits(d / "high")), None), 180, "high's first step")
+            placed = float(pool.proc.wait_event("pool.job_started", 10, job=high)["time"])
+            formed = float(pool.proc.wait_event("generation.formed", 10, job=high)["time"])
+            from harness import read_logs
+            synced = min(r["time"] for records in read_logs(d / "high").values() for r in records if r["event"] == "synced")
             shrunk = [wait_for(lambda: next((c["time"] for c in _commits(d / f"low{i}") if c["size"] == 2), None), 60,
                                f"low{i} at 2") for i in (1, 2)]
             pool.wait_job(high, lambda j: j["state"] == "succeeded", 180, "high to finish")
@@ -89,6 +93,10 @@ def preempt() -> dict[str, float]:
             return {"submit_to_first_step_s": first_high - submitted,
                     "submit_to_low_jobs_shrunk_s": max(shrunk) - submitted,
                     "low_shrunk_to_high_first_step_s": first_high - max(shrunk),
+                    "submit_to_high_placed_s": placed - submitted,
+                    "placed_to_ring_formed_s": formed - placed,
+                    "formed_to_first_step_s": first_high - formed,
+                    "of_which_state_synced_at_s": synced - formed,
                     "low_commit_interval_s": statistics.median(b - a for a, b in zip(rank0, rank0[1:])),
                     "low_pause_s": shrunk[0] - last_at_4,
                     "steps_trained_twice": float(sum(_redone(d / f"low{i}") for i in (1, 2)))}

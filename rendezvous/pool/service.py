@@ -462,7 +462,10 @@ class PoolService:
         self.say(Kind.POOL_JOB_SUSPENDING, job=job.id, reason=reason)
 
     def _job_event(self, job_id: str, event: Event) -> None:
-        """A job's event: a host it lost is lost to the pool (for the cooldown)."""
+        """A job's event: a host it lost is lost to the pool (for the cooldown); a worker that
+        left may free a slot another job waits for (the next round at once)."""
+        if event.kind in (Kind.WORKER_STOPPED, Kind.WORKER_EXITED, Kind.WORKER_FINISHED):
+            self.changed.set()
         if event.kind is Kind.HOST_LOST:
             host = str(event.fields.get("host", ""))
             if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():

@@ -142,6 +142,10 @@ class LocalLauncher(Launcher):
         env.update(self._extra_environment)
         return env
 
+    #: Whether `start` hands the agent its key at once (an agent started ahead of its job gets
+    #: it later, with its order: `hand_over`).
+    hands_over_at_start = True
+
     def start(self, host: str) -> None:
         if host in self.agents:
             return
@@ -151,7 +155,16 @@ class LocalLauncher(Launcher):
         launched = self.agents[host] = _Launched(proc, remote=False)
         launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output),
                            _relay_thread(proc.stderr, sys.stderr, launched.output)]
-        _hand_over(proc, handover(self._key(host), {}))
+        if self.hands_over_at_start:
+            _hand_over(proc, handover(self._key(host), {}))
+
+    def hand_over(self, host: str, line: bytes) -> bool:
+        """Write a handover to the agent of `host` started without one; False when it is gone."""
+        launched = self.agents.get(host)
+        if launched is None or launched.proc.poll() is not None:
+            return False
+        _hand_over(launched.proc, line)
+        return True
 
     def stop(self, host: str) -> None:
         """Close the agent's stdin: it stops at once (a SIGTERM would ask it to drain its host)."""

@@ -118,6 +118,9 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--secret-file", default=None, metavar="FILE",
                        help=f"the pool's join secret (`pool serve --join-secret-file`) (default: ${SECRET_ENV})")
     agent.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
+    agent.add_argument("--warm-ahead", action=argparse.BooleanOptionalAction, default=True,
+                       help="keep one job agent started ahead of the next job, its spare per slot importing torch, "
+                            "so a job placed here starts its workers warm (default: on)")
     agent.add_argument("--from-launcher", action="store_true", help=argparse.SUPPRESS)  # the pool started it
     agent.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     agent.add_argument("--log-format", choices=["text", "json"], default=None)
@@ -278,14 +281,15 @@ def pool_agent(args: argparse.Namespace) -> int:
         if args.die_with_parent:
             die_with_parent(os.getppid())
         return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca,
-                              emitter(logs.POOL_AGENT), stop_when_stdin_closes=True)
+                              emitter(logs.POOL_AGENT), stop_when_stdin_closes=True, warm_ahead=args.warm_ahead)
     join_secret = secret_from(args.secret_file, os.environ)
     if join_secret is None:
         raise UsageError("the pool's join secret is needed: --secret-file FILE (the file `pool serve "
                          f"--join-secret-file` names, copied here), or ${SECRET_ENV}")
     key = pool_host_key(join_secret, host).hex()
     del join_secret  # the host's key is all it keeps
-    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.POOL_AGENT))
+    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.POOL_AGENT),
+                          warm_ahead=args.warm_ahead)
 
 
 def serve(args: argparse.Namespace) -> int:

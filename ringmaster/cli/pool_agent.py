@@ -17,6 +17,7 @@ this process asks again with a growing pause. SIGTERM or SIGINT: the jobs' agent
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.common.errors import UsageError
 from ringmaster.common.events import Kind
+from ringmaster.common.handover import handover
 from ringmaster.rendezvous.pool.host_wire import OrderRow, PollAnswer
 from ringmaster.rendezvous.server.launchers import AgentOptions, LocalLauncher
 
@@ -60,7 +62,7 @@ class PoolAgent:
     """One host's membership of a pool: poll, then start and stop jobs' agents to match the orders."""
 
     def __init__(self, client: ApiClient, host: str, slots: int, say: Callable[..., None],
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None, warm_ahead: bool = True) -> None:
         self.client, self.host, self.slots, self.say = client, host, slots, say
         self.resources = dict(resources or {})
         self.session: str | None = None
@@ -70,6 +72,9 @@ class PoolAgent:
         self.unsent: list[dict[str, str]] = []  # agents that ended, not yet said to the pool
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
+        self.ready: ReadyLauncher | None = None  # a job's agent started ahead of its order, warming
+        self.template: tuple[AgentOptions, dict[str, str]] | None = None  # the last order's options
+        self.warm_ahead = warm_ahead
         self.refused: str | None = None
 
     def report(self) -> list[str]:
@@ -132,10 +137,30 @@ class PoolAgent:
                 continue
             options = AgentOptions(order.rendezvous, order.heartbeat_interval_s, order.stop_grace_s,
                                    order.reconnect_timeout_s, order.spares, order.drain_grace_s)
-            launcher = LocalLauncher(options, None, key=order.key, environment=job_environment(order, self.resources))
-            self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous)
-            launcher.start(self.host)
+            environment = job_environment(order, self.resources)
+            ready, self.ready = self.ready, None
+            if ready is not None and ready.fits(options, environment) and ready.give(self.host, order.key, order.rendezvous):
+                launcher: LocalLauncher = ready  # warm: its spares have been importing torch meanwhile
+                self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous, warm=True)
+            else:
+                if ready is not None:
+                    ready.stop_all(0.0)
+                launcher = LocalLauncher(options, None, key=order.key, environment=environment)
+                self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous, warm=False)
+                launcher.start(self.host)
             self.agents[ident] = _Running(order, launcher)
+            self.template = (options, environment)
+        self._keep_one_ready()
+
+    def _keep_one_ready(self) -> None:
+        """An agent started ahead of the next order, like the last one's (the pool gives its
+        jobs the same timings), so that job's first workers here start warm."""
+        if self.ready is not None and not self.ready.alive():
+            self.ready = None
+        if self.ready is None and self.template is not None and self.warm_ahead and not self.stop_event.is_set():
+            options, environment = self.template
+            self.ready = ReadyLauncher(options, environment, self.slots)
+            self.ready.start(self.host)
 
     def run(self) -> int:
         """Poll until stopped (a thread holds the pool's answer open; this one says at once when
@@ -176,6 +201,9 @@ class PoolAgent:
         self.stop_event.set()
         with self.lock:  # (the poller starts nothing once stopped)
             running = list(self.agents.values())
+            ready, self.ready = self.ready, None
+        if ready is not None:
+            ready.stop_all(0.0)
         for agent in running:
             for launched in agent.launcher.agents.values():
                 with contextlib.suppress(OSError):
@@ -195,6 +223,31 @@ class PoolAgent:
         self.agents.clear()
 
 
+class ReadyLauncher(LocalLauncher):
+    """A job's agent started before its job is known (`--await-order`): it warms a spare per slot
+    while it waits; its order (the job's rendezvous and this host's key for the job) comes later."""
+
+    hands_over_at_start = False
+
+    def __init__(self, options: AgentOptions, environment: dict[str, str], slots: int) -> None:
+        super().__init__(options, None, environment=environment)
+        self.options, self.environment, self.slots = options, dict(environment), slots
+
+    def _argv(self, host: str, remote: bool) -> list[str]:
+        argv = super()._argv(host, remote)
+        at = argv.index("--rendezvous")
+        return [*argv[:at], *argv[at + 2:], "--await-order", "--slots", str(self.slots)]
+
+    def fits(self, options: AgentOptions, environment: dict[str, str]) -> bool:
+        """Whether it can serve an order with these options and environment (all but the
+        rendezvous, which comes with the order, are fixed at its start)."""
+        return options == dataclasses.replace(self.options, rendezvous=options.rendezvous) and \
+            environment == self.environment and bool(self.alive())
+
+    def give(self, host: str, key: str, rendezvous: str) -> bool:
+        return self.hand_over(host, handover(key, {}, rendezvous))
+
+
 def job_environment(order: OrderRow, resources: dict[str, float]) -> dict[str, str]:
     """What a job's agent (and so its workers) gets set here: a job that asked for no GPU sees
     none on a host that has some (another job's workers may be using them)."""
@@ -202,7 +255,7 @@ def job_environment(order: OrderRow, resources: dict[str, float]) -> dict[str, s
 
 
 def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float], key: str, tls_ca: str | None,
-                   say: Callable[..., None], stop_when_stdin_closes: bool = False) -> int:
+                   say: Callable[..., None], stop_when_stdin_closes: bool = False, warm_ahead: bool = True) -> int:
     """`ringmaster pool agent`: join `pool` as `host` proving `key` (hex) until SIGTERM/SIGINT
     (or, started by the pool, until its stdin closes: the pool is gone or let the host go)."""
     from ringmaster.rendezvous.pool.host_board import POLL_HOLD_S
@@ -210,7 +263,7 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
     if not host:
         raise UsageError("--host NAME: the name this host has in the pool")
     client = ApiClient(pool, key, tls_ca, timeout_s=POLL_HOLD_S + 15.0)
-    agent = PoolAgent(client, host, slots, say, resources)
+    agent = PoolAgent(client, host, slots, say, resources, warm_ahead)
 
     def stop(signum: int, frame: object) -> None:
         agent.stop_event.set()

@@ -250,7 +250,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_HOST_AGENT_STARTING: Spec(_I, "host {host}: starting its pool agent {how}"),
     Kind.POOL_HOST_AGENT_ENDED: Spec(_W, "host {host}: its pool agent ended ({how}); out of the pool for {cooldown_s:g} s, "
                                          "then started again"),
-    Kind.POOL_AGENT_STARTS: Spec(_I, "host {host}: starts the agent of job {job} (rendezvous {rendezvous})"),
+    Kind.POOL_AGENT_STARTS: Spec(_I, "host {host}: starts the agent of job {job} (rendezvous {rendezvous}; started "
+                                     "ahead with warm spares: {warm})"),
     Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),
     Kind.POOL_AGENT_TROUBLE: Spec(_W, "host {host}: the pool did not answer ({error}); its jobs' agents go on, "
                                       "asking again in {retry_s:g} s"),

@@ -8,9 +8,20 @@ import json
 from typing import Mapping
 
 
-def handover(key_hex: str, environ: Mapping[str, str]) -> bytes:
-    """The one line written to an agent's stdin."""
-    return (json.dumps({"key": key_hex, "env": dict(environ)}) + "\n").encode()
+def handover(key_hex: str, environ: Mapping[str, str], rendezvous: str | None = None) -> bytes:
+    """The one line written to an agent's stdin (with `rendezvous` for an agent started before
+    its job was known: `--await-order`)."""
+    line = {"key": key_hex, "env": dict(environ)}
+    if rendezvous is not None:
+        line["rendezvous"] = rendezvous
+    return (json.dumps(line) + "\n").encode()
+
+
+def handed_rendezvous(line: bytes) -> str | None:
+    """The rendezvous a handover names, if it names one (after `read_handover` accepted it)."""
+    raw = json.loads(line)
+    value = raw.get("rendezvous") if isinstance(raw, dict) else None
+    return value if isinstance(value, str) and 0 < len(value) <= 1000 else None
 
 
 #: Longest handover line an agent reads (the environment included).

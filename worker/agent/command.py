@@ -20,13 +20,13 @@ from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError
 from ringmaster.proto import environment as env_names
 from ringmaster.common.reconnect import parse_addresses
-from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
+from ringmaster.common.handover import MAX_HANDOVER_BYTES, handed_rendezvous, read_handover
 from ringmaster.common.keys import agent_key, parse_key
 from ringmaster.discovery import host_name_problem
 from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.settings import SPARES_ENV, AgentSettings
-from ringmaster.worker.agent.daemon import Agent, DrainAsk
+from ringmaster.worker.agent.daemon import Agent, DrainAsk, warm_ahead
 from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.worker.agent.slots import default_slots
 from ringmaster.common.processes import die_with_parent, exit_if_stuck
@@ -39,7 +39,7 @@ EXAMPLE = ("example:\n  ringmaster agent --secret-file job.secret --rendezvous r
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ringmaster agent", description=DESCRIPTION, epilog=EXAMPLE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rendezvous", required=True, metavar="HOST:PORT",
+    parser.add_argument("--rendezvous", default=None, metavar="HOST:PORT",
                         help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
     parser.add_argument("--host", default=socket.gethostname(), metavar="NAME", help="this host's name as discovery lists it (default: hostname)")
     parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S, metavar="S",
@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     # of stdin, stopping when stdin closes; dying with `run`): not for people.
     parser.add_argument("--from-launcher", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+    # A pool's host agent starts one ahead of need: it warms a spare per slot, then waits for its
+    # order (the handover, naming the rendezvous too) before it connects.
+    parser.add_argument("--await-order", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
                         help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
@@ -83,12 +86,27 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         parser.error(f"--host: {problem}")
     handed: str | None = None
+    warmed = None
+    if args.await_order:
+        if not args.from_launcher:
+            parser.error("--await-order is for agents a pool's host agent starts (--from-launcher)")
+        logs.configure(args.log_format, args.log_level)
+        if args.die_with_parent:
+            die_with_parent(os.getppid())
+        warmed = warm_ahead(args.slots if args.slots is not None else default_slots(os.environ), args.host)
     if args.from_launcher:
+        line = sys.stdin.buffer.readline(MAX_HANDOVER_BYTES + 1)
         try:
-            handed, environment = read_handover(sys.stdin.buffer.readline(MAX_HANDOVER_BYTES + 1))
+            handed, environment = read_handover(line)
         except ValueError as exc:
+            if warmed is not None:
+                warmed.close()
             parser.error(str(exc))
+        if args.await_order:
+            args.rendezvous = handed_rendezvous(line)
         os.environ.update(environment)  # the launching environment, as horovodrun forwards it
+    if not args.rendezvous:
+        parser.error("--rendezvous HOST:PORT is required")
     logs.configure(args.log_format, args.log_level)
     if args.die_with_parent:
         die_with_parent(os.getppid())
@@ -122,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         ca_pem = read_pem(args.tls_ca, "--tls-ca") if args.tls_ca else (os.environ.get(TLS_CA_ENV) or "").encode() or None
     except RingmasterError as exc:
         parser.error(str(exc))
-    agent = Agent(settings, key, on_stopping=exit_if_stuck, ca_pem=ca_pem)
+    agent = Agent(settings, key, on_stopping=exit_if_stuck, ca_pem=ca_pem, spares=warmed)
     # A stop signal drains the host (its workers leave at their next commit); a second stops now.
     signal.signal(signal.SIGTERM, lambda signum, _: agent.signalled(signum))
     signal.signal(signal.SIGINT, lambda signum, _: agent.signalled(signum))

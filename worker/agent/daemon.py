@@ -91,7 +91,8 @@ class _Child:
 
 class Agent:
     def __init__(self, settings: AgentSettings, key: bytes | None = None,
-                 on_stopping: Callable[[float], None] | None = None, ca_pem: bytes | None = None) -> None:
+                 on_stopping: Callable[[float], None] | None = None, ca_pem: bytes | None = None,
+                 spares: SparePool | None = None) -> None:
         """`key`: this host's agent key (`keys.agent_key`); calls are signed with it, only a
         rendezvous that proves it is obeyed, and each worker gets its own key derived from it
         (never this one). `on_stopping(bound_s)` is called once the agent begins to stop: the
@@ -120,9 +121,13 @@ class Agent:
         self._reader = threading.Thread(target=self._read_sessions, daemon=True)
         self._heartbeater = threading.Thread(target=self._heartbeat, daemon=True)
         self.slots = settings.slots  # offered to a job that takes its hosts from agents
-        self.warm_join = settings.warm_join
-        self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
-                                lambda kind, **fields: say(self.host, kind, **fields))
+        self.warm_join = settings.warm_join and spares is None
+        if spares is not None:  # warmed before this agent knew its job (`warm_ahead`): its spares from now on
+            self.spares = spares
+            spares.count, spares._env = settings.spares, lambda: self._worker_env({}, None)
+        else:
+            self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
+                                    lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
         self._told_to_stop = False
         self.drain_grace_s = settings.drain_grace_s
@@ -516,6 +521,17 @@ class _StderrTail:
 _TAIL_LINES = 3
 _TAIL_WAIT_S = 0.5
 _TAILS: dict[int, _StderrTail] = {}  # pid -> its stderr's tail (until its exit is reported)
+
+
+def warm_ahead(slots: int, host: str) -> SparePool:
+    """Spares started before the agent knows its job (`--await-order`, a pool's ready agent): one
+    per slot, warming while it waits for its order, so the job's first workers here start warm.
+    Their environment is the one a worker gets less its job's own variables, as `take` checks."""
+    pool = SparePool(0, lambda: {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, WORKER_KEY_ENV)},
+                     _forward_output, lambda kind, **fields: say(host, kind, **fields))
+    pool.warm_for_join(slots)
+    pool.tend()
+    return pool
 
 
 def _forward_output(proc: subprocess.Popen, prefix: list[str]) -> None:

@@ -176,7 +176,7 @@ class SparePool:
     def warm_for_join(self, count: int) -> None:
         """Start `count` spares now (at least `self.count`), for the first workers of a host that
         joins: they are kept until used, and the pool goes back to `self.count` at the first use."""
-        if self.count <= 0:
+        if count <= 0:
             return
         self._join_target = count
         self.hold(0.0)
@@ -196,7 +196,7 @@ class SparePool:
 
     def tend(self) -> None:
         """Replace what was used or died, and stop spares grown too big (called every poll)."""
-        if self.count <= 0:
+        if max(self.count, self._join_target) <= 0:
             return
         self._drop_dead()
         for spare in list(self.idle):
