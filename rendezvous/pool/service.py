@@ -26,6 +26,7 @@ from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.logs import JOB_LABEL
 from ringmaster.common.secret import generate_secret
+from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import JobView
@@ -69,7 +70,7 @@ class PoolService:
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
                  discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0,
                  store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "",
-                 board: HostBoard | None = None, join_secret: str | None = None) -> None:
+                 board: HostBoard | None = None, join_secret: str | None = None, tls: ServerTls | None = None) -> None:
         """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
         **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
         are kept under `prefix` and taken up again by the next pool that leads it.
@@ -79,6 +80,7 @@ class PoolService:
         connecting. Otherwise `source` (-H, a discovery script) names the hosts and `launcher`
         starts a pool agent on each (`host_agents`), proving a key derived from `join_secret`."""
         self.source = source
+        self.tls = tls  # every job's rendezvous serves with it (None: plain)
         self.joining = board is not None
         self.board = board if board is not None else HostBoard()
         self.join_secret = join_secret or generate_secret()
@@ -426,7 +428,8 @@ class PoolService:
             lambda options, secret: BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0))
         server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
                                   launcher=launcher, ssh=self.ssh, advertise=self.advertise,
-                                  secret=generate_secret(), observe=lambda event: self._job_event(job.id, event))
+                                  secret=generate_secret(), tls=self.tls,
+                                  observe=lambda event: self._job_event(job.id, event))
         label = JOB_LABEL.set(job.id)
         try:  # the task (and every task it starts) logs with the job's label
             task = asyncio.create_task(server.run(placement), name=f"job {job.id}")

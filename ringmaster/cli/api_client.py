@@ -30,7 +30,8 @@ class ApiError(RingmasterError):
 
 class ApiClient:
     def __init__(self, api: str, secret: str | None, tls_ca: str | None = None,
-                 timeout_s: float = defaults.API_CLIENT_TIMEOUT_S) -> None:
+                 timeout_s: float = defaults.API_CLIENT_TIMEOUT_S, tls_ca_pem: str | None = None) -> None:
+        """`tls_ca`: the CA file an https:// API's certificate chains to (or `tls_ca_pem`, its PEM)."""
         parsed = urllib.parse.urlparse(api)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ApiError(f"--api {api}: give the control API's URL, e.g. http://127.0.0.1:8080 (printed at start)")
@@ -39,7 +40,8 @@ class ApiClient:
                            "use the job's https:// URL (a job started with --tls-cert), or run this command on that machine")
         self.api = api.rstrip("/")
         self._secret = secret
-        self._context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
+        self._context = ssl.create_default_context(cafile=tls_ca) if tls_ca else \
+            ssl.create_default_context(cadata=tls_ca_pem) if tls_ca_pem else None
         self._timeout_s = timeout_s
 
     def get(self, path: str, **query: object) -> Any:

@@ -26,7 +26,7 @@ from ringmaster.cli.remote import table
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, read_secret_file, secret_from
 from ringmaster.rendezvous.scheduling.sizing import POLICIES
-from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV, choose_launcher
+from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions, choose_launcher
 from ringmaster.rendezvous.server.launchers import LAUNCHERS
 
 #: Where `pool serve` keeps jobs' checkpoints (suspended jobs resume from them) unless told.
@@ -81,6 +81,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--launcher", choices=[n for n in LAUNCHERS if n != "none"], default=None,
                        help=f"how jobs' agents are started on the hosts, as `run --launcher` (default: ${LAUNCHER_ENV}, "
                             "else ssh)")
+    serve.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
+    serve.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
     serve.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the pool and its jobs listen on")
     serve.add_argument("--advertise-address", default=None, metavar="HOST", help="what hosts dial (default: --bind)")
     serve.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the pool's control API (default: a free one)")
@@ -90,6 +92,12 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--queue-tokens", default=None, metavar="FILE",
                        help="per-queue tokens (mode 600; a line `QUEUE TOKEN` each): a token's holder submits, lists, "
                             "scales and cancels the jobs of its queue only")
+    serve.add_argument("--tls-cert", default=None, metavar="FILE",
+                       help="serve the pool's API and every job's rendezvous over TLS with this certificate (for the "
+                            "address hosts dial); hosts' pool agents need it to join from another machine")
+    serve.add_argument("--tls-key", default=None, metavar="FILE", help="the key of --tls-cert (mode 600)")
+    serve.add_argument("--tls-ca", default=None, metavar="FILE",
+                       help="the CA --tls-cert chains to, handed to the pool agents it starts (default: the certificate)")
     serve.add_argument("--spares", type=int, default=0, metavar="N", help="warm spares per job agent (default: 0)")
     serve.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S, metavar="S",
                        help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
@@ -278,6 +286,7 @@ def pool_agent(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         os.environ.update(environment)
+        logs.configure(args.log_format, args.log_level)  # (as the launching environment asks: it came just now)
         if args.die_with_parent:
             die_with_parent(os.getppid())
         return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca,
@@ -306,6 +315,7 @@ def serve(args: argparse.Namespace) -> int:
     from ringmaster.rendezvous.state.leadership import Leadership
     from ringmaster.rendezvous.state.open_store import open_store
     from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
+    from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 
     say = emitter(logs.RENDEZVOUS)
     rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights))
@@ -335,6 +345,9 @@ def serve(args: argparse.Namespace) -> int:
                     "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2,
                     "checkpoint_interval_s": args.checkpoint_interval}
     launcher = choose_launcher(args.launcher, os.environ)
+    server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)
+    if server_tls is not None:  # the pool agents it starts, here or over ssh, get the CA in their environment
+        os.environ[TLS_CA_ENV] = read_pem(args.tls_ca, "--tls-ca").decode() if args.tls_ca else server_tls.cert.decode()
     spec = parse_store(args.store, password=os.environ.get(STORE_PASSWORD_ENV) or None)
     saved: list[pathlib.Path] = []
     outcome: list[str] = []
@@ -346,15 +359,17 @@ def serve(args: argparse.Namespace) -> int:
             leadership = Leadership(store, spec.prefix + "pool/", f"{args.advertise_address or args.bind}:{args.api_port}")
             await leadership.acquire(wait=True)  # a standby pool waits here while another leads
         pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
-                           launcher=launcher, bind=args.bind, advertise=args.advertise_address,
+                           launcher=launcher, ssh=SshOptions.from_text(args.ssh_port, args.ssh_identity_file,
+                                                                       os.environ.get(SSH_OPTIONS_ENV, "")), bind=args.bind, advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
-                           board=board, join_secret=join_secret)
+                           board=board, join_secret=join_secret, tls=server_tls)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
         config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port, log_level="warning",
-                                lifespan="off")
+                                lifespan="off", ssl_certfile=server_tls.cert_file if server_tls else None,
+                                ssl_keyfile=server_tls.key_file if server_tls else None)
         api = uvicorn.Server(config)
         api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
         serving = asyncio.create_task(api.serve())
@@ -364,7 +379,7 @@ def serve(args: argparse.Namespace) -> int:
                 raise UsageError(f"the pool's control API could not listen on {args.bind}:{args.api_port}")
             await asyncio.sleep(0.02)
         port = api.servers[0].sockets[0].getsockname()[1]
-        url = f"http://{args.advertise_address or args.bind}:{port}"
+        url = f"{'https' if server_tls else 'http'}://{args.advertise_address or args.bind}:{port}"
         pool.url = url  # (the pool agents it starts on named hosts dial it)
         if made:
             saved.append(save_job_secret(url, secret))

@@ -33,6 +33,7 @@ from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.common.errors import UsageError
 from ringmaster.common.events import Kind
 from ringmaster.common.handover import handover
+from ringmaster.common.tls import TLS_CA_ENV, read_pem
 from ringmaster.rendezvous.pool.host_wire import OrderRow, PollAnswer
 from ringmaster.rendezvous.server.launchers import AgentOptions, LocalLauncher
 
@@ -262,7 +263,10 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
 
     if not host:
         raise UsageError("--host NAME: the name this host has in the pool")
-    client = ApiClient(pool, key, tls_ca, timeout_s=POLL_HOLD_S + 15.0)
+    pem = os.environ.get(TLS_CA_ENV) or None  # (the pool that started it hands its CA so)
+    if tls_ca:  # the jobs' agents this process starts speak TLS to their rendezvous with the same CA
+        os.environ[TLS_CA_ENV] = read_pem(tls_ca, "--tls-ca").decode()
+    client = ApiClient(pool, key, tls_ca, timeout_s=POLL_HOLD_S + 15.0, tls_ca_pem=None if tls_ca else pem)
     agent = PoolAgent(client, host, slots, say, resources, warm_ahead)
 
     def stop(signum: int, frame: object) -> None:

@@ -210,3 +210,48 @@ def test_serve_with_agents_started_by_something_else_on_hosts_with_their_own_net
         assert agent.wait(60) == 0, agent.output
     assert {e["host"] for e in server.events("agent.connected")} == {a, b}
     assert {r["size"] for r in events(read_logs(tmp_path / "log"), "done")} == {4}
+
+
+def test_a_pool_starts_a_pool_agent_on_each_host_over_ssh_and_runs_a_job_there_over_tls(run_job, net_hosts,
+                                                                                         tmp_path) -> None:
+    """`pool serve --launcher ssh`: each named host's pool agent started over ssh (its key and the
+    pool's CA on its stdin), joining the pool's API over https; a job placed on both hosts runs
+    with its rendezvous over TLS, its agents started by the pool agents."""
+    import json
+    import ssl
+    import urllib.request
+
+    from harness import SECRET, WORKLOADS
+    from tls_files import make_tls_files
+
+    net = net_hosts(2)
+    a, b = (h.address for h in net.hosts)
+    tls = make_tls_files(tmp_path / "tls", net.gateway)
+    pool = run_job("serve", "--launcher", "ssh", "--ssh-identity-file", net.key, "-H", f"{a}:1,{b}:1",
+                   "--bind", net.gateway, "--api-port", "0", "--tls-cert", tls.cert, "--tls-key", tls.key,
+                   "--tls-ca", tls.ca, "--checkpoint-root", tmp_path / "ckpt", "--start-timeout", "60",
+                   verb="pool", env=net.ssh_env())
+    url = str(pool.wait_event("pool.listening", 60)["url"])
+    assert url.startswith(f"https://{net.gateway}:"), url
+    context = ssl.create_default_context(cafile=str(tls.ca))
+
+    def call(path: str, body: dict | None = None):
+        request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
+                                         method="POST" if body is not None else "GET")
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return json.load(answer)
+
+    wait_for(lambda: all(h["joined"] for h in call("/hosts")) and len(call("/hosts")) == 2, 120, "both pool agents joined")
+    (tmp_path / "log").mkdir()
+    job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(tmp_path / "log"),
+                                     "--epochs", "2", "--samples", "64", "--step-time", "0.02"],
+                         "min_np": 2, "max_np": 2})["id"]
+    done = wait_for(lambda: (j := call(f"/jobs/{job}")) and j["state"] in ("succeeded", "failed") and j, 240,
+                    "the job to end")
+    assert done["state"] == "succeeded", (done, pool.output[-4000:])
+    assert done["sizes"][0][1] == 2
+    starting = pool.events("pool.host_agent_starting")
+    assert {e["host"] for e in starting} == {a, b} and all("over ssh" in e["how"] for e in starting)
+    assert {e["host"] for e in pool.events("pool.agent_starts")} == {a, b}  # the jobs' agents, from the pool agents
+    assert_epochs_exactly_once(read_logs(tmp_path / "log"))
