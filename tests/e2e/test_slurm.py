@@ -205,3 +205,62 @@ def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled
     print(f"\n[figure] Slurm: second allocation submitted -> its node's first step in the job: "
           f"{grown['time'] - submitted:.2f} s (agent connected -> step: {grown['time'] - joined['time']:.2f} s); "
           f"scancel -> first step without it: {after['time'] - cancelled:.2f} s")
+
+
+def test_a_pool_in_an_allocation_starts_each_nodes_pool_agent_as_a_step_and_runs_a_job_there(slurm) -> None:
+    """`ringmaster pool serve` as an sbatch job: the launcher is slurm by itself, each node's pool
+    agent an `srun` step joining the pool over https; a job submitted to the pool runs on both
+    nodes, its agents started by the pool agents."""
+    import json
+    import ssl
+    import urllib.request
+
+    from tls_files import make_tls_files
+
+    node0 = slurm.node("node0").address
+    tls = make_tls_files(slurm.workdir / "tls", node0)
+    port = free_port()
+    log = slurm.workdir / "log"
+    log.mkdir(exist_ok=True)
+    script = slurm.workdir / "pool.sbatch"
+    script.write_text("\n".join([
+        "#!/bin/bash",
+        f"#SBATCH --nodes=2 --ntasks-per-node=1 --no-kill --output={slurm.workdir}/pool.out --chdir={slurm.workdir}",
+        "unset RINGMASTER_LAUNCHER  # (the tests' own default): inside a Slurm job the launcher is slurm by itself",
+        f"export GLOO_SOCKET_IFNAME={slurm.net.bridge}",
+        f"exec {sys.executable} -m ringmaster.cli pool serve -H node0:1,node1:1 --bind {node0} --api-port {port} "
+        f"--tls-cert {tls.cert} --tls-key {tls.key} --tls-ca {tls.ca} --checkpoint-root {slurm.workdir}/ckpt "
+        "--start-timeout 60 --log-format json",
+        "",
+    ]))
+    job_id = slurm.sbatch(script)
+    context = ssl.create_default_context(cafile=str(tls.ca))
+
+    def call(path: str, body: dict | None = None):
+        request = urllib.request.Request(f"https://{node0}:{port}{path}", data=json.dumps(body).encode() if body else None,
+                                         headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
+                                         method="POST" if body else "GET")
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return json.load(answer)
+
+    def joined() -> bool:
+        try:
+            hosts = call("/hosts")
+        except OSError:
+            return False
+        return len(hosts) == 2 and all(h["joined"] for h in hosts)
+
+    try:
+        wait_for(joined, 120, "both nodes' pool agents joined", interval_s=0.5)
+        job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log), "--epochs",
+                                         "2", "--samples", "64", "--step-time", "0.02"], "min_np": 2, "max_np": 2})["id"]
+        done = wait_for(lambda: (j := call(f"/jobs/{job}")) and j["state"] in ("succeeded", "failed") and j, 240,
+                        "the pool's job to end", interval_s=0.5)
+        assert done["state"] == "succeeded", done
+    finally:
+        subprocess.run(["scancel", job_id], env=slurm.env, capture_output=True, timeout=30)
+    starting = job_events(slurm, "pool", "pool.host_agent_starting")
+    assert {e["host"] for e in starting} == {"node0", "node1"}
+    assert all("Slurm job step" in e["how"] for e in starting)
+    assert {e["host"] for e in job_events(slurm, "pool", "pool.agent_starts")} == {"node0", "node1"}
+    assert_every_sample_once(read_logs(log), 2)
