@@ -247,8 +247,11 @@ def test_a_pool_starts_a_pool_agent_on_each_host_over_ssh_and_runs_a_job_there_o
     job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(tmp_path / "log"),
                                      "--epochs", "2", "--samples", "64", "--step-time", "0.02"],
                          "min_np": 2, "max_np": 2})["id"]
-    done = wait_for(lambda: (j := call(f"/jobs/{job}")) and j["state"] in ("succeeded", "failed") and j, 240,
-                    "the job to end")
+    def ended() -> dict | None:
+        state = call(f"/jobs/{job}")
+        return state if state["state"] in ("succeeded", "failed") else None
+
+    done = wait_for(ended, 240, "the job to end", interval_s=0.5)
     assert done["state"] == "succeeded", (done, pool.output[-4000:])
     assert done["sizes"][0][1] == 2
     starting = pool.events("pool.host_agent_starting")

@@ -254,8 +254,11 @@ def test_a_pool_in_an_allocation_starts_each_nodes_pool_agent_as_a_step_and_runs
         wait_for(joined, 120, "both nodes' pool agents joined", interval_s=0.5)
         job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log), "--epochs",
                                          "2", "--samples", "64", "--step-time", "0.02"], "min_np": 2, "max_np": 2})["id"]
-        done = wait_for(lambda: (j := call(f"/jobs/{job}")) and j["state"] in ("succeeded", "failed") and j, 240,
-                        "the pool's job to end", interval_s=0.5)
+        def ended() -> dict | None:
+            state = call(f"/jobs/{job}")
+            return state if state["state"] in ("succeeded", "failed") else None
+
+        done = wait_for(ended, 240, "the pool's job to end", interval_s=0.5)
         assert done["state"] == "succeeded", done
     finally:
         subprocess.run(["scancel", job_id], env=slurm.env, capture_output=True, timeout=30)
