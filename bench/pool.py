@@ -19,6 +19,7 @@ Run: python bench/pool.py [--part preempt|utilisation|all]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
 import statistics
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -36,16 +37,26 @@ HOSTS = "h0:2,h1:2,h2:2,h3:2"
 SLOTS = 8
 
 
-def _pool(d: pathlib.Path, jobs: list, *flags: str) -> Any:
+@contextlib.contextmanager
+def _pool(*flags: str) -> Iterator[tuple[Any, pathlib.Path]]:
+    """A real `pool serve` on HOSTS in a fresh folder; it and every job it started killed at the end."""
     from harness import Job
     from pool_rig import Pool
+
+    jobs: list[Job] = []
 
     def run_job(*args: str, verb: str = "run", **kw: Any) -> Job:
         job = Job([str(a) for a in args], verb=verb, **kw)
         jobs.append(job)
         return job
 
-    return Pool(run_job, d, "-H", HOSTS, "--min-resize-interval", "0", *flags)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = pathlib.Path(tmp)
+        try:
+            yield Pool(run_job, d, "-H", HOSTS, "--min-resize-interval", "0", *flags), d
+        finally:
+            for job in reversed(jobs):
+                job.kill()
 
 
 def _commits(log_dir: pathlib.Path) -> list[dict]:
@@ -63,46 +74,38 @@ def _redone(log_dir: pathlib.Path) -> int:
 
 
 def preempt() -> dict[str, float]:
-    from harness import wait_for
+    from harness import read_logs, wait_for
 
-    with tempfile.TemporaryDirectory() as tmp:
-        d = pathlib.Path(tmp)
-        jobs: list = []
-        try:
-            pool = _pool(d, jobs, "--policy", "priority")
-            low = [pool.submit(d / f"low{i}", 2, 4, epochs=1000, samples=256, name=f"low{i}") for i in (1, 2)]
-            for i, job_id in enumerate(low, 1):
-                pool.wait_job(job_id, lambda j: j["state"] == "running" and j["size"] == 4, 120, f"low{i} on 4")
-            for i in (1, 2):
-                wait_for(lambda: sum(1 for c in _commits(d / f"low{i}") if c["size"] == 4 and c["rank"] == 0) >= 20, 180,
-                         f"low{i} training on 4")
-            submitted = time.time()
-            high = pool.submit(d / "high", 4, 4, epochs=2, samples=64, priority=10, name="high")
-            first_high = wait_for(lambda: next((c["time"] for c in _commits(d / "high")), None), 180, "high's first step")
-            placed = float(pool.proc.wait_event("pool.job_started", 10, job=high)["time"])
-            formed = float(pool.proc.wait_event("generation.formed", 10, job=high)["time"])
-            from harness import read_logs
-            synced = min(r["time"] for records in read_logs(d / "high").values() for r in records if r["event"] == "synced")
-            shrunk = [wait_for(lambda: next((c["time"] for c in _commits(d / f"low{i}") if c["size"] == 2), None), 60,
-                               f"low{i} at 2") for i in (1, 2)]
-            pool.wait_job(high, lambda j: j["state"] == "succeeded", 180, "high to finish")
-            for job_id in low:
-                pool.call(f"/jobs/{job_id}/cancel", {})
-            rank0 = [c["time"] for c in _commits(d / "low1") if c["rank"] == 0 and c["size"] == 4 and c["time"] < submitted]
-            last_at_4 = max(c["time"] for c in _commits(d / "low1") if c["size"] == 4 and c["time"] < shrunk[0])
-            return {"submit_to_first_step_s": first_high - submitted,
-                    "submit_to_low_jobs_shrunk_s": max(shrunk) - submitted,
-                    "low_shrunk_to_high_first_step_s": first_high - max(shrunk),
-                    "submit_to_high_placed_s": placed - submitted,
-                    "placed_to_ring_formed_s": formed - placed,
-                    "formed_to_first_step_s": first_high - formed,
-                    "of_which_state_synced_at_s": synced - formed,
-                    "low_commit_interval_s": statistics.median(b - a for a, b in zip(rank0, rank0[1:])),
-                    "low_pause_s": shrunk[0] - last_at_4,
-                    "steps_trained_twice": float(sum(_redone(d / f"low{i}") for i in (1, 2)))}
-        finally:
-            for job in reversed(jobs):
-                job.kill()
+    with _pool("--policy", "priority") as (pool, d):
+        low = [pool.submit(d / f"low{i}", 2, 4, epochs=1000, samples=256, name=f"low{i}") for i in (1, 2)]
+        for i, job_id in enumerate(low, 1):
+            pool.wait_job(job_id, lambda j: j["state"] == "running" and j["size"] == 4, 120, f"low{i} on 4")
+        for i in (1, 2):
+            wait_for(lambda: sum(1 for c in _commits(d / f"low{i}") if c["size"] == 4 and c["rank"] == 0) >= 20, 180,
+                     f"low{i} training on 4")
+        submitted = time.time()
+        high = pool.submit(d / "high", 4, 4, epochs=2, samples=64, priority=10, name="high")
+        first_high = wait_for(lambda: next((c["time"] for c in _commits(d / "high")), None), 180, "high's first step")
+        placed = float(pool.proc.wait_event("pool.job_started", 10, job=high)["time"])
+        formed = float(pool.proc.wait_event("generation.formed", 10, job=high)["time"])
+        synced = min(r["time"] for records in read_logs(d / "high").values() for r in records if r["event"] == "synced")
+        shrunk = [wait_for(lambda: next((c["time"] for c in _commits(d / f"low{i}") if c["size"] == 2), None), 60,
+                           f"low{i} at 2") for i in (1, 2)]
+        pool.wait_job(high, lambda j: j["state"] == "succeeded", 180, "high to finish")
+        for job_id in low:
+            pool.call(f"/jobs/{job_id}/cancel", {})
+        rank0 = [c["time"] for c in _commits(d / "low1") if c["rank"] == 0 and c["size"] == 4 and c["time"] < submitted]
+        last_at_4 = max(c["time"] for c in _commits(d / "low1") if c["size"] == 4 and c["time"] < shrunk[0])
+        return {"submit_to_first_step_s": first_high - submitted,
+                "submit_to_low_jobs_shrunk_s": max(shrunk) - submitted,
+                "low_shrunk_to_high_first_step_s": first_high - max(shrunk),
+                "submit_to_high_placed_s": placed - submitted,
+                "placed_to_ring_formed_s": formed - placed,
+                "formed_to_first_step_s": first_high - formed,
+                "of_which_state_synced_at_s": synced - formed,
+                "low_commit_interval_s": statistics.median(b - a for a, b in zip(rank0, rank0[1:])),
+                "low_pause_s": shrunk[0] - last_at_4,
+                "steps_trained_twice": float(sum(_redone(d / f"low{i}") for i in (1, 2)))}
 
 
 #: (min_np, max_np, epochs, samples) of the ten jobs, in order of arrival.
@@ -116,48 +119,41 @@ def _read(url: str) -> Any:
 
 
 def utilisation() -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        d = pathlib.Path(tmp)
-        jobs: list = []
-        try:
-            pool = _pool(d, jobs, "--policy", "fifo")
-            samples: list[tuple[float, int, bool]] = []  # (time, slots placed, a free slot a job could use)
-            submitted: dict[str, float] = {}
-            next_at = time.time()
-            started = time.time()
-            while True:
-                now = time.time()
-                if len(submitted) < len(ARRIVALS) and now >= next_at:
-                    min_np, max_np, epochs, count = ARRIVALS[len(submitted)]
-                    job_id = pool.submit(d / f"j{len(submitted)}", min_np, max_np, epochs=epochs, samples=count)
-                    submitted[job_id] = now
-                    next_at += 2.5
-                rows = _read(f"{pool.url}/jobs")
-                placed = sum(r["size"] for r in rows if r["state"] in ("running", "suspending", "cancelling"))
-                free = SLOTS - placed
-                could_use = free > 0 and any(
-                    (r["state"] == "queued" and r["min_np"] <= free) or (r["state"] == "running" and r["size"] < r["max_np"])
-                    for r in rows)
-                samples.append((now, placed, could_use))
-                if len(submitted) == len(ARRIVALS) and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows):
-                    break
-                if now - started > 600:
-                    raise RuntimeError("the ten jobs did not finish within 10 minutes")
-                time.sleep(0.2)
+    with _pool("--policy", "fifo") as (pool, d):
+        samples: list[tuple[float, int, bool]] = []  # (time, slots placed, a free slot a job could use)
+        submitted: dict[str, float] = {}
+        next_at = time.time()
+        started = time.time()
+        while True:
+            now = time.time()
+            if len(submitted) < len(ARRIVALS) and now >= next_at:
+                min_np, max_np, epochs, count = ARRIVALS[len(submitted)]
+                job_id = pool.submit(d / f"j{len(submitted)}", min_np, max_np, epochs=epochs, samples=count)
+                submitted[job_id] = now
+                next_at += 2.5
             rows = _read(f"{pool.url}/jobs")
-            failed = [r["id"] for r in rows if r["state"] != "succeeded"]
-            if failed:
-                raise RuntimeError(f"jobs that did not succeed: {failed}")
-            span = [(b[0] - a[0], a) for a, b in zip(samples, samples[1:])]
-            total = sum(dt for dt, _ in span)
-            waits = [r["started_at"] - r["submitted"] for r in rows]
-            return {"makespan_s": samples[-1][0] - samples[0][0],
-                    "slots_placed_share": sum(dt * s[1] for dt, s in span) / (total * SLOTS),
-                    "time_with_a_usable_slot_free_share": sum(dt for dt, s in span if s[2]) / total,
-                    "mean_wait_s": statistics.mean(waits), "max_wait_s": max(waits)}
-        finally:
-            for job in reversed(jobs):
-                job.kill()
+            placed = sum(r["size"] for r in rows if r["state"] in ("running", "suspending", "cancelling"))
+            free = SLOTS - placed
+            could_use = free > 0 and any(
+                (r["state"] == "queued" and r["min_np"] <= free) or (r["state"] == "running" and r["size"] < r["max_np"])
+                for r in rows)
+            samples.append((now, placed, could_use))
+            if len(submitted) == len(ARRIVALS) and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows):
+                break
+            if now - started > 600:
+                raise RuntimeError("the ten jobs did not finish within 10 minutes")
+            time.sleep(0.2)
+        rows = _read(f"{pool.url}/jobs")
+        failed = [r["id"] for r in rows if r["state"] != "succeeded"]
+        if failed:
+            raise RuntimeError(f"jobs that did not succeed: {failed}")
+        span = [(b[0] - a[0], a) for a, b in zip(samples, samples[1:])]
+        total = sum(dt for dt, _ in span)
+        waits = [r["started_at"] - r["submitted"] for r in rows]
+        return {"makespan_s": samples[-1][0] - samples[0][0],
+                "slots_placed_share": sum(dt * s[1] for dt, s in span) / (total * SLOTS),
+                "time_with_a_usable_slot_free_share": sum(dt for dt, s in span if s[2]) / total,
+                "mean_wait_s": statistics.mean(waits), "max_wait_s": max(waits)}
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ class _PoolAgents:
 
     pool_url: str = ""
     join_secret: str = ""
-    slots_of: Callable[[str], int] = staticmethod(lambda host: 1)  # type: ignore[assignment]
+    slots_of: Callable[[str], int]  # set by `pool_agent_launcher`
 
     def _argv(self, host: str, remote: bool) -> list[str]:
         return pool_agent_command(sys.executable, self.pool_url, host, self.slots_of(host), remote)
@@ -66,5 +66,5 @@ def pool_agent_launcher(name: str, pool_url: str, join_secret: str, slots_of: Ca
         else kind(options, None, on_event)
     assert isinstance(launcher, _PoolAgents)
     launcher.pool_url, launcher.join_secret = pool_url, join_secret
-    launcher.slots_of = slots_of  # type: ignore[method-assign]
+    launcher.slots_of = slots_of
     return launcher

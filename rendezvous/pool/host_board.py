@@ -248,11 +248,3 @@ class HostBoard:
         """Each joined host's pool agent's process id, as it says."""
         with self._lock:
             return {name: joined.pid for name, joined in self._hosts.items()}
-
-    def jobs_on(self, host: str) -> dict[str, bool]:
-        """Per job ordered on `host`: whether its agent there runs (for the pool's /hosts)."""
-        with self._lock:
-            joined = self._hosts.get(host)
-            if joined is None:
-                return {}
-            return {order.job: order.ident in joined.running for order in joined.orders.values()}

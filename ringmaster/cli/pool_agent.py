@@ -122,9 +122,6 @@ class PoolAgent:
             self.apply(answer.orders)
         return answer
 
-    def poll_once(self) -> PollAnswer:
-        return self.exchange(hold=True)
-
     def apply(self, orders: list[OrderRow]) -> None:
         wanted = {order.order: order for order in orders}
         self.done &= set(wanted)  # (remembered while the pool still lists the order)
