@@ -276,7 +276,7 @@ class Timing(_message.Message):
     def __init__(self, count: _Optional[int] = ..., seconds: _Optional[float] = ..., buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss")
+    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss", "steps", "wait_seconds")
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     SYNCS_FIELD_NUMBER: _ClassVar[int]
     ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +285,8 @@ class WorkerStats(_message.Message):
     CHECKPOINT_BYTES_FIELD_NUMBER: _ClassVar[int]
     HAS_LOSS_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     commits: Timing
     syncs: Timing
     rollbacks: int
@@ -293,7 +295,9 @@ class WorkerStats(_message.Message):
     checkpoint_bytes: int
     has_loss: bool
     loss: float
-    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ...) -> None: ...
+    steps: Timing
+    wait_seconds: float
+    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
     __slots__ = ("worker_id", "commits", "warning")

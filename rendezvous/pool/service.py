@@ -34,13 +34,16 @@ from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
 from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import HostBoard
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
+from ringmaster.rendezvous.pool.scaling_fits import ScalingFits
 from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
 from ringmaster.rendezvous.pool.table import JobTable, PoolJob
 from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
+from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.server.launchers import Launcher, LauncherFactory
+from ringmaster.rendezvous.server.step_times import Measured
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import JobSettings
@@ -90,6 +93,8 @@ class PoolService:
         self.expected: dict[str, int] = {}  # the hosts the source names (all joined ones when they join)
         self.policy = policy
         self.rules = rules
+        self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
+        self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
         self.job_settings = dict(job_settings)
         self.checkpoint_root = checkpoint_root
         self.say = say
@@ -356,7 +361,11 @@ class PoolService:
                         usable[host] -= n
         usable = {h: n for h, n in usable.items() if n > 0}
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
-        verdicts = schedule(self.policy, usable, [j.ask() for j in jobs], now, self.rules, self._free_resources(usable))
+        for gone in set(self._measured) - {j.id for j in self.table.live()}:
+            del self._measured[gone]
+            self.fits.forget(gone)
+        asks = [j.ask(now, self._scaling(j) if self.policy == "goodput" else None) for j in jobs]
+        verdicts = schedule(self.policy, usable, asks, now, self.rules, self._free_resources(usable))
         grows = []
         for job in jobs:  # first what running jobs give back (at their next commit) ...
             verdict = verdicts[job.id]
@@ -384,6 +393,15 @@ class PoolService:
                 self._resize(job, placement, now)
             else:
                 self._start(job, placement, now)
+
+    def _scaling(self, job: PoolJob) -> Scaling | None:
+        """How `job` sped up at the sizes it ran (its rendezvous' step times; what an earlier run
+        measured is kept across a suspension, a size measured again replaces it)."""
+        lease = self.leases.get(job.id)
+        if lease is not None and lease.server.metrics is not None:
+            known = self._measured.setdefault(job.id, {})
+            known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
+        return self.fits.scaling(job.id, [m for _, m in sorted(self._measured.get(job.id, {}).items())])
 
     def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
         """Each usable host's resources less what the workers of jobs on their way out take."""

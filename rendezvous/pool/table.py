@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
+from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
 
 #: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.
@@ -78,11 +79,18 @@ class PoolJob:
         self.sizes.append((now, self.size))
         del self.sizes[:-SIZES_KEPT]
 
-    def ask(self) -> JobAsk:
-        """The job as the policy sees it."""
+    def attained(self, now: float) -> float:
+        """Slot-seconds it has run (from its sizes over time)."""
+        total = 0.0
+        for (at, size), (until, _) in zip(self.sizes, [*self.sizes[1:], (now, 0)]):
+            total += size * max(0.0, until - at)
+        return total
+
+    def ask(self, now: float = 0.0, scaling: Scaling | None = None) -> JobAsk:
+        """The job as the policy sees it (`scaling`: as measured, for `goodput`)."""
         return JobAsk(self.id, self.min_np, self.max_np, self.submitted, self.queue, self.priority,
                       dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent,
-                      dict(self.demand))
+                      dict(self.demand), attained_s=self.attained(now), scaling=scaling)
 
 
 class JobTable:

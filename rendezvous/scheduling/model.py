@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ringmaster.rendezvous.scheduling.throughput import Scaling
+
 #: The default queue of a job submitted without `--queue`.
 DEFAULT_QUEUE = "default"
 
@@ -32,6 +34,13 @@ class JobAsk:
     urgent: bool = False
     #: What each worker takes besides its slot (`--gpus-per-worker`, `--cpus-per-worker`).
     demand: Mapping[str, float] = field(default_factory=dict)
+    #: Slot-seconds it has run so far (the `las` policy serves the least first).
+    attained_s: float = 0.0
+    #: How it speeds up with more workers, as measured so far (the `goodput` policy; None: not
+    #: measured yet, so assumed linear up to twice its size).
+    scaling: Scaling | None = None
+    #: Seconds its workers pause when it is resized (measured; None: the pool's default).
+    resize_cost_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_np <= self.max_np:
@@ -60,6 +69,23 @@ class Settings:
     min_resize_interval_s: float = 60.0
     #: Weights of queues for the `fair` policy (--queue-weights); an unnamed queue weighs 1.
     queue_weights: Mapping[str, float] = field(default_factory=dict)
+    #: `goodput`: seconds a resize pauses a job that has not measured its own (--resize-cost).
+    resize_cost_s: float = 5.0
+    #: `goodput`: the p of the p-norm of speedups maximised: 1 is their sum (the most work done),
+    #: lower favours jobs that gain least (Pollux uses -1), 0 is the sum of their logarithms.
+    fairness_power: float = -1.0
+    #: `goodput`: how far past the largest size a job has run its predicted speedup is trusted (x).
+    #: Pollux trusts 2x; on Pollux's workloads (bench/pool_sim.py) the fit predicted well from
+    #: a few sizes and 2x cost 30% in average JCT on workload 6 (4,201 s against 3,167 s), so the
+    #: default is in effect no bound.
+    explore_factor: float = 100.0
+    #: `goodput`: slot-seconds of attained service at which a job's gains count half as much as a
+    #: new job's (short jobs first, as least-attained-service does; 0: all count the same).
+    service_half_s: float = 3600.0
+    #: `goodput`: slots of a typical host (how many hosts a size spans, packed); set per round.
+    host_slots: int = 1
+    #: `las`: slot-seconds after which a job drops to the second queue (Tiresias: 16 GPU-hours).
+    las_threshold_slot_s: float = 16 * 3600.0
 
     def weight(self, queue: str) -> float:
         return float(self.queue_weights.get(queue, 1.0))

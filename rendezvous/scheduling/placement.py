@@ -5,7 +5,11 @@ running job's workers never moved without cause.
 A job that shrinks gives back slots on the hosts where it has the fewest first (it leaves whole
 hosts, and keeps its densest ones); a job that grows first fills the free slots of hosts it is
 already on, then takes the hosts with the most free slots (the fewest hosts for the slots it
-needs). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
+needs), and the last few go to the host they fill best (a job of 6 on hosts of 4 takes one
+empty host and two slots of a busy one, not two empty hosts). A job that grows (it pauses
+at a commit anyway, and new workers start) whose workers would span more hosts than a fresh
+packing needs is packed again: elastic jobs resized over hours would otherwise end up on many half-used hosts, their
+rings crossing hosts they need not. Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
 workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit, and
 two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0).
 Pure: hosts' slots (and resources), current placements and target sizes in; placements out.
@@ -72,21 +76,45 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
             return 0
         return room_in(free[host], asks)
 
-    for job in order:  # then growth: own hosts first, then the emptiest hosts
-        need = sizes.get(job, 0) - sum(result[job].values())
-        if need <= 0:
-            continue
-        placement = result[job]
-        own = sorted((h for h in placement if room(job, h) > 0), key=lambda h: (-free[h][SLOTS], h))
-        others = sorted((h for h in free if h not in placement and room(job, h) > 0),
-                        key=lambda h: (-free[h][SLOTS], hosts[h] - free[h][SLOTS], h))
-        for host in own + others:
+    def grow(job: str, placement: Placement, need: int) -> None:
+        """Add `need` workers: own hosts first, then the host that fits the rest best."""
+        for host in sorted((h for h in placement if room(job, h) > 0), key=lambda h: (-free[h][SLOTS], h)):
             n = min(room(job, host), need)
-            if n <= 0:
-                continue
-            placement[host] = placement.get(host, 0) + n
+            placement[host] += n
             take(job, host, n)
             need -= n
             if need == 0:
-                break
+                return
+        while need > 0:
+            rooms = {h: r for h in free if h not in placement and (r := room(job, h)) > 0}
+            if not rooms:
+                return
+            whole = [h for h, r in rooms.items() if r >= need]
+            if whole:  # the rest fits on one host: the one it fills best (empty hosts stay whole)
+                host = min(whole, key=lambda h: (rooms[h], -(hosts[h] - free[h][SLOTS]), h))
+            else:  # the host with the most room (the fewest hosts for the slots it needs)
+                host = min(rooms, key=lambda h: (-rooms[h], hosts[h] - free[h][SLOTS], h))
+            n = min(rooms[host], need)
+            placement[host] = n
+            take(job, host, n)
+            need -= n
+
+    for job in order:  # then growth, and a resized job spread wider than it need be packed again
+        size = sizes.get(job, 0)
+        placement = result[job]
+        before = {h: n for h, n in current.get(job, {}).items() if h in hosts}
+        if sum(placement.values()) < size:
+            grow(job, placement, size - sum(placement.values()))
+        if not before or sum(before.values()) >= size or len(placement) <= 1:
+            continue  # not growing (or new, or on one host): its workers stay where they are
+        kept_free = {h: dict(left) for h, left in free.items()}
+        for host, n in placement.items():
+            take(job, host, -n)
+        packed: Placement = {}
+        grow(job, packed, size)
+        if sum(packed.values()) == sum(placement.values()) and len(packed) < len(placement):
+            result[job] = packed  # it pauses for the resize anyway: it spans fewer hosts
+        else:
+            free.clear()
+            free.update(kept_free)
     return result

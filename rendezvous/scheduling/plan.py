@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from ringmaster.rendezvous.scheduling.adaptive import las_order
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings, Verdict
 from ringmaster.rendezvous.scheduling.placement import place
 from ringmaster.rendezvous.scheduling.resources import Left
@@ -34,7 +35,9 @@ def _held(job: JobAsk, usable_size: int, now: float, settings: Settings) -> bool
             and now - job.resized_at < settings.min_resize_interval_s)
 
 
-def _precedence(policy: str, jobs: Sequence[JobAsk]) -> list[str]:
+def _precedence(policy: str, jobs: Sequence[JobAsk], settings: Settings) -> list[str]:
+    if policy == "las":
+        return las_order(list(jobs), settings)
     if policy == "priority":
         return [j.id for j in sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id))]
     return [j.id for j in sorted(jobs, key=lambda j: (not j.running, j.submitted, j.id))]
@@ -71,6 +74,8 @@ def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, poli
         return (f"held at {size}: resized {now - (job.resized_at or now):.0f} s ago, under --min-resize-interval")
     if size > job.size:
         return f"grows to {size} with slots left over"
+    if size < job.size and policy == "goodput":
+        return f"shrinks to {size}: its slots speed other jobs up more than they speed it (goodput)"
     if size < job.size:
         return f"shrinks to {size}: its slots go to jobs of higher precedence ({policy}) or a host is gone"
     return f"running on {size} slot(s)"
@@ -79,10 +84,10 @@ def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, poli
 def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now: float,
              settings: Settings | None = None, resources: Mapping[str, Mapping[str, float]] | None = None
              ) -> dict[str, Verdict]:
-    """Each job's target under `policy` (`fifo`, `priority` or `fair`). `hosts`: the pool's usable
+    """Each job's target under `policy` (one of `sizing.POLICIES`). `hosts`: the pool's usable
     hosts (blacklisted, drained and lost ones left out) with their slots; `resources`: what each
     declares besides (GPUs, CPUs), which jobs' `demand` is taken from."""
-    settings = settings or Settings()
+    settings = replace(settings or Settings(), host_slots=max(hosts.values(), default=1))
     resources = {h: dict(r) for h, r in (resources or {}).items() if h in hosts}
     totals: dict[str, float] = {}
     for declared in resources.values():
@@ -97,7 +102,7 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
     # hosts below its --min-np waits like any other (and, let in again, keeps what it has left).
     jobs = [replace(j, placement=usable[j.id] if sum(usable[j.id].values()) >= j.min_np else {}) for j in jobs]
     sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings, totals)
-    order = _precedence(policy, jobs)
+    order = _precedence(policy, jobs, settings)
     placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources)
     claimed = sum(sizes[j.id] if j.id in held else j.min_np for j in jobs if sizes[j.id] > 0)
     verdicts = {}

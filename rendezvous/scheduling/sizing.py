@@ -14,6 +14,9 @@ together or not at all: gang), then growth toward `--max-np` with what is left o
   largest fraction of any one resource of the pool: slots, GPUs, CPUs), so where workers ask
   for different resources this is dominant-resource fairness; on slots alone, max-min on slots.
 
+`las` and `goodput` (which look at what jobs have done: service attained, speedup measured) are
+in `adaptive`.
+
 `fixed` jobs (held by the minimum interval between resizes) keep their size and are counted
 first. A job fits where the slots and every resource its workers ask for are left (`Left`).
 Pure: the jobs, what the pool has and the fixed sizes in, a size per job out (0: not running).
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
+from ringmaster.rendezvous.scheduling.adaptive import goodput, las
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
 from ringmaster.rendezvous.scheduling.resources import Left, dominant_share, usage
 
-POLICIES = ("fifo", "priority", "fair")
+POLICIES = ("fifo", "priority", "fair", "las", "goodput")
 Sizes = dict[str, int]
 
 
@@ -124,4 +128,4 @@ def fair(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Set
 
 
 SIZERS: dict[str, Callable[[list[JobAsk], Left, Mapping[str, int], Settings], Sizes]] = {
-    "fifo": fifo, "priority": priority, "fair": fair}
+    "fifo": fifo, "priority": priority, "fair": fair, "las": las, "goodput": goodput}

@@ -223,6 +223,7 @@ class RendezvousServer:
                                   lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
+        service.step_times = self.metrics.step_times
         service.timeline = self.timeline
         leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
         service.leases = leases

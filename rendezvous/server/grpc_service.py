@@ -17,6 +17,7 @@ import grpc
 from ringmaster.common.figures import FigureTotals, check_stats
 from ringmaster.common.keys import AGENT, WORKER, Identity
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
+from ringmaster.rendezvous.server.step_times import StepTimes
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -62,6 +63,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._settle_scheduled = False
         self._settle_cost = 0.0  # seconds the last settling pass took
         self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
+        self.step_times: StepTimes | None = None  # the job's step times by size (the pool's goodput policy)
+        self._ring_shape: tuple[int, dict[str, str], tuple[int, int]] = (0, {}, (0, 0))
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
 
     # ---------------------------------------------------------------- for the other readers and inputs
@@ -355,10 +358,22 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
                 and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)
             self.figures.update(request.worker_id, request.stats)
+            if self.step_times is not None:
+                self._time_steps(request.worker_id, request.stats)
         if self.timeline is not None and request.spans and worker is not None \
                 and len(request.spans) <= MAX_SPANS_PER_HEARTBEAT and 0 <= request.spans_dropped < (1 << 53):
             self.timeline.on_spans(request.worker_id, request.spans, request.spans_dropped)
         return pb.Ack(ok=True)
+
+    def _time_steps(self, worker_id: str, stats: pb.WorkerStats) -> None:
+        generation = self.coordinator.job.generation
+        if generation is None or self.step_times is None:
+            return
+        if self._ring_shape[0] != generation.number:  # (once per generation, not per heartbeat)
+            hosts = {a.worker_id: a.host for a in generation.members}
+            self._ring_shape = (generation.number, hosts, (len(set(hosts.values())), len(hosts)))
+        _, hosts, config = self._ring_shape
+        self.step_times.update(worker_id, generation.number, hosts.get(worker_id), config, stats)
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
         """A worker's training function returned (with a warning for the job's end, bounded)."""

@@ -24,6 +24,7 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import FigureTotals, TimingTotal
 from ringmaster.rendezvous.control.records import Phase, ResetCause
 from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.server.step_times import StepTimes
 
 #: The content type of `GET /metrics`.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -70,6 +71,8 @@ class JobMetrics:
         """`view()`: the job as it is now (read at each scrape and for the rate of steps)."""
         self.view = view
         self.figures = FigureTotals()
+        #: Step times by the job's size (the workers' heartbeats), for the pool's goodput policy.
+        self.step_times = StepTimes()
         self.discovery = discovery or DiscoveryStats()
         self._refused_calls = refused_calls
         self._store_degraded = store_degraded
@@ -105,6 +108,7 @@ class JobMetrics:
                     break
         elif event.kind in _DEPARTED and "worker" in event.fields:
             self.figures.departed(str(event.fields["worker"]))
+            self.step_times.departed(str(event.fields["worker"]))
 
     def steps_per_second(self) -> float:
         """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples)."""

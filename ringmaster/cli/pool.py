@@ -60,7 +60,11 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--policy", choices=POLICIES, default="fifo",
                        help="fifo: first come first served, with backfill; priority: higher --priority shrinks lower "
                             "jobs toward their --min-np, then suspends the lowest; fair: weighted max-min fair shares "
-                            "of slots between queues (default: fifo)")
+                            "of slots between queues; las: least attained service first (Tiresias); goodput: each "
+                            "slot to the job whose measured scaling gains most from it (default: fifo)")
+    serve.add_argument("--resize-cost", type=float, default=5.0, metavar="S",
+                       help="with --policy goodput: seconds a resize is taken to pause a job, weighed against its gain "
+                            "over --min-resize-interval (default: 5)")
     serve.add_argument("--queue-weights", default="", metavar="Q=W,...",
                        help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always exists)")
     serve.add_argument("--min-resize-interval", type=float, default=60.0, metavar="S",
@@ -318,9 +322,11 @@ def serve(args: argparse.Namespace) -> int:
     from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 
     say = emitter(logs.RENDEZVOUS)
-    rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights))
-    if args.min_resize_interval < 0 or args.blacklist_cooldown < 0:
-        raise UsageError("--min-resize-interval and --blacklist-cooldown are seconds, 0 or more")
+    if args.min_resize_interval < 0 or args.blacklist_cooldown < 0 or not 0 <= args.resize_cost <= 3600:
+        raise UsageError("--min-resize-interval, --blacklist-cooldown and --resize-cost are seconds, 0 or more "
+                         "(--resize-cost at most an hour)")
+    rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights),
+                  resize_cost_s=args.resize_cost)
     board = join_secret = None
     if args.hosts_from_agents:
         if not 0 < args.host_timeout <= 3600:

@@ -48,6 +48,8 @@ class WorkerFigures:
         self._syncs = _Timing()
         self._rollbacks = 0
         self._loss: float | None = None
+        self._steps = _Timing()
+        self._waited = 0.0
         self.checkpoints = lambda: (0, 0, 0)  # (written, failed, bytes): the state's writer sets it
 
     def commit(self, seconds: float) -> None:
@@ -57,6 +59,12 @@ class WorkerFigures:
     def sync(self, seconds: float) -> None:
         with self._lock:
             self._syncs.add(seconds)
+
+    def step(self, seconds: float, waited: float) -> None:
+        """One training step of `seconds` (from the step before), `waited` of it for the ring."""
+        with self._lock:
+            self._steps.add(seconds)
+            self._waited += min(max(waited, 0.0), seconds)
 
     def rollback(self) -> None:
         with self._lock:
@@ -73,12 +81,13 @@ class WorkerFigures:
                 commits=self._commits.proto(), syncs=self._syncs.proto(), rollbacks=self._rollbacks,
                 checkpoints_written=written, checkpoint_failures=failed, checkpoint_bytes=nbytes,
                 has_loss=self._loss is not None and math.isfinite(self._loss), loss=self._loss or 0.0,
+                steps=self._steps.proto(), wait_seconds=self._waited,
             )
 
 
 def check_stats(stats: pb.WorkerStats) -> str:
     """"" when `stats` could come from a worker of this job; otherwise what is wrong with it."""
-    for name, timing in (("commits", stats.commits), ("syncs", stats.syncs)):
+    for name, timing in (("commits", stats.commits), ("syncs", stats.syncs), ("steps", stats.steps)):
         if len(timing.buckets) not in (0, _SLOTS):
             return f"{name} has {len(timing.buckets)} buckets, not {_SLOTS}"
         if not 0 <= timing.count <= _MAX_COUNT or any(not 0 <= b <= _MAX_COUNT for b in timing.buckets):
@@ -88,6 +97,8 @@ def check_stats(stats: pb.WorkerStats) -> str:
     for name in ("rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes"):
         if not 0 <= getattr(stats, name) <= _MAX_COUNT:
             return f"{name} is out of range"
+    if not math.isfinite(stats.wait_seconds) or not 0 <= stats.wait_seconds <= stats.steps.seconds + 1e-6:
+        return "the time waited for the ring is negative, not finite, or longer than the steps"
     if stats.has_loss and not math.isfinite(stats.loss):
         return "the loss is not finite"
     return ""

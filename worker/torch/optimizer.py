@@ -15,6 +15,7 @@ flat buffer, each tensor combined on its own), so every worker applies the same 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Iterable, TypeVar
 
 import torch
@@ -74,11 +75,15 @@ class _DistributedOptimizerMixin:
 
     def step(self, closure=None):  # type: ignore[override]
         """Wait for the gradients' reduction (unless `skip_synchronize()`), then step the wrapped optimizer."""
-        context().note_step()
         if self._hvd_op == "adasum":
+            context().note_step()
             return self._adasum_step(closure)
+        waited = 0.0
         if self._hvd_should_sync and not self._hvd_synchronized:
+            started = time.perf_counter()
             self.synchronize()
+            waited = time.perf_counter() - started
+        context().note_step(waited)
         self._hvd_synchronized = False
         buckets = self._hvd_buckets
         if buckets is None or not buckets.spans.on:

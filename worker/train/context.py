@@ -116,6 +116,7 @@ class WorkerContext:
         self._first_commit_reported = -1  # the generation whose first commit was reported at once
         #: seconds of the last join: (waiting for the assignment, building the ring)
         self.last_join_s: tuple[float, float] = (0.0, 0.0)
+        self._last_step: tuple[float, int] | None = None  # (perf_counter, generation) of the last step
 
     # ------------------------------------------------------------ start
     def init(self) -> None:
@@ -268,11 +269,18 @@ class WorkerContext:
                 self._first_commit_reported = generation
                 self.link.beat_soon()
 
-    def note_step(self) -> None:
-        """The wrapped optimizer stepped: one more step that a rollback before the next commit
-        undoes (the rendezvous says what a drain's missed deadline cost with it)."""
+    def note_step(self, waited_s: float = 0.0) -> None:
+        """The wrapped optimizer stepped (`waited_s` of it waiting for the ring's reduction): one
+        more step that a rollback before the next commit undoes (the rendezvous says what a
+        drain's missed deadline cost with it), timed from the step before in the same ring (the
+        pool fits the job's scaling to these; a straggler shows as the rank that waits least)."""
         if self.link is not None:
             self.link.steps_since_commit += 1
+        now = time.perf_counter()
+        ring = self.comm.generation if self.comm is not None else 0
+        if self._last_step is not None and self._last_step[1] == ring:
+            self.figures.step(now - self._last_step[0], waited_s)
+        self._last_step = (now, ring)
 
     def report_done(self, warning: str = "") -> None:
         if self.link is not None:

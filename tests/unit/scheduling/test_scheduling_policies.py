@@ -136,18 +136,25 @@ def test_a_job_that_lost_a_host_below_its_minimum_waits_and_keeps_its_survivors_
     assert v["j"].size == 0 and v["j"].reason.startswith("waiting")
 
 
-def test_placement_uses_as_few_hosts_as_possible_then_the_emptiest() -> None:
+def test_placement_uses_as_few_hosts_as_possible_then_the_host_it_fills_best() -> None:
     hosts = {"a": 4, "b": 8, "c": 8}
     v = schedule("fifo", hosts, [job("x", 8, 8, 0), job("y", 4, 4, 1)], NOW)
-    assert len(v["x"].placement) == 1
-    assert len(v["y"].placement) == 1 and "a" not in v["x"].placement
-    assert dict(v["y"].placement) in ({"c": 4}, {"b": 4})  # the emptiest 8-slot host, not a half-full one
+    assert len(v["x"].placement) == 1 and "a" not in v["x"].placement
+    assert dict(v["y"].placement) == {"a": 4}  # fills the 4-slot host: an 8-slot one stays whole
 
 
 def test_growth_first_fills_the_hosts_a_job_is_on() -> None:
     hosts = {"a": 4, "b": 4, "c": 4}
     v = schedule("fifo", hosts, [job("x", 2, 6, 0, {"b": 2}), job("y", 2, 2, 1, {"c": 2})], NOW)
-    assert dict(v["x"].placement) == {"b": 4, "a": 2}
+    assert dict(v["x"].placement) == {"b": 4, "c": 2}  # then the busy host it fills: "a" stays whole
+
+
+def test_a_resized_job_spread_over_more_hosts_than_it_needs_is_packed_again() -> None:
+    hosts = {"a": 4, "b": 4, "c": 4}
+    x = job("x", 2, 4, 0, {"a": 1, "b": 1, "c": 1})
+    assert dict(schedule("fifo", hosts, [x], NOW)["x"].placement) in ({"a": 4}, {"b": 4}, {"c": 4})
+    kept = job("x", 3, 3, 0, {"a": 1, "b": 1, "c": 1})  # not resized: not moved
+    assert dict(schedule("fifo", hosts, [kept], NOW)["x"].placement) == {"a": 1, "b": 1, "c": 1}
 
 
 def test_bad_input_is_refused_with_what_was_wrong() -> None:

@@ -1,13 +1,16 @@
 """The rules every policy keeps, checked on random pools and queues (hypothesis): sizes within
 each job's min and max or zero, never more slots than exist on any host, whole minimums only,
-no waiting job that would fit, work conserved, workers never moved without cause, held jobs
+no waiting job that would fit, work conserved (under `goodput`: where a job gains from it), workers never moved without cause, held jobs
 left alone unless a job starts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ringmaster.rendezvous.scheduling.adaptive import trusted_size, value_curve
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.scheduling.sizing import POLICIES
@@ -60,8 +63,12 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
         for h, n in verdict.placement.items():
             used[h] += n
         usable_before = {h: n for h, n in job.placement.items() if h in hosts}
-        if verdict.size >= sum(usable_before.values()):  # growing or kept: nothing it had is taken away
+        if verdict.size == sum(usable_before.values()):  # kept: nothing it had is taken away
             assert all(verdict.placement.get(h, 0) >= n for h, n in usable_before.items()), (job, verdict)
+        elif verdict.size > sum(usable_before.values()):  # growing: what it had is kept, or it is packed on fewer hosts
+            kept = all(verdict.placement.get(h, 0) >= n for h, n in usable_before.items())
+            assert kept or len(verdict.placement) < len(usable_before) + len(set(verdict.placement) - set(usable_before)), \
+                (job, verdict)
         elif verdict.size > 0:  # shrinking: only gives back
             assert all(n <= usable_before.get(h, 0) for h, n in verdict.placement.items()), (job, verdict)
         assert verdict.reason
@@ -72,11 +79,22 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
     for job in held:  # the interval holds a job's size unless a job starts
         assert verdicts[job.id].size == job.size or (starts and verdicts[job.id].size < job.size)
     growable = [j for j in jobs if 0 < verdicts[j.id].size < j.max_np and j not in held]
+    if policy == "goodput":  # conserving where growing gains: a slot stays free only if no job gains from it
+        growable = [j for j in growable if _gains_from(j, verdicts[j.id].size, free, hosts)]
     assert free == 0 or not growable, (free, growable)  # work conserving
     minimums = sum(verdicts[j.id].size if j in held else j.min_np for j in jobs if verdicts[j.id].size > 0)
     for job in jobs:  # gang admission that leaves nobody out who would fit
         if verdicts[job.id].size == 0:
             assert job.min_np > sum(hosts.values()) - minimums, (job, verdicts)
+
+
+def _gains_from(job: JobAsk, size: int, free: int, hosts: dict[str, int]) -> bool:
+    """Whether `goodput` sees a gain in growing `job` from `size` into up to `free` more slots."""
+    usable = {h: n for h, n in job.placement.items() if h in hosts}  # as the round sees it
+    job = replace(job, placement=usable if sum(usable.values()) >= job.min_np else {})
+    rules = replace(RULES, host_slots=max(hosts.values()))
+    curve = value_curve(job, trusted_size(job, rules), rules)
+    return any(curve[n] > curve[size] for n in range(size + 1, min(len(curve), size + free + 1)))
 
 
 @settings(max_examples=200, deadline=None)

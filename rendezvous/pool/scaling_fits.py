@@ -1,0 +1,54 @@
+"""Each pool job's scaling as its workers measured it: the step-time model of
+`scheduling.throughput` fit to the job's step times by size (`server.step_times`), for the
+`goodput` policy. A fit is redone only when the job has measured something new (a size it had
+not run, or many more steps), starting from its last fit.
+
+Horovod scripts keep their per-worker batch, so a job's samples per second are taken to grow
+with workers / step time (its batch per worker is the unit: the policy compares speedups, not
+samples).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ringmaster.rendezvous.scheduling.throughput import PerfParams, Scaling, StepSample, fit
+from ringmaster.rendezvous.server.step_times import Measured
+
+_log = logging.getLogger(__name__)
+
+
+class ScalingFits:
+    """The last fit of each job, by job id."""
+
+    def __init__(self) -> None:
+        self._fits: dict[str, tuple[tuple[Measured, ...], PerfParams]] = {}
+
+    def scaling(self, job_id: str, measured: list[Measured]) -> Scaling | None:
+        """The job's scaling, or None before it measured a size."""
+        if not measured:
+            return None
+        key = tuple(measured)
+        last = self._fits.get(job_id)
+        if last is None or self._changed(last[0], key):
+            samples = [StepSample(m.hosts, m.workers, 1.0, m.step_s, m.compute_s if m.compute_s > 0 else None)
+                       for m in measured]
+            try:
+                params = fit(samples, last[1] if last is not None else None)
+            except (ValueError, ArithmeticError) as exc:  # a fit that fails leaves the last one standing
+                _log.warning("job %s: its scaling could not be fit to %d sizes: %s", job_id, len(samples), exc)
+                if last is None:
+                    return None
+                params = last[1]
+            self._fits[job_id] = (key, params)
+            last = self._fits[job_id]
+        return Scaling(last[1], batch=1.0, per_worker_batch=True, explored=max(m.workers for m in measured))
+
+    @staticmethod
+    def _changed(before: tuple[Measured, ...], now: tuple[Measured, ...]) -> bool:
+        if [(m.hosts, m.workers) for m in before] != [(m.hosts, m.workers) for m in now]:
+            return True
+        return any(n.steps >= 2 * b.steps for b, n in zip(before, now))
+
+    def forget(self, job_id: str) -> None:
+        self._fits.pop(job_id, None)

@@ -1,0 +1,51 @@
+"""The rendezvous' step times by size: deltas of the workers' cumulative figures, counted under
+the generation's (hosts, workers); figures that go back or straddle a generation are not counted;
+a size counts as measured only after enough steps."""
+
+from __future__ import annotations
+
+from ringmaster.common.figures import WorkerFigures, check_stats
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.rendezvous.server.step_times import MIN_STEPS, StepTimes
+
+
+def _stats(steps: int, seconds: float, waited: float) -> pb.WorkerStats:
+    return pb.WorkerStats(steps=pb.Timing(count=steps, seconds=seconds), wait_seconds=waited)
+
+
+def test_steps_are_counted_by_the_size_of_the_ring_they_ran_in() -> None:
+    times = StepTimes()
+    for worker, host in (("w0", "a"), ("w1", "b")):
+        times.update(worker, 3, host, (2, 2), _stats(0, 0.0, 0.0))  # the first heartbeat is the baseline
+        times.update(worker, 3, host, (2, 2), _stats(10, 2.0, 0.5))
+    [measured] = times.samples()
+    assert (measured.hosts, measured.workers, measured.steps) == (2, 2, 10)
+    assert measured.step_s == 0.2 and measured.compute_s == 0.15
+    assert set(times.ranks) == {"w0", "w1"}
+
+
+def test_figures_that_go_back_or_cross_a_generation_are_not_counted() -> None:
+    times = StepTimes()
+    times.update("w0", 1, "a", (1, 1), _stats(100, 10.0, 0.0))
+    times.update("w0", 2, "a", (1, 2), _stats(200, 20.0, 0.0))  # new generation: a new baseline
+    times.update("w0", 2, "a", (1, 2), _stats(150, 30.0, 0.0))  # went back: a new baseline
+    times.update("w0", 2, None, (1, 2), _stats(300, 40.0, 0.0))  # not a member: not counted
+    assert times.configs == {}
+
+
+def test_a_size_is_measured_only_after_enough_steps() -> None:
+    times = StepTimes()
+    times.update("w0", 1, "a", (1, 1), _stats(0, 0.0, 0.0))
+    times.update("w0", 1, "a", (1, 1), _stats(MIN_STEPS - 1, 1.0, 0.0))
+    assert times.samples() == []
+    times.update("w0", 1, "a", (1, 1), _stats(MIN_STEPS, 1.2, 0.0))
+    assert len(times.samples()) == 1
+
+
+def test_a_workers_step_figures_pass_the_check_and_bad_ones_are_refused() -> None:
+    figures = WorkerFigures()
+    figures.step(0.1, 0.02)
+    figures.step(0.1, 5.0)  # (what it waited is part of its step: at most the step)
+    assert check_stats(figures.stats()) == ""
+    assert "waited" in check_stats(_stats(1, 0.1, 0.5)) or "ring" in check_stats(_stats(1, 0.1, 0.5))
+    assert check_stats(_stats(1, 0.1, float("nan")))
