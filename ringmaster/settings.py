@@ -8,7 +8,7 @@ The other parts take their defaults from here too; this module imports none of t
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -107,6 +107,14 @@ class JobSettings(BaseModel):
     notice_script: Optional[str] = None
     notice_interval_s: float = Field(DEFAULT_NOTICE_INTERVAL_S, ge=0.1, le=3600)
     blacklist_cooldown_s: Optional[tuple[float, float]] = None
+    stragglers: Literal["report", "replace"] = Field(
+        "report", description="a host whose ranks are slower than the others' (see straggler_slowdown): report "
+                              "it (an event, a metric), or replace it: drain it at a commit and take another host, "
+                              "where that makes the job faster")
+    straggler_slowdown: float = Field(1.2, gt=1.0, le=100.0,
+                                      description="how many times slower than the other hosts' ranks a host's are, "
+                                                  "at least, to be a straggler")
+    straggler_steps: int = Field(50, ge=5, le=100_000, description="over each rank's last this many steps")
     hosts_from_agents: bool = Field(
         False, description="every agent that proves the job secret joins the job as its host, with the slots it "
                            "declares, and leaves it when it goes (Kubernetes, Slurm, any engine that starts agents)")

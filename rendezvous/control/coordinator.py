@@ -37,6 +37,7 @@ from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.records import (
     Drain, DrainSource, Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
 )
+from ringmaster.rendezvous.control.stragglers import Straggler, replacing_pays
 from ringmaster.rendezvous.control.view import JobView, job_view
 from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env
 from ringmaster.settings import JobSettings
@@ -73,6 +74,7 @@ class Coordinator:
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
         self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
+        self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
         self._agents_stopped = False  # told every agent to stop, the job having ended
         self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
@@ -271,6 +273,46 @@ class Coordinator:
         drain = self.drains.request(host, source, deadline_s, reason, now, incarnation)
         self._unsettled = True
         return drain
+
+    def stragglers_seen(self, found: list[Straggler], now: float) -> None:
+        """The straggler check found these hosts slow (`stragglers`). Each is told once per
+        generation; with `--stragglers replace` it is drained (its workers leave at their next
+        commit) where the job is faster without it: another host takes its workers, or the job
+        runs faster on the rest."""
+        gen = self.job.generation
+        if gen is None or self.job.outcome is not None:
+            return
+        members = {a.host for a in gen.members}  # (a host with only warming workers is spare)
+        spare = sum(h.slots for h in self.pool.ordered_hosts()
+                    if h.name not in members and h.drain is None and not self.pool.blacklist.is_blacklisted(h.name, now))
+        for straggler in found:
+            if (gen.number, straggler.host) in self._stragglers_told:
+                continue
+            self._stragglers_told.add((gen.number, straggler.host))
+            on_host = sum(1 for a in gen.members if a.host == straggler.host)
+            replace = False
+            if self.settings.stragglers != "replace":
+                action = "kept (--stragglers report)"
+            elif replacing_pays(straggler, len(gen.members), on_host, spare):
+                replace = True
+                action = ("replaced: its workers leave at their next commit" +
+                          (", another host takes them" if spare >= on_host else ", the job is faster on the rest"))
+            else:
+                action = (f"kept: no spare host for its {on_host} worker(s), and the job is not faster without them "
+                          f"({len(gen.members) - on_host} of {len(gen.members)} workers)")
+            self.job.emit(now, Kind.STRAGGLER_FOUND, host=straggler.host, slowdown=round(straggler.slowdown, 3),
+                          pace_s=round(straggler.pace_s, 6), others_s=round(straggler.others_s, 6),
+                          steps=self.settings.straggler_steps, action=action, replaced=replace, generation=gen.number)
+            if replace:
+                spare -= on_host
+                try:
+                    self.drains.request(straggler.host, DrainSource.STRAGGLER, self.settings.drain_grace_s,
+                                        f"straggler, {straggler.slowdown:.2f}x slower than the other hosts", now)
+                except Refused:
+                    continue
+                self._unsettled = True
+        del_before = gen.number - 1
+        self._stragglers_told = {k for k in self._stragglers_told if k[0] >= del_before}
 
     def undrain_host(self, host: str, now: float, source: DrainSource = DrainSource.OPERATOR,
                      why: str = "undrained") -> bool:

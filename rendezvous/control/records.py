@@ -53,6 +53,7 @@ class DrainSource(str, enum.Enum):
     OPERATOR = "operator"  # `ringmaster drain`, POST /hosts/{name}/drain: until undrained
     SIGNAL = "signal"  # the agent got SIGTERM or SIGINT: the host goes with that agent
     NOTICE = "notice"  # a preemption notice (the agent's notice script, SIGUSR1): until withdrawn
+    STRAGGLER = "straggler"  # --stragglers replace found it slow: until undrained (or a new agent for it)
 
 
 @dataclass

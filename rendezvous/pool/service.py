@@ -96,6 +96,9 @@ class PoolService:
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
         self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
         self.job_settings = dict(job_settings)
+        #: What the pool does with a straggler a job reports (--stragglers): "replace" takes the
+        #: host out for the cooldown, so the job is placed on another host at its next commit.
+        self.stragglers = str(self.job_settings.pop("stragglers", "report"))
         self.checkpoint_root = checkpoint_root
         self.say = say
         self.launcher = launcher
@@ -483,14 +486,18 @@ class PoolService:
         self.say(Kind.POOL_JOB_SUSPENDING, job=job.id, reason=reason)
 
     def _job_event(self, job_id: str, event: Event) -> None:
-        """A job's event: a host it lost is lost to the pool (for the cooldown); a worker that
+        """A job's event: a host it lost (or, with --stragglers replace, found slow) is out of the
+        pool for the cooldown; a worker that
         left may free a slot another job waits for (the next round at once)."""
         if event.kind in (Kind.WORKER_STOPPED, Kind.WORKER_EXITED, Kind.WORKER_FINISHED):
             self.changed.set()
-        if event.kind is Kind.HOST_LOST:
+        lost = event.kind is Kind.HOST_LOST
+        slow = event.kind is Kind.STRAGGLER_FOUND and self.stragglers == "replace"
+        if lost or slow:
             host = str(event.fields.get("host", ""))
             if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():
-                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s)
+                why = "was lost" if lost else f"is a straggler ({float(event.fields.get('slowdown', 0)):.2f}x slower)"
+                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s, why=why)
                 self._take_out(host, time.time())
 
     def _take_out(self, host: str, now: float) -> None:

@@ -224,6 +224,7 @@ class RendezvousServer:
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
         service.step_times = self.metrics.step_times
+        self.metrics.straggler_steps = self.settings.straggler_steps
         service.timeline = self.timeline
         leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
         service.leases = leases

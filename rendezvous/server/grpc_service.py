@@ -17,6 +17,7 @@ import grpc
 from ringmaster.common.figures import FigureTotals, check_stats
 from ringmaster.common.keys import AGENT, WORKER, Identity
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
+from ringmaster.rendezvous.control.stragglers import Persistence, find_stragglers
 from ringmaster.rendezvous.server.step_times import StepTimes
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
@@ -42,6 +43,10 @@ _AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", 
 _REPLACED = object()
 
 
+#: Seconds between two looks for stragglers (at a heartbeat, not on a timer of its own).
+STRAGGLER_CHECK_S = 1.0
+
+
 class RendezvousService(pb_grpc.RendezvousServicer):
     """With a `journal`, what the coordinator says is held back until the state behind it is
     in the store (write-ahead); with `leases`, agents' liveness is also kept as store leases."""
@@ -65,6 +70,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
         self.step_times: StepTimes | None = None  # the job's step times by size (the pool's goodput policy)
         self._ring_shape: tuple[int, dict[str, str], tuple[int, int]] = (0, {}, (0, 0))
+        self._stragglers_checked = 0.0  # (time.monotonic) of the last straggler check
+        self._straggler_watch = Persistence()  # hosts found slow in the last checks
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
 
     # ---------------------------------------------------------------- for the other readers and inputs
@@ -370,10 +377,19 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if generation is None or self.step_times is None:
             return
         if self._ring_shape[0] != generation.number:  # (once per generation, not per heartbeat)
+            self._straggler_watch.reset()
             hosts = {a.worker_id: a.host for a in generation.members}
             self._ring_shape = (generation.number, hosts, (len(set(hosts.values())), len(hosts)))
         _, hosts, config = self._ring_shape
         self.step_times.update(worker_id, generation.number, hosts.get(worker_id), config, stats)
+        now = time.monotonic()
+        if now - self._stragglers_checked >= STRAGGLER_CHECK_S and config[0] > 1:
+            self._stragglers_checked = now
+            settings = self.coordinator.settings
+            paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(settings.straggler_steps)]
+            found = self._straggler_watch.confirm(find_stragglers(paces, settings.straggler_slowdown))
+            if found:
+                self.call(lambda at: self.coordinator.stragglers_seen(found, at))
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
         """A worker's training function returned (with a warning for the job's end, bounded)."""

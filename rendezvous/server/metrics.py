@@ -24,6 +24,7 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import FigureTotals, TimingTotal
 from ringmaster.rendezvous.control.records import Phase, ResetCause
 from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.stragglers import DEFAULT_STEPS, find_stragglers
 from ringmaster.rendezvous.server.step_times import StepTimes
 
 #: The content type of `GET /metrics`.
@@ -73,6 +74,8 @@ class JobMetrics:
         self.figures = FigureTotals()
         #: Step times by the job's size (the workers' heartbeats), for the pool's goodput policy.
         self.step_times = StepTimes()
+        #: Steps over which a host's slowdown is shown (the job's --straggler-steps).
+        self.straggler_steps = DEFAULT_STEPS
         self.discovery = discovery or DiscoveryStats()
         self._refused_calls = refused_calls
         self._store_degraded = store_degraded
@@ -88,6 +91,8 @@ class JobMetrics:
             self._resets.labels(cause.value)  # every cause shows, at 0 until it happens
         self._recovery = Histogram("ringmaster_recovery_seconds", "From a failure seen by the rendezvous to rank 0's "
                                    "first commit after it", buckets=RECOVERY_BUCKETS, registry=self.registry)
+        self._stragglers = Counter("ringmaster_stragglers_found", "Hosts found slower than the others' by the "
+                                   "straggler check (once per host and generation)", registry=self.registry)
         self.registry.register(_Scraped(self))
 
     def on_event(self, event: Event) -> None:
@@ -99,6 +104,8 @@ class JobMetrics:
             self.generations.append(GenerationEntry(
                 number=int(event.fields.get("number", 0)), size=int(event.fields.get("size", 0)),
                 cause=str(event.fields.get("cause", "")), causes=causes, started=self._wall_clock()))
+        elif event.kind is Kind.STRAGGLER_FOUND:
+            self._stragglers.inc()
         elif event.kind is Kind.JOB_RECOVERED:
             seconds = float(event.fields.get("seconds", 0.0))
             self._recovery.observe(seconds)
@@ -124,6 +131,12 @@ class JobMetrics:
         if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
             return 0.0
         return (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
+
+    def host_slowdowns(self) -> dict[str, float]:
+        """Each host of the current generation: its ranks' median pace (step time less waiting for
+        the ring) over the other hosts' (1: as fast; the straggler check's measure)."""
+        paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(self.straggler_steps)]
+        return {s.host: s.slowdown for s in find_stragglers(paces, slowdown=0.0)}
 
     def loss(self) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
@@ -174,6 +187,12 @@ class _Scraped(Collector):
                                 value=job.steps)
         yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",
                                 value=m.steps_per_second())
+        slowdowns = GaugeMetricFamily("ringmaster_host_slowdown", "A host's ranks' median time per step besides "
+                                      "waiting for the ring, over the other hosts' (1: as fast; a straggler is at "
+                                      "--straggler-slowdown or more)", labels=["host"])
+        for host, slowdown in sorted(m.host_slowdowns().items()):
+            slowdowns.add_metric([host], slowdown)
+        yield slowdowns
         loss = m.loss()
         if loss is not None:
             yield GaugeMetricFamily("ringmaster_loss", "The training loss last reported (hvd.report; rank 0's)", value=loss)

@@ -9,12 +9,15 @@ A worker's figures that go back, or that straddle a new generation, start it ove
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 from ringmaster.proto import ringmaster_pb2 as pb
 
 #: Steps a configuration needs before its mean counts as a measurement.
 MIN_STEPS = 5
+#: Steps of each worker's newest pace kept (the straggler check looks at its last ones).
+PACE_STEPS = 200
 
 
 @dataclass
@@ -57,8 +60,8 @@ class StepTimes:
     def __init__(self) -> None:
         self._last: dict[str, tuple[int, int, float, float]] = {}  # worker -> (generation, steps, seconds, waited)
         self.configs: dict[tuple[int, int], StepTotal] = {}
-        #: The current generation's workers: worker id -> (host, their steps so far in it).
-        self.ranks: dict[str, tuple[str, StepTotal]] = {}
+        #: The current generation's workers: worker id -> (host, their newest steps in it, by heartbeat).
+        self.ranks: dict[str, tuple[str, collections.deque[tuple[int, float, float]]]] = {}
         self._ranks_generation = 0
 
     def update(self, worker_id: str, generation: int, host: str | None, config: tuple[int, int],
@@ -78,7 +81,24 @@ class StepTimes:
         if generation != self._ranks_generation:
             self.ranks.clear()
             self._ranks_generation = generation
-        self.ranks.setdefault(worker_id, (host, StepTotal()))[1].add(steps, seconds, waited)
+        recent = self.ranks.setdefault(worker_id, (host, collections.deque()))[1]
+        recent.append((steps, seconds, waited))
+        while len(recent) > 1 and sum(n for n, _, _ in recent) - recent[0][0] >= PACE_STEPS:
+            recent.popleft()
+
+    def paces(self, steps: int) -> list[tuple[str, str, StepTotal]]:
+        """Each worker of the current generation: (worker, host, its newest `steps` steps or a few
+        more: whole heartbeats), where it has taken that many."""
+        out = []
+        for worker, (host, recent) in self.ranks.items():
+            total = StepTotal()
+            for n, seconds, waited in reversed(recent):
+                if total.steps >= steps:
+                    break
+                total.add(n, seconds, waited)
+            if total.steps >= steps:
+                out.append((worker, host, total))
+        return out
 
     def departed(self, worker_id: str) -> None:
         self._last.pop(worker_id, None)

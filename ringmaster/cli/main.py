@@ -73,6 +73,15 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                              "(torchrun's flag; elastic jobs roll back instead, see --reset-limit) (default: %(default)s)")
     parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                         help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
+    parser.add_argument("--stragglers", choices=("report", "replace"), default="report",
+                        help="a host whose ranks take --straggler-slowdown times the other hosts' time per step "
+                             "(besides waiting for the ring): report it (an event, the ringmaster_host_slowdown "
+                             "metric), or replace it: drain it at a commit and take another host, where the job is "
+                             "faster for it (default: report)")
+    parser.add_argument("--straggler-slowdown", type=float, default=1.2, metavar="X",
+                        help="how much slower a straggler's ranks are than the others' (default: 1.2)")
+    parser.add_argument("--straggler-steps", type=int, default=50, metavar="N",
+                        help="over each rank's last N steps (default: 50)")
     parser.add_argument("--spare-last-hosts", action=argparse.BooleanOptionalAction, default=True,
                         help="keep a host whose worker was killed by a signal (or that was lost) when blacklisting it would "
                              "leave fewer than --min-np slots: the job restarts there from its last commit or checkpoint; "
@@ -318,6 +327,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             checkpoint_keep=args.checkpoint_keep,
             checkpoint_trusted=args.checkpoint_trusted,
             timeline=timeline_path(args.timeline, os.environ), timeline_max_mb=args.timeline_max_mb,
+            stragglers=args.stragglers, straggler_slowdown=args.straggler_slowdown, straggler_steps=args.straggler_steps,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
@@ -348,7 +358,8 @@ def _flag_error(error: Mapping[str, Any]) -> str:
              "checkpoint_keep": "--checkpoint-keep", "exit_report_timeout_s": "--exit-report-timeout",
              "spares": f"--spares (or ${defaults.SPARES_ENV})", "timeline": "--timeline",
              "drain_grace_s": "--drain-grace", "notice_interval_s": "--notice-interval",
-             "timeline_max_mb": "--timeline-max-mb"}
+             "timeline_max_mb": "--timeline-max-mb", "straggler_slowdown": "--straggler-slowdown",
+             "straggler_steps": "--straggler-steps"}
     flag = flags.get(str(field), str(field))
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message

@@ -107,6 +107,12 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                        help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
     serve.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S, metavar="S",
                        help="seconds for a job's workers to start (as `run`)")
+    serve.add_argument("--stragglers", choices=("report", "replace"), default="report",
+                       help="a host whose ranks are slower than a job's other hosts' (its step time besides waiting "
+                            "for the ring, --straggler-slowdown times or more): report it, or replace it: it leaves "
+                            "the pool for --blacklist-cooldown and the job takes another host at a commit (default: report)")
+    serve.add_argument("--straggler-slowdown", type=float, default=1.2, metavar="X",
+                       help="how much slower a straggler's ranks are than the other hosts' (default: 1.2)")
     serve.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
                        help="seconds a job being suspended has to reach a commit (as `run`)")
     for parser in (serve,):
@@ -349,6 +355,7 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--checkpoint-interval {args.checkpoint_interval:g}: seconds, more than 0 and at most a day")
     job_settings = {"spares": args.spares, "warmup_grace_s": args.warmup_grace, "start_timeout_s": args.start_timeout,
                     "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2,
+                    "stragglers": args.stragglers, "straggler_slowdown": args.straggler_slowdown,
                     "checkpoint_interval_s": args.checkpoint_interval}
     launcher = choose_launcher(args.launcher, os.environ)
     server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)

@@ -33,6 +33,7 @@ class Kind(enum.StrEnum):
     HOST_DRAINING = "host.draining"
     HOST_DRAINED = "host.drained"
     HOST_UNDRAINED = "host.undrained"
+    STRAGGLER_FOUND = "host.straggler"
     HOSTS_UPDATED = "hosts.updated"
     SLOTS_SHORT = "slots.short"
     # rendezvous: agents and workers
@@ -167,6 +168,9 @@ SPECS: dict[Kind, Spec] = {
                                  "{deadline_s:g} s"),
     Kind.HOST_DRAINED: Spec(_I, "host {host} drained in {seconds:.2f} s: {how}"),
     Kind.HOST_UNDRAINED: Spec(_I, "host {host} is back in the job ({why})"),
+    Kind.STRAGGLER_FOUND: Spec(_W, "host {host} is a straggler: its ranks take {pace_s:.3f} s per step besides waiting "
+                                   "for the ring, {slowdown:.2f}x the other hosts' {others_s:.3f} s (over their last "
+                                   "{steps} steps); {action}"),
     Kind.HOSTS_UPDATED: Spec(_I, "hosts updated ({reason}); workers re-form the ring at their next commit"),
     Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
     Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),
@@ -238,7 +242,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_TAKEN_UP: Spec(_I, "took up {jobs} job(s) the store kept ({live} not ended; running ones resume from "
                                  "their last checkpoint)"),
     Kind.POOL_DEPOSED: Spec(_W, "stopped leading the pool: {reason}; its jobs resume under the new leader from their last checkpoints"),
-    Kind.POOL_HOST_BLACKLISTED: Spec(_W, "host {host} failed under job {job}: out of the pool for {cooldown_s:g} s; "
+    Kind.POOL_HOST_BLACKLISTED: Spec(_W, "host {host} {why} under job {job}: out of the pool for {cooldown_s:g} s; "
                                          "every job on it is rescheduled"),
     Kind.POOL_JOB_SUBMITTED: Spec(_I, "job {job} queued in {queue} (priority {priority}, {min_np}-{max_np} workers)"),
     Kind.POOL_JOB_STARTED: Spec(_I, "job {job} {how} on {size} slot(s): {hosts}"),
