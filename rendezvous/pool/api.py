@@ -73,6 +73,9 @@ class JobRow(BaseModel):
     api_url: Optional[str] = Field(description="the job's own control API and dashboard while it runs")
     sizes: list[tuple[float, int]] = Field(description="(time, size) at each change: its size over time")
     demand: dict[str, float] = Field(description="what each worker takes besides its slot (gpu, cpu)")
+    measured: list[dict[str, float]] = Field(
+        default_factory=list, description="its mean step at each (hosts, workers) it ran: step_s, and compute_s (the "
+                                          "part not spent waiting for the ring); what --policy goodput fits")
 
 
 class HostRow(BaseModel):
@@ -133,7 +136,7 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                       message=job.message, submitted=job.submitted, started_at=job.started_at, ended_at=job.ended_at,
                       resumes=job.resumes, steps_per_second=metrics.steps_per_second() if metrics is not None else None,
                       api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:],
-                      demand=dict(job.demand))
+                      demand=dict(job.demand), measured=pool.measured(job.id))
 
     def known(job_id: str, caller: Caller) -> str:
         try:

@@ -397,6 +397,15 @@ class PoolService:
             else:
                 self._start(job, placement, now)
 
+    def measured(self, job_id: str) -> list[dict[str, float]]:
+        """What `job_id` measured (its step time by size), for its row in the API."""
+        known = dict(self._measured.get(job_id, {}))
+        lease = self.leases.get(job_id)
+        if lease is not None and lease.server.metrics is not None:
+            known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
+        return [{"hosts": m.hosts, "workers": m.workers, "steps": m.steps, "step_s": round(m.step_s, 6),
+                 "compute_s": round(m.compute_s, 6)} for _, m in sorted(known.items())]
+
     def _scaling(self, job: PoolJob) -> Scaling | None:
         """How `job` sped up at the sizes it ran (its rendezvous' step times; what an earlier run
         measured is kept across a suspension, a size measured again replaces it)."""

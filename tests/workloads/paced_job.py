@@ -1,5 +1,6 @@
 """A training job whose scaling is set by its arguments, for the scheduling and straggler tests and
-benches: `--params` sets the model's size (what each step's allreduce carries), `--wait` a step's
+benches: `--params` sets the model's size (what each step's allreduce carries; its compute is one small
+sample), `--wait` a step's
 fixed cost that runs in parallel on every worker (input pipeline, a device's compute: it scales
 perfectly), `--compute` a step's CPU work (a matrix product chain, single-threaded: it slows down
 for real on a host whose CPU share is cut). The per-worker batch is kept, as Horovod scripts do.
@@ -32,12 +33,13 @@ def main() -> None:
     torch.set_num_threads(1)
     hvd.init()
     torch.manual_seed(0)
-    model = torch.nn.Linear(args.params, 1, bias=False)
+    model = torch.nn.Linear(args.params, 1, bias=False)  # (its gradient is dense: the allreduce carries all of it)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-6),
                                          named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0)
     square = torch.randn(128, 128) / 12.0
-    data = torch.randn(4, args.params)
+    data = torch.zeros(1, args.params)
+    data[0, :1000] = torch.randn(min(1000, args.params))  # (little compute however large the model)
 
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:

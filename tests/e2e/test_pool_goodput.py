@@ -1,0 +1,45 @@
+"""`--policy goodput` on a real pool: from the step times their workers send, the pool learns that
+one job is bound by its ring (a large model, little compute) and the other by its compute (a step
+cost that runs in parallel), and moves slots from the first to the second, at their commits."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from harness import WORKLOADS
+from pool_rig import Pool
+
+pytestmark = pytest.mark.slow
+
+
+def paced(log: pathlib.Path, params: int, wait: float) -> list[str]:
+    return ["python", str(WORKLOADS / "paced_job.py"), "--params", str(params), "--wait", str(wait),
+            "--commit-log", str(log)]
+
+
+def committed_steps(log: pathlib.Path) -> list[int]:
+    return [json.loads(line)["step"] for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+
+
+def test_goodput_moves_slots_from_a_ring_bound_job_to_a_compute_bound_one(run_job, tmp_path) -> None:
+    pool = Pool(run_job, tmp_path, "-H", "hA:1,hB:1,hC:1,hD:1", "--policy", "goodput",
+                "--min-resize-interval", "10", "--resize-cost", "0.1")
+    ring_log, compute_log = tmp_path / "ring.jsonl", tmp_path / "compute.jsonl"
+    ring = str(pool.call("/jobs", {"command": paced(ring_log, params=2_000_000, wait=0.0), "min_np": 1, "max_np": 3,
+                                   "name": "ring-bound"})["id"])
+    compute = str(pool.call("/jobs", {"command": paced(compute_log, params=1000, wait=0.1), "min_np": 1, "max_np": 3,
+                                      "name": "compute-bound"})["id"])
+    pool.wait_job(compute, lambda j: j["state"] == "running" and j["size"] == 3, 240, "the compute-bound job on 3 slots")
+    ring_job = pool.wait_job(ring, lambda j: j["state"] == "running" and j["size"] == 1, 60, "the ring-bound job on 1")
+    assert "speed other jobs up more" in ring_job["reason"] or ring_job["reason"].startswith("running"), ring_job
+    shrunk = [e for e in pool.proc.events("pool.job_resized", job=ring) if e["size"] < e["before"]]
+    assert shrunk, pool.proc.events("pool.job_resized")
+    grown = [e for e in pool.proc.events("pool.job_resized", job=compute) if e["size"] > e["before"]]
+    assert grown and grown[-1]["size"] == 3, pool.proc.events("pool.job_resized")
+    for log in (ring_log, compute_log):  # resized at commits: no step was trained twice
+        steps = committed_steps(log)
+        assert steps and len(steps) == len(set(steps)), (log.name, steps[-20:])
+    assert not pool.proc.events("job.failed") and not pool.proc.events("generation.over")
