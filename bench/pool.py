@@ -13,7 +13,10 @@ jobs (tests/workloads/elastic_job.py: a commit every step, Gloo rings):
     a slot was free while a job that could use it waited or could grow (goal: none, beyond the
     moments a resize takes to be carried out at a commit).
 
-Run: python bench/pool.py [--part preempt|utilisation|all]
+  - adaptive: six jobs, three bound by their ring and three by their compute, under fifo and then
+    under goodput (each job's scaling learned from its step times); mean JCT and makespan of each.
+
+Run: python bench/pool.py [--part preempt|utilisation|adaptive|all]
 """
 
 from __future__ import annotations
@@ -156,11 +159,43 @@ def utilisation() -> dict[str, float]:
                 "mean_wait_s": statistics.mean(waits), "max_wait_s": max(waits)}
 
 
+#: The six jobs of the goodput comparison, in order of arrival: (name, paced_job arguments).
+MIX = [(f"{kind}{i}", args) for i in range(3) for kind, args in
+       (("ring", ["--params", "4000000", "--commit-every", "10", "--samples", "4000"]),
+        ("compute", ["--wait", "0.1", "--samples", "900"]))]
+
+
+def adaptive() -> dict[str, float]:
+    """The same six jobs (1 to 4 workers each, one second apart) under fifo, then under goodput:
+    three bound by their ring (a large model, little compute: fastest alone), three by their
+    compute (a step cost that runs in parallel: they scale). Mean JCT and makespan of each run."""
+    from harness import WORKLOADS
+
+    figures: dict[str, float] = {}
+    for policy in ("fifo", "goodput"):
+        with _pool("--policy", policy, "--min-resize-interval", "5", "--resize-cost", "0.1") as (pool, d):
+            ids = []
+            for name, args in MIX:
+                command = ["python", str(WORKLOADS / "paced_job.py"), *args, "--commit-log", str(d / f"{name}.jsonl")]
+                ids.append(str(pool.call("/jobs", {"command": command, "min_np": 1, "max_np": 4, "name": name})["id"]))
+                time.sleep(1.0)
+            rows = [pool.wait_job(job_id, lambda j: j["state"] == "succeeded", 600, f"{job_id} to finish") for job_id in ids]
+            jcts = [r["ended_at"] - r["submitted"] for r in rows]
+            figures[f"{policy}_mean_jct_s"] = statistics.mean(jcts)
+            figures[f"{policy}_makespan_s"] = max(r["ended_at"] for r in rows) - min(r["submitted"] for r in rows)
+            for kind in ("ring", "compute"):
+                figures[f"{policy}_{kind}_mean_jct_s"] = statistics.mean(
+                    jct for (name, _), jct in zip(MIX, jcts) if name.startswith(kind))
+    figures["goodput_over_fifo_mean_jct"] = figures["goodput_mean_jct_s"] / figures["fifo_mean_jct_s"]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["preempt", "utilisation", "all"], default="all")
+    parser.add_argument("--part", choices=["preempt", "utilisation", "adaptive", "all"], default="all")
     args = parser.parse_args()
-    parts: dict[str, Callable[[], dict[str, float]]] = {"preempt": preempt, "utilisation": utilisation}
+    parts: dict[str, Callable[[], dict[str, float]]] = {"preempt": preempt, "utilisation": utilisation,
+                                                        "adaptive": adaptive}
     for name, part in parts.items():
         if args.part in (name, "all"):
             figures = part()

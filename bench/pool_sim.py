@@ -177,9 +177,12 @@ def main() -> None:
     parser.add_argument("--start-cost", type=float, default=30.0, help="seconds a job takes to start or resume")
     parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs of each workload")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--power", type=float, default=None, help="goodput's fairness power (default the pool's)")
-    parser.add_argument("--explore", type=float, default=None, help="goodput's explore factor (default the pool's)")
-    parser.add_argument("--service-half", type=float, default=None, help="goodput's service half (default the pool's)")
+    parser.add_argument("--power", type=float, default=None,
+                        help="goodput's p-norm power (the pool's default: Settings.fairness_power)")
+    parser.add_argument("--explore", type=float, default=None,
+                        help="goodput's trust in its predictions, x the largest size run (default: the pool's)")
+    parser.add_argument("--service-half", type=float, default=None,
+                        help="slot-seconds of service at which goodput counts a job's gains half (default: the pool's)")
     args = parser.parse_args()
     global TUNING
     if args.service_half is not None:

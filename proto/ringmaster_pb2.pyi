@@ -276,7 +276,7 @@ class Timing(_message.Message):
     def __init__(self, count: _Optional[int] = ..., seconds: _Optional[float] = ..., buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss", "steps", "wait_seconds")
+    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss", "steps", "wait_seconds", "batch_size", "noise_scale")
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     SYNCS_FIELD_NUMBER: _ClassVar[int]
     ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,8 @@ class WorkerStats(_message.Message):
     LOSS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NOISE_SCALE_FIELD_NUMBER: _ClassVar[int]
     commits: Timing
     syncs: Timing
     rollbacks: int
@@ -297,7 +299,9 @@ class WorkerStats(_message.Message):
     loss: float
     steps: Timing
     wait_seconds: float
-    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+    batch_size: int
+    noise_scale: float
+    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., noise_scale: _Optional[float] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
     __slots__ = ("worker_id", "commits", "warning")

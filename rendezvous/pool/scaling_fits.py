@@ -5,7 +5,8 @@ not run, or many more steps), starting from its last fit.
 
 Horovod scripts keep their per-worker batch, so a job's samples per second are taken to grow
 with workers / step time (its batch per worker is the unit: the policy compares speedups, not
-samples).
+samples); a script that reports its batch and gradient noise scale (`hvd.report`) has each
+larger global batch counted for what it learns (Pollux's statistical efficiency).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ class ScalingFits:
     def __init__(self) -> None:
         self._fits: dict[str, tuple[tuple[Measured, ...], PerfParams]] = {}
 
-    def scaling(self, job_id: str, measured: list[Measured]) -> Scaling | None:
-        """The job's scaling, or None before it measured a size."""
+    def scaling(self, job_id: str, measured: list[Measured], batch: int = 0, noise_scale: float = 0.0) -> Scaling | None:
+        """The job's scaling, or None before it measured a size. `batch` and `noise_scale`: what its
+        script reported (hvd.report; 0: not), with which larger global batches count for less."""
         if not measured:
             return None
         key = tuple(measured)
@@ -42,7 +44,9 @@ class ScalingFits:
                 params = last[1]
             self._fits[job_id] = (key, params)
             last = self._fits[job_id]
-        return Scaling(last[1], batch=1.0, per_worker_batch=True, explored=max(m.workers for m in measured))
+        return Scaling(last[1], batch=float(batch or 1), per_worker_batch=True,
+                       noise_scale=noise_scale if batch and noise_scale > 0 else None,
+                       explored=max(m.workers for m in measured))
 
     @staticmethod
     def _changed(before: tuple[Measured, ...], now: tuple[Measured, ...]) -> bool:

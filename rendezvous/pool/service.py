@@ -95,6 +95,7 @@ class PoolService:
         self.rules = rules
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
         self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
+        self._hints: dict[str, tuple[int, float]] = {}  # each job's reported (batch per worker, noise scale)
         self.job_settings = dict(job_settings)
         #: What the pool does with a straggler a job reports (--stragglers): "replace" takes the
         #: host out for the cooldown, so the job is placed on another host at its next commit.
@@ -366,6 +367,7 @@ class PoolService:
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
         for gone in set(self._measured) - {j.id for j in self.table.live()}:
             del self._measured[gone]
+            self._hints.pop(gone, None)
             self.fits.forget(gone)
         asks = [j.ask(now, self._scaling(j) if self.policy == "goodput" else None) for j in jobs]
         verdicts = schedule(self.policy, usable, asks, now, self.rules, self._free_resources(usable))
@@ -413,7 +415,9 @@ class PoolService:
         if lease is not None and lease.server.metrics is not None:
             known = self._measured.setdefault(job.id, {})
             known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
-        return self.fits.scaling(job.id, [m for _, m in sorted(self._measured.get(job.id, {}).items())])
+            self._hints[job.id] = lease.server.metrics.scaling_hints()
+        batch, noise = self._hints.get(job.id, (0, 0.0))
+        return self.fits.scaling(job.id, [m for _, m in sorted(self._measured.get(job.id, {}).items())], batch, noise)
 
     def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
         """Each usable host's resources less what the workers of jobs on their way out take."""

@@ -6,8 +6,10 @@ Tiresias' discipline, elastic).
   submission order (as `fifo`); what is left goes, a few slots at a time, to the job whose
   predicted speedup (throughput times statistical efficiency over its rate at one worker,
   `throughput.Scaling`) gains most per slot, under a p-norm of speedups (`fairness_power`: 1 sums
-  them; Pollux's -1 favours the jobs that gain least). A job is sized where its measured scaling
-  is trusted (at most twice the largest size it ran, as Pollux does), and a running job's resize
+  them; Pollux's -1 favours the jobs that gain least), each job's gains discounted as its attained
+  service grows (half at `service_half_s` slot-seconds: short jobs first, as least attained service
+  does, which is most of what lowers average completion time). A job is sized where its measured
+  scaling is trusted (up to `explore_factor` times the largest size it ran), and a running job's resize
   is counted against it: over the next `min_resize_interval_s` it trains `resize_cost_s` less at
   any other size, so a slot moves only where the gain outweighs both jobs' pause. Increments may
   be several slots (a job whose next host only pays off with several workers on it is not

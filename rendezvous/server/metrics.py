@@ -138,6 +138,15 @@ class JobMetrics:
         paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(self.straggler_steps)]
         return {s.host: s.slowdown for s in find_stragglers(paces, slowdown=0.0)}
 
+    def scaling_hints(self) -> tuple[int, float]:
+        """(batch per worker, gradient noise scale) as the job's script reported them (rank 0's,
+        else any worker's; 0 where not reported)."""
+        members = self.view().members
+        hints = self.figures.hints
+        if members and members[0][0] in hints:
+            return hints[members[0][0]]
+        return next(iter(hints.values()), (0, 0.0))
+
     def loss(self) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
         members = self.view().members

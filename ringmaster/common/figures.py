@@ -22,6 +22,8 @@ SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 _SLOTS = len(SECONDS_BUCKETS) + 1  # and one for longer ones
 #: Largest count or byte total a heartbeat may claim (a bound, not a limit any job reaches).
 _MAX_COUNT = 1 << 62
+#: Largest batch per worker and gradient noise scale (samples) a worker may report.
+MAX_BATCH, MAX_NOISE_SCALE = 1 << 31, 1e12
 
 
 @dataclass
@@ -50,6 +52,8 @@ class WorkerFigures:
         self._loss: float | None = None
         self._steps = _Timing()
         self._waited = 0.0
+        self._batch_size = 0
+        self._noise_scale = 0.0
         self.checkpoints = lambda: (0, 0, 0)  # (written, failed, bytes): the state's writer sets it
 
     def commit(self, seconds: float) -> None:
@@ -66,6 +70,14 @@ class WorkerFigures:
             self._steps.add(seconds)
             self._waited += min(max(waited, 0.0), seconds)
 
+    def scaling_hints(self, batch_size: int | None, noise_scale: float | None) -> None:
+        """What the script said of its batch per worker and gradient noise scale (None: unchanged)."""
+        with self._lock:
+            if batch_size is not None:
+                self._batch_size = int(batch_size)
+            if noise_scale is not None:
+                self._noise_scale = float(noise_scale)
+
     def rollback(self) -> None:
         with self._lock:
             self._rollbacks += 1
@@ -81,7 +93,8 @@ class WorkerFigures:
                 commits=self._commits.proto(), syncs=self._syncs.proto(), rollbacks=self._rollbacks,
                 checkpoints_written=written, checkpoint_failures=failed, checkpoint_bytes=nbytes,
                 has_loss=self._loss is not None and math.isfinite(self._loss), loss=self._loss or 0.0,
-                steps=self._steps.proto(), wait_seconds=self._waited,
+                steps=self._steps.proto(), wait_seconds=self._waited, batch_size=self._batch_size,
+                noise_scale=self._noise_scale,
             )
 
 
@@ -99,6 +112,8 @@ def check_stats(stats: pb.WorkerStats) -> str:
             return f"{name} is out of range"
     if not math.isfinite(stats.wait_seconds) or not 0 <= stats.wait_seconds <= stats.steps.seconds + 1e-6:
         return "the time waited for the ring is negative, not finite, or longer than the steps"
+    if not 0 <= stats.batch_size <= MAX_BATCH or not (math.isfinite(stats.noise_scale) and 0 <= stats.noise_scale <= MAX_NOISE_SCALE):
+        return "the batch size or the gradient noise scale is out of range"
     if stats.has_loss and not math.isfinite(stats.loss):
         return "the loss is not finite"
     return ""
@@ -151,6 +166,8 @@ class FigureTotals:
         self.totals = Totals()  # everything: departed workers and the latest of live ones
         self._latest: dict[str, pb.WorkerStats] = {}
         self.losses: dict[str, float] = {}
+        #: What each live worker said of its batch and gradient noise scale (hvd.report).
+        self.hints: dict[str, tuple[int, float]] = {}
 
     def update(self, worker_id: str, stats: pb.WorkerStats) -> None:
         previous = self._latest.get(worker_id)
@@ -160,6 +177,8 @@ class FigureTotals:
             self.totals.add(previous, -1)
         self.totals.add(stats)
         self._latest[worker_id] = stats
+        if stats.batch_size or stats.noise_scale:
+            self.hints[worker_id] = (int(stats.batch_size), float(stats.noise_scale))
         if stats.has_loss:
             self.losses[worker_id] = stats.loss
 
@@ -167,3 +186,4 @@ class FigureTotals:
         """The worker is gone: its last figures stay in the totals, it is no longer tracked."""
         self._latest.pop(worker_id, None)
         self.losses.pop(worker_id, None)
+        self.hints.pop(worker_id, None)

@@ -6,7 +6,7 @@ perfectly), `--compute` a step's CPU work (a matrix product chain, single-thread
 for real on a host whose CPU share is cut). The per-worker batch is kept, as Horovod scripts do.
 
 Rank 0 appends a JSON line per commit to `--commit-log`: {"step", "time", "size", "generation"}.
-Trains `--steps` steps (committed), then exits; or forever with --steps 0.
+Trains `--steps` steps or `--samples` samples (committed), then exits; or forever without either.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import ringmaster.torch as hvd
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=0,
+                        help="or train until this many samples (a worker's batch is one) have been seen, so that more "
+                             "workers finish sooner, as with a data set of that size")
     parser.add_argument("--params", type=int, default=1000, help="model parameters (the allreduce's size)")
     parser.add_argument("--wait", type=float, default=0.0, help="seconds of a step that run in parallel")
     parser.add_argument("--compute", type=int, default=0, help="matrix products of 128x128 per step (CPU)")
@@ -36,14 +39,14 @@ def main() -> None:
     model = torch.nn.Linear(args.params, 1, bias=False)  # (its gradient is dense: the allreduce carries all of it)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-6),
                                          named_parameters=model.named_parameters())
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0)
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, seen=0)
     square = torch.randn(128, 128) / 12.0
     data = torch.zeros(1, args.params)
     data[0, :1000] = torch.randn(min(1000, args.params))  # (little compute however large the model)
 
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:
-        while args.steps == 0 or state.step < args.steps:
+        while (args.steps == 0 or state.step < args.steps) and (args.samples == 0 or state.seen < args.samples):
             optimizer.zero_grad()
             if args.wait:
                 time.sleep(args.wait)  # (the step's cost itself: what runs in parallel on every worker)
@@ -54,6 +57,7 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             state.step += 1
+            state.seen += hvd.size()
             if state.step % args.commit_every == 0:
                 state.commit()
                 if hvd.rank() == 0 and args.commit_log:

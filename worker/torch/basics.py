@@ -5,10 +5,12 @@ re-exports them."""
 from __future__ import annotations
 
 import atexit
+import math
 
 import torch
 import torch.distributed as dist
 
+from ringmaster.common import figures
 from ringmaster.worker.train.context import WorkerContext, exit_promptly
 
 # Reduction ops, as Horovod names them.
@@ -54,11 +56,30 @@ def context() -> WorkerContext:
     return _context
 
 
-def report(loss: float | torch.Tensor) -> None:
+def report(loss: float | torch.Tensor | None = None, *, batch_size: int | None = None,
+           noise_scale: float | None = None) -> None:
     """Report the training loss (a number or a one-element tensor) for the job's status, dashboard and metrics; call it
-    as often as you like: the newest value goes out with the next heartbeat."""
-    value = float(loss.item() if hasattr(loss, "item") else loss)
-    context().figures.report(value)
+    as often as you like: the newest value goes out with the next heartbeat.
+
+    For a pool's `goodput` policy a script may also say its batch per worker (`batch_size`,
+    samples per step) and its gradient noise scale (`noise_scale`, in samples: the global batch
+    beyond which larger batches learn markedly less per sample; Pollux's and McCandlish et al.'s
+    B_noise). With both, the policy counts a step at a global batch B (batch_size x workers) as
+    worth (noise_scale + batch_size) / (noise_scale + B) of one at a single worker's batch, so
+    slots go where they speed learning, not only samples, up."""
+    if batch_size is not None and not (isinstance(batch_size, int) and 0 < batch_size <= figures.MAX_BATCH):
+        raise ValueError(f"batch_size {batch_size!r}: samples per worker per step, a whole number from 1 to "
+                         f"{figures.MAX_BATCH}")
+    if noise_scale is not None:
+        noise_scale = float(noise_scale.item() if hasattr(noise_scale, "item") else noise_scale)
+        if not (math.isfinite(noise_scale) and 0 < noise_scale <= figures.MAX_NOISE_SCALE):
+            raise ValueError(f"noise_scale {noise_scale!r}: the gradient noise scale in samples, more than 0 and "
+                             f"at most {figures.MAX_NOISE_SCALE:g}")
+    if batch_size is not None or noise_scale is not None:
+        context().figures.scaling_hints(batch_size, noise_scale)
+    if loss is not None:
+        value = float(loss.item() if hasattr(loss, "item") else loss)
+        context().figures.report(value)
 
 
 def rank() -> int:

@@ -138,3 +138,13 @@ def test_las_serves_the_least_attained_first() -> None:
     young = JobAsk("old", 8, 16, submitted=0.0, placement={"h0": 4, "h1": 4, "h2": 4, "h3": 4}, resized_at=-1000.0)
     verdicts = schedule("las", HOSTS, [young, new], now=100.0)
     assert verdicts["old"].size == 16 and verdicts["new"].size == 0
+
+
+def test_a_small_gradient_noise_scale_makes_larger_batches_worth_less() -> None:
+    plain = _scaling(0.001)
+    noisy = Scaling(plain.params, batch=32, noise_scale=64.0, explored=16)  # the global batch soon exceeds it
+    assert noisy.speedups(8, 4)[8] < 0.5 * plain.speedups(8, 4)[8]
+    assert noisy.efficiency(1) == 1.0 and noisy.efficiency(3) == (64 + 32) / (64 + 96)
+    jobs = [JobAsk("plain", 1, 16, submitted=0.0, scaling=plain), JobAsk("noisy", 1, 16, submitted=0.0, scaling=noisy)]
+    verdicts = schedule("goodput", HOSTS, jobs, now=0.0, settings=Settings(fairness_power=1.0))
+    assert verdicts["plain"].size > verdicts["noisy"].size

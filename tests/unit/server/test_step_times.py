@@ -4,7 +4,7 @@ a size counts as measured only after enough steps."""
 
 from __future__ import annotations
 
-from ringmaster.common.figures import WorkerFigures, check_stats
+from ringmaster.common.figures import FigureTotals, WorkerFigures, check_stats
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.server.step_times import MIN_STEPS, StepTimes
 
@@ -49,3 +49,17 @@ def test_a_workers_step_figures_pass_the_check_and_bad_ones_are_refused() -> Non
     assert check_stats(figures.stats()) == ""
     assert "waited" in check_stats(_stats(1, 0.1, 0.5)) or "ring" in check_stats(_stats(1, 0.1, 0.5))
     assert check_stats(_stats(1, 0.1, float("nan")))
+
+
+def test_a_scripts_batch_and_noise_scale_reach_the_rendezvous_and_leave_with_the_worker() -> None:
+    figures = WorkerFigures()
+    figures.scaling_hints(32, 2000.0)
+    stats = figures.stats()
+    assert (stats.batch_size, stats.noise_scale) == (32, 2000.0) and check_stats(stats) == ""
+    totals = FigureTotals()
+    totals.update("w0", stats)
+    assert totals.hints == {"w0": (32, 2000.0)}
+    totals.departed("w0")
+    assert totals.hints == {}
+    assert "noise scale" in check_stats(pb.WorkerStats(noise_scale=float("inf")))
+    assert "noise scale" in check_stats(pb.WorkerStats(batch_size=-1))
