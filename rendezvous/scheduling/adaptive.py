@@ -28,10 +28,10 @@ from typing import Mapping
 
 import numpy as np
 
+from ringmaster.rendezvous.scheduling.gang import Sizes, admit, grow_in_order, start_sizes
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
 from ringmaster.rendezvous.scheduling.resources import Left
 
-Sizes = dict[str, int]
 #: A gain in the objective below this is no gain (no resize for rounding noise).
 _NO_GAIN = 1e-6
 
@@ -83,19 +83,10 @@ def _best_step(values: np.ndarray, size: int, room: int) -> tuple[float, int]:
 
 
 def goodput(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes: Sizes = dict(fixed)
-    for job in jobs:
-        if job.id in fixed:
-            left.take(job.demand, fixed[job.id])
+    sizes = start_sizes(jobs, left, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    for ordered in ([j for j in by_arrival if j.running], by_arrival):
-        for job in ordered:
-            if job.id in sizes:
-                continue
-            fits = left.room(job.demand) >= job.min_np
-            sizes[job.id] = job.min_np if fits else 0
-            if fits:
-                left.take(job.demand, job.min_np)
+    admit([j for j in by_arrival if j.running], left, sizes)
+    admit(by_arrival, left, sizes)
     growing = [j for j in by_arrival if sizes[j.id] > 0 and j.id not in fixed]
     curves = {j.id: value_curve(j, trusted_size(j, settings), settings) for j in growing}
     while growing:
@@ -112,25 +103,11 @@ def goodput(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: 
 
 
 def las(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes: Sizes = dict(fixed)
-    for job in jobs:
-        if job.id in fixed:
-            left.take(job.demand, fixed[job.id])
-    ordered = sorted(jobs, key=lambda j: (j.attained_s >= settings.las_threshold_slot_s, j.submitted, j.id))
-    for job in ordered:
-        if job.id in sizes:
-            continue
-        fits = left.room(job.demand) >= job.min_np
-        sizes[job.id] = job.min_np if fits else 0
-        if fits:
-            left.take(job.demand, job.min_np)
-    for job in ordered:
-        if job.id in fixed or sizes[job.id] == 0:
-            continue
-        more = min(job.max_np - sizes[job.id], left.room(job.demand))
-        if more > 0:
-            sizes[job.id] += more
-            left.take(job.demand, more)
+    sizes = start_sizes(jobs, left, fixed)
+    by_id = {j.id: j for j in jobs}
+    ordered = [by_id[job_id] for job_id in las_order(jobs, settings)]
+    admit(ordered, left, sizes)
+    grow_in_order(ordered, sizes, fixed, left)
     return sizes
 
 

@@ -24,66 +24,36 @@ Pure: the jobs, what the pool has and the fixed sizes in, a size per job out (0:
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from ringmaster.rendezvous.scheduling.adaptive import goodput, las
+from ringmaster.rendezvous.scheduling.gang import Sizes, admit, grow_in_order, start_sizes
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
 from ringmaster.rendezvous.scheduling.resources import Left, dominant_share, usage
 
 POLICIES = ("fifo", "priority", "fair", "las", "goodput")
-Sizes = dict[str, int]
-
-
-def _admit(ordered: Iterable[JobAsk], left: Left, sizes: Sizes) -> None:
-    """Give each job in `ordered` (not yet sized) its minimum while it fits."""
-    for job in ordered:
-        if job.id in sizes:
-            continue
-        if left.room(job.demand) >= job.min_np:
-            sizes[job.id] = job.min_np
-            left.take(job.demand, job.min_np)
-        else:
-            sizes[job.id] = 0
-
-
-def _grow_in_order(ordered: Iterable[JobAsk], sizes: Sizes, fixed: Mapping[str, int], left: Left) -> None:
-    for job in ordered:
-        if job.id in fixed or sizes[job.id] == 0:
-            continue
-        more = min(job.max_np - sizes[job.id], left.room(job.demand))
-        if more > 0:
-            sizes[job.id] += more
-            left.take(job.demand, more)
-
-
-def _start(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int]) -> Sizes:
-    sizes: Sizes = dict(fixed)
-    for job in jobs:
-        if job.id in fixed:
-            left.take(job.demand, fixed[job.id])
-    return sizes
 
 
 def fifo(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes = _start(jobs, left, fixed)
+    sizes = start_sizes(jobs, left, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    _admit([j for j in by_arrival if j.running], left, sizes)
-    _admit(by_arrival, left, sizes)
-    _grow_in_order(by_arrival, sizes, fixed, left)
+    admit([j for j in by_arrival if j.running], left, sizes)
+    admit(by_arrival, left, sizes)
+    grow_in_order(by_arrival, sizes, fixed, left)
     return sizes
 
 
 def priority(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes = _start(jobs, left, fixed)
-    _admit(sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id)), left, sizes)
-    _grow_in_order(sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.id)), sizes, fixed, left)
+    sizes = start_sizes(jobs, left, fixed)
+    admit(sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id)), left, sizes)
+    grow_in_order(sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.id)), sizes, fixed, left)
     return sizes
 
 
 def fair(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
-    sizes = _start(jobs, left, fixed)
+    sizes = start_sizes(jobs, left, fixed)
     by_arrival = sorted(jobs, key=lambda j: (j.submitted, j.id))
-    _admit([j for j in by_arrival if j.running], left, sizes)
+    admit([j for j in by_arrival if j.running], left, sizes)
     queues = sorted({j.queue for j in jobs})
     held: dict[str, dict[str, float]] = {q: {} for q in queues}
 
