@@ -401,23 +401,24 @@ class PoolService:
 
     def measured(self, job_id: str) -> list[dict[str, float]]:
         """What `job_id` measured (its step time by size), for its row in the API."""
-        known = dict(self._measured.get(job_id, {}))
+        return [{"hosts": m.hosts, "workers": m.workers, "steps": m.steps, "step_s": round(m.step_s, 6),
+                 "compute_s": round(m.compute_s, 6)} for m in self._step_times(job_id)]
+
+    def _step_times(self, job_id: str) -> list[Measured]:
+        """The job's step times by size, its running rendezvous' merged into what earlier runs
+        measured (kept across a suspension; a size measured again replaces it)."""
         lease = self.leases.get(job_id)
         if lease is not None and lease.server.metrics is not None:
+            known = self._measured.setdefault(job_id, {})
             known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
-        return [{"hosts": m.hosts, "workers": m.workers, "steps": m.steps, "step_s": round(m.step_s, 6),
-                 "compute_s": round(m.compute_s, 6)} for _, m in sorted(known.items())]
+            self._hints[job_id] = lease.server.metrics.scaling_hints()
+        return [m for _, m in sorted(self._measured.get(job_id, {}).items())]
 
     def _scaling(self, job: PoolJob) -> Scaling | None:
-        """How `job` sped up at the sizes it ran (its rendezvous' step times; what an earlier run
-        measured is kept across a suspension, a size measured again replaces it)."""
-        lease = self.leases.get(job.id)
-        if lease is not None and lease.server.metrics is not None:
-            known = self._measured.setdefault(job.id, {})
-            known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
-            self._hints[job.id] = lease.server.metrics.scaling_hints()
+        """How `job` sped up at the sizes it ran, with what its script reported (hvd.report)."""
+        measured = self._step_times(job.id)
         batch, noise = self._hints.get(job.id, (0, 0.0))
-        return self.fits.scaling(job.id, [m for _, m in sorted(self._measured.get(job.id, {}).items())], batch, noise)
+        return self.fits.scaling(job.id, measured, batch, noise)
 
     def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
         """Each usable host's resources less what the workers of jobs on their way out take."""
