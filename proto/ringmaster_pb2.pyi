@@ -31,12 +31,14 @@ SPAN_RING_BUILD: SpanKind
 SPAN_WAITING: SpanKind
 
 class Ack(_message.Message):
-    __slots__ = ("ok", "message")
+    __slots__ = ("ok", "message", "heartbeat_interval_s")
     OK_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     message: str
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    heartbeat_interval_s: float
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
 
 class Seal(_message.Message):
     __slots__ = ("sequence", "mac")

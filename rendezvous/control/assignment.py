@@ -58,6 +58,7 @@ def assign_ranks(
         for lr in range(per_host[host]):
             hosts_with_local.setdefault(lr, []).append(host)
 
+    cross_rank = {lr: {host: i for i, host in enumerate(hosts)} for lr, hosts in hosts_with_local.items()}
     result = []
     for rank, (slot, lr) in enumerate(zip(ordered, local_rank)):
         crossing = hosts_with_local[lr]
@@ -69,7 +70,7 @@ def assign_ranks(
                 size=size,
                 local_rank=lr,
                 local_size=per_host[slot.host],
-                cross_rank=crossing.index(slot.host),
+                cross_rank=cross_rank[lr][slot.host],
                 cross_size=len(crossing),
             )
         )

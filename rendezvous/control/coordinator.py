@@ -32,6 +32,7 @@ from ringmaster.rendezvous.control.facts import (
 )
 from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.formation import Formation, StoreFactory
+from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.records import (
@@ -75,6 +76,8 @@ class Coordinator:
         self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
+        #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
+        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0)
         self._agents_stopped = False  # told every agent to stop, the job having ended
         self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
@@ -419,12 +422,20 @@ class Coordinator:
         for name in self.pool.forget_departed(now, job.busy_hosts()):
             self.formation.sent_to_agents.pop(name, None)
             self._unsettled = True
-        timeout = self.settings.heartbeat_timeout_s
+        self._pace_heartbeats()
+        timeout = self.pace.worker_timeout_s
         for worker in [] if liveness.isolated else list(job.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
                 job.worker_failed(worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)",
                                   now, blame_host=True, host_lost=False)
         self._reconcile(now)
+
+    def _pace_heartbeats(self) -> None:
+        """Stretch heartbeat intervals (and the silences that count as death) with the job's size."""
+        hosts = sum(1 for h in self.pool.hosts.values() if h.agent_connected)
+        workers = sum(1 for w in self.job.workers.values() if w.live and w.registered)
+        self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers)
+        self.pool.beat_s, self.pool.silence_s = self.pace.agent_s, self.pace.agent_timeout_s
 
     def _reconcile(self, now: float) -> None:
         """Decide on the facts, then bring the job one step closer to what they call for."""

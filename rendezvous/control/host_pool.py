@@ -63,6 +63,9 @@ class HostPool:
         cooldown = CooldownRange(*settings.blacklist_cooldown_s) if settings.blacklist_cooldown_s else None
         self.blacklist = blacklist or Blacklist(cooldown)
         self.launches_agents = launches_agents
+        #: Seconds between an agent's heartbeats, and of silence after which its host is lost:
+        #: the configured ones, stretched for a large job by the coordinator (`heartbeat_pace`).
+        self.beat_s, self.silence_s = settings.heartbeat_interval_s, settings.heartbeat_timeout_s
         self.hosts: dict[str, Host] = {}
         self.first_discovery_at: float | None = None
         self.last_tick: float | None = None
@@ -199,7 +202,7 @@ class HostPool:
         was_isolated = self.isolated_since is not None
         isolated = self._isolated(now)
         rejoined = was_isolated and self.isolated_since is None
-        timeout = self.settings.heartbeat_timeout_s
+        timeout = self.silence_s
         for host in self.hosts.values():
             if not isolated and host.agent_connected and now - host.last_heartbeat > timeout:
                 self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s",
@@ -216,7 +219,7 @@ class HostPool:
         if self.all_silent(now):
             connected = [h for h in self.hosts.values() if h.agent_connected]
             if self.isolated_since is None:
-                if not any(now - h.last_heartbeat > self.settings.heartbeat_timeout_s for h in connected):
+                if not any(now - h.last_heartbeat > self.silence_s for h in connected):
                     return True  # silent together, not yet for long: judge nobody
                 self.isolated_since = max(h.last_heartbeat for h in connected)
                 self._emit(now, Kind.RENDEZVOUS_ISOLATED, hosts=len(connected), seconds=now - self.isolated_since,
@@ -232,7 +235,7 @@ class HostPool:
     def _lately(self) -> float:
         """Hosts beat every interval, so a partition silences them within about one interval of
         each other: "at once" means none was heard for this long."""
-        return min(2 * self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s / 2)
+        return min(2 * self.beat_s, self.silence_s / 2)
 
     def all_silent(self, now: float) -> bool:
         """Two or more hosts connected, and none heard lately (see `_isolated`)."""

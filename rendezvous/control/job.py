@@ -337,7 +337,7 @@ class Job:
     def send_assignment(self, worker: Worker) -> None:
         gen = self.generation
         assert gen is not None
-        a = next(m for m in gen.members if m.worker_id == worker.worker_id)
+        a = gen.by_worker[worker.worker_id]
         host, port = self.store_address
         self.outbox.append(Assign(a, gen.number, store_host=host, store_port=port, store_prefix=gen.store_prefix,
                                   hosts_sequence=gen.hosts_baseline))

@@ -123,6 +123,7 @@ class Generation(Revised):
     def __post_init__(self) -> None:
         self.member_ids: list[str] = [a.worker_id for a in self.members]
         self.member_set: frozenset[str] = frozenset(self.member_ids)
+        self.by_worker: dict[str, RankAssignment] = {a.worker_id: a for a in self.members}
 
 
 class Causes:

@@ -54,6 +54,10 @@ from ringmaster.rendezvous.server.torch_store import TorchStoreHost
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2
+#: A run of the clock looks at every host and worker (a fifth of a second at 32,768 workers):
+#: the next waits at least this many times as long as the last took, so the clock never takes
+#: more than a tenth of a core, and a small job keeps its TICK_S.
+TICK_DUTY = 10.0
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
 #: Refused calls logged one by one before only every hundredth is.
@@ -226,7 +230,7 @@ class RendezvousServer:
         service.step_times = self.metrics.step_times
         self.metrics.straggler_steps = self.settings.straggler_steps
         service.timeline = self.timeline
-        leases = AgentLeases(store, prefix, self.settings.heartbeat_timeout_s, service.lease_expired)
+        leases = AgentLeases(store, prefix, lambda: coordinator.pace.agent_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service
         pb_grpc.add_RendezvousServicer_to_server(
@@ -278,8 +282,9 @@ class RendezvousServer:
                     await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
                 service.changed.clear()
                 if time.monotonic() >= next_tick:
-                    next_tick = time.monotonic() + TICK_S
+                    started = time.perf_counter()
                     service.call(coordinator.tick)
+                    next_tick = time.monotonic() + max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
                     if self.timeline is not None:
                         self.timeline.flush()
                 for host, how in launcher.ended():  # an input like any other (journaled with the rest)

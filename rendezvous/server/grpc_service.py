@@ -294,7 +294,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.coordinator.agent_heartbeat(request.host, self.clock())
         if self.leases is not None:
             self._background(self.leases.heartbeat(request.host))
-        return pb.Ack(ok=True)
+        return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.agent_s)
 
     async def ReportWorkerExit(self, request: pb.WorkerExit, context) -> pb.Ack:
         """A worker process exited: its code or signal, and whether its agent stopped it. Only the
@@ -370,7 +370,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.timeline is not None and request.spans and worker is not None \
                 and len(request.spans) <= MAX_SPANS_PER_HEARTBEAT and 0 <= request.spans_dropped < (1 << 53):
             self.timeline.on_spans(request.worker_id, request.spans, request.spans_dropped)
-        return pb.Ack(ok=True)
+        return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.worker_s)
 
     def _time_steps(self, worker_id: str, stats: pb.WorkerStats) -> None:
         generation = self.coordinator.job.generation

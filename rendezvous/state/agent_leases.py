@@ -31,13 +31,18 @@ RETRY_S = 0.5
 
 
 class AgentLeases:
-    def __init__(self, store: KeyValueStore, prefix: str, ttl_s: float, on_expired: Callable[[str], None],
-) -> None:
+    """`ttl_s`: the silence after which a host is lost, asked again at each grant (a large job
+    stretches its agents' heartbeats, `heartbeat_pace`): a lease granted shorter than what is
+    asked now is granted again at the host's next heartbeat."""
+
+    def __init__(self, store: KeyValueStore, prefix: str, ttl_s: float | Callable[[], float],
+                 on_expired: Callable[[str], None]) -> None:
         self.store = store
         self.prefix = prefix + "agents/"
-        self.ttl_s = max(2, math.ceil(ttl_s))
+        self._ttl = ttl_s if callable(ttl_s) else (lambda: ttl_s)
         self.on_expired = on_expired
         self.leases: dict[str, int] = {}
+        self._granted: dict[str, tuple[int, int]] = {}  # host -> (its lease's ttl, its agent's pid)
         self._refreshed: dict[str, float] = {}
         self._written: dict[str, int] = {}  # revision of each host's current key
         self._inherited: dict[str, int] = {}  # leases a previous leader granted: revoked, never watched
@@ -55,14 +60,19 @@ class AgentLeases:
                 self._inherited[entry.key.removeprefix(self.prefix)] = lease
         return set(self._inherited)
 
+    @property
+    def ttl_s(self) -> int:
+        return max(2, math.ceil(self._ttl()))
+
     async def connected(self, host: str, pid: int) -> None:
         old = self.leases.pop(host, None) or self._inherited.pop(host, None)
         try:
             if old is not None:
                 await self.store.revoke_lease(old)
-            lease = await self.store.grant_lease(self.ttl_s)
+            ttl = self.ttl_s
+            lease = await self.store.grant_lease(ttl)
             revision = await self.store.put(self.prefix + host, {"pid": pid, "lease": lease}, lease=lease)
-            self.leases[host], self._written[host] = lease, revision
+            self.leases[host], self._written[host], self._granted[host] = lease, revision, (ttl, pid)
             self._refreshed[host] = time.monotonic()
         except StoreUnavailable as exc:
             _say(Kind.AGENT_LEASE_FAILED, host=host, error=str(exc))
@@ -70,7 +80,11 @@ class AgentLeases:
     async def heartbeat(self, host: str) -> None:
         lease = self.leases.get(host)
         now = time.monotonic()
-        if lease is None or now - self._refreshed.get(host, 0.0) < self.ttl_s / 4:
+        ttl, pid = self._granted.get(host, (self.ttl_s, 0))
+        if lease is not None and ttl < self.ttl_s:
+            await self.connected(host, pid)  # the job's pace stretched past this lease
+            return
+        if lease is None or now - self._refreshed.get(host, 0.0) < ttl / 4:
             return
         self._refreshed[host] = now
         try:
@@ -79,6 +93,7 @@ class AgentLeases:
             pass  # the leader's own refreshes report the store's state
 
     async def disconnected(self, host: str) -> None:
+        self._granted.pop(host, None)
         lease = self.leases.pop(host, None)
         if lease is not None:
             try:

@@ -45,6 +45,7 @@ from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.proto import environment as env_names
 from ringmaster.common.dial import AWAY_CODES, dial
 from ringmaster.common.grpc_auth import Credentials, Unproven
+from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
@@ -103,7 +104,7 @@ class Agent:
         self.ca_pem = ca_pem  # the CA the rendezvous' TLS certificate chains to (None: no TLS)
         self.addresses = list(settings.rendezvous)
         self.host = settings.host
-        self.heartbeat_interval_s = settings.heartbeat_interval_s
+        self.heartbeat_interval_s = self._base_interval_s = settings.heartbeat_interval_s
         self.stop_grace_s = settings.stop_grace_s
         self.reconnect_timeout_s = settings.reconnect_timeout_s
         self.children: dict[str, _Child] = {}
@@ -364,8 +365,13 @@ class Agent:
             stub = self._stub
             if stub is not None:
                 try:
-                    stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host), timeout=self.heartbeat_interval_s * 5)
+                    answer = stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host),
+                                                 timeout=self.heartbeat_interval_s * 5)
                     last_contact = time.monotonic()
+                    # A large job's rendezvous asks for a longer interval; within a third of the
+                    # reconnect window, so that fencing still follows a lost rendezvous.
+                    self.heartbeat_interval_s = paced_interval(answer.heartbeat_interval_s, self._base_interval_s,
+                                                               self.reconnect_timeout_s / 3)
                     continue
                 except (grpc.RpcError, ValueError):
                     pass  # a closed session is noticed by _read_sessions (ValueError: its channel closed)

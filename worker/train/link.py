@@ -24,6 +24,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.dial import AWAY_CODES, dial
 from ringmaster.common.grpc_auth import Credentials
+from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
@@ -59,7 +60,7 @@ class RendezvousLink:
         self.address = self.addresses[0]
         self.worker_id = worker_id
         self.host = host
-        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_interval_s = self._base_interval_s = heartbeat_interval_s
         self.commits = 0
         self.steps_since_commit = 0  # optimizer steps a rollback now would undo
         self.elastic = False
@@ -170,7 +171,7 @@ class RendezvousLink:
         spans = self.spans
         taken = spans.take() if spans is not None and spans.on else []
         try:
-            stub.WorkerHeartbeat(
+            answer = stub.WorkerHeartbeat(
                 pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
                                           steps_since_commit=self.steps_since_commit,
                                           stats=self._stats() if self._stats is not None else None,
@@ -178,6 +179,7 @@ class RendezvousLink:
                                           spans_dropped=spans.dropped if spans is not None else 0),
                 timeout=timeout_s
             )
+            self.heartbeat_interval_s = paced_interval(answer.heartbeat_interval_s, self._base_interval_s)
             return True
         except (grpc.RpcError, ValueError):  # (ValueError: the channel was closed meanwhile)
             if taken:

@@ -1,0 +1,321 @@
+"""Scale harness: a real `ringmaster serve` against thousands of simulated hosts.
+
+Each host is an agent and `--slots` workers speaking the real gRPC protocol with real keys
+(`tests/simulated_fleet.py`, asyncio clients packed into `--fleets` processes); the rendezvous
+finds its hosts with a discovery script reading a file, as a user's would. For each size:
+
+- the first generation: from the rendezvous' start until every worker holds its assignment;
+- steady state over `--steady-s` seconds: the rendezvous' own CPU (a fraction of one core) and
+  memory (RSS), the calls the simulated hosts made, `/status` and `/metrics` latency;
+- three membership changes, each timed from the change until every worker holds its assignment
+  in the new generation (the simulated workers stamp it): a host lost (its streams closed, as a
+  machine that dies), 64 hosts added at once (the discovery file), a scale-down by half (half the
+  hosts leave discovery);
+- with `--store etcd`, the bytes and writes etcd took per generation (its own metrics).
+
+The rendezvous shares this machine with the simulated hosts: its own CPU is what is reported.
+
+Run: python bench/scale.py [--hosts 512,2048,4096] [--slots 8] [--store memory|etcd|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from harness import API_HEADERS, SECRET, free_port, wait_for  # noqa: E402
+from simulated_fleet import FleetProcess  # noqa: E402
+from simulated_hosts import cpu_seconds  # noqa: E402
+
+#: Hosts added at once in the growth change.
+ADDED_HOSTS = 64
+
+
+def rss_bytes(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class Change:
+    """One membership change as measured."""
+
+    what: str
+    seconds: float  # from the change until every worker held its assignment in the new generation
+    generation: int
+    workers: int
+    server_cpu_s: float
+    etcd: dict[str, float] = field(default_factory=dict)
+
+
+class Cluster:
+    """A rendezvous and its simulated hosts (`hosts` x `slots`), the hosts listed in a file that
+    its discovery script prints."""
+
+    def __init__(self, root: pathlib.Path, hosts: int, slots: int, store: str, fleets: int,
+                 heartbeat_s: float, discovery_s: float, extra: list[str] | None = None) -> None:
+        self.root, self.slots, self.store = root, slots, store
+        self.names = [f"h{i:05d}" for i in range(hosts)]
+        self.hosts_file = root / "hosts.txt"
+        self.script = root / "hosts.sh"
+        self.script.write_text(f"#!/bin/sh\nexec cat {self.hosts_file}\n")
+        self.script.chmod(0o755)
+        self.port, self.api_port = free_port(), free_port()
+        self.heartbeat_s, self.discovery_s = heartbeat_s, discovery_s
+        self.extra = extra or []
+        self.fleet_count = fleets
+        self.fleets: list[FleetProcess] = []
+        self.proc: subprocess.Popen | None = None
+        self.log = root / "serve.log"
+        self.first_timeout_s = 600.0
+        self.change_timeout_s = 300.0
+
+    def write_hosts(self, names: list[str]) -> None:
+        tmp = self.hosts_file.with_suffix(".tmp")
+        tmp.write_text("".join(f"{n}:{self.slots}\n" for n in names))
+        tmp.replace(self.hosts_file)
+
+    def start(self) -> float:
+        """Start everything; seconds until every worker holds an assignment (the first generation)."""
+        self.write_hosts(self.names)
+        started = time.monotonic()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ringmaster.cli", "serve", "--host-discovery-script", str(self.script),
+                 "--min-np", "1", "--port", str(self.port), "--api-port", str(self.api_port), "--store", self.store,
+                 "--discovery-interval", str(self.discovery_s), "--heartbeat-interval", str(self.heartbeat_s),
+                 "--start-timeout", "600", "--warmup-grace", "600", "--elastic-timeout", "600",
+                 "--log-level", "WARNING", *self.extra, "python", "-c", "pass"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        address = f"127.0.0.1:{self.port}"
+        wait_for(lambda: self._listening(), 60, f"the rendezvous to listen on {address}")
+        self.fleets = [FleetProcess(address, SECRET, self.heartbeat_s) for _ in range(self.fleet_count)]
+        self.add(self.names)
+        self.wait_settled(len(self.names) * self.slots, 0, self.first_timeout_s, "the first generation")
+        return self.last_assigned() - started
+
+    def _listening(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"the rendezvous exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def _fleet_of(self, name: str) -> FleetProcess:
+        return self.fleets[int(name[1:]) % len(self.fleets)]
+
+    def _by_fleet(self, names: list[str]) -> Iterator[tuple[FleetProcess, list[str]]]:
+        for fleet in self.fleets:
+            mine = [n for n in names if self._fleet_of(n) is fleet]
+            if mine:
+                yield fleet, mine
+
+    def add(self, names: list[str]) -> None:
+        for fleet, mine in self._by_fleet(names):
+            fleet.ask("add", mine, self.slots)
+
+    def kill(self, names: list[str]) -> None:
+        for fleet, mine in self._by_fleet(names):
+            fleet.ask("kill", mine)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return [fleet.ask("summary") for fleet in self.fleets]
+
+    def wait_settled(self, workers: int, after_generation: int, timeout_s: float, what: str) -> int:
+        """Wait until exactly `workers` workers run, all in one generation newer than
+        `after_generation`; that generation."""
+
+        def settled() -> int | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the rendezvous exited ({self.proc.returncode}); see {self.log}")
+            s = self.summaries()
+            low, high = min(x["min_generation"] for x in s), max(x["max_generation"] for x in s)
+            if sum(x["workers"] for x in s) == workers and low == high > after_generation:
+                return high
+            return None
+
+        return wait_for(settled, timeout_s, f"{what}: {workers} workers in one new generation", interval_s=0.05)
+
+    def last_assigned(self) -> float:
+        return max(x["last_assigned"] for x in self.summaries())
+
+    def assignments(self) -> list[tuple[str, str, int, int, int]]:
+        return [row for fleet in self.fleets for row in fleet.ask("assignments")]
+
+    def get(self, path: str) -> tuple[float, int]:
+        """Seconds a GET of the control API took, and the body's size."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.api_port}{path}", headers=API_HEADERS)
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            size = len(answer.read())
+        return time.perf_counter() - started, size
+
+    def close(self) -> None:
+        for fleet in self.fleets:
+            fleet.close()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def etcd_counters(client_port: int) -> dict[str, float]:
+    """etcd's own count of puts and transactions and of the bytes its clients sent it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{client_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    wanted = {"etcd_mvcc_put_total": "puts", "etcd_mvcc_txn_total": "txns", "etcd_mvcc_delete_total": "deletes",
+              "etcd_network_client_grpc_received_bytes_total": "bytes_in"}
+    found = dict.fromkeys(wanted.values(), 0.0)
+    for line in text.splitlines():
+        match = re.match(r"^(\w+)(?:\{[^}]*\})? ([0-9.e+]+)$", line)
+        if match and match.group(1) in wanted:
+            found[wanted[match.group(1)]] += float(match.group(2))
+    return found
+
+
+def check_assignments(rows: list[tuple[str, str, int, int, int]], workers: int, generation: int) -> None:
+    """Every worker assigned exactly once, ranks 0..N-1, one size, one generation, each host's
+    workers on consecutive ranks."""
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)) == workers, (len(ids), len(set(ids)), workers)
+    assert {r[2] for r in rows} == {generation}, {r[2] for r in rows}
+    assert sorted(r[3] for r in rows) == list(range(workers)), "ranks are not 0..N-1"
+    assert {r[4] for r in rows} == {workers}, {r[4] for r in rows}
+    by_host: dict[str, list[int]] = {}
+    for _, host, _, rank, _ in rows:
+        by_host.setdefault(host, []).append(rank)
+    for host, ranks in by_host.items():
+        ranks.sort()
+        assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), (host, ranks)
+
+
+def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = True) -> list[Change]:
+    """Host lost, hosts added, scale-down by half, each measured (and checked with `check`)."""
+    changes = []
+    names = list(cluster.names)
+    generation = cluster.wait_settled(len(names) * cluster.slots, 0, 60, "before the changes")
+
+    def measure(what: str, act, expected_hosts: list[str]) -> None:
+        nonlocal generation
+        before = etcd_counters(etcd_port) if etcd_port else {}
+        cpu = cpu_seconds(cluster.proc.pid)  # type: ignore[union-attr]
+        started = time.monotonic()
+        act()
+        workers = len(expected_hosts) * cluster.slots
+        new = cluster.wait_settled(workers, generation, cluster.change_timeout_s, what)
+        elapsed = cluster.last_assigned() - started
+        used = cpu_seconds(cluster.proc.pid) - cpu  # type: ignore[union-attr]
+        after = etcd_counters(etcd_port) if etcd_port else {}
+        per_generation = {k: (after[k] - before[k]) / max(1, new - generation) for k in after}
+        if check:
+            rows = cluster.assignments()
+            check_assignments(rows, workers, new)
+            assert {r[1] for r in rows} == set(expected_hosts), what
+        changes.append(Change(what, elapsed, new, workers, used, per_generation))
+        generation = new
+
+    lost = names[-1]
+    names = names[:-1]
+    measure("host lost", lambda: cluster.kill([lost]), names)
+    added = [f"h{i:05d}" for i in range(len(cluster.names), len(cluster.names) + ADDED_HOSTS)]
+
+    grown = names + added
+
+    def grow() -> None:
+        cluster.write_hosts(grown)
+        cluster.add(added)
+
+    names = grown
+    measure(f"{ADDED_HOSTS} hosts added", grow, names)
+    kept = names[:len(names) // 2]
+    measure("scale-down by half", lambda: cluster.write_hosts(kept), kept)
+    return changes
+
+
+def steady_state(cluster: Cluster, seconds: float) -> dict[str, float]:
+    """The rendezvous' CPU (cores) and RSS, the simulated hosts' call rate, and the control
+    API's latency, over `seconds` of a job that is not changing."""
+    pid = cluster.proc.pid  # type: ignore[union-attr]
+    calls_before = sum(x["calls"] for x in cluster.summaries())
+    cpu_before, started = cpu_seconds(pid), time.monotonic()
+    status, metrics = [], []
+    status_bytes = metrics_bytes = 0
+    while time.monotonic() - started < seconds:
+        took, status_bytes = cluster.get("/status")
+        status.append(took)
+        took, metrics_bytes = cluster.get("/metrics")
+        metrics.append(took)
+        time.sleep(max(0.0, min(1.0, seconds - (time.monotonic() - started))))  # (a reader's pace)
+    elapsed = time.monotonic() - started
+    calls = sum(x["calls"] for x in cluster.summaries()) - calls_before
+    return {"cpu_cores": (cpu_seconds(pid) - cpu_before) / elapsed, "rss_mb": rss_bytes(pid) / 2**20,
+            "calls_per_s": calls / elapsed, "status_ms": statistics.median(status) * 1e3,
+            "status_kb": status_bytes / 1024, "metrics_ms": statistics.median(metrics) * 1e3,
+            "metrics_kb": metrics_bytes / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", default="512,2048,4096", help="sizes, comma-separated")
+    parser.add_argument("--slots", type=int, default=8, help="workers per host")
+    parser.add_argument("--store", choices=["memory", "etcd", "both"], default="both")
+    parser.add_argument("--fleets", type=int, default=2, help="processes the simulated hosts share")
+    parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="the rendezvous' --heartbeat-interval")
+    parser.add_argument("--discovery-interval", type=float, default=0.5)
+    parser.add_argument("--steady-s", type=float, default=10.0)
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.hosts.split(",")]
+    stores = ["memory", "etcd"] if args.store == "both" else [args.store]
+    print(f"# Scale: {args.slots} workers per host, {args.fleets} client processes, heartbeat "
+          f"{args.heartbeat_interval:g} s, discovery every {args.discovery_interval:g} s, {os.cpu_count()} cores\n")
+    print("| hosts | workers | store | first gen. s | host lost s | +64 hosts s | half s | serve CPU (cores) "
+          "| RSS MB | calls/s | /status ms (KB) | /metrics ms (KB) | etcd KB / gen. (lost, +64, half) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for hosts in sizes:
+        for store in stores:
+            with tempfile.TemporaryDirectory() as tmp:
+                root = pathlib.Path(tmp)
+                etcd = None
+                url = "memory"
+                if store == "etcd":
+                    from etcd_server import EtcdServer
+                    etcd = EtcdServer(root / "etcd").start()
+                    url = f"etcd://127.0.0.1:{etcd.client_port}/scale/{hosts}"
+                cluster = Cluster(root, hosts, args.slots, url, args.fleets, args.heartbeat_interval,
+                                  args.discovery_interval)
+                try:
+                    first = cluster.start()
+                    steady = steady_state(cluster, args.steady_s)
+                    changes = run_changes(cluster, etcd.client_port if etcd else None)
+                finally:
+                    cluster.close()
+                    if etcd is not None:
+                        etcd.kill()
+            etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
+            print(f"| {hosts} | {hosts * args.slots} | {store} | {first:.2f} | "
+                  + " | ".join(f"{c.seconds:.2f}" for c in changes)
+                  + f" | {steady['cpu_cores']:.2f} | {steady['rss_mb']:.0f} | {steady['calls_per_s']:.0f} | "
+                  f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
+                  f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""How often agents and workers heartbeat, stretched with the job's size.
+
+Every heartbeat costs the rendezvous a call (its authentication, a coordinator input), about
+half a millisecond of its one Python process; at the configured interval (1 s) 32,768 workers
+would need 15 CPU-seconds a second, and a rendezvous that cannot keep up declares healthy
+workers dead. So all agents' heartbeats together are held to `AGENT_BEATS_PER_S` and all workers'
+to `WORKER_BEATS_PER_S`: each caller's interval is its share (never below the configured one,
+never above `MOST_INTERVAL_S`), and the silence that counts as death stretches by the same
+factor. A job of up to a few hundred hosts keeps the configured interval.
+
+What the stretch does not slow down: a process or host that dies closes its session's
+connection, which the rendezvous notices at once; heartbeats find only the hung and the
+silently cut off. The interval travels in each heartbeat's answer (`Ack.heartbeat_interval_s`).
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ringmaster.common.heartbeats import MOST_INTERVAL_S
+
+#: Heartbeats a second the rendezvous takes from all agents together ...
+AGENT_BEATS_PER_S = 250.0
+#: ... and from all workers together.
+WORKER_BEATS_PER_S = 1000.0
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The intervals asked of agents and workers now, and the silence after which each is dead."""
+
+    agent_s: float
+    worker_s: float
+    agent_timeout_s: float
+    worker_timeout_s: float
+
+
+def pace(interval_s: float, timeout_s: float, hosts: int, workers: int) -> Pace:
+    """The pace for `hosts` agents and `workers` workers, from the configured heartbeat interval
+    and timeout (`--heartbeat-interval`, `--heartbeat-timeout`)."""
+    agent = _share(interval_s, hosts, AGENT_BEATS_PER_S)
+    worker = _share(interval_s, workers, WORKER_BEATS_PER_S)
+    return Pace(agent, worker, timeout_s * agent / interval_s, timeout_s * worker / interval_s)
+
+
+def _share(interval_s: float, callers: int, budget_per_s: float) -> float:
+    return min(max(interval_s, callers / budget_per_s), max(interval_s, MOST_INTERVAL_S))

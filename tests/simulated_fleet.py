@@ -1,0 +1,346 @@
+"""Thousands of hosts simulated by a few processes: each host an agent and its workers, speaking
+the real gRPC protocol with real keys (grpc.aio clients, many per process), for the scale
+harness (`bench/scale.py`) and its test.
+
+A simulated agent does what `ringmaster agent` does on the wire: its hello, heartbeats, and for
+every `AgentCommand` it starts the workers it names (and reports the ones it stops); a simulated
+worker does what a worker's `Link` does: its session, heartbeats with commits, `Ready` once warm,
+again after a "generation over" and at its next commit after a "hosts updated". No process is
+started and nothing trains: what is measured is the rendezvous.
+
+`FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
+the harness can spread the clients over processes; everything it answers is small (a summary
+per change), except `assignments()`, asked once per change for the correctness checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import multiprocessing
+import multiprocessing.connection
+import os
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from ringmaster.common.heartbeats import paced_interval
+from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
+from ringmaster.common.seal import TOKEN_KEY, body_of, make_token
+from ringmaster.proto import environment as env_names
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+
+#: Sessions a simulated worker opens at most (a broken one is opened again, as by a real worker).
+SESSION_ATTEMPTS = 5
+#: Hosts that share one gRPC connection (an agent's stream and its workers' fit HTTP/2's stream limit).
+HOSTS_PER_CHANNEL = 10
+
+
+@dataclass
+class SimWorker:
+    worker_id: str
+    host: str
+    identity: Identity
+    key: bytes
+    generation: int = 0
+    rank: int = -1
+    size: int = 0
+    hosts_sequence: int = 0
+    assigned_at: float = 0.0  # time.monotonic() (one clock for every process of the machine)
+    commits: int = 0
+    steps: int = 0
+    gone: bool = False
+    waiting: tuple[int, str] | None = None  # (after generation, failure) of its last Ready, until assigned
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    call: Any = None
+
+
+@dataclass
+class SimHost:
+    name: str
+    key: bytes
+    workers: dict[str, SimWorker] = field(default_factory=dict)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    shut: bool = False
+
+
+class Fleet:
+    """A share of the simulated hosts, on this process' event loop."""
+
+    def __init__(self, address: str, secret: str, heartbeat_s: float) -> None:
+        self.address, self.secret, self.heartbeat_s = address, secret, heartbeat_s
+        self.hosts: dict[str, SimHost] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._stubs: dict[str, pb_grpc.RendezvousStub] = {}
+        self.calls = 0  # calls made (heartbeats included)
+        self.refused = 0  # calls the rendezvous refused or that failed
+        self.last_refusal = ""
+        self.stopped = 0  # workers stopped because their agent was told to run others
+        self._series = secrets.token_hex(8)
+        self.session_errors: collections.Counter[str] = collections.Counter()  # how worker sessions ended early
+        self._numbers: dict[Identity, int] = {}
+
+    def _stub(self, host: str) -> pb_grpc.RendezvousStub:
+        stub = self._stubs.get(host)
+        if stub is None:
+            if not self._channels or len(self._stubs) >= HOSTS_PER_CHANNEL * len(self._channels):
+                self._channels.append(grpc.aio.insecure_channel(self.address))
+            stub = self._stubs[host] = pb_grpc.RendezvousStub(self._channels[-1])
+        return stub
+
+    def _sign(self, method: str, identity: Identity, key: bytes, request: Any) -> tuple[tuple[str, str], ...]:
+        """A token numbered in `identity`'s own series, as its real process would number it (one
+        series for thousands of callers would put one caller's calls far apart)."""
+        self.calls += 1
+        number = self._numbers[identity] = self._numbers.get(identity, 0) + 1
+        token = make_token(key, identity, f"/ringmaster.v1.Rendezvous/{method}", body_of(request), time.time(),
+                           (self._series, number))
+        return ((TOKEN_KEY, token),)
+
+    async def _unary(self, host: str, method: str, identity: Identity, key: bytes, request: Any) -> pb.Ack | None:
+        try:
+            return await getattr(self._stub(host), method)(request, metadata=self._sign(method, identity, key, request),
+                                                           timeout=60)
+        except grpc.aio.AioRpcError as exc:
+            self.refused += 1
+            self.last_refusal = f"{method}: {exc.code().name}: {exc.details()}"
+            return None
+
+    # ------------------------------------------------------------ hosts
+    def add(self, names: list[str], slots: int) -> None:
+        for name in names:
+            if name in self.hosts:
+                continue
+            host = self.hosts[name] = SimHost(name, key_of(self.secret, Identity(AGENT, name)))
+            host.tasks.append(asyncio.create_task(self._agent(host, slots)))
+
+    def kill(self, names: list[str]) -> None:
+        """The hosts die: every stream of theirs closes, nothing is reported (as a machine lost)."""
+        for name in names:
+            host = self.hosts.pop(name, None)
+            if host is not None:
+                for worker in host.workers.values():
+                    self._end_worker(worker)
+                for task in host.tasks:
+                    task.cancel()
+
+    async def _agent(self, host: SimHost, slots: int) -> None:
+        me = Identity(AGENT, host.name)
+        hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots)
+        host.tasks.append(asyncio.create_task(self._agent_beats(host)))
+        try:
+            session = self._stub(host.name).AgentSession(hello, metadata=self._sign("AgentSession", me, host.key, hello),
+                                                        wait_for_ready=True)
+            async for command in session:
+                if command.shutdown:
+                    host.shut = True
+                    for worker in list(host.workers.values()):
+                        self._end_worker(worker)
+                    host.workers.clear()
+                    return
+                wanted = {spec.worker_id for spec in command.workers}
+                for worker_id in [w for w in host.workers if w not in wanted]:
+                    await self._stop_worker(host, host.workers.pop(worker_id))
+                for spec in command.workers:
+                    if spec.worker_id in host.workers:
+                        continue
+                    identity = Identity(WORKER, host.name, spec.worker_id)
+                    worker = host.workers[spec.worker_id] = SimWorker(spec.worker_id, host.name, identity,
+                                                                      key_of(self.secret, identity))
+                    start = int(spec.env.get(env_names.GENERATION, "0") or 0)
+                    worker.tasks.append(asyncio.create_task(self._worker(worker, start)))
+        except grpc.aio.AioRpcError:
+            self.refused += 1
+
+    async def _agent_beats(self, host: SimHost) -> None:
+        me = Identity(AGENT, host.name)
+        await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # (spread, as agents started apart)
+        interval = self.heartbeat_s
+        while not host.shut:
+            beat = pb.AgentHeartbeatRequest(host=host.name)
+            answer = await self._unary(host.name, "AgentHeartbeat", me, host.key, beat)
+            if answer is not None:
+                interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
+            await asyncio.sleep(interval)
+
+    async def _stop_worker(self, host: SimHost, worker: SimWorker) -> None:
+        self.stopped += 1
+        self._end_worker(worker)
+        report = pb.WorkerExit(host=host.name, worker_id=worker.worker_id, signal=15, stopped_by_agent=True)
+        await self._unary(host.name, "ReportWorkerExit", Identity(AGENT, host.name), host.key, report)
+
+    @staticmethod
+    def _end_worker(worker: SimWorker) -> None:
+        worker.gone = True
+        if worker.call is not None:
+            worker.call.cancel()
+        for task in worker.tasks:
+            task.cancel()
+
+    # ------------------------------------------------------------ workers
+    async def _worker(self, worker: SimWorker, start_generation: int) -> None:
+        """A worker started into `start_generation` waits for its assignment; a newcomer (0)
+        warms up (at once, here) and asks for the next generation. A session that breaks is
+        opened again saying what the worker waits for, as a worker's `Link` does."""
+        worker.tasks.append(asyncio.create_task(self._worker_beats(worker)))
+        if start_generation == 0:
+            worker.waiting = (0, "")
+        for attempt in range(SESSION_ATTEMPTS):
+            waiting = worker.waiting
+            hello = pb.WorkerHello(worker_id=worker.worker_id, host=worker.host, pid=os.getpid(), elastic=True,
+                                   waiting=waiting is not None, after_generation=waiting[0] if waiting else 0,
+                                   failure=waiting[1] if waiting else "")
+            worker.call = self._stub(worker.host).WorkerSession(
+                hello, metadata=self._sign("WorkerSession", worker.identity, worker.key, hello), wait_for_ready=True)
+            if attempt == 0 and start_generation == 0:
+                await self._ready(worker, 0, "")
+            try:
+                async for event in worker.call:
+                    if not await self._on_event(worker, event):
+                        worker.gone = True
+                        return
+                break  # the rendezvous ended the session
+            except grpc.aio.AioRpcError as exc:
+                self.session_errors[f"{exc.code().name}: {exc.details()} {exc.debug_error_string()}"[:300]] += 1
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    break  # not (or no longer) of this job
+        worker.gone = True
+
+    async def _on_event(self, worker: SimWorker, event: pb.WorkerEvent) -> bool:
+        """What a worker does with a message of its session; False when it leaves."""
+        kind = event.WhichOneof("event")
+        if kind == "assignment" and event.assignment.generation > worker.generation:
+            a = event.assignment
+            worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
+            worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
+        elif kind == "generation_over" and event.generation_over.generation == worker.generation:
+            await self._ready(worker, worker.generation, "peer died")
+        elif kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
+            worker.hosts_sequence = event.hosts_updated.sequence
+            worker.commits += 1  # (its next commit comes at once) ...
+            await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
+        elif kind in ("retire", "job_ended"):
+            return False
+        return True
+
+    async def _ready(self, worker: SimWorker, after: int, failure: str) -> None:
+        worker.waiting = (after, failure)
+        request = pb.ReadyRequest(worker_id=worker.worker_id, after_generation=after, failure=failure, elastic=True)
+        await self._unary(worker.host, "Ready", worker.identity, worker.key, request)
+
+    async def _worker_beats(self, worker: SimWorker) -> None:
+        await asyncio.sleep(random.uniform(0, self.heartbeat_s))
+        interval = self.heartbeat_s
+        while not worker.gone:
+            if worker.generation:
+                worker.steps += 10
+                worker.commits += 1
+            stats = pb.WorkerStats(steps=pb.Timing(count=worker.steps, seconds=worker.steps * 0.01))
+            beat = pb.WorkerHeartbeatRequest(worker_id=worker.worker_id, commits=worker.commits, elastic=True,
+                                             stats=stats)
+            answer = await self._unary(worker.host, "WorkerHeartbeat", worker.identity, worker.key, beat)
+            if answer is not None:
+                interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
+            await asyncio.sleep(interval)
+
+    # ------------------------------------------------------------ what it sees
+    def summary(self) -> dict[str, Any]:
+        """Its running workers: how many, their lowest and highest generation, when the last of
+        those at the highest got it; the calls made and refused."""
+        live = [w for h in self.hosts.values() for w in h.workers.values() if not w.gone]
+        gens = [w.generation for w in live]
+        top = max(gens, default=0)
+        return {"workers": len(live), "hosts": sum(1 for h in self.hosts.values() if not h.shut),
+                "min_generation": min(gens, default=0), "max_generation": top,
+                "last_assigned": max((w.assigned_at for w in live if w.generation == top), default=0.0),
+                "calls": self.calls, "refused": self.refused, "last_refusal": self.last_refusal,
+                "session_errors": dict(self.session_errors),
+                "stopped": self.stopped}
+
+    def assignments(self) -> list[tuple[str, str, int, int, int]]:
+        """(worker, host, generation, rank, size) of every running worker."""
+        return [(w.worker_id, w.host, w.generation, w.rank, w.size)
+                for h in self.hosts.values() for w in h.workers.values() if not w.gone]
+
+    async def close(self) -> None:
+        self.kill(list(self.hosts))
+        for channel in self._channels:
+            await channel.close()
+
+
+def _serve_fleet(conn: multiprocessing.connection.Connection, address: str, secret: str, heartbeat_s: float) -> None:
+    """A fleet process: commands from the pipe, run on the fleet's loop; each answered."""
+    loop = asyncio.new_event_loop()
+    fleet: Fleet | None = None
+
+    async def start() -> Fleet:
+        return Fleet(address, secret, heartbeat_s)
+
+    fleet = loop.run_until_complete(start())
+    done = asyncio.Event()
+
+    def commands() -> None:
+        while True:
+            try:
+                name, args = conn.recv()
+            except EOFError:
+                name, args = "close", ()
+            future = asyncio.run_coroutine_threadsafe(_command(fleet, name, args), loop)
+            conn.send(future.result())
+            if name == "close":
+                loop.call_soon_threadsafe(done.set)
+                return
+
+    threading.Thread(target=commands, daemon=True).start()
+    loop.run_until_complete(done.wait())
+    loop.close()
+
+
+async def _command(fleet: Fleet, name: str, args: tuple) -> Any:
+    if name == "add":
+        fleet.add(*args)
+        return None
+    if name == "kill":
+        fleet.kill(*args)
+        return None
+    if name == "summary":
+        return fleet.summary()
+    if name == "assignments":
+        return fleet.assignments()
+    if name == "close":
+        await fleet.close()
+        return None
+    raise ValueError(f"unknown fleet command {name!r}")
+
+
+class FleetProcess:
+    """A `Fleet` in a child process of its own (its own session: killed with its group)."""
+
+    def __init__(self, address: str, secret: str, heartbeat_s: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=_serve_fleet, args=(child, address, secret, heartbeat_s), daemon=True)
+        self.process.start()
+        child.close()
+
+    def ask(self, name: str, *args: Any, timeout_s: float = 120) -> Any:
+        self._conn.send((name, args))
+        if not self._conn.poll(timeout_s):
+            raise TimeoutError(f"the fleet process did not answer {name!r} within {timeout_s:g} s")
+        return self._conn.recv()
+
+    def close(self) -> None:
+        try:
+            self.ask("close", timeout_s=30)
+        except (OSError, EOFError, TimeoutError):
+            pass
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
