@@ -15,7 +15,11 @@ finds its hosts with a discovery script reading a file, as a user's would. For e
 
 The rendezvous shares this machine with the simulated hosts: its own CPU is what is reported.
 
-Run: python bench/scale.py [--hosts 512,2048,4096] [--slots 8] [--store memory|etcd|both]
+`--part control` times the rendezvous' decisions alone (its coordinator, in this process, no
+gRPC): what one clock tick, one status view, one save of the job's record and each step of a
+host loss cost at each size, which is where a change spends its time before any message.
+
+Run: python bench/scale.py [--part wire|control] [--hosts 512,2048,4096] [--slots 8] [--store memory|etcd|both]
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ class Cluster:
                  "--min-np", "1", "--port", str(self.port), "--api-port", str(self.api_port), "--store", self.store,
                  "--discovery-interval", str(self.discovery_s), "--heartbeat-interval", str(self.heartbeat_s),
                  "--start-timeout", "600", "--warmup-grace", "600", "--elastic-timeout", "600",
-                 "--log-level", "WARNING", *self.extra, "python", "-c", "pass"],
+                 "--log-level", "ERROR", *self.extra, "python", "-c", "pass"],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         address = f"127.0.0.1:{self.port}"
         wait_for(lambda: self._listening(), 60, f"the rendezvous to listen on {address}")
@@ -272,8 +276,79 @@ def steady_state(cluster: Cluster, seconds: float) -> dict[str, float]:
             "metrics_kb": metrics_bytes / 1024}
 
 
+def control_costs(hosts: int, slots: int) -> dict[str, float]:
+    """Seconds the coordinator itself takes (`--part control`), at `hosts` x `slots`."""
+    from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
+    from ringmaster.rendezvous.state import job_record
+    from ringmaster.settings import JobSettings
+
+    settings = JobSettings(command=["python", "train.py"], min_np=1, start_timeout_s=600, warmup_grace_s=600)
+    c = Coordinator(settings, "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2), lambda g: ("127.0.0.1", 1000 + g))
+    names = {f"h{i:05d}": slots for i in range(hosts)}
+    costs: dict[str, float] = {}
+
+    def timed(what: str, action) -> None:
+        started = time.process_time()
+        action()
+        costs[what] = time.process_time() - started
+
+    def first() -> None:
+        c.set_hosts(names, 0.0)
+        for i, name in enumerate(names):
+            c.agent_connected(name, 100 + i, 0.0)
+        c.settle(0.0)
+        c.drain()
+        for a in c.generation.members:  # type: ignore[union-attr]
+            c.worker_connected(a.worker_id, 1, 0.0)
+            c.worker_heartbeat(a.worker_id, 0, True, 0.0)
+        c.settle(0.0)
+        c.drain()
+
+    timed("first generation", first)
+    snapshots = job_record.Snapshots()
+    timed("record (first save)", lambda: job_record.job_values(c.saved(), snapshots))
+    timed("record (unchanged)", lambda: job_record.job_values(c.saved(), snapshots))
+    lost = list(names)[-1]
+    survivors: list[str] = []
+
+    def tick() -> None:
+        c.tick(0.2)
+        c.drain()
+
+    def failure() -> None:
+        c.agent_disconnected(lost, 0.3)
+        c.settle(0.3)
+        c.drain()
+
+    def ready() -> None:
+        for worker_id in survivors:
+            c.worker_ready(worker_id, 1, "peer died", True, 0.3)
+
+    timed("tick", tick)
+    timed("status view", lambda: c.view(0.2))
+    timed("host lost: failure", failure)
+    survivors += [a.worker_id for a in c.generation.members if a.host != lost]  # type: ignore[union-attr]
+    timed("host lost: Ready inputs", ready)
+    timed("host lost: new generation", lambda: (c.settle(0.3), c.drain()))
+    assert c.generation is not None and c.generation.number == 2 and len(c.generation.members) == len(survivors)
+    timed("record (after the change)", lambda: job_record.job_values(c.saved(), snapshots))
+    return costs
+
+
+def control_table(sizes: list[int], slots: int) -> None:
+    rows = {hosts: control_costs(hosts, slots) for hosts in sizes}
+    steps = list(next(iter(rows.values())))
+    print("## The coordinator alone: CPU seconds per step (no gRPC, no store)\n")
+    print("| step | " + " | ".join(f"{h} x {slots}" for h in sizes) + " |")
+    print("| --- |" + " --- |" * len(sizes))
+    for step in steps:
+        print(f"| {step} | " + " | ".join(f"{rows[h][step]:.3f}" for h in sizes) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["wire", "control"], default="wire",
+                        help="wire: a real rendezvous and simulated hosts; control: its decisions alone")
     parser.add_argument("--hosts", default="512,2048,4096", help="sizes, comma-separated")
     parser.add_argument("--slots", type=int, default=8, help="workers per host")
     parser.add_argument("--store", choices=["memory", "etcd", "both"], default="both")
@@ -283,6 +358,9 @@ def main() -> None:
     parser.add_argument("--steady-s", type=float, default=10.0)
     args = parser.parse_args()
     sizes = [int(x) for x in args.hosts.split(",")]
+    if args.part == "control":
+        control_table(sizes, args.slots)
+        return
     stores = ["memory", "etcd"] if args.store == "both" else [args.store]
     print(f"# Scale: {args.slots} workers per host, {args.fleets} client processes, heartbeat "
           f"{args.heartbeat_interval:g} s, discovery every {args.discovery_interval:g} s, {os.cpu_count()} cores\n")

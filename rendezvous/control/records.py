@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ringmaster.common.events import Event
 from ringmaster.rendezvous.control.assignment import RankAssignment
@@ -41,10 +42,25 @@ class Revised:
     changed in place after the object is first recorded."""
 
     revision = 0
+    #: Fields the store does not keep (liveness and progress, set at every heartbeat): setting
+    #: them leaves the record as it was, so a heartbeat costs the journal nothing.
+    VOLATILE: ClassVar[frozenset[str]] = frozenset()
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
-        self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
+        if name not in self.VOLATILE:
+            self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
+            _RECORDED[0] += 1
+
+
+#: Changes to any record in this process (`recorded_changes`).
+_RECORDED = [0]
+
+
+def recorded_changes() -> int:
+    """How many times a kept field of any record was set in this process: while it stands (and
+    no record was added or removed), the job's record is as last saved."""
+    return _RECORDED[0]
 
 
 class DrainSource(str, enum.Enum):
@@ -74,6 +90,8 @@ class Drain:
 
 @dataclass
 class Host(Revised):
+    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "agent_incarnation"})
+
     name: str
     slots: int
     discovered: bool = True  # in the host set: listed by discovery, or joined by its agent
@@ -87,6 +105,8 @@ class Host(Revised):
 
 @dataclass
 class Worker(Revised):
+    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits", "steps_since_commit", "pid", "ready_at", "stop_requested_at"})
+
     worker_id: str
     host: str
     slot: int

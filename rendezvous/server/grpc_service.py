@@ -25,7 +25,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
-from ringmaster.rendezvous.control.records import DrainSource
+from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import JobView
 from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
 from ringmaster.rendezvous.server import wire
@@ -63,6 +63,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._workers: dict[str, asyncio.Queue] = {}
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
         self._held: list[Effect] = []
+        self._saved_marker: tuple = ()  # what the journal last saved was built at (see keep_journal)
         self._dirty = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._settle_scheduled = False
@@ -155,9 +156,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._dirty.clear()
             batch, self._held = self._held, []
             started = time.perf_counter()
-            values = self.journal.values(self.coordinator.saved())
-            cost = time.perf_counter() - started
-            await self.journal.save(values)
+            saved = self.coordinator.saved()
+            marker = (recorded_changes(), saved.counters, len(saved.hosts), len(saved.workers))
+            cost = 0.0
+            if marker != self._saved_marker:  # (a heartbeat changes nothing the store keeps)
+                values = self.journal.values(saved)
+                cost = time.perf_counter() - started
+                await self.journal.save(values)
+                self._saved_marker = marker
             self._deliver(batch)
             await asyncio.sleep(cost)  # as in `call`: let changes gather for as long as a record takes
 
