@@ -100,7 +100,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--discovery-timeout", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
                         help="seconds a discovery script may run (default: %(default)s)")
     parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
-                        help="seconds between agent and worker heartbeats (default: %(default)s)")
+                        help="seconds between agent and worker heartbeats; a job of more than 250 hosts or 1000 "
+                             "workers stretches them, and --heartbeat-timeout alike (default: %(default)s)")
     parser.add_argument("--reconnect-timeout", type=float, metavar="S", default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds the parts wait for each other across a partition: agents and workers keep trying "
                              "to reach a lost rendezvous, then agents stop their workers; a rendezvous that hears from no "
