@@ -198,7 +198,6 @@ class Fleet:
                                    failure=waiting[1] if waiting else "")
             worker.call = self._stub(worker.host).WorkerSession(
                 hello, metadata=self._sign("WorkerSession", worker.identity, worker.key, hello), wait_for_ready=True)
-            opened = time.monotonic()
             if attempt == 0 and start_generation == 0:
                 await self._ready(worker, 0, "")
             try:
@@ -208,9 +207,10 @@ class Fleet:
                         return
                 break  # the rendezvous ended the session
             except grpc.aio.AioRpcError as exc:
-                self.session_errors[f"{exc.code().name}: {exc.details()} after {time.monotonic() - opened:.0f} s, {worker.generation}"[:300]] += 1
+                self.session_errors[f"{exc.code().name}: {exc.details()}"[:200]] += 1
                 if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     break  # not (or no longer) of this job
+                await asyncio.sleep(random.uniform(0.5, 1.0) * 2 ** attempt)  # (backing off, as a worker does)
         worker.gone = True
 
     async def _on_event(self, worker: SimWorker, event: pb.WorkerEvent) -> bool:

@@ -25,6 +25,12 @@ RESERVED_FILES = 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 #: Seconds a connection may stay without a call in flight.
 IDLE_TIMEOUT_S = 60.0
+#: Calls that may wait for the rendezvous' event loop to take them (gRPC's core refuses calls,
+#: CANCELLED, beyond 1,000 by default, more and more of them up to 3,000): every agent and
+#: worker of a large job calls at once when it forms or when a new rendezvous takes over, and
+#: they must wait their turn, not be turned away. Bounded by the connections it takes (each
+#: carries at most a few of a job's calls at a time).
+MAX_PENDING_CALLS = 40_000
 
 
 def max_connections(open_files: int) -> int:
@@ -38,4 +44,6 @@ def server_options(open_files: int) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", max_connections(open_files)),
         ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
         ("grpc.max_connection_idle_ms", int(IDLE_TIMEOUT_S * 1000)),
+        ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
     ]

@@ -80,7 +80,7 @@ class JobStatus(BaseModel):
     target_np: Optional[int]
     resets: int
     steps: int
-    hosts: list[HostView]  # the job's own shapes, as the control layer gives them
+    hosts: list[HostView]  # the job's own shapes, as the control layer gives them (a page of them)
     workers: list[WorkerView]
     events: list[str]
     events_dropped: int  # older events no longer kept (the job keeps its newest 1000)
@@ -90,6 +90,14 @@ class JobStatus(BaseModel):
     steps_per_second: Optional[float] = None  # committed steps per second lately (with metrics)
     loss: Optional[float] = None  # the loss last reported by the script (hvd.report), rank 0's
     generations: list[GenerationStatus] = Field(default_factory=list, description="the newest generations, oldest first")
+    hosts_total: int = Field(0, description="the job's hosts in all; `hosts` holds those from ?offset=, at most ?limit=")
+    workers_total: int = Field(0, description="the job's workers in all; `workers` holds those from ?offset=, at most ?limit=")
+
+
+#: Hosts and workers one GET /status lists at most (?limit=; a job of thousands is read in pages).
+STATUS_PAGE = 1000
+#: The largest ?limit= of GET /status.
+MAX_STATUS_PAGE = 10_000
 
 
 class EventRecord(BaseModel):
@@ -178,7 +186,9 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None = None) -> JobStatus:
+def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None = None,
+               offset: int = 0, limit: int = STATUS_PAGE) -> JobStatus:
+    """The job's status, with its hosts and workers from `offset`, at most `limit` of each."""
     return JobStatus(
         state=view.state,
         message=view.message,
@@ -187,8 +197,10 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
         target_np=view.limit,
         resets=view.resets,
         steps=view.steps,
-        hosts=list(view.hosts),
-        workers=list(view.workers),
+        hosts=list(view.hosts[offset:offset + limit]),
+        workers=list(view.workers[offset:offset + limit]),
+        hosts_total=len(view.hosts),
+        workers_total=len(view.workers),
         events=[f"[gen {e.generation}] {e.message}" for e in view.events[-200:]],
         events_dropped=view.events_dropped,
         refused_calls=refused_calls,
@@ -242,8 +254,8 @@ def create_app(
         return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
-    async def status() -> JobStatus:
-        return job_status(view(), refused_calls(), metrics)
+    async def status(offset: int = Query(0, ge=0, le=2**31), limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE)) -> JobStatus:
+        return job_status(view(), refused_calls(), metrics, offset, limit)
 
     @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
     async def prometheus() -> Response:

@@ -1,4 +1,9 @@
-"""The embedded store: etcd's semantics (revisions, leases, watches) in one process's memory."""
+"""The embedded store: etcd's semantics (revisions, leases, watches) in one process's memory.
+
+Its history is compacted as etcd's is: past `HISTORY_KEPT` changes, the oldest half goes, and
+a watch that had not read them is told so (`RevisionCompacted`: it reads the keys again). A
+long job on the default store would otherwise keep every change it ever made in memory.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ from typing import Any, AsyncIterator, Callable
 
 from ringmaster.rendezvous.state.kv import Change, Entry, RevisionCompacted
 
+#: Changes kept for watches (compacted to half of it when it is reached).
+HISTORY_KEPT = 200_000
+
 
 class MemoryStore:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -18,6 +26,7 @@ class MemoryStore:
         self._revision = 1
         self._history: list[Change] = []
         self._leases: dict[int, tuple[float, int]] = {}  # id -> expiry, ttl
+        self._lease_keys: dict[int, set[str]] = {}  # id -> the keys bound to it
         self._lease_ids = itertools.count(1)
         self._changed = asyncio.Event()  # set, and replaced, on every change
         self._compacted = 0
@@ -74,7 +83,7 @@ class MemoryStore:
 
     async def revoke_lease(self, lease: int) -> None:
         self._leases.pop(lease, None)
-        await self._remove([k for k, (_, _, owner) in self._data.items() if owner == lease])
+        await self._remove(sorted(self._lease_keys.pop(lease, ())))
 
     # ------------------------------------------------------------ watches
     async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[Change]:
@@ -83,6 +92,8 @@ class MemoryStore:
         seen = start_revision
         while True:
             await self._expire()
+            if seen < self._compacted:
+                raise RevisionCompacted(self._compacted)
             changed = self._changed  # taken before reading, so no change slips between
             newer = self._history[bisect.bisect_left(self._history, seen, key=lambda c: c.revision):]
             pending = [c for c in newer if c.key.startswith(prefix)]
@@ -106,18 +117,30 @@ class MemoryStore:
         if lease is not None and lease not in self._leases:
             raise ValueError(f"lease {lease} has expired or was never granted")
         self._revision += 1
+        self._unbind(key)
         self._data[key] = (dict(value), self._revision, lease)
+        if lease is not None:
+            self._lease_keys.setdefault(lease, set()).add(key)
         await self._notify(Change(key, dict(value), self._revision))
         return self._revision
 
     async def _remove(self, keys: list[str]) -> None:
         for key in keys:
             self._revision += 1
+            self._unbind(key)
             del self._data[key]
             await self._notify(Change(key, None, self._revision))
 
+    def _unbind(self, key: str) -> None:
+        """Forget `key`'s lease binding (it is written again or removed)."""
+        current = self._data.get(key)
+        if current is not None and current[2] is not None:
+            self._lease_keys.get(current[2], set()).discard(key)
+
     async def _notify(self, change: Change) -> None:
         self._history.append(change)
+        if len(self._history) >= HISTORY_KEPT:
+            await self.compact(self._history[HISTORY_KEPT // 2].revision)
         self._changed.set()
         self._changed = asyncio.Event()
 

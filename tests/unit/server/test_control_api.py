@@ -39,6 +39,28 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
 
 
+def test_status_of_a_large_job_comes_in_pages() -> None:
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+                              lambda g: ("127.0.0.1", 3))
+    hosts = {f"h{i:03d}": 4 for i in range(300)}
+    coordinator.set_hosts(hosts, 0.0)
+    for i, name in enumerate(hosts):
+        coordinator.agent_connected(name, i + 1, 0.0)
+    coordinator.settle(0.0)
+    client = TestClient(api_for(coordinator))
+    first = client.get("/status").json()
+    assert (first["hosts_total"], first["workers_total"]) == (300, 1200)
+    assert len(first["hosts"]) == 300 and len(first["workers"]) == 1000  # (the default page)
+    seen = []
+    for offset in range(0, 1200, 500):
+        page = client.get("/status", params={"offset": offset, "limit": 500}).json()
+        seen += [w["worker_id"] for w in page["workers"]]
+    assert len(seen) == len(set(seen)) == 1200
+    for bad in ({"limit": 0}, {"limit": 10_001}, {"offset": -1}):
+        answer = client.get("/status", params=bad)
+        assert answer.status_code == 422 and ("limit" in answer.text or "offset" in answer.text)
+
+
 def test_scale_endpoint_validates_and_applies() -> None:
     coordinator = Coordinator(JobSettings(command=["x"], min_np=2, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
