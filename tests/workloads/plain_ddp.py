@@ -34,15 +34,14 @@ def main() -> int:
     dist.all_reduce(rank0)
     dist.destroy_process_group()
     if args.last_exit and rank == 1:
-        import time
+        import select
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until rank 0 has exited (0)
-            try:
-                os.kill(int(rank0.item()), 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
+        try:  # until rank 0 has exited (its pidfd turns readable), at most 30 s
+            pidfd = os.pidfd_open(int(rank0.item()))
+        except ProcessLookupError:
+            return args.last_exit  # gone already
+        select.select([pidfd], [], [], 30)
+        os.close(pidfd)
         return args.last_exit
     return 0
 
