@@ -44,19 +44,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from ringmaster.worker.agent.spares import rss_bytes  # noqa: E402
 from harness import API_HEADERS, SECRET, free_port, wait_for  # noqa: E402
 from simulated_fleet import FleetProcess  # noqa: E402
 from simulated_hosts import cpu_seconds  # noqa: E402
 
 #: Hosts added at once in the growth change.
 ADDED_HOSTS = 64
-
-
-def rss_bytes(pid: int) -> int:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 @dataclass

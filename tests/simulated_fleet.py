@@ -81,7 +81,6 @@ class Fleet:
         self.calls = 0  # calls made (heartbeats included)
         self.refused = 0  # calls the rendezvous refused or that failed
         self.last_refusal = ""
-        self.stopped = 0  # workers stopped because their agent was told to run others
         self._series = secrets.token_hex(8)
         self.session_errors: collections.Counter[str] = collections.Counter()  # how worker sessions ended early
         self._numbers: dict[Identity, int] = {}
@@ -170,7 +169,6 @@ class Fleet:
             await asyncio.sleep(interval)
 
     async def _stop_worker(self, host: SimHost, worker: SimWorker) -> None:
-        self.stopped += 1
         self._end_worker(worker)
         report = pb.WorkerExit(host=host.name, worker_id=worker.worker_id, signal=15, stopped_by_agent=True)
         await self._unary(host.name, "ReportWorkerExit", Identity(AGENT, host.name), host.key, report)
@@ -261,8 +259,7 @@ class Fleet:
                 "min_generation": min(gens, default=0), "max_generation": top,
                 "last_assigned": max((w.assigned_at for w in live if w.generation == top), default=0.0),
                 "calls": self.calls, "refused": self.refused, "last_refusal": self.last_refusal,
-                "session_errors": dict(self.session_errors),
-                "stopped": self.stopped}
+                "session_errors": dict(self.session_errors)}
 
     def assignments(self) -> list[tuple[str, str, int, int, int]]:
         """(worker, host, generation, rank, size) of every running worker."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ringmaster.common.heartbeats import MOST_INTERVAL_S
+from ringmaster.common.heartbeats import paced_interval
 
 #: Heartbeats a second the rendezvous takes from all agents together ...
 AGENT_BEATS_PER_S = 250.0
@@ -39,10 +39,6 @@ class Pace:
 def pace(interval_s: float, timeout_s: float, hosts: int, workers: int) -> Pace:
     """The pace for `hosts` agents and `workers` workers, from the configured heartbeat interval
     and timeout (`--heartbeat-interval`, `--heartbeat-timeout`)."""
-    agent = _share(interval_s, hosts, AGENT_BEATS_PER_S)
-    worker = _share(interval_s, workers, WORKER_BEATS_PER_S)
+    agent = paced_interval(hosts / AGENT_BEATS_PER_S, interval_s)  # (each caller's share, bounded as callers bound it)
+    worker = paced_interval(workers / WORKER_BEATS_PER_S, interval_s)
     return Pace(agent, worker, timeout_s * agent / interval_s, timeout_s * worker / interval_s)
-
-
-def _share(interval_s: float, callers: int, budget_per_s: float) -> float:
-    return min(max(interval_s, callers / budget_per_s), max(interval_s, MOST_INTERVAL_S))
