@@ -26,6 +26,9 @@ TIMELINE_SPANS = "RINGMASTER_TIMELINE_SPANS"  # "1": record timeline spans, sent
 # A folder of the agent's where it marks a worker (a file named by its pid) before it sends that
 # worker SIGTERM itself; an unmarked SIGTERM came to the whole host (a drain): see host_signals.py.
 AGENT_STOPS = "RINGMASTER_AGENT_STOPS"
+# A folder of the agent's where a large job's workers send their heartbeats for the agent to carry
+# (ringmaster/common/beat_relay.py).
+AGENT_BEATS = "RINGMASTER_AGENT_BEATS"
 
 GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface Gloo rings use (--network-interface)
 NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"  # the interface NCCL bootstraps on (--network-interface)

@@ -31,14 +31,16 @@ SPAN_RING_BUILD: SpanKind
 SPAN_WAITING: SpanKind
 
 class Ack(_message.Message):
-    __slots__ = ("ok", "message", "heartbeat_interval_s")
+    __slots__ = ("ok", "message", "heartbeat_interval_s", "relay_beats")
     OK_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    RELAY_BEATS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     message: str
     heartbeat_interval_s: float
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    relay_beats: bool
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., relay_beats: _Optional[bool] = ...) -> None: ...
 
 class Seal(_message.Message):
     __slots__ = ("sequence", "mac")
@@ -94,10 +96,20 @@ class AgentCommand(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
-    __slots__ = ("host",)
+    __slots__ = ("host", "workers")
     HOST_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
     host: str
-    def __init__(self, host: _Optional[str] = ...) -> None: ...
+    workers: _containers.RepeatedCompositeFieldContainer[RelayedBeat]
+    def __init__(self, host: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[RelayedBeat, _Mapping]]] = ...) -> None: ...
+
+class RelayedBeat(_message.Message):
+    __slots__ = ("beat", "age_s")
+    BEAT_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    beat: WorkerHeartbeatRequest
+    age_s: float
+    def __init__(self, beat: _Optional[_Union[WorkerHeartbeatRequest, _Mapping]] = ..., age_s: _Optional[float] = ...) -> None: ...
 
 class WorkerExit(_message.Message):
     __slots__ = ("host", "worker_id", "exit_code", "signal", "stopped_by_agent", "output")

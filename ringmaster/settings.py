@@ -92,6 +92,9 @@ class JobSettings(BaseModel):
     discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
     heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, gt=0)
+    heartbeat_relay: Literal["auto", "always", "never"] = Field(
+        "auto", description="workers send heartbeats to their host's agent, which carries them in its own: 'auto' when "
+                            "the job has more workers than the rendezvous takes beats from (heartbeat_pace.py)")
     reconnect_timeout_s: float = Field(
         DEFAULT_RECONNECT_TIMEOUT_S, gt=0,
         description="how long the parts of a job wait for each other across a partition: agents and workers keep "

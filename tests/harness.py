@@ -235,3 +235,14 @@ def elastic_job(log_dir: pathlib.Path, epochs: int = 3, samples: int = 96, step_
     log_dir.mkdir(exist_ok=True)
     return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir),
             "--epochs", str(epochs), "--samples", str(samples), "--step-time", str(step_time)]
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """A job's Prometheus metrics: (name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": API_HEADERS["Authorization"]})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

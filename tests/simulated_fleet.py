@@ -4,7 +4,8 @@ harness (`bench/scale.py`) and its test.
 
 A simulated agent does what `ringmaster agent` does on the wire: its hello, heartbeats, and for
 every `AgentCommand` it starts the workers it names (and reports the ones it stops); a simulated
-worker does what a worker's `Link` does: its session, heartbeats with commits, `Ready` once warm,
+worker does what a worker's `Link` does: its session, heartbeats with commits (through its agent
+when the rendezvous asks agents to carry them), `Ready` once warm,
 again after a "generation over" and at its next commit after a "hosts updated". No process is
 started and nothing trains: what is measured is the rendezvous.
 
@@ -68,6 +69,8 @@ class SimHost:
     workers: dict[str, SimWorker] = field(default_factory=dict)
     tasks: list[asyncio.Task] = field(default_factory=list)
     shut: bool = False
+    relay: bool = False  # the rendezvous asked its agent to carry its workers' beats
+    relayed: dict[str, tuple[pb.WorkerHeartbeatRequest, float]] = field(default_factory=dict)  # latest, when
 
 
 class Fleet:
@@ -162,10 +165,14 @@ class Fleet:
         await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # (spread, as agents started apart)
         interval = self.heartbeat_s
         while not host.shut:
-            beat = pb.AgentHeartbeatRequest(host=host.name)
+            now = time.monotonic()
+            relayed = [pb.RelayedBeat(beat=b, age_s=now - at) for worker_id, (b, at) in host.relayed.items()
+                       if worker_id in host.workers and not host.workers[worker_id].gone]
+            beat = pb.AgentHeartbeatRequest(host=host.name, workers=relayed)
             answer = await self._unary(host.name, "AgentHeartbeat", me, host.key, beat)
             if answer is not None:
                 interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
+                host.relay = answer.relay_beats
             await asyncio.sleep(interval)
 
     async def _stop_worker(self, host: SimHost, worker: SimWorker) -> None:
@@ -243,9 +250,14 @@ class Fleet:
             stats = pb.WorkerStats(steps=pb.Timing(count=worker.steps, seconds=worker.steps * 0.01))
             beat = pb.WorkerHeartbeatRequest(worker_id=worker.worker_id, commits=worker.commits, elastic=True,
                                              stats=stats)
-            answer = await self._unary(worker.host, "WorkerHeartbeat", worker.identity, worker.key, beat)
-            if answer is not None:
-                interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
+            host = self.hosts[worker.host]
+            if host.relay:  # (to its agent, on the host: no call)
+                host.relayed[worker.worker_id] = (beat, time.monotonic())
+                interval = self.heartbeat_s
+            else:
+                answer = await self._unary(worker.host, "WorkerHeartbeat", worker.identity, worker.key, beat)
+                if answer is not None:
+                    interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
             await asyncio.sleep(interval)
 
     # ------------------------------------------------------------ what it sees

@@ -77,7 +77,7 @@ class Coordinator:
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
         #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
-        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0)
+        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0, settings.heartbeat_relay)
         self._agents_stopped = False  # told every agent to stop, the job having ended
         self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
@@ -213,11 +213,12 @@ class Coordinator:
             self._observe(SessionClosed(worker_id))
 
     def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float,
-                         steps_since_commit: int = 0) -> None:
+                         steps_since_commit: int = 0, heard_at: float | None = None) -> None:
+        """A worker's heartbeat; `heard_at`: when its agent received it, for one the agent relayed."""
         worker = self.job.workers.get(worker_id)
         if worker is None:
             return
-        worker.last_heartbeat = now
+        worker.last_heartbeat = now if heard_at is None else max(worker.last_heartbeat, min(heard_at, now))
         worker.steps_since_commit = min(max(0, steps_since_commit), 1 << 40)  # (bounded: it is input)
         self.job.note_commits(worker, commits, now)
         if elastic and not worker.elastic:
@@ -434,7 +435,8 @@ class Coordinator:
         """Stretch heartbeat intervals (and the silences that count as death) with the job's size."""
         hosts = sum(1 for h in self.pool.hosts.values() if h.agent_connected)
         workers = sum(1 for w in self.job.workers.values() if w.live and w.registered)
-        self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers)
+        self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers,
+                         self.settings.heartbeat_relay)
         self.pool.beat_s, self.pool.silence_s = self.pace.agent_s, self.pace.agent_timeout_s
 
     def _reconcile(self, now: float) -> None:

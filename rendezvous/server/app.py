@@ -228,6 +228,7 @@ class RendezvousServer:
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
         service.step_times = self.metrics.step_times
+        self.metrics.heartbeats = lambda: service.beats
         self.metrics.straggler_steps = self.settings.straggler_steps
         service.timeline = self.timeline
         leases = AgentLeases(store, prefix, lambda: coordinator.pace.agent_timeout_s, service.lease_expired)

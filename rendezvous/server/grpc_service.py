@@ -45,6 +45,10 @@ _REPLACED = object()
 
 #: Seconds between two looks for stragglers (at a heartbeat, not on a timer of its own).
 STRAGGLER_CHECK_S = 1.0
+#: Most worker beats an agent's heartbeat may carry (a host's workers: slots are far fewer), and
+#: the oldest one taken (seconds): an agent keeps only beats newer than a worker's silence.
+MAX_RELAYED_BEATS = MAX_SLOTS_PER_HOST
+MAX_RELAYED_AGE_S = 3600.0
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
@@ -74,6 +78,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._stragglers_checked = 0.0  # (time.monotonic) of the last straggler check
         self._straggler_watch = Persistence()  # hosts found slow in the last checks
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
+        self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
 
     # ---------------------------------------------------------------- for the other readers and inputs
     def view(self) -> JobView:
@@ -107,11 +112,15 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         With 8 hosts that is microseconds; with 512 it keeps a generation change (512 inputs)
         from costing 512 passes over 512 workers."""
         result = method(*args, self.clock(), **kwargs)
+        self.flush_soon()
+        return result
+
+    def flush_soon(self) -> None:
+        """Deliver what the coordinator said now, and settle its inputs soon (see `call`)."""
         self.flush()
         if not self._settle_scheduled:
             self._settle_scheduled = True
             asyncio.get_running_loop().call_later(self._settle_cost, self._settle)
-        return result
 
     def _settle(self) -> None:
         self._settle_scheduled = False
@@ -296,11 +305,31 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.coordinator.agent_disconnected(host, now)
 
     async def AgentHeartbeat(self, request: pb.AgentHeartbeatRequest, context) -> pb.Ack:
-        """An agent is alive (and its lease in the store is refreshed)."""
-        self.coordinator.agent_heartbeat(request.host, self.clock())
+        """An agent is alive (and its lease in the store is refreshed); it carries its workers'
+        heartbeats when asked to (`Ack.relay_beats`): those of workers on its own host are taken,
+        each as heard when the agent received it."""
+        now = self.clock()
+        self.coordinator.agent_heartbeat(request.host, now)
         if self.leases is not None:
             self._background(self.leases.heartbeat(request.host))
-        return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.agent_s)
+        if request.workers:
+            self._relayed(request.host, request.workers, now)
+        pace = self.coordinator.pace
+        return pb.Ack(ok=True, heartbeat_interval_s=pace.agent_s, relay_beats=pace.relay)
+
+    def _relayed(self, host: str, beats, now: float) -> None:
+        """Take the workers' beats an agent relayed: at most MAX_RELAYED_BEATS, only of workers
+        placed on its host, each with a sane age (else ignored: a broken agent cannot speak for
+        another host's workers or move anyone's silence into the future)."""
+        workers = self.coordinator.workers
+        for relayed in beats[:MAX_RELAYED_BEATS]:
+            worker = workers.get(relayed.beat.worker_id)
+            age = relayed.age_s
+            if worker is None or worker.host != host or not 0.0 <= age <= MAX_RELAYED_AGE_S:
+                continue
+            self._take_beat(relayed.beat, now - age)
+            self.beats["agent"] += 1
+        self.flush_soon()
 
     async def ReportWorkerExit(self, request: pb.WorkerExit, context) -> pb.Ack:
         """A worker process exited: its code or signal, and whether its agent stopped it. Only the
@@ -363,10 +392,17 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True)
 
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:
-        """A worker is alive; it carries its commit count, whether it runs `hvd.elastic.run`, and
-        its figures (kept for the metrics when they have the shape a worker sends)."""
-        self.call(self.coordinator.worker_heartbeat, request.worker_id, request.commits, request.elastic,
-                  steps_since_commit=request.steps_since_commit)
+        """A worker is alive (see `_take_beat`); it beats itself, or through its agent when asked."""
+        self._take_beat(request)
+        self.beats["worker"] += 1
+        self.flush_soon()
+        return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.worker_s)
+
+    def _take_beat(self, request: pb.WorkerHeartbeatRequest, heard_at: float | None = None) -> None:
+        """A worker's heartbeat: its commit count, whether it runs `hvd.elastic.run`, and its
+        figures (kept for the metrics when they have the shape a worker sends)."""
+        self.coordinator.worker_heartbeat(request.worker_id, request.commits, request.elastic, self.clock(),
+                                          steps_since_commit=request.steps_since_commit, heard_at=heard_at)
         worker = self.coordinator.workers.get(request.worker_id)
         if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
                 and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)
@@ -376,7 +412,6 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.timeline is not None and request.spans and worker is not None \
                 and len(request.spans) <= MAX_SPANS_PER_HEARTBEAT and 0 <= request.spans_dropped < (1 << 53):
             self.timeline.on_spans(request.worker_id, request.spans, request.spans_dropped)
-        return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.worker_s)
 
     def _time_steps(self, worker_id: str, stats: pb.WorkerStats) -> None:
         generation = self.coordinator.job.generation

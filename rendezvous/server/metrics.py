@@ -78,6 +78,8 @@ class JobMetrics:
         self.straggler_steps = DEFAULT_STEPS
         self.discovery = discovery or DiscoveryStats()
         self._refused_calls = refused_calls
+        #: Workers' heartbeats taken, by who sent them: "worker" (its own call) or "agent" (relayed).
+        self.heartbeats: Callable[[], dict[str, int]] = lambda: {}
         self._store_degraded = store_degraded
         self._address = address
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # (time, committed steps)
@@ -226,6 +228,12 @@ class _Scraped(Collector):
         yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused: no key proven, or a call the caller "
                                   "may not make",
                                   value=m._refused_calls())
+        beats = CounterMetricFamily("ringmaster_worker_heartbeats", "Workers' heartbeats taken, by who sent them: the "
+                                    "worker itself, or its agent carrying it (a large job's, or --heartbeat-relay always)",
+                                    labels=["via"])
+        for via, count in sorted(m.heartbeats().items()):
+            beats.add_metric([via], count)
+        yield beats
 
 
 def _histogram(name: str, documentation: str, timing: TimingTotal) -> HistogramMetricFamily:

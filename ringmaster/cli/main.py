@@ -102,6 +102,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
                         help="seconds between agent and worker heartbeats; a job of more than 250 hosts or 1000 "
                              "workers stretches them, and --heartbeat-timeout alike (default: %(default)s)")
+    parser.add_argument("--heartbeat-relay", choices=["auto", "always", "never"], default="auto",
+                        help="workers send their heartbeats to their host's agent, which carries them in its own (one "
+                             "call per host): auto when the job has more than 1000 workers (default: %(default)s)")
     parser.add_argument("--reconnect-timeout", type=float, metavar="S", default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds the parts wait for each other across a partition: agents and workers keep trying "
                              "to reach a lost rendezvous, then agents stop their workers; a rendezvous that hears from no "
@@ -313,7 +316,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
             reset_limit=args.reset_limit, max_restarts=args.max_restarts, discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
-            heartbeat_timeout_s=args.heartbeat_timeout, collective_timeout_s=args.collective_timeout,
+            heartbeat_timeout_s=args.heartbeat_timeout, heartbeat_relay=args.heartbeat_relay,
+            collective_timeout_s=args.collective_timeout,
             reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             spares=args.spares if args.spares is not None else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES,

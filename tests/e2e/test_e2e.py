@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness import FAST, ROOT, WORKLOADS, discovery_script, elastic_job, events, read_logs, write_hosts
+from harness import FAST, ROOT, WORKLOADS, discovery_script, elastic_job, events, read_logs, scrape, wait_for, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
@@ -93,11 +93,14 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     assert job.events("host.left", host="hostA")
 
 
-def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path) -> None:
+@pytest.mark.parametrize("relay", ["auto", "always"], ids=["own-heartbeats", "relayed-by-agents"])
+def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path, relay) -> None:
+    """A hung worker is found by its silence, whether it calls the rendezvous itself (a small
+    job) or its agent carries its heartbeats (a large job's way: forced here)."""
     script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 1})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "2", "--host-discovery-script", script, *FAST, "--heartbeat-timeout", "3",
-                  "--stop-grace", "1", *elastic_job(logs_dir, epochs=2))
+                  "--heartbeat-relay", relay, "--stop-grace", "1", *elastic_job(logs_dir, epochs=4))
     status = job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 3, 120, "3 workers training")
     victim = next(w for w in status["workers"] if w["host"] == "hostB")
     os.kill(victim["pid"], signal.SIGSTOP)
@@ -108,10 +111,27 @@ def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path) -> 
             os.kill(victim["pid"], signal.SIGCONT)
         except ProcessLookupError:
             pass
+    beats = scrape(job.api_url)
+    by_agents, own = (beats.get(("ringmaster_worker_heartbeats_total", (("via", v),)), 0) for v in ("agent", "worker"))
+    if relay == "always":  # (a worker's first beats may go before its agent heard it should relay)
+        assert by_agents > 0 and wait_for(lambda: status_steps_relayed(job), 30, "commits seen through the agents")
+    else:
+        assert by_agents == 0 and own > 0
     assert job.wait(180) == 0, job.output
     failed = job.events("worker.failed", worker=victim["worker_id"], host="hostB")
     assert failed and failed[0]["reason"].startswith("sent no heartbeat"), failed
-    assert_every_sample_once(read_logs(logs_dir), 2)
+    assert_every_sample_once(read_logs(logs_dir), 4)
+
+
+def status_steps_relayed(job) -> bool:
+    """The job's commits advance while its workers' own heartbeats stay put: what the status
+    says of progress came through the agents."""
+    first = scrape(job.api_url)
+    steps = job.status()["steps"]
+    wait_for(lambda: job.status()["steps"] > steps, 30, "more commits")
+    later = scrape(job.api_url)
+    own = ("ringmaster_worker_heartbeats_total", (("via", "worker"),))
+    return later.get(own, 0) == first.get(own, 0)
 
 
 def test_below_min_np_fails_after_the_elastic_timeout(run_job, tmp_path) -> None:

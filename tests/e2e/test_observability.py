@@ -9,19 +9,10 @@ import sys
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from harness import API_HEADERS, FAST, ROOT, elastic_job, wait_for
+from harness import API_HEADERS, FAST, ROOT, elastic_job, scrape, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": API_HEADERS["Authorization"]})
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:

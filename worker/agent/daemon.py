@@ -52,6 +52,7 @@ from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.notice import NoticeWatcher
+from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
@@ -137,6 +138,8 @@ class Agent:
         self._drain_unsent: list[DrainAsk] = []  # asks not yet delivered (rendezvous away)
         # Where a worker is marked before this agent sends it SIGTERM (host_signals.py).
         self._stops_dir = tempfile.mkdtemp(prefix="ringmaster-agent-stops-")
+        # Where a large job's workers send their heartbeats for this agent to carry (beat_relay.py).
+        self._beats = BeatCollector(self._worker_of)
         self._notices = NoticeWatcher(settings.notice_script, settings.notice_interval_s, self._noticed,
                                       lambda problem: say(self.host, Kind.AGENT_NOTICE_FAILED, problem=problem),
                                       self._stop, {**os.environ, env_names.HOST: self.host}) if settings.notice_script else None
@@ -195,7 +198,15 @@ class Agent:
             self._stop_all()
             self._close()
             shutil.rmtree(self._stops_dir, ignore_errors=True)
+            self._beats.close()
         return exit_code
+
+    def _worker_of(self, pid: int) -> str | None:
+        """The worker this agent started as process `pid` (read from the beats thread)."""
+        for worker_id, child in list(self.children.items()):
+            if child.proc.pid == pid:
+                return worker_id
+        return None
 
     def _warm_before_joining(self) -> None:
         """Warm a spare for every slot before the first hello, so that the host's first workers
@@ -365,9 +376,11 @@ class Agent:
             stub = self._stub
             if stub is not None:
                 try:
-                    answer = stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host),
+                    relayed = self._beats.take(set(self._running)) if self._beats.relaying else []
+                    answer = stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host, workers=relayed),
                                                  timeout=self.heartbeat_interval_s * 5)
                     last_contact = time.monotonic()
+                    self._beats.relay(answer.relay_beats)
                     # A large job's rendezvous asks for a longer interval; within a third of the
                     # reconnect window, so that fencing still follows a lost rendezvous.
                     self.heartbeat_interval_s = paced_interval(answer.heartbeat_interval_s, self._base_interval_s,
@@ -414,6 +427,10 @@ class Agent:
         if self.key is not None and worker_id is not None:
             env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
         env[env_names.AGENT_STOPS] = self._stops_dir
+        if self._beats.available:
+            env[env_names.AGENT_BEATS] = self._beats.folder
+        else:
+            env.pop(env_names.AGENT_BEATS, None)
         env.pop(TLS_CA_ENV, None)
         if self.ca_pem is not None:
             env[TLS_CA_ENV] = self.ca_pem.decode()

@@ -22,6 +22,7 @@ import grpc
 from ringmaster.common.errors import JobError
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.common.beat_relay import MAX_RELAYED_SPANS, BeatSender
 from ringmaster.common.dial import AWAY_CODES, dial
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.heartbeats import paced_interval
@@ -81,6 +82,7 @@ class RendezvousLink:
         self._session = None
         self._waiting: tuple[int, str] | None = None  # (after_generation, failure) of the last Ready
         self._threads: list[threading.Thread] = []
+        self._relay = BeatSender()  # to this host's agent, when it carries the beats
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -96,8 +98,9 @@ class RendezvousLink:
         teardown after the interpreter began to finalize would abort the process. The last
         timeline spans go out first."""
         if self.spans is not None and self.spans.pending() and self._lost is None and not self._closed.is_set():
-            self.heartbeat_now(timeout_s=join_timeout_s)
+            self.heartbeat_now(timeout_s=join_timeout_s, direct=True)  # (its agent may not carry them before it exits)
         self._closed.set()
+        self._relay.close()
         self._beat_now.set()  # the heartbeat thread ends now, not at its interval's end
         if self._session is not None:
             self._session.cancel()
@@ -162,23 +165,27 @@ class RendezvousLink:
         assert stub is not None
         return getattr(stub, method)(request, timeout=RPC_TIMEOUT_S)
 
-    def heartbeat_now(self, timeout_s: float = HEARTBEAT_RPC_TIMEOUT_S) -> bool:
-        """Send a heartbeat now; False if it did not get through (a lost rendezvous is noticed
-        by the session reader, not here)."""
+    def heartbeat_now(self, timeout_s: float = HEARTBEAT_RPC_TIMEOUT_S, direct: bool = False) -> bool:
+        """Send a heartbeat now, to the rendezvous or (a large job's, unless `direct`) to this
+        host's agent, which carries it (`beat_relay.py`); False if it did not get through (a lost
+        rendezvous is noticed by the session reader, not here)."""
         stub = self._stub
         if stub is None:
             return False
+        relaying = not direct and self._relay.relaying()
         spans = self.spans
-        taken = spans.take() if spans is not None and spans.on else []
+        taken = spans.take(MAX_RELAYED_SPANS if relaying else MAX_SPANS_PER_HEARTBEAT) \
+            if spans is not None and spans.on else []
+        request = pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
+                                            steps_since_commit=self.steps_since_commit,
+                                            stats=self._stats() if self._stats is not None else None,
+                                            spans=SpanRecorder.proto(taken),
+                                            spans_dropped=spans.dropped if spans is not None else 0)
+        if relaying and self._relay.send(request.SerializeToString()):
+            self.heartbeat_interval_s = self._base_interval_s  # (the agent's pace is the rendezvous' concern)
+            return True
         try:
-            answer = stub.WorkerHeartbeat(
-                pb.WorkerHeartbeatRequest(worker_id=self.worker_id, commits=self.commits, elastic=self.elastic,
-                                          steps_since_commit=self.steps_since_commit,
-                                          stats=self._stats() if self._stats is not None else None,
-                                          spans=SpanRecorder.proto(taken),
-                                          spans_dropped=spans.dropped if spans is not None else 0),
-                timeout=timeout_s
-            )
+            answer = stub.WorkerHeartbeat(request, timeout=timeout_s)
             self.heartbeat_interval_s = paced_interval(answer.heartbeat_interval_s, self._base_interval_s)
             return True
         except (grpc.RpcError, ValueError):  # (ValueError: the channel was closed meanwhile)

@@ -62,3 +62,31 @@ def test_the_coordinator_judges_silence_by_the_stretched_timeout() -> None:
             silent_when_lost = rig.now - 5.0
     assert silent_when_lost is not None and 12.0 < silent_when_lost <= 13.0, silent_when_lost  # not at 10 s
     assert all(rig.coordinator.pool.hosts[h].agent_connected for h in talking)
+
+
+def test_workers_beats_are_relayed_once_they_would_have_to_stretch() -> None:
+    assert not pace(1.0, 10.0, hosts=125, workers=1000).relay  # their own beats still fit the budget
+    p = pace(1.0, 10.0, hosts=126, workers=1008)
+    assert p.relay and p.worker_timeout_s >= p.agent_timeout_s + 1.0  # heard as often as its agent, plus its own beat
+    big = pace(1.0, 10.0, hosts=4096, workers=32768)
+    assert big.relay and big.worker_timeout_s >= big.agent_timeout_s + 1.0
+    assert pace(1.0, 10.0, hosts=2, workers=4, relay="always").relay
+    assert pace(1.0, 10.0, hosts=2, workers=4, relay="always").worker_timeout_s == 11.0
+    assert not pace(1.0, 10.0, hosts=4096, workers=32768, relay="never").relay
+
+
+def test_a_relayed_beat_counts_from_when_the_agent_heard_it() -> None:
+    rig = Rig(min_np=1, heartbeat_interval_s=1.0, heartbeat_timeout_s=10.0, heartbeat_relay="always")
+    rig.start_elastic({"h0": 2})
+    worker = next(iter(rig.coordinator.job.workers.values()))
+    rig.now = 20.0
+    rig.coordinator.worker_heartbeat(worker.worker_id, 3, True, rig.now, heard_at=17.5)
+    assert worker.last_heartbeat == 17.5 and worker.commits == 3
+    rig.coordinator.worker_heartbeat(worker.worker_id, 3, True, rig.now, heard_at=12.0)  # an older beat, late
+    assert worker.last_heartbeat == 17.5  # never moved back
+    rig.coordinator.worker_heartbeat(worker.worker_id, 3, True, rig.now, heard_at=99.0)  # (a broken agent's clock)
+    assert worker.last_heartbeat == 20.0  # never into the future
+    rig.now = 20.0 + rig.coordinator.pace.worker_timeout_s + 0.5
+    rig.agent_heartbeat("h0")  # its agent beats on, carrying no beat of this worker's: it hangs
+    rig.tick()
+    assert not worker.live and "no heartbeat" in (worker.failed or ""), worker.failed

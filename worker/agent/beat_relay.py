@@ -1,0 +1,149 @@
+"""The agent's side of relayed heartbeats (see `ringmaster/common/beat_relay.py`).
+
+A thread receives the workers' beats on a datagram socket in a private folder (0700) and keeps
+the latest of each worker with the time it came; the agent's heartbeat takes them
+(`take`). Who sent a beat is the kernel's word (`SCM_CREDENTIALS`: the sender's pid, mapped to
+the worker the agent started as that process); a datagram from any other process, of another
+user, too large or not a heartbeat is dropped and counted. Timeline spans gather between the
+agent's heartbeats up to a bound, and the rest are counted as dropped, as a worker's own buffer
+does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from google.protobuf.message import DecodeError
+
+from ringmaster.common.beat_relay import BEATS_SOCKET, MAX_BEAT_BYTES, RELAY_MARK
+from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
+from ringmaster.proto import ringmaster_pb2 as pb
+
+#: struct ucred: pid, uid, gid.
+_UCRED = struct.Struct("iII")
+#: The socket's receive buffer asked for: the beats of a host's workers between two reads.
+RECEIVE_BUFFER_BYTES = 4 << 20
+#: Longest path of a Unix socket (sun_path, with its terminating zero).
+MAX_SOCKET_PATH = 107
+
+
+@dataclass
+class _Latest:
+    beat: pb.WorkerHeartbeatRequest
+    received: float
+    spans: list[pb.Span] = field(default_factory=list)
+    dropped: int = 0  # spans this agent could not carry
+
+
+class BeatCollector:
+    """Receives the workers' beats; `worker_of(pid)` names the worker a process is (None: not ours)."""
+
+    def __init__(self, worker_of: Callable[[int], str | None], clock: Callable[[], float] = time.monotonic) -> None:
+        self._worker_of = worker_of
+        self._clock = clock
+        self.folder = tempfile.mkdtemp(prefix="ringmaster-agent-beats-")
+        self._lock = threading.Lock()
+        self._latest: dict[str, _Latest] = {}
+        self.refused = 0  # datagrams dropped: not from one of our workers, too large, not a heartbeat
+        self._relay = False
+        path = os.path.join(self.folder, BEATS_SOCKET)
+        self._sock: socket.socket | None = None
+        if len(path.encode()) <= MAX_SOCKET_PATH:  # (else no relay: the workers keep calling themselves)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+            sock.bind(path)
+            self._sock = sock
+            threading.Thread(target=self._receive, args=(sock,), daemon=True, name="beats").start()
+
+    @property
+    def available(self) -> bool:
+        return self._sock is not None
+
+    @property
+    def relaying(self) -> bool:
+        """Whether the workers were asked to send their beats here."""
+        return self._relay
+
+    def relay(self, on: bool) -> None:
+        """Ask the workers to send their beats here (`on`) or to the rendezvous, by the folder's mark."""
+        if on == self._relay or self._sock is None:
+            return
+        mark = os.path.join(self.folder, RELAY_MARK)
+        try:
+            if on:
+                open(mark, "w").close()
+            else:
+                os.unlink(mark)
+            self._relay = on
+        except OSError:
+            pass  # (the folder is gone: the agent is stopping)
+
+    def take(self, running: set[str]) -> list[pb.RelayedBeat]:
+        """The latest beat of each worker still `running`, with its age; their spans go with them
+        (at most MAX_SPANS_PER_HEARTBEAT in all, the rest counted as dropped)."""
+        now = self._clock()
+        out = []
+        with self._lock:
+            for worker_id in [w for w in self._latest if w not in running]:
+                del self._latest[worker_id]
+            share = MAX_SPANS_PER_HEARTBEAT // max(1, len(self._latest))
+            for latest in self._latest.values():
+                beat = pb.WorkerHeartbeatRequest()
+                beat.CopyFrom(latest.beat)
+                spans, latest.spans = latest.spans[:share], latest.spans[share:]
+                del beat.spans[:]
+                beat.spans.extend(spans)
+                beat.spans_dropped += latest.dropped
+                out.append(pb.RelayedBeat(beat=beat, age_s=max(0.0, now - latest.received)))
+        return out
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _receive(self, sock: socket.socket) -> None:
+        room = socket.CMSG_SPACE(_UCRED.size)
+        while True:
+            try:
+                data, ancillary, flags, _ = sock.recvmsg(MAX_BEAT_BYTES + 1, room)
+            except OSError:
+                return  # closed: the agent is stopping
+            worker_id = None
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= _UCRED.size:
+                    pid, uid, _ = _UCRED.unpack(value[:_UCRED.size])
+                    if uid == os.getuid():
+                        worker_id = self._worker_of(pid)
+            if worker_id is None or flags & socket.MSG_TRUNC or len(data) > MAX_BEAT_BYTES:
+                self.refused += 1
+                continue
+            try:
+                beat = pb.WorkerHeartbeatRequest.FromString(data)
+            except DecodeError:
+                self.refused += 1
+                continue
+            self._keep(worker_id, beat)
+
+    def _keep(self, worker_id: str, beat: pb.WorkerHeartbeatRequest) -> None:
+        beat.worker_id = worker_id  # (who sent it is the kernel's word, not the datagram's)
+        spans = list(beat.spans)
+        del beat.spans[:]
+        with self._lock:
+            latest = self._latest.get(worker_id)
+            if latest is None:
+                latest = self._latest[worker_id] = _Latest(beat, self._clock())
+            latest.beat, latest.received = beat, self._clock()
+            room = MAX_SPANS_PER_HEARTBEAT - len(latest.spans)
+            latest.spans.extend(spans[:max(0, room)])
+            latest.dropped += max(0, len(spans) - max(0, room))
