@@ -39,6 +39,8 @@ from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 
 #: Sessions a simulated worker opens at most (a broken one is opened again, as by a real worker).
 SESSION_ATTEMPTS = 5
+#: Seconds a simulated worker takes to restore its last commit after a "generation over".
+ROLLBACK_S = 0.01
 #: Hosts that share one gRPC connection (an agent's stream and its workers' fit HTTP/2's stream limit).
 HOSTS_PER_CHANNEL = 10
 
@@ -226,7 +228,7 @@ class Fleet:
             worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
             worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
         elif kind == "generation_over" and event.generation_over.generation == worker.generation:
-            await self._ready(worker, worker.generation, "peer died")
+            worker.tasks.append(asyncio.create_task(self._roll_back(worker, worker.generation)))
         elif kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
@@ -234,6 +236,13 @@ class Fleet:
         elif kind in ("retire", "job_ended"):
             return False
         return True
+
+    async def _roll_back(self, worker: SimWorker, generation: int) -> None:
+        """After a "generation over": restore the last commit (a few milliseconds), then ask for
+        the next generation, unless assigned to it meanwhile (as a `Link` does)."""
+        await asyncio.sleep(ROLLBACK_S)
+        if worker.generation <= generation:
+            await self._ready(worker, generation, "peer died")
 
     async def _ready(self, worker: SimWorker, after: int, failure: str) -> None:
         worker.waiting = (after, failure)

@@ -237,6 +237,9 @@ class Coordinator:
         self.job.emit(now, Kind.WORKER_READY, worker=worker_id, after_generation=after_generation, failure=failure)
         if failure:
             self._observe(GenerationFailed(worker_id, after_generation, failure))
+        if worker.phase is Phase.MEMBER and worker.generation > after_generation:
+            worker.last_heartbeat = now
+            return  # it asks for what it holds already (assigned before it asked: `Formation._rejoins_at_once`)
         if worker.phase is not Phase.EXITED:
             worker.phase = Phase.READY
             worker.ready_at = now

@@ -11,7 +11,9 @@ full list of workers to run (`RunWorkers`, when it changed).
   spawned with their rank in their environment.
 - *formed*: an elastic job (workers run `hvd.elastic.run`). Survivors and warmed-up newcomers
   call `Ready`; once every live member of the last generation is ready, ranks are assigned
-  (survivors first, in their old order) and sent over the workers' streams.
+  (survivors first, in their old order) and sent over the workers' streams. After a failure the
+  survivors in session are not waited for: they roll back and ask by themselves, so their next
+  assignment goes with the "generation over" (`_rejoins_at_once`).
 
 Pure: no I/O, the time is passed in.
 """
@@ -152,7 +154,17 @@ class Formation:
         members = [self.job.workers[i] for i in gen.member_ids]
         if gen.over is None and gen.update_sequence == 0:
             return all(not w.live for w in members)
-        return all(not w.live or w.stopping or w.phase is Phase.READY for w in members)
+        return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w) for w in members)
+
+    def _rejoins_at_once(self, worker: Worker) -> bool:
+        """A member of a generation that failed, in session and inside `hvd.elastic.run`: it rolls
+        back and asks for the next generation by itself, so the next is formed without waiting
+        for its `Ready` (which would cost a call per worker and a pass per call, the most of a
+        large job's recovery). Its assignment waits in its session until it asks; a `Ready` it
+        still sends for the failed generation is already answered (`Coordinator.worker_ready`)."""
+        gen = self.job.generation
+        return (gen is not None and gen.over is not None and worker.phase is Phase.MEMBER
+                and worker.generation == gen.number and worker.registered and worker.elastic)
 
     def _next_generation(self, now: float) -> None:
         job = self.job
@@ -189,10 +201,10 @@ class Formation:
             if worker.worker_id not in new.member_set:
                 job.retire(worker, f"the job is limited to {job.limit} workers", now)
 
-    @staticmethod
-    def _candidate(worker: Worker, eligible: set[str]) -> bool:
-        """Can join the next generation: alive, waiting for it, not leaving, on a usable host."""
-        return worker.live and worker.phase is Phase.READY and not worker.stopping and worker.host in eligible
+    def _candidate(self, worker: Worker, eligible: set[str]) -> bool:
+        """Can join the next generation: alive, waiting for it (or sure to), not leaving, on a usable host."""
+        return (worker.live and (worker.phase is Phase.READY or self._rejoins_at_once(worker)) and not worker.stopping
+                and worker.host in eligible)
 
     def _plan_generation(self, now: float) -> None:
         """Spawn a whole generation with ranks in the workers' environment."""

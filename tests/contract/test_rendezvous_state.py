@@ -133,7 +133,10 @@ def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     later.resume(job_record.read_job(record(new)))
     later.agent_connected("b", 101, running=[])
     assert not later.coordinator.workers[ids[2]].live
-    assert later.coordinator.generation.over is not None
+    # Generation 2 is over, and the survivor (in hvd.elastic.run) is placed in the next one at
+    # once, without waiting for its Ready.
+    assert later.coordinator.generation.number == 3
+    assert [a.worker_id for a in later.coordinator.generation.members] == [ids[0]]
 
 
 def test_a_worker_that_waited_while_the_rendezvous_was_away_is_placed_by_its_hello() -> None:

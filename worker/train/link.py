@@ -136,6 +136,8 @@ class RendezvousLink:
         """Ask for a generation newer than `after_generation`. If the rendezvous is away, the
         request goes with the hello of the next session instead."""
         with self._cond:
+            if self._assignment is not None and self._assignment.generation > after_generation:
+                return  # assigned already (after a failure the rendezvous does not wait to be asked)
             self._waiting = (after_generation, failure)
         try:
             reply = self._call("Ready", pb.ReadyRequest(
