@@ -320,11 +320,12 @@ def control_costs(hosts: int, slots: int) -> dict[str, float]:
 
     timed("tick", tick)
     timed("status view", lambda: c.view(0.2))
-    timed("host lost: failure", failure)
     survivors += [a.worker_id for a in c.generation.members if a.host != lost]  # type: ignore[union-attr]
-    timed("host lost: Ready inputs", ready)
-    timed("host lost: new generation", lambda: (c.settle(0.3), c.drain()))
+    timed("host lost: the failure and the next generation", failure)
     assert c.generation is not None and c.generation.number == 2 and len(c.generation.members) == len(survivors)
+    timed("host lost: the survivors' late Ready (answered)", ready)
+    timed("host lost: a pass after them", lambda: (c.settle(0.3), c.drain()))
+    assert c.generation.number == 2
     timed("record (after the change)", lambda: job_record.job_values(c.saved(), snapshots))
     return costs
 

@@ -75,6 +75,9 @@ class Coordinator:
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
         self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
+        #: Members a host update still waits for, and those whose Ready needs no pass (`Formation.quiet_waiters`).
+        self._waiting: set[str] = set()
+        self._quiet: set[str] = set()
         self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
         #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
         self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0, settings.heartbeat_relay)
@@ -244,6 +247,10 @@ class Coordinator:
             worker.phase = Phase.READY
             worker.ready_at = now
         worker.last_heartbeat = now
+        if not failure and worker_id in self._quiet and len(self._waiting) > 1:
+            self._quiet.discard(worker_id)  # (the generation still waits for others: no pass needed)
+            self._waiting.discard(worker_id)
+            return
         self._unsettled = True
 
     def worker_done(self, worker_id: str, commits: int, now: float, warning: str = "") -> None:
@@ -449,6 +456,7 @@ class Coordinator:
             # would tell that agent to run nothing and stop the workers a resumed job still has.
             return
         self._unsettled = False
+        self._waiting, self._quiet = set(), set()
         self._decide(now)
         if self.job.outcome is not None:
             return
@@ -460,6 +468,8 @@ class Coordinator:
         self._preempted_yet(now)
         if self.job.outcome is None:
             self.pool.reconcile_agents(self.hosts_wanted(now), self.job.busy_hosts())
+        if self.job.outcome is None:
+            self._waiting, self._quiet = self.formation.quiet_waiters(now)
 
     # ------------------------------------------------------------------ deciding on facts
     def _observe(self, fact: Fact) -> None:

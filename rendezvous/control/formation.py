@@ -290,6 +290,24 @@ class Formation:
         job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
         self._send_update(members, reason, now)
 
+    def quiet_waiters(self, now: float) -> tuple[set[str], set[str]]:
+        """While a generation waits for its members to reach a commit (a host update): the live
+        members not ready yet, and those among them whose `Ready` changes nothing else (on a host
+        that stays, within its slots). The coordinator acts on such a `Ready` without a pass over
+        the job unless it is the last one awaited: with thousands of members each pass costs
+        milliseconds, and a pass per `Ready` made a host update quadratic."""
+        job = self.job
+        gen = job.generation
+        if gen is None or gen.over is not None or not gen.update_sequence or job.finishing:
+            return set(), set()
+        waiting = {i for i in gen.member_ids
+                   if (w := job.workers[i]).live and not w.stopping and w.phase is not Phase.READY}
+        if not waiting:
+            return set(), set()
+        eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        over = self._over_slots(now)
+        return waiting, {i for i in waiting if job.workers[i].host in eligible and i not in over}
+
     def _send_update(self, members: list[Worker], reason: str, now: float) -> None:
         """Interrupt the generation at its next commit (a higher sequence than any sent: the
         newest wins); with a checkpoint first when a drain asked for one."""

@@ -9,6 +9,7 @@ noticed in milliseconds rather than after a heartbeat timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -49,6 +50,9 @@ STRAGGLER_CHECK_S = 1.0
 #: the oldest one taken (seconds): an agent keeps only beats newer than a worker's silence.
 MAX_RELAYED_BEATS = MAX_SLOTS_PER_HOST
 MAX_RELAYED_AGE_S = 3600.0
+#: A save that releases no message waits for up to this many times a save's cost (a large job's
+#: record takes milliseconds to build; its members' Readies at a host update come one by one).
+QUIET_SAVE_DUTY = 10.0
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
@@ -69,6 +73,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._held: list[Effect] = []
         self._saved_marker: tuple = ()  # what the journal last saved was built at (see keep_journal)
         self._dirty = asyncio.Event()
+        self._releasing = asyncio.Event()  # set when messages wait for a save (see keep_journal)
+        self._save_cost = 0.0  # seconds the last save took to build
         self._tasks: set[asyncio.Task] = set()
         self._settle_scheduled = False
         self._settle_cost = 0.0  # seconds the last settling pass took
@@ -137,6 +143,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         else:
             self._held.extend(messages)
             self._dirty.set()
+            if messages:
+                self._releasing.set()
         self.changed.set()
 
     def _deliver(self, effects: list[Effect]) -> None:
@@ -162,7 +170,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         assert self.journal is not None
         while True:
             await self._dirty.wait()
+            if not self._held and self._save_cost > 0:
+                # Nothing waits on this save (a Ready, a worker's phase): changes gather for up
+                # to QUIET_SAVE_DUTY times a save's cost, unless a message comes to be released.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._releasing.wait(), QUIET_SAVE_DUTY * self._save_cost)
             self._dirty.clear()
+            self._releasing.clear()
             batch, self._held = self._held, []
             started = time.perf_counter()
             saved = self.coordinator.saved()
@@ -170,7 +184,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             cost = 0.0
             if marker != self._saved_marker:  # (a heartbeat changes nothing the store keeps)
                 values = self.journal.values(saved)
-                cost = time.perf_counter() - started
+                cost = self._save_cost = time.perf_counter() - started
                 await self.journal.save(values)
                 self._saved_marker = marker
             self._deliver(batch)
