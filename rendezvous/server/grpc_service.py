@@ -46,6 +46,8 @@ _REPLACED = object()
 
 #: Seconds between two looks for stragglers (at a heartbeat, not on a timer of its own).
 STRAGGLER_CHECK_S = 1.0
+#: ... or at least this many times what the last check cost (it looks at every rank).
+STRAGGLER_DUTY = 20.0
 #: Most worker beats an agent's heartbeat may carry (a host's workers: slots are far fewer), and
 #: the oldest one taken (seconds): an agent keeps only beats newer than a worker's silence.
 MAX_RELAYED_BEATS = MAX_SLOTS_PER_HOST
@@ -82,6 +84,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.step_times: StepTimes | None = None  # the job's step times by size (the pool's goodput policy)
         self._ring_shape: tuple[int, dict[str, str], tuple[int, int]] = (0, {}, (0, 0))
         self._stragglers_checked = 0.0  # (time.monotonic) of the last straggler check
+        self._straggler_every = STRAGGLER_CHECK_S  # seconds between two checks
         self._straggler_watch = Persistence()  # hosts found slow in the last checks
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
@@ -438,11 +441,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         _, hosts, config = self._ring_shape
         self.step_times.update(worker_id, generation.number, hosts.get(worker_id), config, stats)
         now = time.monotonic()
-        if now - self._stragglers_checked >= STRAGGLER_CHECK_S and config[0] > 1:
+        if now - self._stragglers_checked >= self._straggler_every and config[0] > 1:
             self._stragglers_checked = now
             settings = self.coordinator.settings
             paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(settings.straggler_steps)]
             found = self._straggler_watch.confirm(find_stragglers(paces, settings.straggler_slowdown))
+            # (a check looks at every rank: a large job's waits at least STRAGGLER_DUTY times its cost)
+            self._straggler_every = max(STRAGGLER_CHECK_S, STRAGGLER_DUTY * (time.monotonic() - now))
             if found:
                 self.call(lambda at: self.coordinator.stragglers_seen(found, at))
 

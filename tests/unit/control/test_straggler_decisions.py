@@ -3,12 +3,17 @@ persistence over checks, whether replacing pays, and what the coordinator does w
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Mapping
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coordinator_rig import Rig
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.effects import UpdateHosts
-from ringmaster.rendezvous.control.stragglers import Persistence, Straggler, find_stragglers, replacing_pays
+from ringmaster.rendezvous.control.stragglers import (Persistence, Straggler, find_stragglers, median_without,
+                                                           replacing_pays)
 
 
 def events(rig: Rig, kind: Kind) -> list[Mapping[str, Any]]:
@@ -73,3 +78,13 @@ def test_replace_drains_the_straggler_once_per_generation_and_report_only_tells(
     reporting.stragglers_seen([Straggler("b", 3.0, 0.3, 0.1)])
     assert events(reporting, Kind.STRAGGLER_FOUND)[0]["replaced"] is False
     assert not events(reporting, Kind.HOST_DRAINING)
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from([0.1, 0.2, 0.25, 0.3, 1.0, 2.5])), max_size=40))
+def test_the_others_median_is_the_median_of_every_other_rank(paces) -> None:
+    """The fast median (one sorted list less a host's own) equals the plain one, duplicates and all."""
+    everyone = sorted(p for _, p in paces)
+    for host in {h for h, _ in paces}:
+        mine = sorted(p for h, p in paces if h == host)
+        others = [p for h, p in paces if h != host]
+        assert median_without(everyone, mine) == (statistics.median(others) if others else None)
