@@ -31,7 +31,7 @@ from ringmaster.rendezvous.control.facts import (
     WorkerExited,
 )
 from ringmaster.rendezvous.control.drains import Drains
-from ringmaster.rendezvous.control.formation import Formation, StoreFactory
+from ringmaster.rendezvous.control.formation import Formation, QuietInputs, StoreFactory
 from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
@@ -75,9 +75,7 @@ class Coordinator:
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
         self.drains = Drains(self.job)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
-        #: Members a host update still waits for, and those whose Ready needs no pass (`Formation.quiet_waiters`).
-        self._waiting: set[str] = set()
-        self._quiet: set[str] = set()
+        self._quiet = QuietInputs()  # inputs that need no pass (`Formation.quiet_inputs`)
         self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
         #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
         self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0, settings.heartbeat_relay)
@@ -208,6 +206,10 @@ class Coordinator:
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)
             return
+        connecting = self._quiet.connecting
+        if waiting_after is None and worker_id in connecting and len(connecting) > 1:
+            connecting.discard(worker_id)  # (a member of a starting generation, not the last to connect)
+            return
         self._unsettled = True
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
@@ -226,7 +228,11 @@ class Coordinator:
         self.job.note_commits(worker, commits, now)
         if elastic and not worker.elastic:
             worker.elastic = True
-            self._unsettled = True
+            waiting = self._quiet.not_elastic
+            if worker_id in waiting and len(waiting) > 1:
+                waiting.discard(worker_id)  # (neither the first member inside hvd.elastic.run nor the last)
+            else:
+                self._unsettled = True
 
     def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> None:
         worker = self.job.workers.get(worker_id)
@@ -247,9 +253,10 @@ class Coordinator:
             worker.phase = Phase.READY
             worker.ready_at = now
         worker.last_heartbeat = now
-        if not failure and worker_id in self._quiet and len(self._waiting) > 1:
-            self._quiet.discard(worker_id)  # (the generation still waits for others: no pass needed)
-            self._waiting.discard(worker_id)
+        quiet = self._quiet
+        if not failure and worker_id in quiet.quiet_ready and len(quiet.waiting) > 1:
+            quiet.quiet_ready.discard(worker_id)  # (the generation still waits for others: no pass needed)
+            quiet.waiting.discard(worker_id)
             return
         self._unsettled = True
 
@@ -456,7 +463,7 @@ class Coordinator:
             # would tell that agent to run nothing and stop the workers a resumed job still has.
             return
         self._unsettled = False
-        self._waiting, self._quiet = set(), set()
+        self._quiet = QuietInputs()
         self._decide(now)
         if self.job.outcome is not None:
             return
@@ -469,7 +476,7 @@ class Coordinator:
         if self.job.outcome is None:
             self.pool.reconcile_agents(self.hosts_wanted(now), self.job.busy_hosts())
         if self.job.outcome is None:
-            self._waiting, self._quiet = self.formation.quiet_waiters(now)
+            self._quiet = self.formation.quiet_inputs(now)
 
     # ------------------------------------------------------------------ deciding on facts
     def _observe(self, fact: Fact) -> None:

@@ -20,6 +20,7 @@ Pure: no I/O, the time is passed in.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ringmaster.common.events import Kind
@@ -32,6 +33,23 @@ from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentati
 
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
 StoreFactory = Callable[[int], tuple[str, int]]
+
+
+@dataclass
+class QuietInputs:
+    """Members of the current generation (on hosts that stay, within their slots) whose next
+    input changes nothing a pass would act on, unless it is the last of its kind awaited:
+    - a host update: `waiting` are the members not at their commit yet, `quiet_ready` those whose
+      `Ready` needs no pass (the generation forms at the last one);
+    - a healthy generation starting: members still `connecting` once one has connected (a plain
+      job's restart rule looks only at the first), and those `not_elastic` once one runs inside
+      `hvd.elastic.run` (a host update waits for every member: the last one counts).
+    Every other input sets off a pass, which computes these again."""
+
+    waiting: set[str] = field(default_factory=set)
+    quiet_ready: set[str] = field(default_factory=set)
+    connecting: set[str] = field(default_factory=set)
+    not_elastic: set[str] = field(default_factory=set)
 
 
 class Formation:
@@ -290,23 +308,29 @@ class Formation:
         job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
         self._send_update(members, reason, now)
 
-    def quiet_waiters(self, now: float) -> tuple[set[str], set[str]]:
-        """While a generation waits for its members to reach a commit (a host update): the live
-        members not ready yet, and those among them whose `Ready` changes nothing else (on a host
-        that stays, within its slots). The coordinator acts on such a `Ready` without a pass over
-        the job unless it is the last one awaited: with thousands of members each pass costs
-        milliseconds, and a pass per `Ready` made a host update quadratic."""
+    def quiet_inputs(self, now: float) -> QuietInputs:
+        """Inputs from members that a pass over the job would not act on, as things stand after
+        one (see `QuietInputs`). With thousands of members each pass costs milliseconds, and a
+        pass per input made a generation's start and a host update quadratic."""
         job = self.job
         gen = job.generation
-        if gen is None or gen.over is not None or not gen.update_sequence or job.finishing:
-            return set(), set()
-        waiting = {i for i in gen.member_ids
-                   if (w := job.workers[i]).live and not w.stopping and w.phase is not Phase.READY}
-        if not waiting:
-            return set(), set()
+        quiet = QuietInputs()
+        if gen is None or gen.over is not None or job.finishing:
+            return quiet
+        members = [job.workers[i] for i in gen.member_ids]
+        live = [w for w in members if w.live and not w.stopping]
         eligible = {h.name for h in self.pool.eligible_hosts(now)}
         over = self._over_slots(now)
-        return waiting, {i for i in waiting if job.workers[i].host in eligible and i not in over}
+        staying = {w.worker_id for w in live if w.host in eligible and w.worker_id not in over}
+        if gen.update_sequence:
+            quiet.waiting = {w.worker_id for w in live if w.phase is not Phase.READY}
+            quiet.quiet_ready = quiet.waiting & staying
+            return quiet
+        if any(w.registered for w in members):
+            quiet.connecting = {w.worker_id for w in live if w.phase is Phase.SPAWNING} & staying
+        if any(w.elastic for w in members):
+            quiet.not_elastic = {w.worker_id for w in live if not w.elastic} & staying
+        return quiet
 
     def _send_update(self, members: list[Worker], reason: str, now: float) -> None:
         """Interrupt the generation at its next commit (a higher sequence than any sent: the

@@ -780,3 +780,48 @@ def test_a_host_whose_agent_is_gone_shows_no_agent_pid() -> None:
     hosts = {h.name: h for h in rig.coordinator.view(rig.now).hosts}
     assert hosts["b"].agent_pid is None and not hosts["b"].agent_connected
     assert hosts["a"].agent_pid == 100
+
+
+def _passes(rig: Rig) -> list[float]:
+    """Record each pass the coordinator makes over the job (its formation's reconcile)."""
+    seen: list[float] = []
+    reconcile = rig.coordinator.formation.reconcile
+
+    def counted(now: float) -> None:
+        seen.append(now)
+        reconcile(now)
+
+    rig.coordinator.formation.reconcile = counted  # type: ignore[method-assign]
+    return seen
+
+
+def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last() -> None:
+    """A large job's start and host updates bring one input per member: a pass each (over every
+    host and worker) made them quadratic. Members connecting, entering hvd.elastic.run and
+    reaching their commit for an update are passed over, except the first that matters and the
+    last, whose input decides; an input from a member on a host that leaves always gets one."""
+    rig = Rig(min_np=1)
+    rig.set_hosts({"a": 2, "b": 2, "c": 2})
+    for pid, host in enumerate("abc", start=100):
+        rig.agent_connected(host, pid)
+    ids = [a.worker_id for a in rig.coordinator.generation.members]
+    passes = _passes(rig)
+    for wid in ids:
+        rig.worker_connected(wid, 1)
+    assert len(passes) == 2  # the first to connect, and the last
+    for wid in ids:
+        rig.worker_heartbeat(wid, 0, True)
+    assert len(passes) == 4  # the first inside hvd.elastic.run, and the last
+    rig.set_hosts({"a": 2, "b": 2})  # c leaves: its members leave at their next commit
+    assert all(rig.last(w, UpdateHosts) for w in ids)
+    del passes[:]
+    on_a_or_b, on_c = [w for w in ids if not w.startswith("c/")], [w for w in ids if w.startswith("c/")]
+    for wid in on_a_or_b[:-1]:
+        rig.worker_ready(wid, 1, "", True)
+    assert passes == []  # nothing to do while others still train in generation 1
+    rig.worker_ready(on_c[0], 1, "", True)
+    assert len(passes) == 1 and rig.kinds(on_c[0])[-1] == Retire  # its host leaves: retired at once
+    rig.worker_ready(on_c[1], 1, "", True)
+    rig.worker_ready(on_a_or_b[-1], 1, "", True)  # the last: the next generation forms
+    assert rig.coordinator.generation.number == 2
+    assert sorted(a.worker_id for a in rig.coordinator.generation.members) == sorted(on_a_or_b)
