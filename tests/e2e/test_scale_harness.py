@@ -33,3 +33,42 @@ def test_the_simulated_hosts_get_consistent_assignments_through_every_change(tmp
         assert sum(s["refused"] for s in cluster.summaries()) == 0
     finally:
         cluster.close()
+
+
+def test_an_agent_carries_beats_only_of_its_own_hosts_workers_with_a_sane_age(tmp_path) -> None:
+    """What an agent relays is input: a beat of another host's worker, or one whose age is
+    negative or not a number, is ignored; a good one counts (`ringmaster_worker_heartbeats_total`).
+    The job relays nothing itself here (`--heartbeat-relay never`), so the count is the test's."""
+    import grpc
+
+    from harness import scrape
+    from ringmaster.common.keys import AGENT, Identity
+    from ringmaster.proto import ringmaster_pb2 as pb
+    from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+    from simulated_hosts import signed
+
+    cluster = scale.Cluster(tmp_path, hosts=2, slots=2, store="memory", fleets=1, heartbeat_s=1.0, discovery_s=0.3,
+                            extra=["--heartbeat-relay", "never"])
+    try:
+        cluster.start()
+        rows = cluster.assignments()
+        mine = next(r[0] for r in rows if r[1] == "h00000")
+        theirs = next(r[0] for r in rows if r[1] == "h00001")
+        url = f"http://127.0.0.1:{cluster.api_port}"
+        relayed = ("ringmaster_worker_heartbeats_total", (("via", "agent"),))
+        assert scrape(url).get(relayed, 0) == 0
+
+        def relay(*beats: tuple[str, float]) -> None:
+            request = pb.AgentHeartbeatRequest(host="h00000", workers=[
+                pb.RelayedBeat(beat=pb.WorkerHeartbeatRequest(worker_id=w, commits=1), age_s=age) for w, age in beats])
+            with grpc.insecure_channel(f"127.0.0.1:{cluster.port}") as channel:
+                answer = pb_grpc.RendezvousStub(channel).AgentHeartbeat(
+                    request, metadata=signed("AgentHeartbeat", Identity(AGENT, "h00000"), request), timeout=10)
+            assert answer.ok
+
+        relay((theirs, 0.5), (mine, -1.0), (mine, float("nan")), (mine, 1e9), ("h00000/999999", 0.1))
+        assert scrape(url).get(relayed, 0) == 0
+        relay((mine, 0.5))
+        assert scrape(url).get(relayed, 0) == 1
+    finally:
+        cluster.close()
