@@ -3,7 +3,7 @@
 The scenarios and what they expect (world sizes, the rank each epoch's rank 0 had when its
 process started, host names, how often the training function was entered, exit statuses) are
 those of Horovod's integration tests (test/integration/elastic_common.py); the training script
-is Horovod's with only its import changed (workloads/horovod_elastic_main.py). As there, a
+is Horovod's with its import changed (and its polling wait for a host change made a wait on the notice: workloads/horovod_elastic_main.py). As there, a
 discovery script derives the current epoch from the number of lines rank 0 has logged, and the
 hosts `localhost` and `127.0.0.1` are two hosts (emulated here by name, one agent each).
 """

@@ -1,8 +1,9 @@
 """Horovod's elastic PyTorch test script (horovod/horovod, test/integration/data/
-elastic_torch_main.py), kept to its logic line for line; the one change is the import of
-`hvd`. It is how a Horovod user's script looks, private parts included: it reads
-HOROVOD_HOSTNAME and HOROVOD_RANK, keeps a `commits` counter of its own in the state, and
-polls `state._host_messages` while its discovery schedule changes the hosts.
+elastic_torch_main.py), kept to its logic line for line; the changes are the import of `hvd`
+and rank 0's wait for a host change: Horovod polls `state._host_messages.empty()` with a
+sleep (which Ringmaster also answers), here `state.wait_for_host_update` waits on the notice
+itself. It is how a Horovod user's script looks, private parts included: it reads
+HOROVOD_HOSTNAME and HOROVOD_RANK and keeps a `commits` counter of its own in the state.
 
 Rank 0 appends one JSON line per epoch to --logfile; the tests' discovery script derives the
 epoch from that file's line count, as Horovod's tests do.
@@ -101,13 +102,12 @@ def train(state):
             next_hosts = epoch_to_hosts.get(state.epoch + 1, default_hosts)
             if args.discovery_wait > 0 and current_hosts != next_hosts:
                 print("host changes: {} -> {}".format(current_hosts, next_hosts))
-                start = int(time.time())
                 # Horovod resets this so that a notice is raised even if the driver's clock went back.
                 state._last_updated_timestamp = 0
-                while state._host_messages.empty():
-                    if int(time.time()) - start > args.discovery_wait:
-                        raise TimeoutError("Timed out waiting for notifications from driver.")
-                    time.sleep(0.1)
+                # (Horovod's script polls `state._host_messages.empty()` with a sleep; here the
+                # wait is woken by the notice itself, with the same deadline.)
+                if not state.wait_for_host_update(args.discovery_wait + 1):
+                    raise TimeoutError("Timed out waiting for notifications from driver.")
 
         if args.epoch_wait > 0:
             time.sleep(args.epoch_wait)

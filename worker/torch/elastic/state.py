@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -101,6 +102,26 @@ class State:
         no collective (so ranks may see it at different moments; the interrupt itself is agreed)."""
         ctx = context()
         return ctx.link is not None and ctx.link.hosts_sequence() > ctx.hosts_sequence_baseline()
+
+    def wait_for_host_update(self, timeout_s: float) -> bool:
+        """Block until a host update is pending (True) or `timeout_s` passes (False), woken by
+        the notice itself: what Horovod scripts do by polling `state._host_messages.empty()`."""
+        link = context().link
+        if link is None:
+            return self.host_update_pending()
+        woken = threading.Event()
+        link.add_waiter(woken)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not self.host_update_pending():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                woken.wait(remaining)
+                woken.clear()
+            return True
+        finally:
+            link.remove_waiter(woken)
 
     @property
     def _host_messages(self) -> "_PendingHostUpdates":
