@@ -207,9 +207,8 @@ class Coordinator:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)
             return
         connecting = self._quiet.connecting
-        if waiting_after is None and worker_id in connecting and len(connecting) > 1:
-            connecting.discard(worker_id)  # (a member of a starting generation, not the last to connect)
-            return
+        if waiting_after is None and QuietInputs.passed_over(worker_id, connecting, connecting):
+            return  # (a member of a starting generation, not the last to connect)
         self._unsettled = True
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
@@ -229,10 +228,8 @@ class Coordinator:
         if elastic and not worker.elastic:
             worker.elastic = True
             waiting = self._quiet.not_elastic
-            if worker_id in waiting and len(waiting) > 1:
-                waiting.discard(worker_id)  # (neither the first member inside hvd.elastic.run nor the last)
-            else:
-                self._unsettled = True
+            if not QuietInputs.passed_over(worker_id, waiting, waiting):
+                self._unsettled = True  # (the first member inside hvd.elastic.run, or the last)
 
     def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> None:
         worker = self.job.workers.get(worker_id)
@@ -253,11 +250,8 @@ class Coordinator:
             worker.phase = Phase.READY
             worker.ready_at = now
         worker.last_heartbeat = now
-        quiet = self._quiet
-        if not failure and worker_id in quiet.quiet_ready and len(quiet.waiting) > 1:
-            quiet.quiet_ready.discard(worker_id)  # (the generation still waits for others: no pass needed)
-            quiet.waiting.discard(worker_id)
-            return
+        if not failure and QuietInputs.passed_over(worker_id, self._quiet.quiet_ready, self._quiet.waiting):
+            return  # (the generation still waits for others: no pass needed)
         self._unsettled = True
 
     def worker_done(self, worker_id: str, commits: int, now: float, warning: str = "") -> None:

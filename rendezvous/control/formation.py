@@ -51,6 +51,16 @@ class QuietInputs:
     connecting: set[str] = field(default_factory=set)
     not_elastic: set[str] = field(default_factory=set)
 
+    @staticmethod
+    def passed_over(worker_id: str, quiet: set[str], awaited: set[str]) -> bool:
+        """Whether `worker_id`'s input needs no pass: it is `quiet` and not the last `awaited`
+        (it is then awaited no more)."""
+        if worker_id not in quiet or len(awaited) <= 1:
+            return False
+        quiet.discard(worker_id)
+        awaited.discard(worker_id)
+        return True
+
 
 class Formation:
     def __init__(self, job: Job, rendezvous_address: str, plain_store_factory: StoreFactory) -> None:

@@ -139,11 +139,13 @@ class BeatCollector:
         beat.worker_id = worker_id  # (who sent it is the kernel's word, not the datagram's)
         spans = list(beat.spans)
         del beat.spans[:]
+        now = self._clock()
         with self._lock:
             latest = self._latest.get(worker_id)
             if latest is None:
-                latest = self._latest[worker_id] = _Latest(beat, self._clock())
-            latest.beat, latest.received = beat, self._clock()
+                latest = self._latest[worker_id] = _Latest(beat, now)
+            else:
+                latest.beat, latest.received = beat, now
             room = MAX_SPANS_PER_HEARTBEAT - len(latest.spans)
             latest.spans.extend(spans[:max(0, room)])
             latest.dropped += max(0, len(spans) - max(0, room))
