@@ -175,7 +175,7 @@ class Communicator:
         self.link.add_waiter(done)
         try:
             future.add_done_callback(lambda _: done.set())
-            if not _wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
+            if not wait_until(done, future.done, self.timeout_s, lambda: self._raise_if_over(what)):
                 raise HorovodInternalError(
                     f"{what} did not complete within {self.timeout_s:g} s (--collective-timeout) in generation "
                     f"{self.generation}: a peer is hung or stopped"
@@ -269,7 +269,7 @@ def build_process_group(
     link.add_waiter(done)
     try:
         threading.Thread(target=target, name="ringmaster-pg-init", daemon=True).start()
-        _wait_until(done, lambda: bool(result), timeout_s, check_over)
+        wait_until(done, lambda: bool(result), timeout_s, check_over)
     finally:
         link.remove_waiter(done)
     if "pg" in result:
@@ -298,7 +298,7 @@ def _future_of(work: dist.Work) -> torch.futures.Future:
         return future
 
 
-def _wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
+def wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
     """Wait until `finished()`; `check()` may raise on each wake-up. False on timeout."""
     deadline = time.monotonic() + timeout_s
     while not finished():

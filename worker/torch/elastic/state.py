@@ -28,6 +28,7 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import has_plain_leaves
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.checkpointing import Checkpointing
+from ringmaster.worker.train.collectives import wait_until
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
 from ringmaster.worker.train.replica_guard import compare_live_state, describe
@@ -112,14 +113,7 @@ class State:
         woken = threading.Event()
         link.add_waiter(woken)
         try:
-            deadline = time.monotonic() + timeout_s
-            while not self.host_update_pending():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                woken.wait(remaining)
-                woken.clear()
-            return True
+            return wait_until(woken, self.host_update_pending, timeout_s, lambda: None)
         finally:
             link.remove_waiter(woken)
 
