@@ -16,6 +16,8 @@ settings.register_profile("ringmaster", deadline=None)
 settings.load_profile("ringmaster")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+# Ray (the Ray tests' clusters) on loopback only: read when Ray is first imported, so set here.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from harness import Job  # noqa: E402

@@ -26,6 +26,7 @@ PARTS = {
     "worker/train": "train",
     "worker/torch": "torch",
     "ringmaster/cli": "cli",
+    "ringmaster/ray": "ray",
 }
 #: The installed module prefix of each part.
 MODULES = {
@@ -43,6 +44,7 @@ MODULES = {
     "ringmaster.worker.train": "train",
     "ringmaster.torch": "torch",
     "ringmaster.cli": "cli",
+    "ringmaster.ray": "ray",
 }
 #: What each part may import (besides itself). Read from the bottom up: settings and the wire
 #: contract import nothing of ours; the decisions (control) import no I/O; the runtime
@@ -62,6 +64,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"common", "checkpoint", "proto", "settings"},
     "torch": {"common", "checkpoint", "proto", "settings", "train"},
     "cli": {"common", "control", "state", "server", "scheduling", "pool", "discovery", "proto", "settings", "agent"},
+    # Ringmaster on Ray: a job's rendezvous in the driver, and what its workers run.
+    "ray": {"common", "control", "state", "server", "discovery", "proto", "settings", "torch", "train"},
 }
 
 

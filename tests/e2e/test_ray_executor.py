@@ -1,0 +1,195 @@
+"""Ringmaster on a real Ray cluster (`ray.cluster_utils.Cluster`: a head and real raylets, one per
+node, on this machine, on loopback): `ElasticRayExecutor` runs a training function that finishes,
+grows when a node is added, shrinks when one is removed (its workers killed with it: no committed
+step lost) or drained (its workers leave at their next commit: nothing rolled back), and the
+replicas are identical at the end. One cluster for the module; every test leaves it as it found it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from harness import WORKLOADS, wait_for
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray", reason="Ray comes with the [ray] extra (.ci/setup installs it)")
+psutil = pytest.importorskip("psutil")
+
+# Ray runs on loopback only (conftest sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray is imported):
+# every raylet, the control store and the job's rendezvous on 127.0.0.1.
+sys.path.insert(0, str(WORKLOADS))  # the training function's module, importable by the workers as by us
+
+import ray_training  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from ringmaster.ray import ElasticRayExecutor  # noqa: E402
+
+#: Seconds a whole job may take here (2 cores shared by Ray's daemons and the workers).
+JOB_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head with no CPU for workers and two worker nodes of one CPU each."""
+    own = psutil.Process()
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        nodes = [made.add_node(num_cpus=1) for _ in range(2)]
+        ray.init(address=made.address, logging_level="WARNING")
+        made.wait_for_nodes()
+        yield made, nodes
+    finally:
+        descendants = own.children(recursive=True)
+        ray.shutdown()
+        made.shutdown()
+        for process in descendants:  # whatever Ray's shutdown left (actors, agents, workers)
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def _log(path) -> list[tuple[str, int, int]]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as file:
+        return [(kind, int(step), int(size)) for kind, step, size in (line.split() for line in file if line.strip())]
+
+
+def _run_in_thread(executor: ElasticRayExecutor, fn: Callable[..., Any], **kwargs: Any) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["results"] = executor.run(fn, kwargs=kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _finished(thread: threading.Thread, box: dict) -> list[dict]:
+    thread.join(JOB_TIMEOUT_S)
+    assert not thread.is_alive(), f"the job did not end within {JOB_TIMEOUT_S} s"
+    assert "error" not in box, f"the job failed: {box.get('error')!r}"
+    return box["results"]
+
+
+def _identical_replicas(results: list[dict], size: int) -> None:
+    assert [r["rank"] for r in results] == list(range(size))
+    assert {r["size"] for r in results} == {size}
+    assert len({tuple(r["params"]) for r in results}) == 1, "the replicas' parameters differ"
+    assert len({r["step"] for r in results}) == 1
+
+
+def _nothing_committed_lost(log: list[tuple[str, int, int]]) -> None:
+    """Each (re-)entry restores at least the last commit made before it."""
+    committed = 0
+    for kind, step, _size in log:
+        if kind == "enter":
+            assert step >= committed, f"entered at step {step} after step {committed} was committed: {log}"
+        else:
+            committed = max(committed, step)
+
+
+def test_a_job_on_the_clusters_nodes_finishes_with_identical_replicas(cluster, tmp_path) -> None:
+    executor = ElasticRayExecutor(min_workers=2, max_workers=2)
+    executor.start()
+    try:
+        results = executor.run(ray_training.train, kwargs={"log_path": str(tmp_path / "log"), "until_size": 2})
+    finally:
+        executor.shutdown()
+    _identical_replicas(results, 2)
+    assert executor.dashboard_url and executor.dashboard_url.startswith("http://127.0.0.1:")
+
+
+def test_a_node_added_mid_training_joins_the_job_at_a_commit(cluster, tmp_path) -> None:
+    made, _nodes = cluster
+    log = tmp_path / "log"
+    executor = ElasticRayExecutor(min_workers=2, max_workers=3)
+    executor.start()
+    added = None
+    try:
+        thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=3)
+        wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 2) >= 5, 120,
+                 "five commits at two workers")
+        added = made.add_node(num_cpus=1)
+        results = _finished(thread, box)
+    finally:
+        executor.shutdown()
+        if added is not None:
+            made.remove_node(added)
+    _identical_replicas(results, 3)
+    entries = [(step, size) for kind, step, size in _log(log) if kind == "enter"]
+    assert [size for _step, size in entries] == [2, 3], entries  # grew once, no failure on the way
+    _nothing_committed_lost(_log(log))
+
+
+def _with_third_node(made, test: Callable[[Any, Any], None], tmp_path) -> None:
+    third = made.add_node(num_cpus=1)
+    made.wait_for_nodes()
+    try:
+        test(third, tmp_path)
+    finally:
+        if any(n["NodeID"] == third.node_id and n["Alive"] for n in ray.nodes()):
+            made.remove_node(third)
+
+
+def test_a_node_removed_mid_training_shrinks_the_job_losing_no_commit(cluster, tmp_path) -> None:
+    made, _nodes = cluster
+
+    def test(third, tmp_path) -> None:
+        log = tmp_path / "log"
+        executor = ElasticRayExecutor(min_workers=2, max_workers=3)
+        executor.start()
+        try:
+            thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=2)
+            wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 3) >= 5, 120,
+                     "five commits at three workers")
+            made.remove_node(third)
+            results = _finished(thread, box)
+        finally:
+            executor.shutdown()
+        _identical_replicas(results, 2)
+        entries = [size for kind, _step, size in _log(log) if kind == "enter"]
+        assert entries[0] == 3 and entries[-1] == 2, entries
+        _nothing_committed_lost(_log(log))
+
+    _with_third_node(made, test, tmp_path)
+
+
+def test_a_node_ray_drains_leaves_at_a_commit_with_nothing_rolled_back(cluster, tmp_path) -> None:
+    made, _nodes = cluster
+    from ray.core.generated import autoscaler_pb2
+
+    def test(third, tmp_path) -> None:
+        log = tmp_path / "log"
+        executor = ElasticRayExecutor(min_workers=2, max_workers=3)
+        executor.start()
+        try:
+            thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=2)
+            wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 3) >= 5, 120,
+                     "five commits at three workers")
+            gcs = ray._private.worker.global_worker.gcs_client
+            accepted, why = gcs.drain_node(third.node_id,
+                                           autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                           "the test drains it", 0)
+            assert accepted, why
+            results = _finished(thread, box)
+        finally:
+            executor.shutdown()
+        _identical_replicas(results, 2)
+        run = _log(log)
+        entries = [(step, size) for kind, step, size in run if kind == "enter"]
+        assert [size for _step, size in entries] == [3, 2], entries  # no failure: one reset, to the smaller ring
+        last_commit_at_three = max(step for kind, step, size in run if kind == "commit" and size == 3)
+        assert entries[1][0] >= last_commit_at_three, f"rolled back: {run}"
+
+    _with_third_node(made, test, tmp_path)
