@@ -39,6 +39,14 @@ from ringmaster.settings import DEFAULT_ELASTIC_TIMEOUT_S, JobSettings
 WORKER_COMMAND = ["-m", "ringmaster.ray.worker_main"]
 
 
+#: The executor's names of the job settings it names differently.
+_ARGUMENTS = {"min_np": "min_workers", "max_np": "max_workers"}
+
+
+def _where(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "settings"
+
+
 class RayJobFailed(RingmasterError):
     """The job ended without success; the message says why (as `ringmaster run` would)."""
 
@@ -65,6 +73,8 @@ class ElasticRayExecutor:
         `heartbeat_interval_s`, `drain_grace_s`, `checkpoint_every`). Bad values raise
         ValueError naming them."""
         check_worker_resources(cpus_per_worker, gpus_per_worker)
+        if isinstance(min_workers, int) and isinstance(max_workers, int) and max_workers < min_workers:
+            raise ValueError(f"max_workers ({max_workers}) is below min_workers ({min_workers})")
         self.cpus_per_worker = float(cpus_per_worker)
         self.gpus_per_worker = float(gpus_per_worker)
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
@@ -78,10 +88,8 @@ class ElasticRayExecutor:
                 elastic_timeout_s=elastic_timeout_s, reset_limit=reset_limit, discovery_interval_s=discovery_interval_s,
                 checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None, **settings)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(f"{_ARGUMENTS.get(_where(e['loc']), _where(e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"ElasticRayExecutor: {problems}") from None
-        if max_workers is not None and max_workers < min_workers:
-            raise ValueError(f"max_workers ({max_workers}) is below min_workers ({min_workers})")
         self._discovery: RayNodeDiscovery | None = None
         self._launcher: RayLauncher | None = None
         self.dashboard_url: str | None = None

@@ -27,7 +27,7 @@ sys.path.insert(0, str(WORKLOADS))  # the training function's module, importable
 import ray_training  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from ringmaster.ray import ElasticRayExecutor  # noqa: E402
+from ringmaster.ray import ElasticRayExecutor, RayJobFailed  # noqa: E402
 
 #: Seconds a whole job may take here (2 cores shared by Ray's daemons and the workers).
 JOB_TIMEOUT_S = 240
@@ -193,3 +193,14 @@ def test_a_node_ray_drains_leaves_at_a_commit_with_nothing_rolled_back(cluster, 
         assert entries[1][0] >= last_commit_at_three, f"rolled back: {run}"
 
     _with_third_node(made, test, tmp_path)
+
+
+def test_a_training_function_that_raises_fails_the_job_saying_why(cluster) -> None:
+    executor = ElasticRayExecutor(min_workers=2, max_workers=2, reset_limit=0)
+    executor.start()
+    try:
+        with pytest.raises(RayJobFailed) as failed:
+            executor.run(ray_training.fails, args=("the data set is missing",))
+    finally:
+        executor.shutdown()
+    assert "the data set is missing" in str(failed.value)

@@ -49,3 +49,8 @@ def train(log_path: str, until_size: int, steps_at_size: int = 10, max_steps: in
     loop(state)
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "params": flat.tolist()}
+
+
+def fails(message: str) -> None:
+    """A training function with a bug: every worker raises at once."""
+    raise ValueError(message)
