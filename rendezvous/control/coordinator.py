@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.discovery import Blacklist, HostDiff
-from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent
+from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent, UpdateHosts
 from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, HostsJoined, SessionClosed, TrainingReturned,
     WorkerExited,
@@ -202,6 +202,11 @@ class Coordinator:
                 job.outbox.append(EndGeneration(worker_id, gen.number, gen.over))
             else:
                 job.send_assignment(worker)
+                if gen.update_sequence and worker.phase is Phase.MEMBER:
+                    # A host update went out while its session was closed: say it again, or it
+                    # trains on alone at its next commit while the others wait for it.
+                    job.outbox.append(UpdateHosts(worker_id, gen.update_sequence,
+                                                  "the hosts changed while this worker was reconnecting", False))
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)

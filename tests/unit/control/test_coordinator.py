@@ -825,3 +825,20 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
     rig.worker_ready(on_a_or_b[-1], 1, "", True)  # the last: the next generation forms
     assert rig.coordinator.generation.number == 2
     assert sorted(a.worker_id for a in rig.coordinator.generation.members) == sorted(on_a_or_b)
+
+
+def test_a_member_that_reconnects_during_a_host_update_is_told_it_again() -> None:
+    """After a rendezvous fail-over the new leader holds the update the old one sent, and cannot
+    know whether it reached each member: every member that connects is told it again."""
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.set_hosts({"a": 1})
+    sent = rig.last(ids[0], UpdateHosts).sequence
+    rig.worker_events.clear()
+    rig.worker_connected(ids[0], 11)  # its session to the new leader
+    assert rig.last(ids[0], UpdateHosts).sequence == sent
+    rig.worker_ready(ids[0], 1, "", True)
+    rig.worker_ready(ids[1], 1, "", True)
+    assert rig.gen().number == 2 and [a.worker_id for a in rig.gen().members] == [ids[0]]
+    rig.worker_connected(ids[0], 11)  # a session opened with no update pending: none
+    assert rig.kinds(ids[0])[-1] is not UpdateHosts
