@@ -7,11 +7,11 @@ next commit). Where it differs from Horovod's:
 
 - one agent per node (an actor pinned to it) starts the workers as processes, as on any host:
   recovery is Ringmaster's (no Ray task is rescheduled, nothing restarts but the ring);
-- the rendezvous runs in the driver's process (Horovod's driver had no store at all): give
-  `store="etcd://..."` and the job's state survives the driver, for a `ringmaster serve` to lead;
-- `run` returns every final rank's return value in rank order (Horovod's elastic executor
-  returned its workers' in no stated order); there are no callbacks, the dashboard and
-  `/metrics` say what the job does (`dashboard_url`);
+- the rendezvous runs in the driver's process; `store="etcd://..."` keeps the job's state in
+  etcd, but the agents are the driver's actors and end with it, so a job whose driver dies
+  restarts from its last durable checkpoint (`checkpoint_dir`);
+- `run(fn, args, kwargs)` returns every final rank's return value in rank order; there are no
+  callbacks: events, the dashboard and `/metrics` say what the job does (`dashboard_url`);
 - settings are arguments of the constructor (Horovod's `create_settings` bundled them).
 """
 
