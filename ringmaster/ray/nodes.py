@@ -68,10 +68,16 @@ def _amount(value: object) -> float | None:
 def node_slots(node: RayNode, cpus_per_worker: float, gpus_per_worker: float) -> int:
     """Workers `node` takes: as many as its CPUs (and GPUs, when workers need them) allow, counted
     from its totals as Horovod's Ray discovery did (the agent's actor reserves them)."""
-    slots = math.floor(node.cpus / cpus_per_worker + 1e-9)
+    slots = _whole(node.cpus / cpus_per_worker)
     if gpus_per_worker > 0:
-        slots = min(slots, math.floor(node.gpus / gpus_per_worker + 1e-9))
-    return max(0, min(slots, MAX_SLOTS_PER_HOST))
+        slots = min(slots, _whole(node.gpus / gpus_per_worker))
+    return max(0, slots)
+
+
+def _whole(ratio: float) -> int:
+    """How many whole workers `ratio` allows, at most a host's slots (a tiny share per worker
+    makes the ratio overflow to infinity)."""
+    return math.floor(min(ratio, MAX_SLOTS_PER_HOST) + 1e-9)
 
 
 def hosts_of(nodes: Iterable[RayNode], cpus_per_worker: float, gpus_per_worker: float) -> dict[str, int]:

@@ -98,3 +98,8 @@ def test_importing_it_without_ray_names_the_extra_to_install() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "pip install 'ringmaster[ray]'" in proc.stderr
+
+
+def test_a_tiny_share_per_worker_is_capped_not_infinite() -> None:
+    assert node_slots(RayNode(NODE_A, True, 4, 2), 1, 5e-324) == 4
+    assert node_slots(RayNode(NODE_A, True, 1e300, 0), 1e-300, 0) == MAX_SLOTS_PER_HOST
