@@ -200,9 +200,10 @@ def _run_to_end(server: Any, hosts: Mapping[str, int]) -> JobOutcome:
         while thread.is_alive():
             thread.join(0.2)
     except KeyboardInterrupt:
-        if loops:
+        if loops:  # the job stops as `ringmaster run` stops on Ctrl-C: its workers first
             loops[0].call_soon_threadsafe(server.request_stop, "stopped by the user (KeyboardInterrupt)")
         thread.join()
+        raise
     if "error" in box:
         raise box["error"]
     return box["outcome"]
