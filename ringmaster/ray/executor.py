@@ -138,13 +138,18 @@ class ElasticRayExecutor:
         server = RendezvousServer(self.settings, _Remembering(discovery, hosts), bind=address, port=0,
                                   api_port=0 if self.dashboard else None, local_hosts=True, launcher=make_launcher,
                                   store=self.store, secret=generate_secret(), on_api=self._api_listening)
-        outcome = _run_to_end(server, dict(hosts))
-        self.last_outcome = outcome
-        launcher = self._launcher
-        results = launcher.results() if launcher is not None and outcome.success else {}
-        if launcher is not None:
-            launcher.release()
-            self._launcher = None
+        try:
+            outcome, interrupted = _run_to_end(server, dict(hosts))
+            self.last_outcome = outcome
+            launcher = self._launcher
+            results = launcher.results() if launcher is not None and outcome.success else {}
+        finally:
+            if self._launcher is not None:
+                self._launcher.release()
+                self._launcher = None
+        if interrupted:
+            logging.getLogger(logs.RENDEZVOUS).warning("the job was stopped: %s", outcome.message)
+            raise KeyboardInterrupt
         if not outcome.success:
             raise RayJobFailed(outcome.message)
         return [cloudpickle.loads(results[rank]) for rank in sorted(results)]
@@ -178,9 +183,9 @@ class _Remembering:
         return found
 
 
-def _run_to_end(server: Any, hosts: Mapping[str, int]) -> JobOutcome:
-    """Run the rendezvous on its own loop in a thread (the caller may have a loop of its own),
-    and stop it on Ctrl-C."""
+def _run_to_end(server: Any, hosts: Mapping[str, int]) -> tuple[JobOutcome, bool]:
+    """Run the rendezvous on its own loop in a thread (the caller may have a loop of its own):
+    the job's outcome, and whether Ctrl-C stopped it (as `ringmaster run` stops: workers first)."""
     box: dict[str, Any] = {}
     loops: list[asyncio.AbstractEventLoop] = []
 
@@ -188,22 +193,26 @@ def _run_to_end(server: Any, hosts: Mapping[str, int]) -> JobOutcome:
         loops.append(asyncio.get_running_loop())
         return await server.run(hosts)
 
+    ended = threading.Event()
+
     def main() -> None:
         try:
             box["outcome"] = asyncio.run(lead())
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
+        finally:
+            ended.set()
 
     thread = threading.Thread(target=main, name="ringmaster-rendezvous", daemon=True)
     thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.2)
-    except KeyboardInterrupt:
-        if loops:  # the job stops as `ringmaster run` stops on Ctrl-C: its workers first
-            loops[0].call_soon_threadsafe(server.request_stop, "stopped by the user (KeyboardInterrupt)")
-        thread.join()
-        raise
+    interrupted = False
+    while not ended.is_set():  # (not Thread.join: a join that Ctrl-C interrupts can leave is_alive() False early)
+        try:
+            ended.wait(0.2)
+        except KeyboardInterrupt:
+            if loops and not interrupted:
+                loops[0].call_soon_threadsafe(server.request_stop, "stopped by the user (KeyboardInterrupt)")
+            interrupted = True
     if "error" in box:
         raise box["error"]
-    return box["outcome"]
+    return box["outcome"], interrupted

@@ -204,3 +204,23 @@ def test_a_training_function_that_raises_fails_the_job_saying_why(cluster) -> No
     finally:
         executor.shutdown()
     assert "the data set is missing" in str(failed.value)
+
+
+def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> None:
+    import signal
+
+    log = tmp_path / "log"
+    executor = ElasticRayExecutor(min_workers=2, max_workers=2)
+    executor.start()
+    interrupt = threading.Thread(target=lambda: (
+        wait_for(lambda: len(_log(log)) >= 5, 120, "five commits"), os.kill(os.getpid(), signal.SIGINT)), daemon=True)
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executor.run(ray_training.train, kwargs={"log_path": str(log), "until_size": 3})  # never 3: runs on
+    finally:
+        executor.shutdown()
+    assert executor.last_outcome is not None and executor.last_outcome.interrupted
+    workers = lambda: [p for p in psutil.process_iter(["cmdline"])  # noqa: E731
+                       if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])]
+    wait_for(lambda: not workers(), 30, "no worker left")
