@@ -27,6 +27,7 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import argparse  # noqa: E402
+import logging  # noqa: E402
 import pathlib  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -100,8 +101,8 @@ def ray_train_training(config: dict) -> None:
 
     context = ray.train.get_context()
     rank, size = context.get_world_rank(), context.get_world_size()
-    model, generator = _model_and_data(rank)
-    model = ray.train.torch.prepare_model(model)
+    plain, generator = _model_and_data(rank)
+    model: Any = ray.train.torch.prepare_model(plain)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     step = 0
     checkpoint = ray.train.get_checkpoint()
@@ -179,18 +180,18 @@ def run_ringmaster(cluster, folder: pathlib.Path, args: argparse.Namespace) -> d
 
 
 def run_ray_train(cluster, folder: pathlib.Path, args: argparse.Namespace) -> dict[str, float]:
-    import ray.train
-    from ray.train.torch import TorchTrainer
+    from ray.train.v2.torch.torch_trainer import TorchTrainer
+    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
 
     log = folder / "ray_train.log"
     trainer = TorchTrainer(
         ray_train_training,
         train_loop_config={"log_path": str(log), "steps": args.steps, "step_time": args.step_time,
                            "checkpoint_every": args.checkpoint_every},
-        scaling_config=ray.train.ScalingConfig(num_workers=(args.nodes, args.nodes + 1), use_gpu=False,
+        scaling_config=ScalingConfig(num_workers=(args.nodes, args.nodes + 1), use_gpu=False,
                                                elastic_resize_monitor_interval_s=1.0),
-        run_config=ray.train.RunConfig(storage_path=str(folder / "ray_train_storage"), name="bench",
-                                       failure_config=ray.train.FailureConfig(max_failures=10)),
+        run_config=RunConfig(storage_path=str(folder / "ray_train_storage"), name="bench",
+                                       failure_config=FailureConfig(max_failures=10)),
     )
     return exercise(cluster, log, trainer.fit, args.nodes)
 
@@ -211,7 +212,7 @@ def main() -> None:
     try:
         for _ in range(args.nodes):
             cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
         cluster.wait_for_nodes()
         figures: dict[str, list[dict[str, float]]] = {"ringmaster": [], "ray_train": []}
         for repeat in range(args.repeats):

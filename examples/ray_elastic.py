@@ -13,6 +13,7 @@ a commit. The training function is a Horovod elastic one: only the import line d
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -75,7 +76,7 @@ def main() -> int:
 
     from ringmaster.ray import ElasticRayExecutor, RayJobFailed
 
-    ray.init(address=args.address, logging_level="WARNING")
+    ray.init(address=args.address, logging_level=logging.WARNING)
     executor = ElasticRayExecutor(min_workers=min_workers, max_workers=max_workers)
     try:
         executor.start()

@@ -179,7 +179,7 @@ def test_a_node_ray_drains_leaves_at_a_commit_with_nothing_rolled_back(cluster, 
                      "five commits at three workers")
             gcs = ray._private.worker.global_worker.gcs_client
             accepted, why = gcs.drain_node(third.node_id,
-                                           autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                           getattr(autoscaler_pb2, "DrainNodeReason").Value("DRAIN_NODE_REASON_PREEMPTION"),
                                            "the test drains it", 0)
             assert accepted, why
             results = _finished(thread, box)
@@ -212,8 +212,11 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
     log = tmp_path / "log"
     executor = ElasticRayExecutor(min_workers=2, max_workers=2)
     executor.start()
-    interrupt = threading.Thread(target=lambda: (
-        wait_for(lambda: len(_log(log)) >= 5, 120, "five commits"), os.kill(os.getpid(), signal.SIGINT)), daemon=True)
+    def interrupt_after_five_commits() -> None:
+        wait_for(lambda: len(_log(log)) >= 5, 120, "five commits")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupt = threading.Thread(target=interrupt_after_five_commits, daemon=True)
     interrupt.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -221,6 +224,8 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
     finally:
         executor.shutdown()
     assert executor.last_outcome is not None and executor.last_outcome.interrupted
-    workers = lambda: [p for p in psutil.process_iter(["cmdline"])  # noqa: E731
-                       if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])]
+
+    def workers() -> list:
+        return [p for p in psutil.process_iter(["cmdline"]) if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])]
+
     wait_for(lambda: not workers(), 30, "no worker left")
