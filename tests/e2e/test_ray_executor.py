@@ -132,67 +132,52 @@ def test_a_node_added_mid_training_joins_the_job_at_a_commit(cluster, tmp_path) 
     _nothing_committed_lost(_log(log))
 
 
-def _with_third_node(made, test: Callable[[Any, Any], None], tmp_path) -> None:
+def _three_workers_then(made, tmp_path, change: Callable[[Any], None]) -> list[tuple[str, int, int]]:
+    """A job on three nodes (the module's two and one of the test's own) that `change(third)`
+    brings back to two; the replicas are identical at the end. The job's log."""
     third = made.add_node(num_cpus=1)
     made.wait_for_nodes()
+    log = tmp_path / "log"
+    executor = ElasticRayExecutor(min_workers=2, max_workers=3)
+    executor.start()
     try:
-        test(third, tmp_path)
+        thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=2)
+        wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 3) >= 5, 120,
+                 "five commits at three workers")
+        change(third)
+        results = _finished(thread, box)
     finally:
+        executor.shutdown()
         if any(n["NodeID"] == third.node_id and n["Alive"] for n in ray.nodes()):
             made.remove_node(third)
+    _identical_replicas(results, 2)
+    return _log(log)
 
 
 def test_a_node_removed_mid_training_shrinks_the_job_losing_no_commit(cluster, tmp_path) -> None:
     made, _nodes = cluster
-
-    def test(third, tmp_path) -> None:
-        log = tmp_path / "log"
-        executor = ElasticRayExecutor(min_workers=2, max_workers=3)
-        executor.start()
-        try:
-            thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=2)
-            wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 3) >= 5, 120,
-                     "five commits at three workers")
-            made.remove_node(third)
-            results = _finished(thread, box)
-        finally:
-            executor.shutdown()
-        _identical_replicas(results, 2)
-        entries = [size for kind, _step, size in _log(log) if kind == "enter"]
-        assert entries[0] == 3 and entries[-1] == 2, entries
-        _nothing_committed_lost(_log(log))
-
-    _with_third_node(made, test, tmp_path)
+    run = _three_workers_then(made, tmp_path, made.remove_node)
+    entries = [size for kind, _step, size in run if kind == "enter"]
+    assert entries[0] == 3 and entries[-1] == 2, entries
+    _nothing_committed_lost(run)
 
 
 def test_a_node_ray_drains_leaves_at_a_commit_with_nothing_rolled_back(cluster, tmp_path) -> None:
     made, _nodes = cluster
     from ray.core.generated import autoscaler_pb2
 
-    def test(third, tmp_path) -> None:
-        log = tmp_path / "log"
-        executor = ElasticRayExecutor(min_workers=2, max_workers=3)
-        executor.start()
-        try:
-            thread, box = _run_in_thread(executor, ray_training.train, log_path=str(log), until_size=2)
-            wait_for(lambda: sum(1 for kind, _s, size in _log(log) if kind == "commit" and size == 3) >= 5, 120,
-                     "five commits at three workers")
-            gcs = ray._private.worker.global_worker.gcs_client
-            accepted, why = gcs.drain_node(third.node_id,
-                                           getattr(autoscaler_pb2, "DrainNodeReason").Value("DRAIN_NODE_REASON_PREEMPTION"),
-                                           "the test drains it", 0)
-            assert accepted, why
-            results = _finished(thread, box)
-        finally:
-            executor.shutdown()
-        _identical_replicas(results, 2)
-        run = _log(log)
-        entries = [(step, size) for kind, step, size in run if kind == "enter"]
-        assert [size for _step, size in entries] == [3, 2], entries  # no failure: one reset, to the smaller ring
-        last_commit_at_three = max(step for kind, step, size in run if kind == "commit" and size == 3)
-        assert entries[1][0] >= last_commit_at_three, f"rolled back: {run}"
+    def drain(third) -> None:
+        gcs = ray._private.worker.global_worker.gcs_client
+        accepted, why = gcs.drain_node(third.node_id,
+                                       getattr(autoscaler_pb2, "DrainNodeReason").Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                       "the test drains it", 0)
+        assert accepted, why
 
-    _with_third_node(made, test, tmp_path)
+    run = _three_workers_then(made, tmp_path, drain)
+    entries = [(step, size) for kind, step, size in run if kind == "enter"]
+    assert [size for _step, size in entries] == [3, 2], entries  # no failure: one reset, to the smaller ring
+    last_commit_at_three = max(step for kind, step, size in run if kind == "commit" and size == 3)
+    assert entries[1][0] >= last_commit_at_three, f"rolled back: {run}"
 
 
 def test_a_training_function_that_raises_fails_the_job_saying_why(cluster) -> None:
