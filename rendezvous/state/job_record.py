@@ -6,6 +6,14 @@ small value, never a global blob), one key for the current generation and one fo
 counters, which also names the format and version. A record written by another format or
 version is refused (`IncompatibleState`), never guessed at.
 
+Nothing is kept that can be derived, so that a new generation rewrites only what changed: a
+worker's record holds its place in the ring it was started into (the rest of its environment is
+the resuming job's own), and leaves out its phase and generation while it is a member of the
+current one; the generation lists its members in rank order, as runs of one host's worker
+numbers, and their ranks, local and cross ranks are computed again on reading (`assign_ranks`,
+as when it formed). A host lost from 512 hosts x 8 workers rewrote every worker's record (3.9 MB
+in all); now it writes the generation (26 KB), the job's counters and the lost host's keys.
+
 Only facts are kept, not timers: heartbeat times are the old process's clock and mean nothing
 to the next one, which gives every host and worker a fresh heartbeat window instead.
 """
@@ -18,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ringmaster.common.errors import StateError
 from ringmaster.discovery import MAX_SLOTS_PER_HOST, host_name_problem
-from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.control.assignment import RankAssignment
+from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S, MAX_DRAIN_REASON
+from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES
 from ringmaster.rendezvous.control.records import (
     Drain, DrainSource, Generation, Host, JobCounters, Phase, Revised, SavedJob, Worker,
 )
@@ -31,12 +39,12 @@ R = TypeVar("R", bound=Revised)
 MAX_INCARNATION_CHARS = 64
 
 FORMAT = "ringmaster-rendezvous"
-VERSION = 1
+VERSION = 2
 
-#: The environment variables Ringmaster sets for workers: the only ones a worker record may hold.
-ENV_NAMES = frozenset(value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str))
-#: Longest value of one of them (a list of rendezvous addresses is the longest).
-MAX_ENV_VALUE_CHARS = 8192
+#: The environment variables that say a worker's place in its ring: the only ones a worker record holds.
+PLACE_NAMES = RANK_ENV_NAMES
+#: Longest value of one of them.
+MAX_ENV_VALUE_CHARS = 256
 
 JOB_KEY = "job"
 GENERATION_KEY = "generation"
@@ -89,32 +97,32 @@ class HostRecord(_Record):
 class WorkerRecord(_Record):
     host: str
     slot: int
-    env: dict[str, str]
-    phase: str
-
-    @field_validator("env")
-    @classmethod
-    def _only_ringmaster_names(cls, env: dict[str, str]) -> dict[str, str]:
-        """The store is data: an environment variable Ringmaster never sets (LD_PRELOAD,
-        PYTHONPATH, ...) in a worker's record means someone else wrote it."""
-        foreign = sorted(name for name in env if name not in ENV_NAMES)
-        if foreign:
-            raise ValueError(f"a worker's environment holds {', '.join(n[:60] for n in foreign[:3])}, which Ringmaster "
-                             "never sets (the record was written by something else)")
-        if any(len(value) > MAX_ENV_VALUE_CHARS for value in env.values()):
-            raise ValueError(f"a worker's environment holds a value of more than {MAX_ENV_VALUE_CHARS} characters")
-        return env
+    place: dict[str, str]
+    phase: Optional[str] = None  # None: a member of the current generation
     registered: bool
     elastic: bool
     stopping: bool
     failed: Optional[str]
     done: bool
-    generation: int
+    generation: Optional[int] = None  # None: the current generation's number
+
+    @field_validator("place")
+    @classmethod
+    def _only_place_names(cls, place: dict[str, str]) -> dict[str, str]:
+        """The store is data: any other variable (LD_PRELOAD, PYTHONPATH, a checkpoint setting)
+        in a worker's record means someone else wrote it."""
+        foreign = sorted(name for name in place if name not in PLACE_NAMES)
+        if foreign:
+            raise ValueError(f"a worker's place holds {', '.join(n[:60] for n in foreign[:3])}, which is not a variable "
+                             "of its place in the ring (the record was written by something else)")
+        if any(len(value) > MAX_ENV_VALUE_CHARS for value in place.values()):
+            raise ValueError(f"a worker's place holds a value of more than {MAX_ENV_VALUE_CHARS} characters")
+        return place
 
 
 class GenerationRecord(_Record):
     number: int
-    members: list[dict[str, Any]]
+    members: list[tuple[str, list[int]]]  # in rank order: runs of one host's workers, by number
     cause: str
     store_prefix: str
     over: Optional[str]
@@ -127,16 +135,18 @@ class Snapshots:
     `job_values` rebuilds only the keys whose object changed since (see `records.Revised`)."""
 
     def __init__(self) -> None:
-        self.built: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+        self.built: dict[str, tuple[Revised, int, dict[str, Any], int]] = {}
 
     def add(self, values: dict[str, dict[str, Any]], objects: Iterable[tuple[str, R]],
-            build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any]]]) -> None:
-        """Put each (key, object)'s value in `values`, reusing the last one where it still holds."""
+            build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any], int]],
+            context: int = 0) -> None:
+        """Put each (key, object)'s value in `values`, reusing the last one where it still holds:
+        the object and its revision are the same, and so is the `context` it was built in."""
         built = self.built
         for key, obj in objects:
             entry = built.get(key)
-            if entry is None or entry[0] is not obj or entry[1] != obj.revision:
-                entry = (obj, obj.revision, build(obj))
+            if entry is None or entry[0] is not obj or entry[1] != obj.revision or entry[3] != context:
+                entry = (obj, obj.revision, build(obj), context)
             fresh[key] = entry
             values[key] = entry[2]
 
@@ -154,13 +164,34 @@ def _host_value(host: Host) -> dict[str, Any]:
     return value
 
 
-def _worker_value(w: Worker) -> dict[str, Any]:
-    return {"host": w.host, "slot": w.slot, "env": w.env, "phase": w.phase.value, "registered": w.registered,
-            "elastic": w.elastic, "stopping": w.stopping, "failed": w.failed, "done": w.done, "generation": w.generation}
+def _worker_value(w: Worker, current: int) -> dict[str, Any]:
+    """`current`: the current generation's number (0: none); what equals it is left out."""
+    value: dict[str, Any] = {"host": w.host, "slot": w.slot,
+                             "place": {name: v for name, v in w.env.items() if name in PLACE_NAMES},
+                             "registered": w.registered, "elastic": w.elastic, "stopping": w.stopping,
+                             "failed": w.failed, "done": w.done}
+    if w.phase is not Phase.MEMBER:
+        value["phase"] = w.phase.value
+    if w.generation != current:
+        value["generation"] = w.generation
+    return value
+
+
+def _member_runs(members: list[RankAssignment]) -> list[list[Any]]:
+    """Members in rank order as runs of one host's workers by number (`host/N` is worker N of
+    `host`): a few bytes a worker, the host's name once a run."""
+    runs: list[list[Any]] = []  # [host, [numbers]] (lists: as JSON reads them back)
+    for a in members:
+        number = int(a.worker_id.rpartition("/")[2])
+        if runs and runs[-1][0] == a.host:
+            runs[-1][1].append(number)
+        else:
+            runs.append([a.host, [number]])
+    return runs
 
 
 def _generation_value(g: Generation) -> dict[str, Any]:
-    return {"number": g.number, "members": [vars(a) for a in g.members], "cause": g.cause,
+    return {"number": g.number, "members": _member_runs(g.members), "cause": g.cause,
             "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
             "hosts_baseline": g.hosts_baseline}
 
@@ -170,7 +201,7 @@ def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str,
     members of the current generation are history: their keys go. With `snapshots`, values of
     unchanged objects are the very objects returned last time."""
     snap = snapshots or Snapshots()
-    fresh: dict[str, tuple[Revised, int, dict[str, Any]]] = {}
+    fresh: dict[str, tuple[Revised, int, dict[str, Any], int]] = {}
     c = saved.counters
     job = JobRecord(format=FORMAT, version=VERSION, next_id=c.next_id, hosts_sequence=c.hosts_sequence,
                     target_np=c.target_np, finishing=c.finishing, generations=c.generations, resets=c.resets,
@@ -180,7 +211,8 @@ def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str,
     generation = saved.generation
     members = generation.member_set if generation is not None else frozenset()
     kept = ((WORKERS + i, w) for i, w in saved.workers.items() if w.live or i in members)
-    snap.add(values, kept, _worker_value, fresh)
+    current = generation.number if generation is not None else 0
+    snap.add(values, kept, lambda w: _worker_value(w, current), fresh, context=current)
     if generation is not None:
         snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
     snap.built = fresh  # keys not asked for this time are forgotten
@@ -210,17 +242,25 @@ def read_job(values: dict[str, dict[str, Any]]) -> SavedJob | None:
             key.removeprefix(HOSTS): _host(key.removeprefix(HOSTS), HostRecord.model_validate(v))
             for key, v in values.items() if key.startswith(HOSTS) and _name_fits(key, skipped)
         }
+        generation_record = GenerationRecord.model_validate(values[GENERATION_KEY]) if GENERATION_KEY in values else None
+        current = generation_record.number if generation_record is not None else 0
         workers = {
-            key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v))
+            key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v), current)
             for key, v in values.items() if key.startswith(WORKERS) and _name_fits(key, skipped, v.get("host"))
         }
-        generation = _generation(GenerationRecord.model_validate(values[GENERATION_KEY])) if GENERATION_KEY in values else None
+        member_ids = [f"{host}/{n}" for host, numbers in generation_record.members for n in numbers] \
+            if generation_record is not None else []
+        if generation_record is not None:
+            missing = [i for i in member_ids if i not in workers]
+            if missing:
+                raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing[:5])}")
+        generation = _generation(generation_record, member_ids, workers) if generation_record is not None else None
+        listed = generation.member_set if generation is not None else frozenset()
+        strays = [i for i, w in workers.items() if w.phase is Phase.MEMBER and i not in listed]
+        if strays:
+            raise IncompatibleState(f"workers {', '.join(strays[:5])} are members of no generation the store holds")
     except (ValidationError, ValueError, TypeError) as exc:
         raise IncompatibleState(f"the job in the store is damaged or from another version: {exc}") from None
-    if generation is not None:
-        missing = [i for i in generation.member_ids if i not in workers]
-        if missing:
-            raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing)}")
     counters = JobCounters(next_id=job.next_id, hosts_sequence=job.hosts_sequence, target_np=job.target_np,
                            finishing=job.finishing, generations=job.generations, resets=job.resets, steps=job.steps,
                            outcome=job.outcome)
@@ -260,14 +300,17 @@ def _host(name: str, r: HostRecord) -> Host:
                 drain=drain, joined=r.joined)
 
 
-def _worker(worker_id: str, r: WorkerRecord) -> Worker:
+def _worker(worker_id: str, r: WorkerRecord, current: int) -> Worker:
     return Worker(
-        worker_id, r.host, r.slot, dict(r.env), phase=Phase(r.phase), registered=r.registered, elastic=r.elastic,
-        stopping=r.stopping, failed=r.failed, done=r.done, generation=r.generation,
+        worker_id, r.host, r.slot, dict(r.place), phase=Phase(r.phase) if r.phase is not None else Phase.MEMBER,
+        registered=r.registered, elastic=r.elastic, stopping=r.stopping, failed=r.failed, done=r.done,
+        generation=r.generation if r.generation is not None else current,
     )
 
 
-def _generation(r: GenerationRecord) -> Generation:
-    members = [RankAssignment(**m) for m in r.members]
+def _generation(r: GenerationRecord, member_ids: list[str], workers: dict[str, Worker]) -> Generation:
+    """The generation with its members' ranks computed again, as they were when it formed
+    (a member listed twice is refused by `assign_ranks`)."""
+    members: list[RankAssignment] = assign_ranks([WorkerSlot(i, workers[i].host) for i in member_ids], [])
     return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
                       update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline)

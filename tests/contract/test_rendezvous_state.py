@@ -96,11 +96,24 @@ def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
     assert values["generation"]["number"] == 2 and values["job"]["version"] == job_record.VERSION
     restored = job_record.read_job(values)
     assert restored is not None and restored.generation is not None
-    assert [a.worker_id for a in restored.generation.members] == [ids[0], ids[2]]
-    assert restored.workers[ids[0]].phase is Phase.MEMBER and restored.workers[ids[0]].env == rig.coordinator.workers[ids[0]].env
+    assert restored.generation.members == rig.gen().members  # ranks, local and cross ranks computed again
+    assert restored.workers[ids[0]].phase is Phase.MEMBER and restored.workers[ids[0]].generation == 2
     again = Rig(min_np=2, max_np=8)
     again.resume(restored)
     assert record(again) == values  # nothing lost or invented by the round trip
+    assert again.coordinator.workers[ids[0]].env == rig.coordinator.workers[ids[0]].env  # the rest: the job's own
+
+
+def test_a_new_generation_rewrites_only_the_generation_and_the_workers_that_changed() -> None:
+    rig = Rig(min_np=2, max_np=16)
+    ids = rig.start_elastic({"a": 4, "b": 4, "c": 4})
+    before = record(rig)
+    rig.agent_disconnected("c")  # a host lost: the survivors are placed in the next generation at once
+    assert rig.gen().number == 2
+    puts, deletes = job_record.diff(before, record(rig))
+    lost = {f"workers/{i}" for i in ids if i.startswith("c/")}
+    assert set(puts) <= {"job", "generation", "hosts/c"} | lost, sorted(puts)
+    assert not any(key.startswith("workers/a/") or key.startswith("workers/b/") for key in [*puts, *deletes])
 
 
 def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
@@ -405,20 +418,28 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
 def test_a_worker_record_is_data_its_environment_comes_from_the_resuming_job() -> None:
     rig, ids = running_job()
     values = record(rig)
-    # Someone with write access to the store plants variables in a worker's record.
-    planted = {**values[f"workers/{ids[0]}"]["env"], "LD_PRELOAD": "/tmp/evil.so"}
-    with pytest.raises(job_record.IncompatibleState, match="LD_PRELOAD, which Ringmaster never sets"):
-        job_record.read_job({**values, f"workers/{ids[0]}": {**values[f"workers/{ids[0]}"], "env": planted}})
-    # Variables Ringmaster does set, with other values, are replaced by the resuming job's own.
-    tampered = {**values[f"workers/{ids[0]}"]["env"], "RINGMASTER_CHECKPOINT_TRUSTED": "1",
-                "RINGMASTER_CHECKPOINT_DIR": "/tmp/planted", "RINGMASTER_RENDEZVOUS": "evil:1"}
-    restored = job_record.read_job({**values, f"workers/{ids[0]}": {**values[f"workers/{ids[0]}"], "env": tampered}})
+    key = f"workers/{ids[0]}"
+    # Someone with write access to the store plants variables in a worker's record: refused,
+    # whether Ringmaster never sets them or sets them from the job's settings, not a worker's place.
+    for name, value in (("LD_PRELOAD", "/tmp/evil.so"), ("RINGMASTER_CHECKPOINT_TRUSTED", "1"),
+                        ("RINGMASTER_RENDEZVOUS", "evil:1")):
+        planted = {**values[key]["place"], name: value}
+        with pytest.raises(job_record.IncompatibleState, match=f"{name}, which is not a variable of its place"):
+            job_record.read_job({**values, key: {**values[key], "place": planted}})
+    # What is kept is its place in the ring; the rest of its environment is the resuming job's own.
     new = Rig(min_np=2, max_np=8)
-    new.resume(restored)
+    new.resume(job_record.read_job(values))
     env = new.coordinator.workers[ids[0]].env
-    assert "RINGMASTER_CHECKPOINT_TRUSTED" not in env and "RINGMASTER_CHECKPOINT_DIR" not in env
-    assert env["RINGMASTER_RENDEZVOUS"] == "127.0.0.1:1"
-    assert env["RANK"] == rig.coordinator.workers[ids[0]].env["RANK"]  # its place in the ring is kept
+    assert "RINGMASTER_CHECKPOINT_TRUSTED" not in env and env["RINGMASTER_RENDEZVOUS"] == "127.0.0.1:1"
+    assert env["RANK"] == rig.coordinator.workers[ids[0]].env["RANK"]
+
+
+def test_a_member_the_generation_does_not_list_is_refused() -> None:
+    rig, ids = running_job()
+    values = record(rig)
+    stray = {**values[f"workers/{ids[0]}"]}
+    with pytest.raises(job_record.IncompatibleState, match="members of no generation"):
+        job_record.read_job({**values, f"workers/{ids[0][:-1]}99": stray})
 
 
 # ---------------------------------------------------------------- drains across a takeover
