@@ -160,7 +160,7 @@ class WorkerHello(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., waiting: _Optional[bool] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("generation", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "store_host", "store_port", "store_prefix", "hosts_sequence")
+    __slots__ = ("generation", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "store_host", "store_port", "store_prefix", "hosts_sequence", "ends_generation", "ends_reason")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,8 @@ class Assignment(_message.Message):
     STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     STORE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     HOSTS_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ENDS_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ENDS_REASON_FIELD_NUMBER: _ClassVar[int]
     generation: int
     rank: int
     size: int
@@ -183,7 +185,9 @@ class Assignment(_message.Message):
     store_port: int
     store_prefix: str
     hosts_sequence: int
-    def __init__(self, generation: _Optional[int] = ..., rank: _Optional[int] = ..., size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., cross_rank: _Optional[int] = ..., cross_size: _Optional[int] = ..., store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., hosts_sequence: _Optional[int] = ...) -> None: ...
+    ends_generation: int
+    ends_reason: str
+    def __init__(self, generation: _Optional[int] = ..., rank: _Optional[int] = ..., size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., cross_rank: _Optional[int] = ..., cross_size: _Optional[int] = ..., store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., hosts_sequence: _Optional[int] = ..., ends_generation: _Optional[int] = ..., ends_reason: _Optional[str] = ...) -> None: ...
 
 class GenerationOver(_message.Message):
     __slots__ = ("generation", "reason")

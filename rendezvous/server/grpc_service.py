@@ -151,19 +151,20 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.changed.set()
 
     def _deliver(self, effects: list[Effect]) -> None:
+        to_workers = []
         for effect in effects:
             if isinstance(effect, LaunchAgent):
                 self.launcher.start(effect.host)
-                continue
-            if isinstance(effect, StopLaunchedAgent):
+            elif isinstance(effect, StopLaunchedAgent):
                 self.launcher.stop(effect.host)
-                continue
-            if isinstance(effect, (RunWorkers, StopAgent)):
+            elif isinstance(effect, (RunWorkers, StopAgent)):
                 queue = self._agents.get(effect.host)
-                message: object = wire.agent_command(effect)
+                if queue is not None:
+                    queue.put_nowait(wire.agent_command(effect))
             else:
-                queue = self._workers.get(effect.worker_id)
-                message = wire.worker_event(effect)
+                to_workers.append(effect)
+        for worker_id, message in wire.worker_events(to_workers):
+            queue = self._workers.get(worker_id)
             if queue is not None:
                 queue.put_nowait(message)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ringmaster.proto import ringmaster_pb2 as pb
+from typing import Iterable
+
 from ringmaster.rendezvous.control.effects import (
     AgentEffect, Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts, WorkerEffect,
 )
@@ -16,7 +18,28 @@ def agent_command(effect: AgentEffect) -> pb.AgentCommand:
     ])
 
 
-def worker_event(effect: WorkerEffect) -> pb.WorkerEvent:
+def worker_events(effects: Iterable[WorkerEffect]) -> list[tuple[str, pb.WorkerEvent]]:
+    """(worker id, message) for each effect, in order, except that a worker's "generation over"
+    followed by its assignment to a newer generation goes inside that assignment: after a
+    failure every survivor gets both, and one message each halves what a change sends (65,536
+    messages at 4,096 x 8 workers)."""
+    effects = list(effects)
+    assigned = {e.worker_id: e.generation for e in effects if isinstance(e, Assign)}
+    ended: dict[str, EndGeneration] = {}
+    out: list[tuple[str, pb.WorkerEvent]] = []
+    for effect in effects:
+        if isinstance(effect, EndGeneration) and assigned.get(effect.worker_id, 0) > effect.generation \
+                and effect.worker_id not in ended:
+            ended[effect.worker_id] = effect  # said with the assignment, below
+            continue
+        over = ended.pop(effect.worker_id, None) if isinstance(effect, Assign) else None
+        out.append((effect.worker_id, worker_event(effect, over)))
+    out += [(worker_id, worker_event(effect)) for worker_id, effect in ended.items()]  # (an assignment said first)
+    return out
+
+
+def worker_event(effect: WorkerEffect, ends: EndGeneration | None = None) -> pb.WorkerEvent:
+    """The message of one effect; an assignment says the end of `ends` too."""
     if isinstance(effect, Assign):
         a = effect.place
         return pb.WorkerEvent(assignment=pb.Assignment(
@@ -24,6 +47,7 @@ def worker_event(effect: WorkerEffect) -> pb.WorkerEvent:
             local_size=a.local_size, cross_rank=a.cross_rank, cross_size=a.cross_size,
             store_host=effect.store_host, store_port=effect.store_port, store_prefix=effect.store_prefix,
             hosts_sequence=effect.hosts_sequence,
+            ends_generation=ends.generation if ends is not None else 0, ends_reason=ends.reason if ends is not None else "",
         ))
     if isinstance(effect, EndGeneration):
         return pb.WorkerEvent(generation_over=pb.GenerationOver(generation=effect.generation, reason=effect.reason))

@@ -279,6 +279,8 @@ class RendezvousLink:
         kind = event.WhichOneof("event")
         with self._cond:
             if kind == "assignment":
+                if event.assignment.ends_generation:  # (a survivor's "generation over", said with its next place)
+                    self._over[event.assignment.ends_generation] = event.assignment.ends_reason or "generation over"
                 self._assignment = event.assignment
             elif kind == "generation_over":
                 self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
