@@ -9,7 +9,7 @@ version is refused (`IncompatibleState`), never guessed at.
 Nothing is kept that can be derived, so that a new generation rewrites only what changed: a
 worker's record holds its place in the ring it was started into (the rest of its environment is
 the resuming job's own), and leaves out its phase and generation while it is a member of the
-current one; the generation lists its members in rank order, as runs of one host's worker
+current one (waiting for the next or not); the generation lists its members in rank order, as runs of one host's worker
 numbers, and their ranks, local and cross ranks are computed again on reading (`assign_ranks`,
 as when it formed). A host lost from 512 hosts x 8 workers rewrote every worker's record (3.9 MB
 in all); now it writes the generation (26 KB), the job's counters and the lost host's keys.
@@ -164,13 +164,15 @@ def _host_value(host: Host) -> dict[str, Any]:
     return value
 
 
-def _worker_value(w: Worker, current: int) -> dict[str, Any]:
-    """`current`: the current generation's number (0: none); what equals it is left out."""
+def _worker_value(w: Worker, current: int, members: frozenset[str]) -> dict[str, Any]:
+    """`current`: the current generation's number (0: none) and its `members`; what follows
+    from them is left out. A member waiting for the next generation (a host update) is kept as a
+    member: its hello to a rendezvous that takes the job over says it waits, and it is placed so."""
     value: dict[str, Any] = {"host": w.host, "slot": w.slot,
                              "place": {name: v for name, v in w.env.items() if name in PLACE_NAMES},
                              "registered": w.registered, "elastic": w.elastic, "stopping": w.stopping,
                              "failed": w.failed, "done": w.done}
-    if w.phase is not Phase.MEMBER:
+    if not (w.phase is Phase.MEMBER or (w.phase is Phase.READY and w.worker_id in members)):
         value["phase"] = w.phase.value
     if w.generation != current:
         value["generation"] = w.generation
@@ -212,7 +214,7 @@ def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str,
     members = generation.member_set if generation is not None else frozenset()
     kept = ((WORKERS + i, w) for i, w in saved.workers.items() if w.live or i in members)
     current = generation.number if generation is not None else 0
-    snap.add(values, kept, lambda w: _worker_value(w, current), fresh, context=current)
+    snap.add(values, kept, lambda w: _worker_value(w, current, members), fresh, context=current)
     if generation is not None:
         snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
     snap.built = fresh  # keys not asked for this time are forgotten

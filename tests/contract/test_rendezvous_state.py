@@ -289,7 +289,7 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         await leader.resign()
         usurper = Leadership(store, prefix, "b:2", ttl_s=5)
         await usurper.acquire(wait=False)
-        rig.worker_ready(ids[0], 2, "allreduce failed", True)
+        rig.agent_disconnected("b")  # a change the record keeps (a member's Ready is not one: its hello says it)
         with pytest.raises(Deposed):
             await journal.save(record(rig))
         assert leader.lost.is_set()
