@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.effects import Assign, EndGeneration, UpdateHosts
+from ringmaster.rendezvous.control.effects import Assign, EndGeneration, UpdateHosts, WorkerEffect
 from ringmaster.rendezvous.server.wire import worker_events
 
 
@@ -12,7 +12,7 @@ def _assign(worker_id: str, generation: int) -> Assign:
 
 
 def test_a_survivors_end_and_next_place_go_in_one_message_others_unchanged() -> None:
-    effects = [EndGeneration("h/1", 3, "h/2 failed"), EndGeneration("h/2", 3, "h/2 failed"),
+    effects: list[WorkerEffect] = [EndGeneration("h/1", 3, "h/2 failed"), EndGeneration("h/2", 3, "h/2 failed"),
                _assign("h/1", 4), UpdateHosts("h/3", 7, "grow", False), _assign("h/4", 4)]
     sent = worker_events(effects)
     assert [(w, m.WhichOneof("event")) for w, m in sent] == [
