@@ -9,9 +9,9 @@ version is refused (`IncompatibleState`), never guessed at.
 Nothing is kept that can be derived, so that a new generation rewrites only what changed: a
 worker's record holds its place in the ring it was started into (the rest of its environment is
 the resuming job's own), and leaves out its phase and generation while it is a member of the
-current one (waiting for the next or not); the generation lists its members in rank order, as runs of one host's worker
-numbers, and their ranks, local and cross ranks are computed again on reading (`assign_ranks`,
-as when it formed). A host lost from 512 hosts x 8 workers rewrote every worker's record (3.9 MB
+current one (waiting for the next or not); the generation lists its members in rank order, as
+runs of one host's worker numbers, and their ranks, local and cross ranks are computed again on
+reading (`assign_ranks`, as when it formed). A host lost from 512 hosts x 8 workers rewrote every worker's record (3.9 MB
 in all); now it writes the generation (26 KB), the job's counters and the lost host's keys.
 
 Only facts are kept, not timers: heartbeat times are the old process's clock and mean nothing

@@ -43,6 +43,7 @@ class RayLauncher(Launcher):
         self._cpus_per_worker = cpus_per_worker
         self._gpus_per_worker = gpus_per_worker
         self._call = call
+        self._actor_class: Any = None  # `ray.remote(AgentProcess)`, made once at the first start
         self._environment = dict(environment)
         self._cwd = cwd
         self.actors: dict[str, _Actor] = {}
@@ -64,8 +65,9 @@ class RayLauncher(Launcher):
                              reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares, drain_grace_s=o.drain_grace_s)
         key = agent_key(self._secret, host).hex() if self._secret is not None else ""
         slots = max(1, self._slots(host))
-        actor_class: Any = ray.remote(AgentProcess)
-        handle = actor_class.options(
+        if self._actor_class is None:
+            self._actor_class = ray.remote(AgentProcess)
+        handle = self._actor_class.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             num_cpus=slots * self._cpus_per_worker, num_gpus=slots * self._gpus_per_worker,
             max_concurrency=4,  # `wait` blocks one thread; drain, stop and results use the others
