@@ -91,6 +91,7 @@ class PoolService:
         self.host_agents: Launcher | None = None
         self.launched: set[str] = set()  # hosts whose pool agent this pool started and has not stopped
         self.expected: dict[str, int] = {}  # the hosts the source names (all joined ones when they join)
+        self._taken_up = False
         self.policy = policy
         self.rules = rules
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
@@ -210,7 +211,7 @@ class PoolService:
     async def run(self) -> None:
         """Take up the jobs the store kept, then poll the hosts, reap ended jobs, schedule and
         save, until `stop()` (or another pool leads); then stop every job."""
-        await self._take_up()
+        await self.take_up()
         if not self.joining and self.launcher in HOST_AGENT_LAUNCHERS:
             self.host_agents = pool_agent_launcher(
                 self.launcher, self.url, self.join_secret, lambda host: self.expected.get(host, 1), self.ssh,
@@ -243,9 +244,16 @@ class PoolService:
                 await asyncio.to_thread(self.host_agents.stop_all, HOST_AGENTS_STOP_S)
             self._finished = True
 
-    async def _take_up(self) -> None:
+    async def take_up(self, expected: Mapping[str, int] | None = None) -> None:
         """The jobs a store kept (a pool that led before): running ones resume from their last
-        checkpoint; a record that does not parse is said and skipped."""
+        checkpoint; a record that does not parse is said and skipped. `expected`: the hosts the
+        source named when the pool started. Done before the API serves (else a submission in
+        between would be judged against no hosts and could take a kept job's id); once."""
+        if self._taken_up:
+            return
+        self._taken_up = True
+        if expected is not None:
+            self.expected = dict(expected)
         if self.store is None:
             return
         entries, _ = await self.store.get_prefix(job_key(self.prefix, ""))

@@ -377,6 +377,8 @@ def serve(args: argparse.Namespace) -> int:
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
                            board=board, join_secret=join_secret, tls=server_tls)
+        hosts = await asyncio.to_thread(source.find_hosts)
+        await pool.take_up(hosts)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
@@ -396,7 +398,6 @@ def serve(args: argparse.Namespace) -> int:
         pool.url = url  # (the pool agents it starts on named hosts dial it)
         if made:
             saved.append(save_job_secret(url, secret))
-        hosts = await asyncio.to_thread(source.find_hosts)
         say(Kind.POOL_LISTENING, url=url, policy=args.policy, slots=sum(hosts.values()),
             hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or
             ("hosts that join with `ringmaster pool agent`" if board is not None else "(none yet)"))

@@ -47,7 +47,7 @@ def test_a_pool_that_leads_next_takes_up_every_job_as_it_was_left(tmp_path) -> N
         second = Leadership(store, PREFIX + "pool/", "second")
         await second.acquire(wait=False)
         new = pool_on(store, second, tmp_path, said)
-        await new._take_up()
+        await new.take_up()
         jobs = new.table.jobs
         assert set(jobs) == {queued.id, running.id, ended.id}
         assert jobs[queued.id].state == "queued" and jobs[queued.id].max_np == 4
@@ -64,6 +64,24 @@ def test_a_pool_that_leads_next_takes_up_every_job_as_it_was_left(tmp_path) -> N
     asyncio.run(scenario())
 
 
+def test_a_pool_taken_up_before_its_api_serves_judges_a_submission_against_its_hosts(tmp_path) -> None:
+    """The API serves once `take_up` is done, before `run` first polls the hosts: a submission
+    then is judged against the hosts the source named (not none), and takes no kept job's id."""
+    async def scenario() -> None:
+        store = MemoryStore()
+        kept = JobTable(set()).submit(["true"], 1, 1, 0.0, 4)
+        await store.put(job_key(PREFIX, kept.id), to_record(kept))
+        pool = PoolService(StaticDiscovery({"a": 2}), "fifo", Settings(), {}, tmp_path, lambda k, **f: None,
+                           store=store, prefix=PREFIX)
+        await pool.take_up({"a": 2})
+        job = pool.submit(["python", "train.py"], 2, 2, None, "default", 0)
+        assert job.id != kept.id and set(pool.table.jobs) == {kept.id, job.id}
+        await pool.take_up({"a": 2})  # (`run` calls it again: done once)
+        assert set(pool.table.jobs) == {kept.id, job.id}
+
+    asyncio.run(scenario())
+
+
 def test_a_record_that_does_not_parse_is_skipped_and_said(tmp_path) -> None:
     async def scenario() -> None:
         store = MemoryStore()
@@ -72,7 +90,7 @@ def test_a_record_that_does_not_parse_is_skipped_and_said(tmp_path) -> None:
         await store.put(job_key(PREFIX, "evil"), {"id": "evil", "command": "rm -rf /"})
         said: list = []
         pool = pool_on(store, None, tmp_path, said)
-        await pool._take_up()
+        await pool.take_up()
         assert list(pool.table.jobs) == [good.id]
         assert [f["key"] for k, f in said if k.value == "store.unreadable"] == [job_key(PREFIX, "evil")]
 
