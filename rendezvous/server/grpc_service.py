@@ -445,8 +445,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if now - self._stragglers_checked >= self._straggler_every and config[0] > 1:
             self._stragglers_checked = now
             settings = self.coordinator.settings
-            paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(settings.straggler_steps)]
-            found = self._straggler_watch.confirm(find_stragglers(paces, settings.straggler_slowdown))
+            paces = [(host, total.compute_s) for _, host, total in self.step_times.paces()]
+            every_host = find_stragglers(paces, slowdown=0.0)  # (each host's slowdown: the metrics show them)
+            self.step_times.slowdowns = {s.host: s.slowdown for s in every_host}
+            found = self._straggler_watch.confirm([s for s in every_host if s.slowdown >= settings.straggler_slowdown])
             # (a check looks at every rank: a large job's waits at least STRAGGLER_DUTY times its cost)
             self._straggler_every = max(STRAGGLER_CHECK_S, STRAGGLER_DUTY * (time.monotonic() - now))
             if found:

@@ -206,8 +206,8 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
         refused_calls=refused_calls,
         min_np=view.min_np,
         max_np=view.max_np,
-        steps_per_second=metrics.steps_per_second() if metrics is not None else None,
-        loss=metrics.loss() if metrics is not None else None,
+        steps_per_second=metrics.steps_per_second(view) if metrics is not None else None,
+        loss=metrics.loss(view) if metrics is not None else None,
         generations=[GenerationStatus(**vars(entry)) for entry in metrics.generations] if metrics is not None else [],
     )
 

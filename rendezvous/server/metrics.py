@@ -24,7 +24,6 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import FigureTotals, TimingTotal
 from ringmaster.rendezvous.control.records import Phase, ResetCause
 from ringmaster.rendezvous.control.view import JobView
-from ringmaster.rendezvous.control.stragglers import DEFAULT_STEPS, find_stragglers
 from ringmaster.rendezvous.server.step_times import StepTimes
 
 #: The content type of `GET /metrics`.
@@ -74,8 +73,6 @@ class JobMetrics:
         self.figures = FigureTotals()
         #: Step times by the job's size (the workers' heartbeats), for the pool's goodput policy.
         self.step_times = StepTimes()
-        #: Steps over which a host's slowdown is shown (the job's --straggler-steps).
-        self.straggler_steps = DEFAULT_STEPS
         self.discovery = discovery or DiscoveryStats()
         self._refused_calls = refused_calls
         #: Workers' heartbeats taken, by who sent them: "worker" (its own call) or "agent" (relayed).
@@ -119,9 +116,10 @@ class JobMetrics:
             self.figures.departed(str(event.fields["worker"]))
             self.step_times.departed(str(event.fields["worker"]))
 
-    def steps_per_second(self) -> float:
-        """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples)."""
-        job = self.view()
+    def steps_per_second(self, job: JobView | None = None) -> float:
+        """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples).
+        `job`: the view already built for this scrape (a view of a large job is not free)."""
+        job = job or self.view()
         now, steps = job.time, job.steps
         samples = self._steps
         if not samples or samples[-1][1] != steps or now - samples[-1][0] >= 1.0:
@@ -136,22 +134,21 @@ class JobMetrics:
 
     def host_slowdowns(self) -> dict[str, float]:
         """Each host of the current generation: its ranks' median pace (step time less waiting for
-        the ring) over the other hosts' (1: as fast; the straggler check's measure)."""
-        paces = [(host, total.compute_s) for _, host, total in self.step_times.paces(self.straggler_steps)]
-        return {s.host: s.slowdown for s in find_stragglers(paces, slowdown=0.0)}
+        the ring) over the other hosts' (1: as fast), as the newest straggler check measured it."""
+        return self.step_times.slowdowns
 
-    def scaling_hints(self) -> tuple[int, float]:
+    def scaling_hints(self, job: JobView | None = None) -> tuple[int, float]:
         """(batch per worker, gradient noise scale) as the job's script reported them (rank 0's,
         else any worker's; 0 where not reported)."""
-        members = self.view().members
+        members = (job or self.view()).members
         hints = self.figures.hints
         if members and members[0][0] in hints:
             return hints[members[0][0]]
         return next(iter(hints.values()), (0, 0.0))
 
-    def loss(self) -> float | None:
+    def loss(self, job: JobView | None = None) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
-        members = self.view().members
+        members = (job or self.view()).members
         losses = self.figures.losses
         if members and members[0][0] in losses:
             return losses[members[0][0]]
@@ -197,14 +194,14 @@ class _Scraped(Collector):
         yield GaugeMetricFamily("ringmaster_committed_steps", "Rank 0's commits (goes back on a rollback)",
                                 value=job.steps)
         yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",
-                                value=m.steps_per_second())
+                                value=m.steps_per_second(job))
         slowdowns = GaugeMetricFamily("ringmaster_host_slowdown", "A host's ranks' median time per step besides "
                                       "waiting for the ring, over the other hosts' (1: as fast; a straggler is at "
                                       "--straggler-slowdown or more)", labels=["host"])
         for host, slowdown in sorted(m.host_slowdowns().items()):
             slowdowns.add_metric([host], slowdown)
         yield slowdowns
-        loss = m.loss()
+        loss = m.loss(job)
         if loss is not None:
             yield GaugeMetricFamily("ringmaster_loss", "The training loss last reported (hvd.report; rank 0's)", value=loss)
         totals = m.figures.totals

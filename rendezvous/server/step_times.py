@@ -13,11 +13,10 @@ import collections
 from dataclasses import dataclass
 
 from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.rendezvous.control.stragglers import DEFAULT_STEPS
 
 #: Steps a configuration needs before its mean counts as a measurement.
 MIN_STEPS = 5
-#: Steps of each worker's newest pace kept (the straggler check looks at its last ones).
-PACE_STEPS = 200
 
 
 @dataclass
@@ -54,15 +53,51 @@ class Measured:
     compute_s: float
 
 
+class PaceWindow:
+    """One worker's newest steps: whole heartbeats, the fewest that hold `steps` steps, and their
+    running total (kept as heartbeats come, so reading every worker's pace costs nothing per
+    heartbeat kept: the straggler check and each scrape read all of a large job's)."""
+
+    __slots__ = ("host", "beats", "total")
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.beats: collections.deque[tuple[int, float, float]] = collections.deque()
+        self.total = StepTotal()
+
+    def add(self, steps: int, seconds: float, waited: float, window: int) -> None:
+        self.beats.append((steps, seconds, waited))
+        self.total.add(steps, seconds, waited)
+        while len(self.beats) > 1 and self.total.steps - self.beats[0][0] >= window:
+            old = self.beats.popleft()
+            self.total.add(-old[0], -old[1], -old[2])
+
+
 class StepTimes:
     """One job's step times, by configuration and, for its current generation, by worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, window_steps: int = DEFAULT_STEPS) -> None:
         self._last: dict[str, tuple[int, int, float, float]] = {}  # worker -> (generation, steps, seconds, waited)
         self.configs: dict[tuple[int, int], StepTotal] = {}
-        #: The current generation's workers: worker id -> (host, their newest steps in it, by heartbeat).
-        self.ranks: dict[str, tuple[str, collections.deque[tuple[int, float, float]]]] = {}
+        #: The current generation's workers: worker id -> their newest `window_steps` steps in it.
+        self.ranks: dict[str, PaceWindow] = {}
         self._ranks_generation = 0
+        self._window_steps = window_steps
+        #: Each host's slowdown (its ranks' median pace over the other hosts'), as the newest
+        #: straggler check found it: what the metrics show, not computed again per scrape.
+        self.slowdowns: dict[str, float] = {}
+
+    @property
+    def window_steps(self) -> int:
+        """Steps each worker's pace is taken over (the job's --straggler-steps)."""
+        return self._window_steps
+
+    @window_steps.setter
+    def window_steps(self, steps: int) -> None:
+        if steps != self._window_steps:
+            self._window_steps = steps
+            self.ranks.clear()  # (windows of another length: measured again)
+            self.slowdowns = {}
 
     def update(self, worker_id: str, generation: int, host: str | None, config: tuple[int, int],
                stats: pb.WorkerStats) -> None:
@@ -80,25 +115,19 @@ class StepTimes:
         self.configs.setdefault(config, StepTotal()).add(steps, seconds, waited)
         if generation != self._ranks_generation:
             self.ranks.clear()
+            self.slowdowns = {}
             self._ranks_generation = generation
-        recent = self.ranks.setdefault(worker_id, (host, collections.deque()))[1]
-        recent.append((steps, seconds, waited))
-        while len(recent) > 1 and sum(n for n, _, _ in recent) - recent[0][0] >= PACE_STEPS:
-            recent.popleft()
+        window = self.ranks.get(worker_id)
+        if window is None:
+            window = self.ranks[worker_id] = PaceWindow(host)
+        window.add(steps, seconds, waited, self._window_steps)
 
-    def paces(self, steps: int) -> list[tuple[str, str, StepTotal]]:
-        """Each worker of the current generation: (worker, host, its newest `steps` steps or a few
-        more: whole heartbeats), where it has taken that many."""
-        out = []
-        for worker, (host, recent) in self.ranks.items():
-            total = StepTotal()
-            for n, seconds, waited in reversed(recent):
-                if total.steps >= steps:
-                    break
-                total.add(n, seconds, waited)
-            if total.steps >= steps:
-                out.append((worker, host, total))
-        return out
+    def paces(self) -> list[tuple[str, str, StepTotal]]:
+        """Each worker of the current generation: (worker, host, its newest `window_steps` steps or
+        a few more: whole heartbeats), where it has taken that many."""
+        steps = self._window_steps
+        return [(worker, window.host, window.total) for worker, window in self.ranks.items()
+                if window.total.steps >= steps]
 
     def departed(self, worker_id: str) -> None:
         self._last.pop(worker_id, None)

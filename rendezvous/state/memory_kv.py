@@ -28,6 +28,9 @@ class MemoryStore:
         self._leases: dict[int, tuple[float, int]] = {}  # id -> expiry, ttl
         self._lease_keys: dict[int, set[str]] = {}  # id -> the keys bound to it
         self._lease_ids = itertools.count(1)
+        #: No lease expires before this (a bound: refreshes only move expiries later), so the
+        #: expiry check that every call makes looks at the leases only when one may have expired.
+        self._earliest_expiry = float("inf")
         self._changed = asyncio.Event()  # set, and replaced, on every change
         self._compacted = 0
 
@@ -72,6 +75,7 @@ class MemoryStore:
     async def grant_lease(self, ttl_s: int) -> int:
         lease = next(self._lease_ids)
         self._leases[lease] = (self._clock() + ttl_s, ttl_s)
+        self._earliest_expiry = min(self._earliest_expiry, self._clock() + ttl_s)
         return lease
 
     async def refresh_lease(self, lease: int) -> bool:
@@ -146,7 +150,10 @@ class MemoryStore:
 
     async def _expire(self) -> None:
         now = self._clock()
+        if now < self._earliest_expiry:
+            return
         for lease, (expiry, _) in list(self._leases.items()):
             if expiry <= now:
                 await self.revoke_lease(lease)
+        self._earliest_expiry = min((expiry for expiry, _ in self._leases.values()), default=float("inf"))
 

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from cpu_share import cpu_share, process_group
-from harness import FAST, WORKLOADS, wait_for
+from harness import FAST, WORKLOADS, scrape, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,13 @@ def test_a_slowed_host_is_found_and_replaced_by_a_spare(run_job, tmp_path) -> No
     busy = {h["name"] for h in job.status()["hosts"] if h["state"] == "active"}
     assert busy == {"hA", "hB"}, busy
     healthy = _rate(_commits(log)[-20:])
+
+    def slowdowns() -> dict[str, float] | None:  # (the straggler check's measure, each host's, in the metrics)
+        shown = {dict(labels)["host"]: value for (name, labels), value in scrape(job.api_url).items()
+                 if name == "ringmaster_host_slowdown"}
+        return shown if set(shown) == {"hA", "hB"} else None
+
+    assert all(0.5 < slowdown < 2.0 for slowdown in wait_for(slowdowns, 60, "each host's slowdown shown").values())
     agent = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hB")
     with cpu_share(lambda: process_group(agent), 0.1) as how:
         capped_at = _commits(log)[-1]["step"]

@@ -4,6 +4,11 @@ a size counts as measured only after enough steps."""
 
 from __future__ import annotations
 
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ringmaster.common.figures import FigureTotals, WorkerFigures, check_stats
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.server.step_times import MIN_STEPS, StepTimes
@@ -63,3 +68,39 @@ def test_a_scripts_batch_and_noise_scale_reach_the_rendezvous_and_leave_with_the
     assert totals.hints == {}
     assert "noise scale" in check_stats(pb.WorkerStats(noise_scale=float("inf")))
     assert "noise scale" in check_stats(pb.WorkerStats(batch_size=-1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(beats=st.lists(st.tuples(st.integers(1, 40), st.floats(0.001, 5.0), st.floats(0.0, 1.0)), min_size=1, max_size=60),
+       window=st.integers(5, 300))
+def test_a_workers_pace_is_its_newest_whole_heartbeats_that_hold_the_window(beats, window) -> None:
+    """The running window equals the newest heartbeats taken one by one until `window` steps."""
+    times = StepTimes(window_steps=window)
+    times.update("w0", 1, "a", (1, 1), _stats(0, 0.0, 0.0))
+    steps = seconds = waited = 0.0
+    for n, s, w in beats:
+        steps, seconds, waited = steps + n, seconds + s, waited + s * w
+        times.update("w0", 1, "a", (1, 1), _stats(int(steps), seconds, waited))
+    expected_steps, expected_s = 0, 0.0
+    for n, s, _ in reversed(beats):
+        if expected_steps >= window:
+            break
+        expected_steps, expected_s = expected_steps + n, expected_s + s
+    paces = times.paces()
+    if expected_steps < window:
+        assert paces == []
+    else:
+        [(worker, host, total)] = paces
+        assert (worker, host, total.steps) == ("w0", "a", expected_steps)
+        assert math.isclose(total.seconds, expected_s, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_a_window_longer_than_a_few_hundred_steps_is_measured() -> None:
+    times = StepTimes(window_steps=1000)
+    times.update("w0", 1, "a", (1, 1), _stats(0, 0.0, 0.0))
+    for beat in range(1, 101):
+        times.update("w0", 1, "a", (1, 1), _stats(beat * 10, beat * 1.0, 0.0))
+    [(_, _, total)] = times.paces()
+    assert total.steps == 1000 and math.isclose(total.step_s, 0.1)
+    times.window_steps = 50  # another length: measured again
+    assert times.paces() == []
