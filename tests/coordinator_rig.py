@@ -81,8 +81,9 @@ def record(rig: Rig) -> dict[str, dict]:
 def api_for(coordinator: Coordinator, clock: Callable[[], float] = lambda: 0.0, **options: Any):
     """The control API of `coordinator` at `clock`'s time, changing it as the rendezvous' inputs
     do (the call, with the time; settling is the test's)."""
+    from ringmaster.rendezvous.control.view import ALL_ROWS
     from ringmaster.rendezvous.server.http_api import create_app
 
-    return create_app(lambda: coordinator.view(clock()), lambda np: coordinator.scale(np, clock()),
+    return create_app(lambda page=ALL_ROWS: coordinator.view(clock(), page), lambda np: coordinator.scale(np, clock()),
                       drain=lambda host, deadline: coordinator.drain_host(host, deadline, clock()),
                       undrain=lambda host: coordinator.undrain_host(host, clock()), **options)

@@ -39,7 +39,7 @@ from ringmaster.rendezvous.control.records import (
     Drain, DrainSource, Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
 )
 from ringmaster.rendezvous.control.stragglers import Straggler, replacing_pays
-from ringmaster.rendezvous.control.view import JobView, job_view
+from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page, job_view
 from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env
 from ringmaster.settings import JobSettings
 
@@ -120,9 +120,10 @@ class Coordinator:
     def hosts_wanted(self, now: float) -> list[str]:
         return self.formation.hosts_wanted(now)
 
-    def view(self, now: float) -> JobView:
-        """The job as readers see it now: one immutable value (the status, the metrics, ...)."""
-        return job_view(self.job, self.pool, now)
+    def view(self, now: float, page: Page = ALL_ROWS) -> JobView:
+        """The job as readers see it now: one immutable value (the status, the metrics, ...),
+        listing the hosts and workers of `page`."""
+        return job_view(self.job, self.pool, now, page)
 
     def drain(self) -> list[Effect]:
         """What to say to agents and workers, and what to do to hosts, since the last drain.

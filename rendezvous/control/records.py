@@ -150,6 +150,8 @@ class Generation(Revised):
         self.member_ids: list[str] = [a.worker_id for a in self.members]
         self.member_set: frozenset[str] = frozenset(self.member_ids)
         self.by_worker: dict[str, RankAssignment] = {a.worker_id: a for a in self.members}
+        #: (worker id, host) in rank order: what every view of the job lists (built once, not per view).
+        self.member_hosts: tuple[tuple[str, str], ...] = tuple((a.worker_id, a.host) for a in self.members)
 
 
 class Causes:

@@ -27,8 +27,8 @@ from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany
 from ringmaster.rendezvous.pool.tokens import queue_of
 from ringmaster.rendezvous.server.body_limit import BodyLimit
-from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, EventPage, JobStatus, event_page, is_loopback,
-                                                   job_status, serve_pages)
+from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, MAX_STATUS_PAGE, STATUS_PAGE, EventPage, JobStatus,
+                                                   event_page, is_loopback, job_status, serve_pages)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 #: Seconds between two looks at a held poll's orders.
@@ -197,9 +197,10 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
             raise HTTPException(status_code=409, detail=exc.args[0]) from None
 
     @app.get("/jobs/{job_id}/status", response_model=JobStatus)
-    async def status(job_id: str, caller: Caller = Depends(authorized)) -> JobStatus:
+    async def status(job_id: str, offset: int = Query(0, ge=0, le=2**31),
+                     limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE), caller: Caller = Depends(authorized)) -> JobStatus:
         running = server(job_id, caller)
-        view = running.view()
+        view = running.view((offset, limit))
         assert view is not None
         return job_status(view, running.auth.refused if getattr(running, "auth", None) else 0, running.metrics)
 

@@ -29,7 +29,7 @@ from ringmaster.common.secret import generate_secret
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import DiscoveryError, HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
-from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.view import NO_ROWS, JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
 from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import HostBoard
@@ -191,7 +191,7 @@ class PoolService:
         `ringmaster logs`), with the wall-clock time of that view; KeyError names why there is none."""
         job = self.table.get(job_id)
         lease = self.leases.get(job_id)
-        view = lease.server.view() if lease is not None else None
+        view = lease.server.view(NO_ROWS) if lease is not None else None
         if view is not None:
             return view, time.time()
         if job.last_view is None:
@@ -343,7 +343,7 @@ class PoolService:
             job = self.table.jobs.get(job_id)
             if job is None:
                 continue
-            last = lease.server.view()
+            last = lease.server.view(NO_ROWS)  # (its events, for `ringmaster logs`)
             if last is not None:
                 job.last_view, job.last_view_wall = last, time.time()
             try:

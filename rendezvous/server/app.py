@@ -42,7 +42,7 @@ from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leaders
 from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.control.records import JobOutcome
-from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, JobView, Page
 from ringmaster.rendezvous.server.metrics import JobMetrics
 from ringmaster.rendezvous.server.timeline import TraceBuilder
 from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
@@ -165,7 +165,7 @@ class RendezvousServer:
             return None
 
         def members() -> list[tuple[str, str]]:
-            view = self.view()
+            view = self.view(NO_ROWS)
             return list(view.members) if view is not None else []
 
         def written(file: TraceFile) -> None:
@@ -223,7 +223,7 @@ class RendezvousServer:
         service = RendezvousService(coordinator, journal=journal, launcher=launcher)
         self.auth = RendezvousAuth(self.secret, self._refused, service.identity_problem, service.authorize) \
             if self.secret is not None else None
-        self.metrics = JobMetrics(lambda: coordinator.view(service.clock()),
+        self.metrics = JobMetrics(lambda: coordinator.view(service.clock(), NO_ROWS),
                                   lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
         service.figures = self.metrics.figures
@@ -325,7 +325,7 @@ class RendezvousServer:
         """Keep the control API up until a reader of /events (`ringmaster events --follow`) has
         fetched the job's last events, for at most FOLLOWER_GRACE_S; at once when nobody reads."""
         deadline = time.monotonic() + FOLLOWER_GRACE_S
-        while time.monotonic() < deadline and not self.followers.caught_up(service.view(), FOLLOWER_IDLE_S):
+        while time.monotonic() < deadline and not self.followers.caught_up(service.view(NO_ROWS), FOLLOWER_IDLE_S):
             await asyncio.sleep(0.05)
 
     def _on_event(self, event: Event) -> None:
@@ -344,9 +344,10 @@ class RendezvousServer:
         if self.auth.refused <= REFUSALS_LOGGED or self.auth.refused % 100 == 0:
             _say(Kind.CALL_REFUSED, method=method, reason=reason, refused=self.auth.refused)
 
-    def view(self) -> JobView | None:
-        """The job as readers see it now (None before this rendezvous leads it)."""
-        return self.service.view() if self.service is not None else None
+    def view(self, page: Page = ALL_ROWS) -> JobView | None:
+        """The job as readers see it now, listing the hosts and workers of `page` (None before
+        this rendezvous leads it)."""
+        return self.service.view(page) if self.service is not None else None
 
     def _make_api(self, service: RendezvousService) -> tuple[_ApiServer, socket.socket]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

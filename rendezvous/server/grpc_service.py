@@ -27,7 +27,7 @@ from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
-from ringmaster.rendezvous.control.view import JobView
+from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.state.journal import Journal
@@ -90,9 +90,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
 
     # ---------------------------------------------------------------- for the other readers and inputs
-    def view(self) -> JobView:
-        """The job as readers (the control API, the metrics, the progress line) see it now."""
-        return self.coordinator.view(self.clock())
+    def view(self, page: Page = ALL_ROWS) -> JobView:
+        """The job as readers (the control API, the metrics, the progress line) see it now,
+        listing the hosts and workers of `page`."""
+        return self.coordinator.view(self.clock(), page)
 
     def scale_to(self, np: int) -> None:
         """Ask the job for `np` workers (`Refused` says why not)."""

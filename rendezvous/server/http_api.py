@@ -28,7 +28,7 @@ from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S
 from ringmaster.settings import DEFAULT_DRAIN_DEADLINE_S
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
-from ringmaster.rendezvous.control.view import HostView, JobView, WorkerView
+from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, HostView, JobView, ViewOf, WorkerView
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
@@ -186,9 +186,8 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None = None,
-               offset: int = 0, limit: int = STATUS_PAGE) -> JobStatus:
-    """The job's status, with its hosts and workers from `offset`, at most `limit` of each."""
+def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None = None) -> JobStatus:
+    """The job's status, with the hosts and workers of the page `view` lists."""
     return JobStatus(
         state=view.state,
         message=view.message,
@@ -197,10 +196,10 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
         target_np=view.limit,
         resets=view.resets,
         steps=view.steps,
-        hosts=list(view.hosts[offset:offset + limit]),
-        workers=list(view.workers[offset:offset + limit]),
-        hosts_total=len(view.hosts),
-        workers_total=len(view.workers),
+        hosts=list(view.hosts),
+        workers=list(view.workers),
+        hosts_total=view.hosts_total,
+        workers_total=view.workers_total,
         events=[f"[gen {e.generation}] {e.message}" for e in view.events[-200:]],
         events_dropped=view.events_dropped,
         refused_calls=refused_calls,
@@ -213,7 +212,7 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
 
 
 def create_app(
-    view: Callable[[], JobView],
+    view: ViewOf,
     scale_to: Callable[[int], object],
     secret: str | None = None,
     refused_calls: Callable[[], int] = lambda: 0,
@@ -223,7 +222,8 @@ def create_app(
     drain: Callable[[str, float], object] | None = None,
     undrain: Callable[[str], object] | None = None,
 ) -> FastAPI:
-    """`view()` is the job as it is now (read, never changed); `scale_to(np)` asks the job for
+    """`view(page=...)` is the job as it is now, listing the hosts and workers of that page (read,
+    never changed); `scale_to(np)` asks the job for
     `np` workers (through the rendezvous' inputs; `Refused` says why not). With the job
     `secret`, every change needs it as a bearer token, and so does reading the status from
     another machine. With `host_names`, only requests addressed to one of them (or to a loopback
@@ -255,7 +255,7 @@ def create_app(
 
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
     async def status(offset: int = Query(0, ge=0, le=2**31), limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE)) -> JobStatus:
-        return job_status(view(), refused_calls(), metrics, offset, limit)
+        return job_status(view(page=(offset, limit)), refused_calls(), metrics)
 
     @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
     async def prometheus() -> Response:
@@ -266,7 +266,7 @@ def create_app(
 
     @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
     async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
-        now = view()
+        now = view(page=NO_ROWS)
         page = event_page(now, since, limit, time.time() - now.time)
         if followers is not None:
             followers.last_poll, followers.served_upto = now.time, page.next
@@ -278,7 +278,7 @@ def create_app(
             scale_to(request.np)
         except Refused as refused:
             raise HTTPException(status_code=409, detail=str(refused)) from None
-        capacity = view().capacity
+        capacity = view(page=NO_ROWS).capacity
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
 
@@ -286,7 +286,7 @@ def create_app(
         """The path's host, if the job has it (404 otherwise, without echoing much of it)."""
         if drain is None or undrain is None:
             raise HTTPException(status_code=404, detail="this rendezvous takes no drains")
-        if not any(h.name == name for h in view().hosts):
+        if not any(h.name == name for h in view(page=ALL_ROWS).hosts):
             raise HTTPException(status_code=404, detail=f"no host {name[:100]!r} in this job (see GET /status)")
         return name
 

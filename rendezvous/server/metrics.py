@@ -180,7 +180,7 @@ class _Scraped(Collector):
             hosts.add_metric([state], count)
         yield hosts
         workers = GaugeMetricFamily("ringmaster_workers", "Live worker processes by phase", labels=["phase"])
-        phases = collections.Counter(w.phase for w in job.workers if w.live)
+        phases = dict(job.worker_phases)
         for phase in Phase:
             workers.add_metric([phase.value], phases.get(phase.value, 0))
         yield workers

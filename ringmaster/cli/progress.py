@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from ringmaster.common import console, logs
 from ringmaster.common.events import Event, Kind, log_event
+from ringmaster.rendezvous.control.view import NO_ROWS
 
 if TYPE_CHECKING:  # (the server's modules are heavy: torch, grpc)
     from ringmaster.rendezvous.server.app import RendezvousServer
@@ -28,7 +29,7 @@ _CLEAR = "\r\x1b[K"
 
 def progress_fields(server: RendezvousServer) -> dict[str, object] | None:
     """The status line's figures, or None before the job runs and has a generation."""
-    view, metrics = server.view(), server.metrics
+    view, metrics = server.view(NO_ROWS), server.metrics
     if view is None or not view.generation or metrics is None:
         return None
     return {"number": view.generation, "size": view.world_size, "steps": view.steps,

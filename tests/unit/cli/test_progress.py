@@ -20,7 +20,7 @@ def job() -> tuple[Rig, types.SimpleNamespace]:
     ids = rig.start_elastic({"a": 2})
     rig.now = 5.0
     rig.worker_heartbeat(ids[0], 40, True)
-    server = types.SimpleNamespace(view=lambda: rig.coordinator.view(rig.now),
+    server = types.SimpleNamespace(view=lambda page: rig.coordinator.view(rig.now, page),
                                    metrics=JobMetrics(lambda: rig.coordinator.view(rig.now)))
     return rig, server
 
@@ -48,7 +48,7 @@ def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_rese
     fields = progress_fields(server)  # type: ignore[arg-type]
     assert fields == {"number": 1, "size": 2, "steps": 40, "rate": 0.0, "since_reset_s": 12.5}
     assert status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
-    assert progress_fields(types.SimpleNamespace(view=lambda: None, metrics=None)) is None  # type: ignore[arg-type]
+    assert progress_fields(types.SimpleNamespace(view=lambda page: None, metrics=None)) is None  # type: ignore[arg-type]
 
 
 def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() -> None:
