@@ -35,8 +35,9 @@ from ringmaster.settings import JobSettings
 #: forgotten (it leaves `/status` and the store): agents that said hello and vanished do not
 #: pile up.
 FORGET_DEPARTED_HOST_S = 60.0
-#: A gap this long between two ticks (which come every fraction of a second) means the
-#: rendezvous itself did not run: stopped (SIGSTOP), swapped out, starved of CPU.
+#: A gap this long between two ticks (which come every fraction of a second), beyond the gap the
+#: clock planned (`HostPool.tick_every_s`), means the rendezvous itself did not run: stopped
+#: (SIGSTOP), swapped out, starved of CPU.
 STALL_S = 1.5
 
 Emit = Callable[..., Event]
@@ -69,6 +70,9 @@ class HostPool:
         self.hosts: dict[str, Host] = {}
         self.first_discovery_at: float | None = None
         self.last_tick: float | None = None
+        #: Seconds the rendezvous' clock planned until its next tick: a large job's ticks are
+        #: spaced by their cost (the server's TICK_DUTY), and a planned gap is no stall.
+        self.tick_every_s = 0.0
         self.stall_ended_at: float | None = None  # when the rendezvous last came back from a stall
         self.isolated_since: float | None = None  # when every host fell silent at once (see `_isolated`)
         self.effects: list[PoolEffect] = []  # agents to start or stop, taken by the server
@@ -194,7 +198,7 @@ class HostPool:
     # ------------------------------------------------------------------ the clock
     def tick(self, now: float) -> Liveness:
         """Judge the rendezvous itself, then the hosts by their heartbeats (unless isolated)."""
-        stalled = self.last_tick is not None and now - self.last_tick > STALL_S
+        stalled = self.last_tick is not None and now - self.last_tick > STALL_S + self.tick_every_s
         if stalled:
             assert self.last_tick is not None
             self._after_stall(now, now - self.last_tick)
@@ -252,7 +256,7 @@ class HostPool:
     def stalled_recently(self, now: float, window_s: float) -> bool:
         """Is the rendezvous stalled right now (no tick for STALL_S), or did it come back from a
         stall less than `window_s` ago? Then a lease that ran out says nothing of its agent."""
-        if self.last_tick is not None and now - self.last_tick > STALL_S:
+        if self.last_tick is not None and now - self.last_tick > STALL_S + self.tick_every_s:
             return True
         return self.stall_ended_at is not None and now - self.stall_ended_at < window_s
 

@@ -285,7 +285,9 @@ class RendezvousServer:
                 if time.monotonic() >= next_tick:
                     started = time.perf_counter()
                     service.call(coordinator.tick)
-                    next_tick = time.monotonic() + max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
+                    every = max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
+                    coordinator.pool.tick_every_s = every  # (a planned gap: no stall)
+                    next_tick = time.monotonic() + every
                     if self.timeline is not None:
                         self.timeline.flush()
                 for host, how in launcher.ended():  # an input like any other (journaled with the rest)

@@ -101,9 +101,11 @@ class MemoryStore:
             changed = self._changed  # taken before reading, so no change slips between
             newer = self._history[bisect.bisect_left(self._history, seen, key=lambda c: c.revision):]
             pending = [c for c in newer if c.key.startswith(prefix)]
+            looked_upto = newer[-1].revision + 1 if newer else seen  # (matching or not: not looked at again)
             for change in pending:
                 yield change
                 seen = change.revision + 1
+            seen = max(seen, looked_upto)
             deadline = time.monotonic() + 0.2  # lease expiry needs no writer: look again soon
             while not changed.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)

@@ -842,3 +842,23 @@ def test_a_member_that_reconnects_during_a_host_update_is_told_it_again() -> Non
     assert rig.gen().number == 2 and [a.worker_id for a in rig.gen().members] == [ids[0]]
     rig.worker_connected(ids[0], 11)  # a session opened with no update pending: none
     assert rig.kinds(ids[0])[-1] is not UpdateHosts
+
+
+def test_a_gap_the_clock_planned_is_no_stall_and_one_beyond_it_is() -> None:
+    """A large job's ticks are spaced by their cost (the server plans the next one): a tick that
+    comes when planned says nothing of the rendezvous; one STALL_S later than planned is a stall."""
+    from ringmaster.rendezvous.control.host_pool import STALL_S
+
+    rig = Rig(min_np=1, heartbeat_timeout_s=60)
+    rig.start_elastic({"a": 1, "b": 1})
+    rig.tick()
+    rig.coordinator.pool.tick_every_s = 3.0
+    for _ in range(3):
+        rig.now += 3.0 + STALL_S / 2
+        rig.tick()
+    stalls = [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_STALLED]
+    assert stalls == []
+    rig.now += 3.0 + STALL_S + 0.1
+    rig.tick()
+    [stall] = [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_STALLED]
+    assert stall.fields["seconds"] > 3.0 + STALL_S
