@@ -228,6 +228,8 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
             check_assignments(rows, workers, new)
             assert {r[1] for r in rows} == set(expected_hosts), what
         changes.append(Change(what, elapsed, new, workers, used, per_generation))
+        print(f"# {len(cluster.names)} hosts: {what} in {elapsed:.2f} s (serve CPU {used:.2f} s)", file=sys.stderr,
+              flush=True)  # (as it comes: a later change that times out keeps this one)
         generation = new
 
     lost = names[-1]
