@@ -117,7 +117,7 @@ def job_view(job: Job, pool: HostPool, now: float, page: Page = ALL_ROWS) -> Job
     counts = dict.fromkeys(HOST_STATES, 0)
     for i, h in enumerate(pool.hosts.values()):
         state = ""
-        blacklisted = h.discovered and pool.is_blacklisted(h.name, now)
+        blacklisted = pool.is_blacklisted(h.name, now)
         if h.discovered:
             state = ("blacklisted" if blacklisted else "unreachable" if not h.agent_connected
                      else ("drained" if h.drain.done else "draining") if h.drain is not None
@@ -125,8 +125,6 @@ def job_view(job: Job, pool: HostPool, now: float, page: Page = ALL_ROWS) -> Job
             counts[state] += 1
         if i not in shown:
             continue
-        if not h.discovered:
-            blacklisted = pool.is_blacklisted(h.name, now)
         drain = h.drain
         # (the pid of an agent that is gone is no agent's any more)
         hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected, h.agent_pid if h.agent_connected else None,

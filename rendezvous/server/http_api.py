@@ -223,8 +223,8 @@ def create_app(
     undrain: Callable[[str], object] | None = None,
 ) -> FastAPI:
     """`view(page=...)` is the job as it is now, listing the hosts and workers of that page (read,
-    never changed); `scale_to(np)` asks the job for
-    `np` workers (through the rendezvous' inputs; `Refused` says why not). With the job
+    never changed); `scale_to(np)` asks the job for `np` workers (through the rendezvous'
+    inputs; `Refused` says why not). With the job
     `secret`, every change needs it as a bearer token, and so does reading the status from
     another machine. With `host_names`, only requests addressed to one of them (or to a loopback
     name) are answered."""

@@ -119,7 +119,7 @@ class JobMetrics:
     def steps_per_second(self, job: JobView | None = None) -> float:
         """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples).
         `job`: the view already built for this scrape (a view of a large job is not free)."""
-        job = job or self.view()
+        job = job if job is not None else self.view()
         now, steps = job.time, job.steps
         samples = self._steps
         if not samples or samples[-1][1] != steps or now - samples[-1][0] >= 1.0:
@@ -137,10 +137,10 @@ class JobMetrics:
         the ring) over the other hosts' (1: as fast), as the newest straggler check measured it."""
         return self.step_times.slowdowns
 
-    def scaling_hints(self, job: JobView | None = None) -> tuple[int, float]:
+    def scaling_hints(self) -> tuple[int, float]:
         """(batch per worker, gradient noise scale) as the job's script reported them (rank 0's,
         else any worker's; 0 where not reported)."""
-        members = (job or self.view()).members
+        members = self.view().members
         hints = self.figures.hints
         if members and members[0][0] in hints:
             return hints[members[0][0]]
@@ -148,7 +148,7 @@ class JobMetrics:
 
     def loss(self, job: JobView | None = None) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
-        members = (job or self.view()).members
+        members = (job if job is not None else self.view()).members
         losses = self.figures.losses
         if members and members[0][0] in losses:
             return losses[members[0][0]]

@@ -54,9 +54,9 @@ class Measured:
 
 
 class PaceWindow:
-    """One worker's newest steps: whole heartbeats, the fewest that hold `steps` steps, and their
-    running total (kept as heartbeats come, so reading every worker's pace costs nothing per
-    heartbeat kept: the straggler check and each scrape read all of a large job's)."""
+    """One worker's newest steps: whole heartbeats, the fewest that hold the window's steps, and
+    their running total (kept as heartbeats come, so reading every worker's pace costs nothing per
+    heartbeat kept: the straggler check reads all of a large job's)."""
 
     __slots__ = ("host", "beats", "total")
 
