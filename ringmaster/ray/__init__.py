@@ -13,6 +13,7 @@ try:
 except ImportError:  # pragma: no cover - depends on what is installed
     raise ImportError("ringmaster.ray needs Ray: pip install 'ringmaster[ray]' (or pip install ray)") from None
 
+from ringmaster.ray.detached import DetachedRayJob
 from ringmaster.ray.executor import ElasticRayExecutor, RayJobFailed
 
-__all__ = ["ElasticRayExecutor", "RayJobFailed"]
+__all__ = ["DetachedRayJob", "ElasticRayExecutor", "RayJobFailed"]

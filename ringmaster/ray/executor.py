@@ -7,9 +7,10 @@ next commit). Where it differs from Horovod's:
 
 - one agent per node (an actor pinned to it) starts the workers as processes, as on any host:
   recovery is Ringmaster's (no Ray task is rescheduled, nothing restarts but the ring);
-- the rendezvous runs in the driver's process; `store="etcd://..."` keeps the job's state in
-  etcd, but the agents are the driver's actors and end with it, so a job whose driver dies
-  restarts from its last durable checkpoint (`checkpoint_dir`);
+- the rendezvous runs in the driver's process, or, with `detached=True, name=...`, in a detached
+  actor of its own, so the job goes on when the driver ends and any driver follows it by name
+  (`ElasticRayExecutor.attach(name)`); with `store="etcd://..."` too, Ray restarts that actor if
+  it dies and the job carries on from etcd (`ringmaster.ray.detached`);
 - `run(fn, args, kwargs)` returns every final rank's return value in rank order; there are no
   callbacks: events, the dashboard and `/metrics` say what the job does (`dashboard_url`);
 - settings are arguments of the constructor (Horovod's `create_settings` bundled them).
@@ -17,21 +18,17 @@ next commit). Where it differs from Horovod's:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-import threading
 from typing import Any, Callable, Mapping, Sequence
 
 from ringmaster.common import logs
-from ringmaster.common.errors import RingmasterError
-from ringmaster.common.secret import generate_secret
+from ringmaster.ray.detached import NAMESPACE, DetachedRayJob, JobHolder, actor_name, check_name
 from ringmaster.ray.discovery import RayNodeDiscovery
-from ringmaster.ray.launcher import RayLauncher
+from ringmaster.ray.job import RayJob, RayJobEnd, RayJobFailed, RayJobSpec, worker_environment
 from ringmaster.ray.nodes import check_worker_resources
 from ringmaster.rendezvous.control.records import JobOutcome
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.state.url import parse_store
 from ringmaster.settings import DEFAULT_ELASTIC_TIMEOUT_S, JobSettings
 
@@ -45,10 +42,6 @@ _ARGUMENTS = {"min_np": "min_workers", "max_np": "max_workers"}
 
 def _where(loc: tuple) -> str:
     return ".".join(str(part) for part in loc) or "settings"
-
-
-class RayJobFailed(RingmasterError):
-    """The job ended without success; the message says why (as `ringmaster run` would)."""
 
 
 class ElasticRayExecutor:
@@ -68,11 +61,16 @@ class ElasticRayExecutor:
                  gpus_per_worker: float = 0, *, elastic_timeout_s: float = DEFAULT_ELASTIC_TIMEOUT_S,
                  reset_limit: int | None = None, env_vars: Mapping[str, str] | None = None,
                  discovery_interval_s: float = 1.0, checkpoint_dir: str | None = None, store: str = "memory",
-                 dashboard: bool = True, **settings: Any) -> None:
+                 dashboard: bool = True, detached: bool = False, name: str | None = None, **settings: Any) -> None:
         """`settings`: any other field of the job's settings (`ringmaster run`'s flags, e.g.
         `heartbeat_interval_s`, `drain_grace_s`, `checkpoint_every`). Bad values raise
-        ValueError naming them."""
+        ValueError naming them. `detached=True` (with a `name`) runs the job's rendezvous in an
+        actor of its own that outlives this driver."""
         check_worker_resources(cpus_per_worker, gpus_per_worker)
+        if detached and name is None:
+            raise ValueError("detached=True: give the job a name too (name='...'), by which any driver follows it")
+        self.detached = bool(detached)
+        self.name = check_name(name) if name is not None else None
         if isinstance(min_workers, int) and isinstance(max_workers, int) and max_workers < min_workers:
             raise ValueError(f"max_workers ({max_workers}) is below min_workers ({min_workers})")
         self.cpus_per_worker = float(cpus_per_worker)
@@ -90,8 +88,7 @@ class ElasticRayExecutor:
         except ValidationError as exc:
             problems = "; ".join(f"{_ARGUMENTS.get(_where(e['loc']), _where(e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"ElasticRayExecutor: {problems}") from None
-        self._discovery: RayNodeDiscovery | None = None
-        self._launcher: RayLauncher | None = None
+        self._started = False
         self.dashboard_url: str | None = None
         self.last_outcome: JobOutcome | None = None
 
@@ -102,117 +99,109 @@ class ElasticRayExecutor:
         if not ray.is_initialized():
             raise RuntimeError("ElasticRayExecutor.start(): this process is not connected to a Ray cluster; "
                                "call ray.init(address=...) first")
-        self._discovery = RayNodeDiscovery(self.cpus_per_worker, self.gpus_per_worker, self._drain)
-        if not self._discovery.find_hosts():
+        if not RayNodeDiscovery(self.cpus_per_worker, self.gpus_per_worker).find_hosts():
             raise RuntimeError(f"no alive Ray node has {self.cpus_per_worker:g} CPUs"
                                f"{f' and {self.gpus_per_worker:g} GPUs' if self.gpus_per_worker else ''} for a worker; "
                                "add nodes or ask for less (cpus_per_worker, gpus_per_worker)")
-
-    def _drain(self, host: str) -> None:
-        if self._launcher is not None:
-            self._launcher.drain(host)
+        self._started = True
 
     def run(self, fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> list[Any]:
         """Run `fn(*args, **kwargs)` on every worker until the job ends; every final rank's return
-        value, in rank order. Raises RayJobFailed (the reason) when the job does not succeed."""
+        value, in rank order. Raises RayJobFailed (the reason) when the job does not succeed.
+        Detached, this driver only waits: Ctrl-C (or its death) leaves the job running."""
+        if self.detached:
+            handle = self.submit(fn, args, kwargs)
+            try:
+                ended = handle.result()
+            except KeyboardInterrupt:
+                logging.getLogger(logs.RENDEZVOUS).warning(
+                    "the job %r goes on in its detached actor: ElasticRayExecutor.attach(%r) follows it "
+                    "(.result(), .stop())", handle.name, handle.name)
+                raise
+            assert ended is not None
+            return self._returned(ended)
+        spec = self._spec(fn, args, kwargs)
+        job = RayJob(spec, on_api=self._api_listening)
+        interrupted = False
+        while (end := self._wait(job)) is None:
+            interrupted = True
+            job.stop("stopped by the user (KeyboardInterrupt)")
+        if interrupted:
+            self.last_outcome = end.outcome
+            logging.getLogger(logs.RENDEZVOUS).warning("the job was stopped: %s", end.outcome.message)
+            raise KeyboardInterrupt
+        return self._returned(end)
+
+    @staticmethod
+    def _wait(job: RayJob) -> RayJobEnd | None:
+        """The job's end; None when Ctrl-C came while waiting (the caller stops the job and waits again)."""
+        try:
+            while (end := job.wait(0.2)) is None:  # short waits: Ctrl-C lands between them
+                pass
+            return end
+        except KeyboardInterrupt:
+            return None
+
+    def submit(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+               kwargs: Mapping[str, Any] | None = None) -> DetachedRayJob:
+        """Detached only: hand the job to its actor and return at once; `.result()` waits for it."""
         import ray
+
+        if not self.detached or self.name is None:
+            raise RuntimeError("ElasticRayExecutor.submit(): only a detached job (detached=True, name=...) runs "
+                               "without its driver; run() runs this one")
+        spec = self._spec(fn, args, kwargs)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        holder_class = ray.remote(JobHolder)
+        try:
+            ray.get_actor(actor_name(self.name), namespace=NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            raise RayJobFailed(f"a job named {self.name!r} already runs on this Ray cluster: "
+                               f"ElasticRayExecutor.attach({self.name!r}) follows it, or choose another name")
+        holder = holder_class.options(
+            name=actor_name(self.name), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
+            # On etcd a holder that dies is restarted and takes the job over; calls to it wait for that.
+            max_restarts=-1 if self.store.kind == "etcd" else 0,
+            max_task_retries=-1 if self.store.kind == "etcd" else 0, max_concurrency=4,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
+        ).remote(spec)
+        job = DetachedRayJob(self.name, holder)
+        if self.dashboard:
+            self.dashboard_url = job.dashboard_url(timeout_s=60)
+        return job
+
+    @staticmethod
+    def attach(name: str) -> DetachedRayJob:
+        """Follow a detached job by its name, from any driver of the cluster."""
+        return DetachedRayJob.attach(name)
+
+    def _spec(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> RayJobSpec:
         from ray import cloudpickle
 
-        if self._discovery is None:
+        if not self._started:
             raise RuntimeError("ElasticRayExecutor.run(): call start() first")
-        from ringmaster.rendezvous.server.app import RendezvousServer
-
         if not logs.configured():
             logs.configure()
-        discovery = self._discovery
-        call = ray.put(cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
-        environment = {**self.env_vars, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        return RayJobSpec(self.settings, self.store, self.cpus_per_worker, self.gpus_per_worker,
+                          cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
+                          worker_environment(self.env_vars, sys.path), os.getcwd(), self.dashboard)
 
-        def make_launcher(options: AgentOptions, secret: str | None) -> Launcher:
-            self._launcher = RayLauncher(options, secret, discovery.node_id, lambda host: hosts.get(host, 1),
-                                         self.cpus_per_worker, self.gpus_per_worker, call, environment, os.getcwd())
-            return self._launcher
+    def _returned(self, end: RayJobEnd) -> list[Any]:
+        from ray import cloudpickle
 
-        hosts = discovery.find_hosts()
-        address = ray.util.get_node_ip_address()
-        server = RendezvousServer(self.settings, _Remembering(discovery, hosts), bind=address, port=0,
-                                  api_port=0 if self.dashboard else None, local_hosts=True, launcher=make_launcher,
-                                  store=self.store, secret=generate_secret(), on_api=self._api_listening)
-        try:
-            outcome, interrupted = _run_to_end(server, dict(hosts))
-            self.last_outcome = outcome
-            launcher = self._launcher
-            results = launcher.results() if launcher is not None and outcome.success else {}
-        finally:
-            if self._launcher is not None:
-                self._launcher.release()
-                self._launcher = None
-        if interrupted:
-            logging.getLogger(logs.RENDEZVOUS).warning("the job was stopped: %s", outcome.message)
-            raise KeyboardInterrupt
-        if not outcome.success:
-            raise RayJobFailed(outcome.message)
-        return [cloudpickle.loads(results[rank]) for rank in sorted(results)]
+        self.last_outcome = end.outcome
+        if not end.outcome.success:
+            raise RayJobFailed(end.outcome.message)
+        return [cloudpickle.loads(end.results[rank]) for rank in sorted(end.results)]
 
     def _api_listening(self, url: str) -> None:
         self.dashboard_url = url
         logging.getLogger(logs.RENDEZVOUS).info("the job's dashboard: %s", url)
 
     def shutdown(self) -> None:
-        """End what is left of a job (its actors); Ray itself stays connected."""
-        if self._launcher is not None:
-            self._launcher.release()
-            self._launcher = None
-        self._discovery = None
-
-
-class _Remembering:
-    """Discovery that keeps the latest host set where the launcher reads each host's slots."""
-
-    def __init__(self, discovery: RayNodeDiscovery, hosts: dict[str, int]) -> None:
-        self._discovery = discovery
-        self._hosts = hosts
-
-    def describe(self) -> str:
-        return self._discovery.describe()
-
-    def find_hosts(self) -> dict[str, int]:
-        found = self._discovery.find_hosts()
-        self._hosts.clear()
-        self._hosts.update(found)
-        return found
-
-
-def _run_to_end(server: Any, hosts: Mapping[str, int]) -> tuple[JobOutcome, bool]:
-    """Run the rendezvous on its own loop in a thread (the caller may have a loop of its own):
-    the job's outcome, and whether Ctrl-C stopped it (as `ringmaster run` stops: workers first)."""
-    box: dict[str, Any] = {}
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    async def lead() -> JobOutcome:
-        loops.append(asyncio.get_running_loop())
-        return await server.run(hosts)
-
-    ended = threading.Event()
-
-    def main() -> None:
-        try:
-            box["outcome"] = asyncio.run(lead())
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-        finally:
-            ended.set()
-
-    thread = threading.Thread(target=main, name="ringmaster-rendezvous", daemon=True)
-    thread.start()
-    interrupted = False
-    while not ended.is_set():  # (not Thread.join: a join that Ctrl-C interrupts can leave is_alive() False early)
-        try:
-            ended.wait(0.2)
-        except KeyboardInterrupt:
-            if loops and not interrupted:
-                loops[0].call_soon_threadsafe(server.request_stop, "stopped by the user (KeyboardInterrupt)")
-            interrupted = True
-    if "error" in box:
-        raise box["error"]
-    return box["outcome"], interrupted
+        """Forget the cluster; Ray itself stays connected. A detached job goes on
+        (`attach(name).stop()` ends it); a driver's job has ended with its `run`."""
+        self._started = False

@@ -7,6 +7,7 @@ replicas are identical at the end. One cluster for the module; every test leaves
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -214,3 +215,117 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
         return [p for p in psutil.process_iter(["cmdline"]) if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])]
 
     wait_for(lambda: not workers(), 30, "no worker left")
+
+
+DRIVER = WORKLOADS / "ray_detached_driver.py"
+
+
+def _driver(made, name: str, log, steps: int, store: str = "memory", checkpoint_dir=None):
+    """A second Ray driver, in its own process group, that starts the detached job `name` and waits."""
+    import subprocess
+
+    argv = [sys.executable, str(DRIVER), made.address, name, str(log), str(steps), store]
+    if checkpoint_dir is not None:
+        argv.append(str(checkpoint_dir))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORKLOADS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(argv, env=env, start_new_session=True)
+
+
+def _kill_group(process) -> None:
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(30)
+
+
+def _attached(name: str):
+    """The detached job, once its holder exists (the driver creates it)."""
+    from ringmaster.ray import DetachedRayJob
+
+    found: list = []
+
+    def attach() -> bool:
+        try:
+            found.append(ElasticRayExecutor.attach(name))
+        except LookupError:
+            return False
+        return True
+
+    wait_for(attach, 120, f"the detached job {name!r}")
+    assert isinstance(found[0], DetachedRayJob)
+    return found[0]
+
+
+def test_a_detached_job_goes_on_when_its_driver_is_killed_and_another_driver_reads_its_result(cluster, tmp_path) -> None:
+    made, _nodes = cluster
+    log = tmp_path / "log"
+    driver = _driver(made, "survivor", log, steps=150)
+    try:
+        wait_for(lambda: sum(1 for kind, _s, _n in _log(log) if kind == "commit") >= 5, 120, "five commits")
+        _kill_group(driver)
+        killed_at = max(step for kind, step, _n in _log(log) if kind == "commit")
+        job = _attached("survivor")
+        assert job.dashboard_url() and str(job.dashboard_url()).startswith("http://127.0.0.1:")
+        end = job.result(timeout_s=JOB_TIMEOUT_S)
+        assert end is not None, f"the detached job did not end within {JOB_TIMEOUT_S} s"
+    finally:
+        _kill_group(driver)
+    assert end.outcome.success, end.outcome.message
+    from ray import cloudpickle
+
+    results = [cloudpickle.loads(end.results[rank]) for rank in sorted(end.results)]
+    _identical_replicas(results, 2)
+    run = _log(log)
+    assert [kind for kind, _s, _n in run].count("enter") == 1, f"the job was reset when its driver died: {run}"
+    assert max(step for kind, step, _n in run if kind == "commit") > killed_at + 50, "the job did not go on"
+    with pytest.raises(LookupError, match="no Ringmaster job named 'survivor'"):
+        ElasticRayExecutor.attach("survivor")  # the result was read once: its holder is gone
+
+
+def test_a_detached_job_on_etcd_carries_on_from_its_checkpoint_when_its_holder_dies(cluster, etcd, tmp_path) -> None:
+    made, _nodes = cluster
+    log = tmp_path / "log"
+    store = f"etcd://{etcd.address}/jobs/ray-detached-holder"
+    driver = _driver(made, "phoenix", log, steps=150, store=store, checkpoint_dir=tmp_path / "ckpt")
+    checkpoints = tmp_path / "ckpt"
+    try:
+        _attached("phoenix")
+        wait_for(lambda: checkpoints.exists() and any(p.name.startswith("step-") for p in checkpoints.iterdir()), 120,
+                 "a durable checkpoint")
+        holders = [p for p in psutil.process_iter(["cmdline"]) if "JobHolder" in " ".join(p.info["cmdline"] or [])]
+        assert len(holders) == 1, holders
+        holders[0].kill()  # Ray restarts it; the driver's wait for the result goes to the new one
+        assert driver.wait(JOB_TIMEOUT_S) == 0, "the driver did not read the job's result"
+    finally:
+        _kill_group(driver)
+    run = _log(log)
+    entries = [step for kind, step, _n in run if kind == "enter"]
+    assert len(entries) == 2 and entries[1] > 0, f"the job did not restart from its checkpoint: {run}"
+    assert max(step for kind, step, _n in run if kind == "commit") >= 150, run
+
+
+def test_a_detached_job_refuses_a_second_of_its_name_and_stops_when_asked(cluster, tmp_path) -> None:
+    log = tmp_path / "log"
+    executor = ElasticRayExecutor(min_workers=2, max_workers=2, detached=True, name="stoppable")
+    executor.start()
+    job = executor.submit(ray_training.train, kwargs={"log_path": str(log), "until_size": 3})  # never 3: runs on
+    try:
+        assert executor.dashboard_url and executor.dashboard_url.startswith("http://127.0.0.1:")
+        wait_for(lambda: len(_log(log)) >= 5, 120, "five commits")
+        second = ElasticRayExecutor(min_workers=2, max_workers=2, detached=True, name="stoppable")
+        second.start()
+        with pytest.raises(RayJobFailed, match=r"a job named 'stoppable' already runs.*attach\('stoppable'\)"):
+            second.submit(ray_training.train, kwargs={"log_path": str(tmp_path / "other"), "until_size": 2})
+        assert not job.done()
+        job.stop("the test had seen enough")
+        end = job.result(timeout_s=JOB_TIMEOUT_S)
+    finally:
+        with contextlib.suppress(LookupError, RayJobFailed):
+            ElasticRayExecutor.attach("stoppable").stop()
+            ElasticRayExecutor.attach("stoppable").result(timeout_s=60)
+    assert end is not None and not end.outcome.success
+    assert "the test had seen enough" in end.outcome.message
+    assert not (tmp_path / "other").exists(), "the refused job ran"

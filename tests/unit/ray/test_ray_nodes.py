@@ -83,6 +83,21 @@ def test_the_executor_refuses_bad_arguments_naming_them() -> None:
         ElasticRayExecutor(heartbeat_interval_s=-1)
 
 
+def test_a_detached_job_needs_a_good_name_and_only_a_detached_one_is_submitted() -> None:
+    with pytest.raises(ValueError, match="give the job a name"):
+        ElasticRayExecutor(detached=True)
+    for bad in ("", "-lead", "a/b", "x" * 64, "spaced name", 7):
+        with pytest.raises(ValueError, match="name="):
+            ElasticRayExecutor(detached=True, name=bad)  # type: ignore[arg-type]
+    assert ElasticRayExecutor(detached=True, name="resnet-50.v2_b").name == "resnet-50.v2_b"
+    with pytest.raises(RuntimeError, match=r"only a detached job"):
+        ElasticRayExecutor(min_workers=1).submit(print)
+    with pytest.raises(ValueError, match="name="):
+        ElasticRayExecutor.attach("../x")
+    with pytest.raises(RuntimeError, match=r"ray.init"):
+        ElasticRayExecutor.attach("nobody")  # this process is connected to no Ray cluster
+
+
 def test_the_executor_says_what_to_do_before_a_cluster_is_there() -> None:
     executor = ElasticRayExecutor(min_workers=1)
     with pytest.raises(RuntimeError, match=r"call start\(\) first"):
