@@ -153,21 +153,24 @@ class ElasticRayExecutor:
         spec = self._spec(fn, args, kwargs)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        holder_class = ray.remote(JobHolder)
+        taken = RayJobFailed(f"a job named {self.name!r} already runs on this Ray cluster: "
+                             f"ElasticRayExecutor.attach({self.name!r}) follows it, or choose another name")
         try:
             ray.get_actor(actor_name(self.name), namespace=NAMESPACE)
         except ValueError:
-            pass
+            pass  # no such actor: the name is free
         else:
-            raise RayJobFailed(f"a job named {self.name!r} already runs on this Ray cluster: "
-                               f"ElasticRayExecutor.attach({self.name!r}) follows it, or choose another name")
-        holder = holder_class.options(
-            name=actor_name(self.name), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
-            # On etcd a holder that dies is restarted and takes the job over; calls to it wait for that.
-            max_restarts=-1 if self.store.kind == "etcd" else 0,
-            max_task_retries=-1 if self.store.kind == "etcd" else 0, max_concurrency=4,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
-        ).remote(spec)
+            raise taken
+        try:
+            holder = ray.remote(JobHolder).options(
+                name=actor_name(self.name), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
+                # On etcd a holder that dies is restarted and takes the job over; calls to it wait for that.
+                max_restarts=-1 if self.store.kind == "etcd" else 0,
+                max_task_retries=-1 if self.store.kind == "etcd" else 0, max_concurrency=4,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
+            ).remote(spec)
+        except ValueError:  # another driver took the name in between
+            raise taken from None
         job = DetachedRayJob(self.name, holder)
         if self.dashboard:
             self.dashboard_url = job.dashboard_url(timeout_s=60)
