@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ringmaster.proto import ringmaster_pb2 as pb
+import dataclasses
 from typing import Iterable
+
+from ringmaster.proto import ringmaster_pb2 as pb
 
 from ringmaster.rendezvous.control.effects import (
     AgentEffect, Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts, WorkerEffect,
@@ -18,12 +20,33 @@ def agent_command(effect: AgentEffect) -> pb.AgentCommand:
     ])
 
 
+def _shared_fields(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind) if f.name != "worker_id")
+
+
+#: What decides the message of an effect that is the same for every worker it goes to.
+_SHARED = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, Retire, EndJob)}
+
+
 def worker_events(effects: Iterable[WorkerEffect]) -> list[tuple[str, pb.WorkerEvent]]:
     """(worker id, message) for each effect, in order, except that a worker's "generation over"
     followed by its assignment to a newer generation goes inside that assignment: after a
     failure every survivor gets both, and one message each halves what a change sends (65,536
-    messages at 4,096 x 8 workers)."""
+    messages at 4,096 x 8 workers). Effects that say the same to many workers (a host update to
+    every member) share one message (messages are never changed once built)."""
     effects = list(effects)
+    built: dict[tuple, pb.WorkerEvent] = {}
+
+    def message(effect: WorkerEffect, over: EndGeneration | None = None) -> pb.WorkerEvent:
+        fields = _SHARED.get(type(effect))
+        if fields is None or over is not None:
+            return worker_event(effect, over)
+        key = (type(effect), *(getattr(effect, name) for name in fields))
+        made = built.get(key)
+        if made is None:
+            made = built[key] = worker_event(effect)
+        return made
+
     assigned = {e.worker_id: e.generation for e in effects if isinstance(e, Assign)}
     ended: dict[str, EndGeneration] = {}
     out: list[tuple[str, pb.WorkerEvent]] = []
@@ -33,8 +56,8 @@ def worker_events(effects: Iterable[WorkerEffect]) -> list[tuple[str, pb.WorkerE
             ended[effect.worker_id] = effect  # said with the assignment, below
             continue
         over = ended.pop(effect.worker_id, None) if isinstance(effect, Assign) else None
-        out.append((effect.worker_id, worker_event(effect, over)))
-    out += [(worker_id, worker_event(effect)) for worker_id, effect in ended.items()]  # (an assignment said first)
+        out.append((effect.worker_id, message(effect, over)))
+    out += [(worker_id, message(effect)) for worker_id, effect in ended.items()]  # (an assignment said first)
     return out
 
 

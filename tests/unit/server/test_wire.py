@@ -28,3 +28,19 @@ def test_an_end_is_never_lost_nor_put_in_an_older_or_the_same_generation() -> No
     kinds = [(w, m.WhichOneof("event")) for w, m in sent]
     assert ("h/1", "generation_over") in kinds and ("h/5", "generation_over") in kinds
     assert all(m.assignment.ends_generation == 0 for _w, m in sent if m.WhichOneof("event") == "assignment")
+
+
+def test_what_says_the_same_to_many_workers_is_built_once_and_what_differs_is_not_shared() -> None:
+    from ringmaster.rendezvous.control.effects import EndJob, Retire
+
+    effects: list[WorkerEffect] = [UpdateHosts(f"h/{i}", 7, "grow", False) for i in range(4)]
+    effects += [UpdateHosts("h/9", 7, "grow", True), UpdateHosts("h/8", 8, "grow", False),
+                Retire("h/1", "smaller"), Retire("h/2", "smaller"), EndJob("h/3", True, "done"), EndJob("h/4", False, "done")]
+    sent = worker_events(effects)
+    assert [w for w, _m in sent] == [e.worker_id for e in effects]
+    messages = [m for _w, m in sent]
+    assert len({id(m) for m in messages[:4]}) == 1  # one message for the same update to four members
+    assert messages[4] is not messages[0] and messages[4].hosts_updated.checkpoint
+    assert messages[5] is not messages[0] and messages[5].hosts_updated.sequence == 8
+    assert messages[6] is messages[7] and messages[6].retire.reason == "smaller"
+    assert messages[8] is not messages[9] and messages[8].job_ended.success and not messages[9].job_ended.success
