@@ -27,6 +27,7 @@ from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
 from ringmaster.rendezvous.control.effects import RunWorkers, UpdateHosts, WorkerLaunch
 from ringmaster.rendezvous.control.job import Job
+from ringmaster.rendezvous.control.listing import listed
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
 from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker
 from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
@@ -298,16 +299,16 @@ class Formation:
             ready_newcomers = []  # let the others finish warming up and join in the same reset
         kinds = set()
         if ready_newcomers and room > 0:
-            reasons.append("new worker(s) ready: " + ", ".join(w.worker_id for w in ready_newcomers[:room]))
+            reasons.append("new worker(s) ready: " + listed(w.worker_id for w in ready_newcomers[:room]))
             kinds.add(ResetCause.HOST_ADDED)
         leaving = [w for w in members if w.live and w.host not in eligible]
         if leaving:
-            reasons.append("host(s) leaving: " + ", ".join(sorted({w.host for w in leaving})))
+            reasons.append("host(s) leaving: " + listed(sorted({w.host for w in leaving})))
             kinds.add(ResetCause.HOST_REMOVED)
         over = self._over_slots(now)
         fewer = [w for w in members if w.live and w.worker_id in over and w.host in eligible]
         if fewer:
-            reasons.append("fewer slots on " + ", ".join(sorted({w.host for w in fewer})))
+            reasons.append("fewer slots on " + listed(sorted({w.host for w in fewer})))
             kinds.add(ResetCause.HOST_REMOVED)
         if sum(1 for w in members if w.live) > limit:
             reasons.append(f"scaling down to {limit} workers")

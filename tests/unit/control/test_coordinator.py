@@ -98,6 +98,22 @@ def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
     assert all(rig.last(w, Assign).hosts_sequence == 1 for w in ids + newcomers)
 
 
+def test_a_host_updates_reason_names_a_few_newcomers_and_counts_the_rest() -> None:
+    # It goes to every member: listing every newcomer of a large job cost megabytes per message.
+    rig = Rig(min_np=2, max_np=64)
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": 20})
+    rig.agent_connected("b", 13)
+    newcomers = sorted(rig.specs("b"))
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+    for wid in newcomers:
+        rig.worker_ready(wid, 0, "", True)
+    reason = rig.last(ids[0], UpdateHosts).reason
+    assert reason.startswith("new worker(s) ready: ") and reason.endswith(", ... (20 in all)"), reason
+    assert reason.count("b/") == 8
+
+
 def test_a_lone_ready_newcomer_does_not_wait_past_the_grace() -> None:
     rig = Rig(min_np=1, max_np=8, warmup_grace_s=3)
     ids = rig.start_elastic({"a": 1})
