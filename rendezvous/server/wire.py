@@ -25,7 +25,7 @@ def _shared_fields(kind: type) -> tuple[str, ...]:
 
 
 #: What decides the message of an effect that is the same for every worker it goes to.
-_SHARED = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, Retire, EndJob)}
+_SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, Retire, EndJob)}
 
 
 def worker_events(effects: Iterable[WorkerEffect]) -> list[tuple[str, pb.WorkerEvent]]:

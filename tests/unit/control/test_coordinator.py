@@ -75,12 +75,17 @@ def test_rank_zero_stays_rank_zero_when_it_survives() -> None:
     assert [(a.worker_id, a.rank) for a in rig.coordinator.generation.members] == [(ids[0], 0), (ids[2], 1)]
 
 
+def _newcomers_on_b(rig: Rig, slots: int) -> tuple[list[str], list[str]]:
+    """A job on host a (2 workers) that host b joins with `slots` newcomers: (members, newcomers)."""
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": slots})
+    rig.agent_connected("b", 13)
+    return ids, sorted(rig.specs("b"))
+
+
 def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
     rig = Rig(min_np=2, max_np=8)
-    ids = rig.start_elastic({"a": 2})
-    rig.set_hosts({"a": 2, "b": 2})
-    rig.agent_connected("b", 13)
-    newcomers = sorted(rig.specs("b"))
+    ids, newcomers = _newcomers_on_b(rig, 2)
     assert len(newcomers) == 2
     assert all(rig.specs("b")[w].env["RINGMASTER_GENERATION"] == "0" for w in newcomers)
     for wid in newcomers:
@@ -101,10 +106,7 @@ def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
 def test_a_host_updates_reason_names_a_few_newcomers_and_counts_the_rest() -> None:
     # It goes to every member: listing every newcomer of a large job cost megabytes per message.
     rig = Rig(min_np=2, max_np=64)
-    ids = rig.start_elastic({"a": 2})
-    rig.set_hosts({"a": 2, "b": 20})
-    rig.agent_connected("b", 13)
-    newcomers = sorted(rig.specs("b"))
+    ids, newcomers = _newcomers_on_b(rig, 20)
     for wid in newcomers:
         rig.worker_connected(wid, 2)
     for wid in newcomers:
