@@ -450,7 +450,9 @@ class Coordinator:
 
     def _pace_heartbeats(self) -> None:
         """Stretch heartbeat intervals (and the silences that count as death) with the job's size."""
-        hosts = sum(1 for h in self.pool.hosts.values() if h.agent_connected)
+        # Hosts discovered count before their agents connect: the first agents in are asked for the
+        # job's pace from their first answer, not for 1 s beats that wait behind everyone's hellos.
+        hosts = sum(1 for h in self.pool.hosts.values() if h.agent_connected or h.discovered)
         workers = sum(1 for w in self.job.workers.values() if w.live and w.registered)
         self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers,
                          self.settings.heartbeat_relay)

@@ -90,3 +90,15 @@ def test_a_relayed_beat_counts_from_when_the_agent_heard_it() -> None:
     rig.agent_heartbeat("h0")  # its agent beats on, carrying no beat of this worker's: it hangs
     rig.tick()
     assert not worker.live and "no heartbeat" in (worker.failed or ""), worker.failed
+
+
+def test_the_pace_counts_the_hosts_discovered_not_only_those_connected_yet() -> None:
+    # A large job's agents connect all at once: those first in must be asked for the stretched
+    # beat (and given the long lease) from their first answer, or their beats wait behind the
+    # flood of hellos and their leases run out: healthy hosts reset as a partition.
+    rig = Rig(min_np=1, heartbeat_interval_s=1.0, heartbeat_timeout_s=10.0)
+    rig.set_hosts({f"h{i}": 8 for i in range(1000)})
+    rig.agent_connected("h0", 1)
+    rig.tick()
+    assert rig.coordinator.pace.agent_s == 1000 / AGENT_BEATS_PER_S
+    assert rig.coordinator.pace.agent_timeout_s == 10.0 * 1000 / AGENT_BEATS_PER_S
