@@ -10,9 +10,10 @@ from typing import Iterable
 SHOWN = 8
 
 
-def listed(names: Iterable[str], shown: int = SHOWN) -> str:
-    """'a, b, c' or, past `shown` names, 'a, b, ... (N in all)'."""
+def listed(names: Iterable[str], shown: int = SHOWN, separator: str = ", ", counted: str = "") -> str:
+    """'a, b, c' or, past `shown` names, 'a, b, ... (N in all)' ('(N `counted` in all)' when
+    `counted` names what is counted)."""
     every = list(names)
     if len(every) <= shown:
-        return ", ".join(every)
-    return ", ".join(every[:shown]) + f", ... ({len(every)} in all)"
+        return separator.join(every)
+    return separator.join(every[:shown]) + f"{separator}... ({len(every)}{' ' + counted if counted else ''} in all)"

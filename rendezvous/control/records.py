@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from ringmaster.common.events import Event
 from ringmaster.rendezvous.control.assignment import RankAssignment
+from ringmaster.rendezvous.control.listing import listed
 
 
 class ResetCause(str, enum.Enum):
@@ -182,9 +183,8 @@ class Causes:
     def take(self, is_reset: bool) -> tuple[str, list[str]]:
         """(the causes in words, the kinds' values) of the generation forming now, and forget them.
         The first generation (`is_reset` False) has no kinds."""
-        said = list(dict.fromkeys(self._texts))
-        shown = 8  # (the text goes into events and every member's assignment: a mass failure said each)
-        text = "; ".join(said[:shown]) + (f"; ... ({len(said)} causes in all)" if len(said) > shown else "") or "job start"
+        # (bounded: the text goes into events and every member's assignment, and a mass failure says each)
+        text = listed(dict.fromkeys(self._texts), separator="; ", counted="causes") or "job start"
         kinds = (sorted(kind.value for kind in self._kinds) or [ResetCause.OTHER.value]) if is_reset else []
         self._texts, self._kinds = [], set()
         return text, kinds
