@@ -85,7 +85,12 @@ class Settings:
     #: `goodput`: slots of a typical host (how many hosts a size spans, packed); set per round.
     host_slots: int = 1
     #: `las`: slot-seconds after which a job drops to the second queue (Tiresias: 16 GPU-hours).
+    #: `goodput` too: jobs past it grow one after another, in submission order (see adaptive).
     las_threshold_slot_s: float = 16 * 3600.0
+    #: `goodput`: slot-seconds of service after which a running job gives up even its minimum to
+    #: start a job that has had less (as Tiresias preempts long jobs for new ones: most jobs are
+    #: short, and a short job queued behind long ones costs the average most); 0: never.
+    preempt_after_slot_s: float = 4 * 3600.0
 
     def weight(self, queue: str) -> float:
         return float(self.queue_weights.get(queue, 1.0))

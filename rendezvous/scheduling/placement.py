@@ -6,10 +6,12 @@ A job that shrinks gives back slots on the hosts where it has the fewest first (
 hosts, and keeps its densest ones); a job that grows first fills the free slots of hosts it is
 already on, then takes the hosts with the most free slots (the fewest hosts for the slots it
 needs), and the last few go to the host they fill best (a job of 6 on hosts of 4 takes one
-empty host and two slots of a busy one, not two empty hosts). A job that grows (it pauses
+empty host and two slots of a busy one, not two empty hosts). A job that is resized (it pauses
 at a commit anyway, and new workers start) whose workers would span more hosts than a fresh
 packing needs is packed again: elastic jobs resized over hours would otherwise end up on many half-used hosts, their
-rings crossing hosts they need not. Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
+rings crossing hosts they need not (a job shrunk from 9 workers on 7 hosts to 4 stayed on two
+hosts for the rest of its run, half as fast as on one). A job the caller names in `repack` is
+packed again at the size it has too (the caller judged that fewer hosts pay for the pause). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
 workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit, and
 two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0).
 Pure: hosts' slots (and resources), current placements and target sizes in; placements out.
@@ -17,7 +19,7 @@ Pure: hosts' slots (and resources), current placements and target sizes in; plac
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Collection, Mapping
 
 from ringmaster.rendezvous.scheduling.resources import GPU, SLOTS, Demand, room_in, usage
 
@@ -38,7 +40,8 @@ def _shrink(current: Mapping[str, int], size: int) -> Placement:
 
 def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], sizes: Mapping[str, int],
           order: list[str], demand: Mapping[str, Demand] | None = None,
-          resources: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Placement]:
+          resources: Mapping[str, Mapping[str, float]] | None = None,
+          repack: Collection[str] = ()) -> dict[str, Placement]:
     """Each job's placement. `hosts`: usable hosts and their slots; `current`: where jobs run now;
     `sizes`: target sizes (their sum at most the slots); `order`: jobs in the order they are
     placed (precedence); `demand`: what a job's worker takes besides its slot, out of each host's
@@ -105,8 +108,8 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
         before = {h: n for h, n in current.get(job, {}).items() if h in hosts}
         if sum(placement.values()) < size:
             grow(job, placement, size - sum(placement.values()))
-        if not before or sum(before.values()) >= size or len(placement) <= 1:
-            continue  # not growing (or new, or on one host): its workers stay where they are
+        if not before or (sum(before.values()) == size and job not in repack) or len(placement) <= 1:
+            continue  # not resized (or new, or on one host): its workers stay where they are
         kept_free = {h: dict(left) for h, left in free.items()}
         for host, n in placement.items():
             take(job, host, -n)

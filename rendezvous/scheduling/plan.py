@@ -18,14 +18,19 @@ feeds it simulated time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from ringmaster.rendezvous.scheduling.adaptive import las_order
+from ringmaster.rendezvous.scheduling.adaptive import goodput_order, las_order
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings, Verdict
 from ringmaster.rendezvous.scheduling.placement import place
 from ringmaster.rendezvous.scheduling.resources import Left
 from ringmaster.rendezvous.scheduling.sizing import POLICIES, SIZERS, Sizes
+
+#: How much more a move must be predicted to train, over the next interval, than staying put
+#: (a margin for the model's error: a move on a near tie is not worth its risk).
+_PACK_MARGIN = 0.05
 
 
 def _held(job: JobAsk, usable_size: int, now: float, settings: Settings) -> bool:
@@ -35,9 +40,26 @@ def _held(job: JobAsk, usable_size: int, now: float, settings: Settings) -> bool
             and now - job.resized_at < settings.min_resize_interval_s)
 
 
+def _pays_to_pack(job: JobAsk, settings: Settings) -> bool:
+    """Whether moving a running job's workers onto as few hosts as its size needs is predicted to
+    gain more over the next interval than the move's pause costs (only a job whose scaling was
+    measured: its model says how much crossing hosts slows its ring)."""
+    spans, size = len(job.placement), job.size
+    fewest = math.ceil(size / max(settings.host_slots, 1))
+    if job.scaling is None or spans <= fewest:
+        return False
+    now_rate = float(job.scaling.throughput(size, spans))
+    packed_rate = float(job.scaling.throughput(size, fewest))
+    pause = job.resize_cost_s if job.resize_cost_s is not None else settings.resize_cost_s
+    interval = settings.min_resize_interval_s
+    return packed_rate * max(interval - pause, 0.0) > now_rate * interval * (1.0 + _PACK_MARGIN)
+
+
 def _precedence(policy: str, jobs: Sequence[JobAsk], settings: Settings) -> list[str]:
     if policy == "las":
         return las_order(list(jobs), settings)
+    if policy == "goodput":
+        return [j.id for j in goodput_order(list(jobs), settings)]
     if policy == "priority":
         return [j.id for j in sorted(jobs, key=lambda j: (-j.priority, not j.running, j.submitted, j.id))]
     return [j.id for j in sorted(jobs, key=lambda j: (not j.running, j.submitted, j.id))]
@@ -103,7 +125,8 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
     jobs = [replace(j, placement=usable[j.id] if sum(usable[j.id].values()) >= j.min_np else {}) for j in jobs]
     sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings, totals)
     order = _precedence(policy, jobs, settings)
-    placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources)
+    repack = {j.id for j in jobs if j.id not in held_now and sizes[j.id] == j.size and _pays_to_pack(j, settings)}
+    placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources, repack)
     claimed = sum(sizes[j.id] if j.id in held else j.min_np for j in jobs if sizes[j.id] > 0)
     verdicts = {}
     for j in jobs:
@@ -111,6 +134,10 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
         if placed < sizes[j.id] and placed < j.min_np:  # its workers' resources do not fit together on hosts
             verdicts[j.id] = Verdict(j.id, {}, f"waiting: its {j.min_np} workers, each with {_asks(j)}, do not fit "
                                                "together on the hosts' free resources")
+        elif j.id in repack and placements[j.id] != dict(j.placement):
+            verdicts[j.id] = Verdict(j.id, placements[j.id],
+                                     f"moves onto {len(placements[j.id])} host(s) from {len(j.placement)}: its measured "
+                                     "scaling says a ring across fewer hosts pays for the pause")
         else:
             verdicts[j.id] = Verdict(j.id, placements[j.id],
                                      _reason(j, placed, now, j.id in held, capacity - claimed, policy))

@@ -13,8 +13,9 @@ their sum (1: no overlap) and their maximum (10: nearly full overlap):
     sync = 0 with one worker, else (host_ or net_) sync_s + sync_per_worker_s * (workers - 2)
 
 Fit by least squares on the logarithm of step time (so a 1 ms step counts as much as a 1 s one),
-with the parameters positive, and, where the job never ran across hosts, the network's constants
-held no cheaper than the host's (a ring across hosts is never faster than one inside a host).
+with the parameters positive, and, where the job has not run in both regimes (never across hosts,
+or never several workers on one host), the network's constants held no cheaper than the host's (a
+ring across hosts is never faster than one inside a host).
 Statistical efficiency, where the job reports its gradient noise scale (hvd.report), is Pollux's
 too: a step at global batch B is worth (noise + B0) / (noise + B) steps at the batch B0 it
 started at. Pure: numbers in, numbers out (scipy's least squares does the fitting).
@@ -117,6 +118,7 @@ def fit(samples: Sequence[StepSample], start: PerfParams | None = None) -> PerfP
     known = np.array([s.compute_s is not None for s in samples])
     computes = np.log(np.array([max(s.compute_s or 1.0, _FLOOR_S) for s in samples]))
     across_seen = bool(np.any(hosts > 1))
+    within_seen = bool(np.any((hosts == 1) & (workers > 1)))
     varied_batch = len(set(batch.tolist())) > 1
 
     def unpack(x: np.ndarray) -> np.ndarray:
@@ -129,7 +131,11 @@ def fit(samples: Sequence[StepSample], start: PerfParams | None = None) -> PerfP
             out.append(np.where(known, np.log(np.maximum(compute_time(p, batch), _FLOOR_S)) - computes, 0.0))
         # Priors, weak: what the samples cannot tell stays plausible rather than arbitrary.
         prior = [0.1 * (x[6] - 1.5)]  # overlap: near "mostly sequential" unless the samples say otherwise
-        if not across_seen:  # never ran across hosts: the network no cheaper than the host's link
+        if not (across_seen and within_seen):
+            # One regime unmeasured (never across hosts, or never several workers on one host):
+            # its constants are not identifiable, so a ring inside a host is held no slower than
+            # one across hosts (else a job seen only across hosts may be predicted slow on one
+            # host, never be placed there, and never learn otherwise).
             prior += [2.0 * max(x[2] - x[4], 0.0), 2.0 * max(x[3] - x[5], 0.0)]
         if not varied_batch:  # one batch size: compute per sample is not identifiable; keep it small
             prior += [0.05 * (x[1] - (x[0] - math.log(max(batch[0], 1.0)) - 2.0))]

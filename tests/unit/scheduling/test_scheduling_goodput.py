@@ -4,12 +4,15 @@ than exist, slots to the job that gains most, no resize without gain) and `las`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings
+from ringmaster.rendezvous.scheduling.placement import place
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.scheduling.throughput import PerfParams, Scaling, StepSample, fit, step_time
 
@@ -148,3 +151,73 @@ def test_a_small_gradient_noise_scale_makes_larger_batches_worth_less() -> None:
     jobs = [JobAsk("plain", 1, 16, submitted=0.0, scaling=plain), JobAsk("noisy", 1, 16, submitted=0.0, scaling=noisy)]
     verdicts = schedule("goodput", HOSTS, jobs, now=0.0, settings=Settings(fairness_power=1.0))
     assert verdicts["plain"].size > verdicts["noisy"].size
+
+
+def test_a_job_measured_only_across_hosts_is_not_predicted_slow_on_one() -> None:
+    """Run at one worker and only across hosts otherwise, the fit cannot tell what a ring inside
+    one host costs; it must not guess it dearer than across hosts (the job would never be placed
+    on one host and never learn better)."""
+    ring_bound = PerfParams(compute_s=0.33, compute_per_sample_s=1e-6, host_sync_s=0.05, host_sync_per_worker_s=0.01,
+                            net_sync_s=1.1, net_sync_per_worker_s=0.001, overlap=1.5)
+    samples = _samples(ring_bound, [(4, 15), (3, 9), (2, 5), (1, 1)], (8,), noise=0.0)
+    fitted = fit(samples)
+    for workers in (2, 3, 4):
+        assert float(step_time(fitted, 1, workers, 8)) <= float(step_time(fitted, 2, workers, 8)) * 1.001
+
+
+def _ring_bound(explored: int = 8) -> Scaling:
+    """A job whose ring across hosts costs ten times its ring inside one (per-worker batch kept)."""
+    return Scaling(PerfParams(0.1, 0.0, 0.01, 0.0, 0.5, 0.0, 1.0), batch=32, explored=explored)
+
+
+def test_a_ring_bound_job_spread_over_hosts_is_moved_onto_one() -> None:
+    spread = {"h0": 2, "h1": 2}
+    others = [JobAsk("a", 2, 2, submitted=0.0, placement={"h0": 2}, resized_at=-1000.0),
+              JobAsk("b", 2, 2, submitted=0.0, placement={"h1": 2}, resized_at=-1000.0)]
+    hosts = {"h0": 4, "h1": 4, "h2": 4}
+    job = JobAsk("j", 4, 4, submitted=0.0, placement=spread, resized_at=-1000.0, scaling=_ring_bound())
+    verdict = schedule("goodput", hosts, [job, *others], now=0.0)["j"]
+    assert dict(verdict.placement) == {"h2": 4} and verdict.reason.startswith("moves onto 1 host(s) from 2")
+    flat = Scaling(PerfParams(0.1, 0.0, 0.001, 0.0, 0.001, 0.0, 1.0), batch=32, explored=8)  # no gain on one host
+    verdict = schedule("goodput", hosts, [replace(job, scaling=flat), *others], now=0.0)["j"]
+    assert dict(verdict.placement) == spread
+    recent = replace(job, resized_at=-10.0)  # resized within the interval: it stays
+    assert dict(schedule("goodput", hosts, [recent, *others], now=0.0)["j"].placement) == spread
+
+
+def test_a_job_that_shrinks_is_packed_on_fewer_hosts_when_it_can_be() -> None:
+    spread = {"h0": 2, "h1": 2, "h2": 2, "h3": 2}
+    hosts = {f"h{i}": 4 for i in range(4)}
+    assert place(hosts, {"j": spread}, {"j": 4}, ["j"])["j"] == {"h0": 4}
+    others = {"a": {"h0": 2}, "b": {"h1": 2}, "c": {"h2": 2}, "d": {"h3": 2}}  # no host has room for 4
+    placements = place(hosts, {"j": spread, **others}, {"j": 4, "a": 2, "b": 2, "c": 2, "d": 2}, ["j", *others])
+    assert sum(placements["j"].values()) == 4 and len(placements["j"]) == 2
+
+
+def test_goodput_starts_a_new_job_in_place_of_one_past_the_preemption_threshold() -> None:
+    rules = Settings(preempt_after_slot_s=3600.0)
+    one_host = {"h0": 4}
+    new = JobAsk("new", 3, 4, submitted=10.0)
+    long = JobAsk("long", 2, 4, submitted=0.0, placement={"h0": 4}, resized_at=-1000.0, attained_s=2 * 3600.0)
+    verdicts = schedule("goodput", one_host, [long, new], now=100.0, settings=rules)
+    assert verdicts["new"].size >= 3 and verdicts["long"].size == 0
+    assert verdicts["long"].reason.startswith("suspended")
+    short = replace(long, attained_s=600.0)  # below the threshold: it keeps its minimum, the new job waits
+    verdicts = schedule("goodput", one_host, [short, new], now=100.0, settings=rules)
+    assert verdicts["long"].size >= 2 and verdicts["new"].size == 0
+    never = Settings(preempt_after_slot_s=0.0)
+    assert schedule("goodput", one_host, [long, new], now=100.0, settings=never)["new"].size == 0
+
+
+def test_long_jobs_grow_one_after_another_not_evenly() -> None:
+    """Two long jobs that scale alike: the older takes most of the pool (it finishes sooner, the
+    other no later than if they had shared); two short ones share it."""
+    linear = Scaling(PerfParams(0.1, 0.0, 1e-4, 0.0, 1e-4, 0.0, 1.0), batch=32, explored=16)
+    done = 20 * 3600.0
+    jobs = [JobAsk(name, 1, 16, submitted=float(i), placement={f"h{2 * i}": 4, f"h{2 * i + 1}": 4},
+                   resized_at=-1000.0, attained_s=done, scaling=linear) for i, name in enumerate(["older", "newer"])]
+    verdicts = schedule("goodput", HOSTS, jobs, now=0.0)
+    assert verdicts["older"].size >= verdicts["newer"].size + 4
+    young = [replace(j, attained_s=0.0) for j in jobs]
+    verdicts = schedule("goodput", HOSTS, young, now=0.0)
+    assert abs(verdicts["older"].size - verdicts["newer"].size) <= 2

@@ -69,8 +69,9 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
             kept = all(verdict.placement.get(h, 0) >= n for h, n in usable_before.items())
             assert kept or len(verdict.placement) < len(usable_before) + len(set(verdict.placement) - set(usable_before)), \
                 (job, verdict)
-        elif verdict.size > 0:  # shrinking: only gives back
-            assert all(n <= usable_before.get(h, 0) for h, n in verdict.placement.items()), (job, verdict)
+        elif verdict.size > 0:  # shrinking: only gives back, or it is packed on fewer hosts (it pauses anyway)
+            gives_back = all(n <= usable_before.get(h, 0) for h, n in verdict.placement.items())
+            assert gives_back or len(verdict.placement) < len(usable_before), (job, verdict)
         assert verdict.reason
     assert all(used[h] <= hosts[h] for h in hosts), used
     free = sum(hosts.values()) - sum(used.values())
