@@ -845,6 +845,24 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
     assert sorted(a.worker_id for a in rig.coordinator.generation.members) == sorted(on_a_or_b)
 
 
+def test_only_the_first_report_of_a_generations_failure_costs_a_pass() -> None:
+    """Every survivor of a lost host reports the failure its ring saw: the first ends the
+    generation; the others (thousands in a large job, each once a pass over every worker) tell
+    nothing new and set off no pass, and the next generation still forms with every survivor."""
+    rig = Rig(min_np=2)
+    ids = rig.start_elastic({"a": 2, "b": 2, "c": 2})
+    passes = _passes(rig)
+    rig.worker_ready(ids[0], 1, "allreduce failed: connection reset", True)
+    first = len(passes)
+    assert first >= 1 and rig.coordinator.generation.number == 2  # (the others rejoin at once)
+    for wid in ids[1:]:
+        rig.worker_ready(wid, 1, "allreduce failed: connection reset", True)
+    assert len(passes) == first
+    gen = rig.coordinator.generation
+    assert gen.number == 2 and sorted(a.worker_id for a in gen.members) == sorted(ids)
+    assert rig.coordinator.summary.resets == 1
+
+
 def test_a_member_that_reconnects_during_a_host_update_is_told_it_again() -> None:
     """After a rendezvous fail-over the new leader holds the update the old one sent, and cannot
     know whether it reached each member: every member that connects is told it again."""
