@@ -13,8 +13,14 @@ for either; its jobs restart from a checkpoint).
 
 Policies: `fifo`, `priority` (every job of the same priority), `fair` (one queue), `las` (least
 attained service, elastic), `goodput` (each job's scaling learned from the step times it
-measured at the placements it ran, as a real job reports them), and `tiresias`: `las` with rigid
-jobs at the size their row asked (Tiresias' discipline as Pollux ran it). Printed per workload
+measured at the placements it ran, as a real job reports them), `tiresias`: `las` with rigid
+jobs at the size their row asked (Tiresias' discipline as Pollux ran it), and `goodput-batch`:
+`goodput`'s allocations, with each job choosing its global batch (with the learning rate scaled
+for it, as Pollux's jobs do) on whatever allocation it gets: at every epoch the batch, among
+those the traces measured, that makes progress fastest there. An estimate of how much of
+Pollux's lead its co-tuning of batch and learning rate explains: the jobs choose with the traces'
+exact gradient statistics (Pollux's estimate them as they train), and the scheduler is not told
+(it predicts as for `goodput`). Printed per workload
 and policy: average and p99 JCT, makespan, utilisation (slot-seconds used / slots x makespan),
 resizes per job; and the published Pollux, Tiresias and Optimus averages on the same workload.
 
@@ -44,7 +50,7 @@ from ringmaster.rendezvous.scheduling.throughput import PerfParams, Scaling, Ste
 HOSTS = {f"n{i:02d}": 4 for i in range(16)}
 #: The pool's settings as the simulation runs them (--power, --explore, --service-half change them).
 TUNING = Settings()
-POLICIES = ("fifo", "priority", "fair", "las", "tiresias", "goodput")
+POLICIES = ("fifo", "priority", "fair", "las", "tiresias", "goodput", "goodput-batch")
 
 
 @dataclass
@@ -64,6 +70,8 @@ class SimJob:
     resizes: int = 0
     samples: dict[tuple[int, int, int], StepSample] = field(default_factory=dict)
     params: PerfParams | None = None
+    #: Chooses its global batch on each allocation (`goodput-batch`), else keeps its row's.
+    cotune: bool = False
 
     @property
     def size(self) -> int:
@@ -78,14 +86,15 @@ class SimJob:
         self.pause_s -= pause
         now, seconds = now + pause, seconds - pause
         model = pollux_traces.model(self.trace.model)
-        plan = model.plan(self.trace.batch)
-        atomic, passes = model.configuration(self.trace.batch, self.size)
         shape = tuple(sorted(self.placement.values(), reverse=True))
-        step, sync = model.step_and_sync(shape, atomic)
-        self._measure(len(shape), atomic, step, sync)
-        step_total = step + (passes - 1) * (step - sync)
+        batches = self._batches(model) if self.cotune else [self.trace.batch]
+        steps = {batch: self._step(model, batch, shape) for batch in batches}
         while seconds > 0:
-            rate = plan.gains[self.epoch] / step_total  # progress per second
+            # progress per second at each batch (its gain per step this epoch over its step time)
+            rate, batch = max((model.plan(b).gains[self.epoch] / steps[b][0], b) for b in batches)
+            _, atomic, step, sync = steps[batch]
+            self._measure(len(shape), atomic, step, sync)
+            plan = model.plan(batch)
             need = (plan.ends[self.epoch + 1] - self.progress) / rate
             if need > seconds:
                 self.progress += rate * seconds
@@ -96,6 +105,18 @@ class SimJob:
             if self.epoch >= model.epochs:
                 self.done_at = now
                 return
+
+    def _batches(self, model: pollux_traces.Model) -> list[int]:
+        """The global batches a co-tuning job may choose on its allocation: those the traces
+        measured (and its row's), at least the smallest per-worker batch on each worker."""
+        return sorted(b for b in {*model.batches, self.trace.batch} if model.most_workers(b) >= self.size) \
+            or [self.trace.batch]
+
+    def _step(self, model: pollux_traces.Model, batch: int, shape: tuple[int, ...]) -> tuple[float, int, float, float]:
+        """(seconds of a whole step, per-pass batch, one pass's seconds, its sync) at `batch`."""
+        atomic, passes = model.configuration(batch, self.size)
+        step, sync = model.step_and_sync(shape, atomic)
+        return step + (passes - 1) * (step - sync), atomic, step, sync
 
     def _measure(self, hosts: int, atomic: int, step: float, sync: float) -> None:
         """What a real job reports: its step time and the part of it not spent synchronising."""
@@ -112,22 +133,23 @@ class SimJob:
                        explored=max(k[1] for k in self.samples))
 
 
-def _jobs(trace: list[pollux_traces.TraceJob], rigid: bool) -> list[SimJob]:
+def _jobs(trace: list[pollux_traces.TraceJob], rigid: bool, cotune: bool = False) -> list[SimJob]:
     jobs = []
     for row in trace:
         most = pollux_traces.model(row.model).most_workers(row.batch)
         if rigid:
             jobs.append(SimJob(row, min(row.workers, most), min(row.workers, most)))
         else:
-            jobs.append(SimJob(row, 1, most))
+            jobs.append(SimJob(row, 1, most, cotune=cotune))
     return jobs
 
 
 def simulate(trace: list[pollux_traces.TraceJob], policy: str, interval: float, resize_cost: float,
              start_cost: float) -> dict[str, Any]:
     """Run one workload under one policy; the figures of its jobs."""
-    rigid = policy == "tiresias"
-    jobs = _jobs(trace, rigid)
+    rigid, cotune = policy == "tiresias", policy == "goodput-batch"
+    jobs = _jobs(trace, rigid, cotune)
+    policy = "goodput" if cotune else policy  # (the scheduler's own policy)
     settings = replace(TUNING, min_resize_interval_s=interval, resize_cost_s=resize_cost)
     now = 0.0
     used_slot_s = 0.0
@@ -203,7 +225,7 @@ def main() -> None:
         published = {p: pollux_traces.published(p, load) for p in ("pollux", "tiresias", "optimus")}
         print(f"\nload {load}: average JCT (s) per workload; p99, makespan, utilisation, resizes/job in brackets")
         header = f"{'workload':>9} " + " ".join(f"{p:>10}" for p in args.policies) + \
-            f" {'Pollux':>8} {'Tiresias':>8} {'Optimus':>8}  goodput/Pollux  goodput/fifo"
+            f" {'Pollux':>8} {'Tiresias':>8} {'Optimus':>8}  goodput/Pollux  goodput/fifo  goodput-batch/Pollux"
         print(header)
         for n in args.workloads:
             row = [figures[(load, n, p)]["avg"] for p in args.policies]
@@ -215,6 +237,8 @@ def main() -> None:
                 ratio = f"  {good / pub[0]:>14.2f}"
                 if "fifo" in args.policies:
                     ratio += f"  {good / figures[(load, n, 'fifo')]['avg']:>12.2f}"
+            if "goodput-batch" in args.policies:
+                ratio += f"  {figures[(load, n, 'goodput-batch')]['avg'] / pub[0]:>20.2f}"
             print(f"{n:>9} {cells}{ratio}")
         means = {p: statistics.fmean(figures[(load, n, p)]["avg"] for n in args.workloads) for p in args.policies}
         pub_means = [statistics.fmean(published[p].get(f"workload-{n}", float("nan")) for n in args.workloads)
