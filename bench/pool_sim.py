@@ -192,7 +192,7 @@ def _run(task: tuple[str, int, str, int | None, float, float, float]) -> tuple[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loads", nargs="+", default=["1.0"], choices=["0.5", "1.0", "1.5", "2.0"])
-    parser.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)))
+    parser.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)), choices=range(1, 9))
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between scheduling rounds")
     parser.add_argument("--resize-cost", type=float, default=5.0, help="seconds a resize pauses a job")

@@ -66,7 +66,7 @@ def value_curve(job: JobAsk, most: int, settings: Settings) -> np.ndarray:
     else:
         speedups = np.arange(most + 1, dtype=float)  # unmeasured: assumed linear (explored step by step)
     if job.running and settings.min_resize_interval_s > 0:
-        cost = job.resize_cost_s if job.resize_cost_s is not None else settings.resize_cost_s
+        cost = job.pause_s(settings.resize_cost_s)
         kept = max(0.0, 1.0 - cost / settings.min_resize_interval_s)
         speedups = speedups * kept
         if job.size <= most:

@@ -59,6 +59,10 @@ class JobAsk:
     def size(self) -> int:
         return sum(self.placement.values())
 
+    def pause_s(self, default: float) -> float:
+        """Seconds a resize pauses it: as measured, else `default` (the pool's --resize-cost)."""
+        return self.resize_cost_s if self.resize_cost_s is not None else default
+
 
 @dataclass(frozen=True)
 class Settings:

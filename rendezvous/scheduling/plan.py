@@ -50,7 +50,7 @@ def _pays_to_pack(job: JobAsk, settings: Settings) -> bool:
         return False
     now_rate = float(job.scaling.throughput(size, spans))
     packed_rate = float(job.scaling.throughput(size, fewest))
-    pause = job.resize_cost_s if job.resize_cost_s is not None else settings.resize_cost_s
+    pause = job.pause_s(settings.resize_cost_s)
     interval = settings.min_resize_interval_s
     return packed_rate * max(interval - pause, 0.0) > now_rate * interval * (1.0 + _PACK_MARGIN)
 
