@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 from ringmaster.common import figures
-from ringmaster.worker.train.context import WorkerContext, exit_promptly
+from ringmaster.worker.train.context import WorkerContext
+from ringmaster.worker.train.exiting import exit_promptly, install_crash_hook
 
 # Reduction ops, as Horovod names them.
 Average = "average"
@@ -32,6 +33,7 @@ def init() -> None:
         context = WorkerContext()
         context.init()
         _context = context
+        install_crash_hook()  # a crash ends the process promptly too: see ringmaster.worker.train.exiting
         atexit.register(shutdown)  # leave before the interpreter finalizes: see WorkerContext.shutdown
 
 

@@ -11,7 +11,6 @@ Without Ringmaster's environment (`python train.py` on its own) the worker is a 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from datetime import timedelta
 
@@ -29,6 +28,7 @@ from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
+from ringmaster.worker.train.exiting import leave
 from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.host_signals import shield_from_host_signals
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
@@ -45,33 +45,6 @@ def _credentials(env: dict[str, str], worker_id: str, host: str) -> Credentials 
         return Credentials(Identity(WORKER, host, worker_id), parse_key(text, f"${WORKER_KEY_ENV}"))
     except ValueError as exc:
         raise UsageError(f"{exc}; this worker was not started by a ringmaster agent") from None
-
-
-#: The exit status of a worker the rendezvous sent away (see `leave`); None while it trains.
-leaving_code: int | None = None
-
-
-def leave(code: int) -> None:
-    """Leave the job: SystemExit(code) goes up through the training script (its `finally` blocks
-    and exit handlers run), and `exit_promptly`, the last exit handler, then ends the process."""
-    global leaving_code
-    leaving_code = code
-    raise SystemExit(code) from None
-
-
-def exit_promptly() -> None:
-    """Registered at exit, it runs after the script's exit handlers: a worker sent away ends
-    here, skipping the interpreter's teardown of torch's native objects, which was measured to
-    hold a retired worker for 5 s (until its agent's SIGTERM) while the host's new workers
-    waited for the CPU it held. A worker that finishes training exits normally."""
-    if leaving_code is None:
-        return
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(leaving_code)
 
 
 class WorkerContext:

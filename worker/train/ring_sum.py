@@ -66,6 +66,20 @@ def takes_into(source: torch.Tensor, size: int) -> bool:
             and source.numel() * source.element_size() >= least)
 
 
+def _run_then_settle(pending: list[Callable[[], None]], future: torch.futures.Future) -> None:
+    """Run the one reduction in `pending`, drop it (and with it every tensor it holds), then
+    settle `future`: a caller that drops its result after `wait()` returns really frees it."""
+    error: Exception | None = None
+    try:
+        pending.pop()()
+    except Exception as exc:  # handed to whoever waits on the future
+        error = exc
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
 def segment_order(rank: int, size: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(segment sent, segment received) at each step of the reduce-scatter and of the allgather
     for `rank` (pure). After the reduce-scatter, rank r holds the full sum of segment r+1."""
@@ -110,15 +124,15 @@ class RingSum:
         first_tag = self._take_tags(1 + 2 * (self.size - 1) * span)
         future: torch.futures.Future = torch.futures.Future()
 
-        def target() -> None:
-            try:
-                self._check_left_neighbour(flat, first_tag)
-                run(first_tag + 1, span)
-                future.set_result(None)
-            except Exception as exc:  # handed to whoever waits on the future
-                future.set_exception(exc)
+        def reduction() -> None:
+            self._check_left_neighbour(flat, first_tag)
+            run(first_tag + 1, span)
 
-        threading.Thread(target=target, name="ringmaster-ring-sum", daemon=True).start()
+        # The thread gets the reduction in a list it empties, not as its target: a target (and
+        # its args) stays referenced until the thread ends, after the future is settled, and
+        # would hold `flat` for a moment after `wait()` returned.
+        threading.Thread(target=_run_then_settle, args=([reduction], future), name="ringmaster-ring-sum",
+                         daemon=True).start()
         return future
 
     def _check_left_neighbour(self, flat: torch.Tensor, tag: int) -> None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from ringmaster.torch import result_pool
 from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train import ring_sum
 from ringmaster.worker.train.collectives import Communicator
@@ -134,6 +135,45 @@ def test_a_dropped_result_of_a_ring_sum_is_free_for_the_result_pool() -> None:
 
     for reused, right in _on_three_ranks(work):
         assert reused and right
+
+
+def test_a_ring_sum_holds_none_of_its_tensors_once_its_future_is_done() -> None:
+    """At the moment rank 0's future is settled (its callback runs then, on the reduction's
+    thread) only the caller's own reference to the output's storage is left: the thread let go of
+    the reduction first. Were it held a moment longer, a caller that drops the result right after
+    `wait()` would not free it, and the result pool would hand out fresh memory instead. Ranks 1
+    and 2 start only after rank 0's callback is attached, so it runs on the settling thread."""
+    store = dist.HashStore()
+    users = result_pool._storage_users()
+    assert users is not None
+    attached = threading.Event()
+    seen: list[int] = []
+    errors: list[Exception] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            pg = dist.ProcessGroupGloo(dist.PrefixStore("held", store), rank, 3, timedelta(seconds=30))
+            ring = ring_sum.RingSum(pg, rank, 3, timeout_s=30)
+            source, out = torch.ones(300_000), torch.empty(300_000)
+            if rank != 0:
+                attached.wait(30)
+                ring.sum_into_async_(source, out).wait()
+                return
+            future = ring.sum_into_async_(source, out)
+            future.add_done_callback(lambda _: seen.append(users(out)))
+            attached.set()
+            future.wait()
+            assert torch.equal(out, torch.full((300_000,), 3.0))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    assert seen == [1]
 
 
 def test_small_sums_into_a_new_tensor_are_copied_then_summed_by_gloo() -> None:

@@ -1,0 +1,61 @@
+"""How a worker process ends: a crash (an uncaught exception after `hvd.init()`) ends it at once
+with Python's status and its files flushed, skipping the interpreter's teardown; a script that
+returns, or is interrupted, exits as Python does. Real interpreters, each a job of one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+SCRIPT = textwrap.dedent("""
+    import atexit, sys
+    import ringmaster.torch as hvd
+
+    class Finalized:
+        def __del__(self):
+            sys.stderr.write("torn down\\n")  # runs only in the interpreter's teardown
+
+    keep = Finalized()
+    hvd.init()
+    log = open(sys.argv[1], "w")
+    log.write("last line, never flushed by the script")
+    atexit.register(lambda: sys.stderr.write("script's exit handler\\n"))
+    how = sys.argv[2]
+    if how == "raise":
+        raise RuntimeError("the training script failed")
+    if how == "interrupt":
+        raise KeyboardInterrupt
+""")
+
+
+def _run(tmp_path: Path, how: str) -> tuple[int, str, str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    log = tmp_path / "log.txt"
+    done = subprocess.run([sys.executable, str(script), str(log), how], capture_output=True, text=True,
+                          timeout=120, start_new_session=True)
+    return done.returncode, done.stderr, log.read_text() if log.exists() else ""
+
+
+def test_a_crashed_worker_exits_at_once_with_status_1_its_files_flushed(tmp_path: Path) -> None:
+    code, stderr, log = _run(tmp_path, "raise")
+    assert code == 1, stderr
+    assert "RuntimeError: the training script failed" in stderr  # the traceback, printed as before
+    assert "script's exit handler" in stderr
+    assert log == "last line, never flushed by the script"
+    assert "torn down" not in stderr  # the teardown was skipped
+
+
+def test_a_worker_that_returns_exits_as_python_does(tmp_path: Path) -> None:
+    code, stderr, log = _run(tmp_path, "return")
+    assert code == 0, stderr
+    assert "torn down" in stderr and log == "last line, never flushed by the script"
+
+
+def test_an_interrupted_worker_ends_by_sigint_as_python_does(tmp_path: Path) -> None:
+    code, stderr, _ = _run(tmp_path, "interrupt")
+    assert code == -signal.SIGINT, stderr
