@@ -30,6 +30,7 @@ from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
 from ringmaster.rendezvous.server import wire
+from ringmaster.rendezvous.server.heap import LongLivedHeap
 from ringmaster.rendezvous.state.journal import Journal
 from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
 from ringmaster.rendezvous.server.trace_file import JobTimeline
@@ -55,6 +56,8 @@ MAX_RELAYED_AGE_S = 3600.0
 #: A save that releases no message waits for up to this many times a save's cost (a large job's
 #: record takes milliseconds to build; its members' Readies at a host update come one by one).
 QUIET_SAVE_DUTY = 10.0
+#: Seconds after a generation formed that the heap is frozen (its messages have gone out by then).
+HEAP_FREEZE_DELAY_S = 2.0
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
@@ -88,6 +91,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._straggler_watch = Persistence()  # hosts found slow in the last checks
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
+        self.heap = LongLivedHeap()
+        self._heap_generation = 0  # the last generation a freeze was planned for
 
     # ---------------------------------------------------------------- for the other readers and inputs
     def view(self, page: Page = ALL_ROWS) -> JobView:
@@ -150,6 +155,16 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             if messages:
                 self._releasing.set()
         self.changed.set()
+        gen = self.coordinator.generation
+        if gen is not None and gen.number != self._heap_generation:
+            self._heap_generation = gen.number
+            asyncio.get_running_loop().call_later(HEAP_FREEZE_DELAY_S, self._freeze_heap, gen.number)
+
+    def _freeze_heap(self, number: int) -> None:
+        """Freeze the heap if generation `number` still runs (see `heap`)."""
+        gen = self.coordinator.generation
+        if gen is not None and gen.number == number and gen.over is None:
+            self.heap.settled(number, len(gen.member_ids))
 
     def _deliver(self, effects: list[Effect]) -> None:
         to_workers = []
