@@ -39,17 +39,26 @@ def test_the_schedule_leaves_every_rank_with_every_segments_full_sum() -> None:
 def _on_three_ranks(work: Callable[[Communicator], Any]) -> list[Any]:
     """`work(comm)` on each of three ranks of a real Gloo group (threads; an in-process store)."""
     store = dist.HashStore()
+
+    def rank_main(rank: int) -> Any:
+        pg = dist.ProcessGroupGloo(dist.PrefixStore("ring", store), rank, 3, timedelta(seconds=30))
+        return work(Communicator(pg, rank, 3, generation=1, link=None, timeout_s=30))
+
+    return _three_threads(rank_main)
+
+
+def _three_threads(rank_main: Callable[[int], Any]) -> list[Any]:
+    """`rank_main(rank)` for ranks 0-2, each on a thread; their results, once all returned."""
     results: list[Any] = [None] * 3
     errors: list[Exception] = []
 
-    def rank_main(rank: int) -> None:
+    def run(rank: int) -> None:
         try:
-            pg = dist.ProcessGroupGloo(dist.PrefixStore("ring", store), rank, 3, timedelta(seconds=30))
-            results[rank] = work(Communicator(pg, rank, 3, generation=1, link=None, timeout_s=30))
+            results[rank] = rank_main(rank)
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(3)]
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -148,31 +157,22 @@ def test_a_ring_sum_holds_none_of_its_tensors_once_its_future_is_done() -> None:
     assert users is not None
     attached = threading.Event()
     seen: list[int] = []
-    errors: list[Exception] = []
 
     def rank_main(rank: int) -> None:
-        try:
-            pg = dist.ProcessGroupGloo(dist.PrefixStore("held", store), rank, 3, timedelta(seconds=30))
-            ring = ring_sum.RingSum(pg, rank, 3, timeout_s=30)
-            source, out = torch.ones(300_000), torch.empty(300_000)
-            if rank != 0:
-                attached.wait(30)
-                ring.sum_into_async_(source, out).wait()
-                return
-            future = ring.sum_into_async_(source, out)
-            future.add_done_callback(lambda _: seen.append(users(out)))
-            attached.set()
-            future.wait()
-            assert torch.equal(out, torch.full((300_000,), 3.0))
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        pg = dist.ProcessGroupGloo(dist.PrefixStore("held", store), rank, 3, timedelta(seconds=30))
+        ring = ring_sum.RingSum(pg, rank, 3, timeout_s=30)
+        source, out = torch.ones(300_000), torch.empty(300_000)
+        if rank != 0:
+            attached.wait(30)
+            ring.sum_into_async_(source, out).wait()
+            return
+        future = ring.sum_into_async_(source, out)
+        future.add_done_callback(lambda _: seen.append(users(out)))
+        attached.set()
+        future.wait()
+        assert torch.equal(out, torch.full((300_000,), 3.0))
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads) and not errors, errors
+    _three_threads(rank_main)
     assert seen == [1]
 
 
