@@ -121,6 +121,18 @@ class Job:
                 found.append(record)
         return found
 
+    #: The events that tell how a job's rings went (for `story`).
+    STORY_KINDS = ("generation.formed", "generation.over", "worker.failed", "worker.exited", "host.blacklisted",
+                   "job.succeeded", "job.failed")
+
+    def story(self) -> str:
+        """How the job's rings went, one short line per event, seconds from the first event: an
+        assertion message that leads with it shows the cause where a long output is cut."""
+        events = self.events()
+        start = events[0].get("time", 0.0) if events else 0.0
+        return "\n".join(f"+{e.get('time', start) - start:.2f} s {e['kind']}: {str(e.get('message', ''))[:160]}"
+                         for e in events if e.get("kind") in self.STORY_KINDS)
+
     def wait_event(self, kind: str, timeout_s: float = 60, **match: object) -> dict:
         """The first event of `kind` with the given field values, waited for."""
 

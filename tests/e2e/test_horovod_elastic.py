@@ -97,7 +97,7 @@ def test_single_rank_failure(run_job, tmp_path) -> None:
     assert code == 0, job.output
     assert fields(results, "start_rank", "size", "rendezvous") == [(0, 4, 1), (2, 2, 2), (2, 2, 2)], job.output
     assert job.events("host.blacklisted", host="localhost", cooldown_s=None)
-    assert job.wait_event("job.summary")["resets"] == 1, job.output
+    assert job.wait_event("job.summary")["resets"] == 1, f"{job.story()}\n{job.output}"
     assert job.events("worker.ready", worker="127.0.0.1/3", after_generation=1)  # --log-level DEBUG
 
 
