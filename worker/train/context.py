@@ -264,12 +264,18 @@ class WorkerContext:
         (`hvd.init` registers it with `atexit`, which runs before the interpreter finalizes):
         a gRPC stream torn down or a collective completing after that point wakes a thread that
         can no longer enter Python, and the process dies by SIGABRT ("terminate called without
-        an active exception") instead of exiting with its script's status."""
+        an active exception") instead of exiting with its script's status.
+
+        The session closes first, the ring after: a crashed worker's closed session is how the
+        rendezvous learns that this worker failed (and waits for its exit status). Torn down
+        first, the ring would let the peers report "connection closed by peer" while this
+        worker's session still stood, and the next ring would be formed with this worker in it
+        (a second reset when its session closed)."""
+        if self.link is not None:
+            self.link.close()
         self._retire_ring()
         deadline = time.monotonic() + self.timeout_s
         while self._graveyard and time.monotonic() < deadline:  # collectives stuck on a hung peer end by its timeout
             self._graveyard = [old for old in self._graveyard if not old.idle]
             time.sleep(0.01)
         self._graveyard = []
-        if self.link is not None:
-            self.link.close()

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ringmaster.worker.train.context import WorkerContext
+
 
 SCRIPT = textwrap.dedent("""
     import atexit, sys
@@ -59,3 +61,26 @@ def test_a_worker_that_returns_exits_as_python_does(tmp_path: Path) -> None:
 def test_an_interrupted_worker_ends_by_sigint_as_python_does(tmp_path: Path) -> None:
     code, stderr, _ = _run(tmp_path, "interrupt")
     assert code == -signal.SIGINT, stderr
+
+
+def test_a_leaving_worker_closes_its_session_before_its_ring() -> None:
+    """The order inside `WorkerContext.shutdown`, with stand-ins for the session and the ring: the
+    race it prevents (the peers' "connection closed by peer" reaching the rendezvous before the
+    crashed worker's closed session, so the next ring includes the dying worker) cannot be made
+    to happen on demand with real processes."""
+    order: list[str] = []
+
+    class Session:
+        def close(self) -> None:
+            order.append("session closed")
+
+    class Ring:
+        idle = True
+
+        def abort(self) -> None:
+            order.append("ring torn down")
+
+    context = WorkerContext(environ={})
+    context.link, context.comm = Session(), Ring()  # type: ignore[assignment]
+    context.shutdown()
+    assert order == ["session closed", "ring torn down"]
