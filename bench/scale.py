@@ -13,6 +13,10 @@ finds its hosts with a discovery script reading a file, as a user's would. For e
   hosts leave discovery);
 - with `--store etcd`, the bytes and writes etcd took per generation (its own metrics).
 
+`--messages both` runs each size twice: with the agents carrying the workers' messages (one
+message per host, `ringmaster/common/event_relay.py`) and with every worker hearing its own
+stream (one message per worker), the baseline in the same run.
+
 The rendezvous shares this machine with the simulated hosts: its own CPU is what is reported.
 
 `--part control` times the rendezvous' decisions alone (its coordinator, in this process, no
@@ -70,8 +74,12 @@ class Cluster:
     its discovery script prints."""
 
     def __init__(self, root: pathlib.Path, hosts: int, slots: int, store: str, fleets: int,
-                 heartbeat_s: float, discovery_s: float, extra: list[str] | None = None) -> None:
+                 heartbeat_s: float, discovery_s: float, extra: list[str] | None = None,
+                 carry_events: bool = True) -> None:
+        """`carry_events`: the simulated agents carry a large job's messages to their workers, as
+        `ringmaster agent` does (else every worker hears its own stream: the way before it)."""
         self.root, self.slots, self.store = root, slots, store
+        self.carry_events = carry_events
         self.names = [f"h{i:05d}" for i in range(hosts)]
         self.hosts_file = root / "hosts.txt"
         self.script = root / "hosts.sh"
@@ -106,7 +114,7 @@ class Cluster:
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         address = f"127.0.0.1:{self.port}"
         wait_for(lambda: self._listening(), 60, f"the rendezvous to listen on {address}")
-        self.fleets = [FleetProcess(address, SECRET, self.heartbeat_s) for _ in range(self.fleet_count)]
+        self.fleets = [FleetProcess(address, SECRET, self.heartbeat_s, self.carry_events) for _ in range(self.fleet_count)]
         self.add(self.names)
         self.wait_settled(len(self.names) * self.slots, 0, self.first_timeout_s, "the first generation")
         return self.last_assigned() - started
@@ -358,6 +366,9 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="the rendezvous' --heartbeat-interval")
     parser.add_argument("--discovery-interval", type=float, default=0.5)
     parser.add_argument("--steady-s", type=float, default=10.0)
+    parser.add_argument("--messages", choices=["carried", "streamed", "both"], default="carried",
+                        help="a large job's messages to workers: carried by the agents, one per host (as "
+                             "`ringmaster agent` does), or on every worker's own stream")
     args = parser.parse_args()
     sizes = [int(x) for x in args.hosts.split(",")]
     if args.part == "control":
@@ -366,35 +377,35 @@ def main() -> None:
     stores = ["memory", "etcd"] if args.store == "both" else [args.store]
     print(f"# Scale: {args.slots} workers per host, {args.fleets} client processes, heartbeat "
           f"{args.heartbeat_interval:g} s, discovery every {args.discovery_interval:g} s, {os.cpu_count()} cores\n")
-    print("| hosts | workers | store | first gen. s | host lost s | +64 hosts s | half s | serve CPU (cores; read) "
+    ways = ["carried", "streamed"] if args.messages == "both" else [args.messages]
+    print("| hosts | workers | store | messages | first gen. s | host lost s | +64 hosts s | half s | serve CPU (cores; read) "
           "| RSS MB | calls/s | /status ms (KB) | /metrics ms (KB) | etcd KB / gen. (lost, +64, half) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for hosts in sizes:
-        for store in stores:
-            with tempfile.TemporaryDirectory() as tmp:
-                root = pathlib.Path(tmp)
-                etcd = None
-                url = "memory"
-                if store == "etcd":
-                    from etcd_server import EtcdServer
-                    etcd = EtcdServer(root / "etcd").start()
-                    url = f"etcd://127.0.0.1:{etcd.client_port}/scale/{hosts}"
-                cluster = Cluster(root, hosts, args.slots, url, args.fleets, args.heartbeat_interval,
-                                  args.discovery_interval)
-                try:
-                    first = cluster.start()
-                    steady = steady_state(cluster, args.steady_s)
-                    changes = run_changes(cluster, etcd.client_port if etcd else None)
-                finally:
-                    cluster.close()
-                    if etcd is not None:
-                        etcd.kill()
-            etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
-            print(f"| {hosts} | {hosts * args.slots} | {store} | {first:.2f} | "
-                  + " | ".join(f"{c.seconds:.2f}" for c in changes)
-                  + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | {steady['calls_per_s']:.0f} | "
-                  f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
-                  f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for hosts, store, way in ((h, s, w) for h in sizes for s in stores for w in ways):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            etcd = None
+            url = "memory"
+            if store == "etcd":
+                from etcd_server import EtcdServer
+                etcd = EtcdServer(root / "etcd").start()
+                url = f"etcd://127.0.0.1:{etcd.client_port}/scale/{hosts}"
+            cluster = Cluster(root, hosts, args.slots, url, args.fleets, args.heartbeat_interval,
+                              args.discovery_interval, carry_events=way == "carried")
+            try:
+                first = cluster.start()
+                steady = steady_state(cluster, args.steady_s)
+                changes = run_changes(cluster, etcd.client_port if etcd else None)
+            finally:
+                cluster.close()
+                if etcd is not None:
+                    etcd.kill()
+        etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
+        print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
+              + " | ".join(f"{c.seconds:.2f}" for c in changes)
+              + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | {steady['calls_per_s']:.0f} | "
+              f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
+              f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -51,18 +51,20 @@ class Seal(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class AgentHello(_message.Message):
-    __slots__ = ("host", "pid", "running", "incarnation", "slots")
+    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CARRIES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     running: _containers.RepeatedScalarFieldContainer[str]
     incarnation: str
     slots: int
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ...) -> None: ...
+    carries_events: bool
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
     __slots__ = ("worker_id", "slot", "argv", "env")
@@ -84,16 +86,26 @@ class WorkerSpec(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., slot: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
-    __slots__ = ("workers", "shutdown", "reason", "seal")
+    __slots__ = ("workers", "shutdown", "reason", "events", "seal")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     SEAL_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerSpec]
     shutdown: bool
     reason: str
+    events: _containers.RepeatedCompositeFieldContainer[HostedEvent]
     seal: Seal
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., events: _Optional[_Iterable[_Union[HostedEvent, _Mapping]]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
+
+class HostedEvent(_message.Message):
+    __slots__ = ("worker_id", "event")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    event: WorkerEvent
+    def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
     __slots__ = ("host", "workers")
@@ -142,7 +154,7 @@ class DrainRequest(_message.Message):
     def __init__(self, host: _Optional[str] = ..., deadline_s: _Optional[float] = ..., reason: _Optional[str] = ..., notice: _Optional[bool] = ..., withdraw: _Optional[bool] = ...) -> None: ...
 
 class WorkerHello(_message.Message):
-    __slots__ = ("worker_id", "host", "pid", "waiting", "after_generation", "failure", "elastic")
+    __slots__ = ("worker_id", "host", "pid", "waiting", "after_generation", "failure", "elastic", "hears_agent")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +162,7 @@ class WorkerHello(_message.Message):
     AFTER_GENERATION_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    HEARS_AGENT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     host: str
     pid: int
@@ -157,7 +170,8 @@ class WorkerHello(_message.Message):
     after_generation: int
     failure: str
     elastic: bool
-    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., waiting: _Optional[bool] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
+    hears_agent: bool
+    def __init__(self, worker_id: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., waiting: _Optional[bool] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ..., hears_agent: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("generation", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "store_host", "store_port", "store_prefix", "hosts_sequence", "ends_generation", "ends_reason")
@@ -190,12 +204,14 @@ class Assignment(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., rank: _Optional[int] = ..., size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., cross_rank: _Optional[int] = ..., cross_size: _Optional[int] = ..., store_host: _Optional[str] = ..., store_port: _Optional[int] = ..., store_prefix: _Optional[str] = ..., hosts_sequence: _Optional[int] = ..., ends_generation: _Optional[int] = ..., ends_reason: _Optional[str] = ...) -> None: ...
 
 class GenerationOver(_message.Message):
-    __slots__ = ("generation", "reason")
+    __slots__ = ("generation", "reason", "rejoin")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
     generation: int
     reason: str
-    def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    rejoin: bool
+    def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class HostsUpdated(_message.Message):
     __slots__ = ("sequence", "reason", "checkpoint")

@@ -5,8 +5,9 @@ harness (`bench/scale.py`) and its test.
 A simulated agent does what `ringmaster agent` does on the wire: its hello, heartbeats, and for
 every `AgentCommand` it starts the workers it names (and reports the ones it stops); a simulated
 worker does what a worker's `Link` does: its session, heartbeats with commits (through its agent
-when the rendezvous asks agents to carry them), `Ready` once warm,
-again after a "generation over" and at its next commit after a "hosts updated". No process is
+when the rendezvous asks agents to carry them), `Ready` once warm, again after a "generation
+over" that does not place it unasked, and at its next commit after a "hosts updated"; its
+agent hands it the messages the rendezvous sent for the whole host. No process is
 started and nothing trains: what is measured is the rendezvous.
 
 `FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
@@ -72,14 +73,18 @@ class SimHost:
     tasks: list[asyncio.Task] = field(default_factory=list)
     shut: bool = False
     relay: bool = False  # the rendezvous asked its agent to carry its workers' beats
+    session: Any = None  # the agent's session call
     relayed: dict[str, tuple[pb.WorkerHeartbeatRequest, float]] = field(default_factory=dict)  # latest, when
 
 
 class Fleet:
     """A share of the simulated hosts, on this process' event loop."""
 
-    def __init__(self, address: str, secret: str, heartbeat_s: float) -> None:
+    def __init__(self, address: str, secret: str, heartbeat_s: float, carry_events: bool = True) -> None:
+        """`carry_events`: agents carry their workers' messages when the rendezvous sends them so
+        (`AgentCommand.events`), as `ringmaster agent` does; else every worker hears its own stream."""
         self.address, self.secret, self.heartbeat_s = address, secret, heartbeat_s
+        self.carry_events = carry_events
         self.hosts: dict[str, SimHost] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._stubs: dict[str, pb_grpc.RendezvousStub] = {}
@@ -131,16 +136,19 @@ class Fleet:
             if host is not None:
                 for worker in host.workers.values():
                     self._end_worker(worker)
+                if host.session is not None:
+                    host.session.cancel()  # (closed now, as a dead machine's connection: not when its task ends)
                 for task in host.tasks:
                     task.cancel()
 
     async def _agent(self, host: SimHost, slots: int) -> None:
         me = Identity(AGENT, host.name)
-        hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots)
+        hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots,
+                              carries_events=self.carry_events)
         host.tasks.append(asyncio.create_task(self._agent_beats(host)))
         try:
-            session = self._stub(host.name).AgentSession(hello, metadata=self._sign("AgentSession", me, host.key, hello),
-                                                        wait_for_ready=True)
+            session = host.session = self._stub(host.name).AgentSession(
+                hello, metadata=self._sign("AgentSession", me, host.key, hello), wait_for_ready=True)
             async for command in session:
                 if command.shutdown:
                     host.shut = True
@@ -148,6 +156,9 @@ class Fleet:
                         self._end_worker(worker)
                     host.workers.clear()
                     return
+                if command.events:  # (its workers' messages: each handed to its own, as over the host's socket)
+                    self._hand_over(host, command.events)
+                    continue
                 wanted = {spec.worker_id for spec in command.workers}
                 for worker_id in [w for w in host.workers if w not in wanted]:
                     await self._stop_worker(host, host.workers.pop(worker_id))
@@ -161,6 +172,18 @@ class Fleet:
                     worker.tasks.append(asyncio.create_task(self._worker(worker, start)))
         except grpc.aio.AioRpcError:
             self.refused += 1
+
+    def _hand_over(self, host: SimHost, events: Any) -> None:
+        """Give each of the host's workers its carried messages, in order; what a worker answers
+        with a call (a host update's `Ready`) runs on its own task."""
+        for hosted in events:
+            worker = host.workers.get(hosted.worker_id)
+            if worker is None or worker.gone:
+                continue
+            if hosted.event.WhichOneof("event") == "hosts_updated":
+                worker.tasks.append(asyncio.create_task(self._on_event(worker, hosted.event)))
+            else:
+                self._take(worker, hosted.event)
 
     async def _agent_beats(self, host: SimHost) -> None:
         me = Identity(AGENT, host.name)
@@ -202,7 +225,7 @@ class Fleet:
             waiting = worker.waiting
             hello = pb.WorkerHello(worker_id=worker.worker_id, host=worker.host, pid=os.getpid(), elastic=True,
                                    waiting=waiting is not None, after_generation=waiting[0] if waiting else 0,
-                                   failure=waiting[1] if waiting else "")
+                                   failure=waiting[1] if waiting else "", hears_agent=self.carry_events)
             worker.call = self._stub(worker.host).WorkerSession(
                 hello, metadata=self._sign("WorkerSession", worker.identity, worker.key, hello), wait_for_ready=True)
             if attempt == 0 and start_generation == 0:
@@ -223,19 +246,26 @@ class Fleet:
     async def _on_event(self, worker: SimWorker, event: pb.WorkerEvent) -> bool:
         """What a worker does with a message of its session; False when it leaves."""
         kind = event.WhichOneof("event")
-        if kind == "assignment" and event.assignment.generation > worker.generation:
-            a = event.assignment
-            worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
-            worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
-        elif kind == "generation_over" and event.generation_over.generation == worker.generation:
-            worker.tasks.append(asyncio.create_task(self._roll_back(worker, worker.generation)))
-        elif kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
+        if kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
             await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
         elif kind in ("retire", "job_ended"):
             return False
+        else:
+            self._take(worker, event)
         return True
+
+    def _take(self, worker: SimWorker, event: pb.WorkerEvent) -> None:
+        """An assignment or a generation's end, which a worker acts on without a call."""
+        kind = event.WhichOneof("event")
+        if kind == "assignment" and event.assignment.generation > worker.generation:
+            a = event.assignment
+            worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
+            worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
+        elif kind == "generation_over" and event.generation_over.generation == worker.generation \
+                and not event.generation_over.rejoin:  # (placed unasked: it only waits for its place)
+            worker.tasks.append(asyncio.create_task(self._roll_back(worker, worker.generation)))
 
     async def _roll_back(self, worker: SimWorker, generation: int) -> None:
         """After a "generation over": restore the last commit (a few milliseconds), then ask for
@@ -279,6 +309,7 @@ class Fleet:
         return {"workers": len(live), "hosts": sum(1 for h in self.hosts.values() if not h.shut),
                 "min_generation": min(gens, default=0), "max_generation": top,
                 "last_assigned": max((w.assigned_at for w in live if w.generation == top), default=0.0),
+                "first_assigned": min((w.assigned_at for w in live if w.generation == top), default=0.0),
                 "calls": self.calls, "refused": self.refused, "last_refusal": self.last_refusal,
                 "session_errors": dict(self.session_errors)}
 
@@ -293,13 +324,14 @@ class Fleet:
             await channel.close()
 
 
-def _serve_fleet(conn: multiprocessing.connection.Connection, address: str, secret: str, heartbeat_s: float) -> None:
+def _serve_fleet(conn: multiprocessing.connection.Connection, address: str, secret: str, heartbeat_s: float,
+                 carry_events: bool) -> None:
     """A fleet process: commands from the pipe, run on the fleet's loop; each answered."""
     loop = asyncio.new_event_loop()
     fleet: Fleet | None = None
 
     async def start() -> Fleet:
-        return Fleet(address, secret, heartbeat_s)
+        return Fleet(address, secret, heartbeat_s, carry_events)
 
     fleet = loop.run_until_complete(start())
     done = asyncio.Event()
@@ -341,10 +373,11 @@ async def _command(fleet: Fleet, name: str, args: tuple) -> Any:
 class FleetProcess:
     """A `Fleet` in a child process of its own (its own session: killed with its group)."""
 
-    def __init__(self, address: str, secret: str, heartbeat_s: float) -> None:
+    def __init__(self, address: str, secret: str, heartbeat_s: float, carry_events: bool = True) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
-        self.process = context.Process(target=_serve_fleet, args=(child, address, secret, heartbeat_s), daemon=True)
+        self.process = context.Process(target=_serve_fleet, args=(child, address, secret, heartbeat_s, carry_events),
+                                       daemon=True)
         self.process.start()
         child.close()
 

@@ -201,7 +201,7 @@ class Coordinator:
         gen = job.generation
         if worker.phase is Phase.MEMBER and gen is not None:
             if gen.over is not None:
-                job.outbox.append(EndGeneration(worker_id, gen.number, gen.over))
+                job.outbox.append(EndGeneration(worker_id, gen.number, gen.over, rejoin=worker.elastic))
             else:
                 job.send_assignment(worker)
                 if gen.update_sequence and worker.phase is Phase.MEMBER:

@@ -76,11 +76,15 @@ class Assign:
 
 @dataclass(frozen=True)
 class EndGeneration:
-    """The worker's generation is over (a member failed): roll back and say Ready."""
+    """The worker's generation is over (a member failed): roll back and say Ready, unless
+    `rejoin`: a worker inside `hvd.elastic.run` is placed in the next generation without asking
+    (formation.py, `_rejoins_at_once`), so it only waits for its place (a large job's 32,768
+    `Ready` calls cost the rendezvous seconds)."""
 
     worker_id: str
     generation: int
     reason: str
+    rejoin: bool = False
 
 
 @dataclass(frozen=True)

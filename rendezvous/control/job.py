@@ -307,7 +307,7 @@ class Job:
             if not worker.live:
                 continue
             if policy_of(worker).rejoins(worker):
-                self.outbox.append(EndGeneration(worker_id, gen.number, reason))
+                self.outbox.append(EndGeneration(worker_id, gen.number, reason, rejoin=worker.elastic))
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True

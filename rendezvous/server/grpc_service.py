@@ -28,7 +28,9 @@ from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
-from ringmaster.rendezvous.control.effects import Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent
+from ringmaster.rendezvous.control.effects import (
+    Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect,
+)
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.server.heap import LongLivedHeap
 from ringmaster.rendezvous.state.journal import Journal
@@ -56,8 +58,10 @@ MAX_RELAYED_AGE_S = 3600.0
 #: A save that releases no message waits for up to this many times a save's cost (a large job's
 #: record takes milliseconds to build; its members' Readies at a host update come one by one).
 QUIET_SAVE_DUTY = 10.0
-#: Seconds after a generation formed that the heap is frozen (its messages have gone out by then).
+#: Seconds after a generation formed that the heap is frozen, if its messages have gone out by
+#: then (else it waits for them, looking again every HEAP_FREEZE_DELAY_S, up to HEAP_FREEZE_LATEST_S).
 HEAP_FREEZE_DELAY_S = 2.0
+HEAP_FREEZE_LATEST_S = 30.0
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
@@ -74,6 +78,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._agents: dict[str, asyncio.Queue] = {}
         self._incarnations: dict[str, str] = {}  # host -> the agent process whose session is open
         self._workers: dict[str, asyncio.Queue] = {}
+        # A large job's messages go to these hosts' agents for their workers that listen (event_relay.py).
+        self._carriers: set[str] = set()
+        self._hearing_agent: set[str] = set()
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
         self._held: list[Effect] = []
         self._saved_marker: tuple = ()  # what the journal last saved was built at (see keep_journal)
@@ -91,6 +98,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._straggler_watch = Persistence()  # hosts found slow in the last checks
         self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
+        self.messages = {"stream": 0, "agent": 0}  # messages to workers, by the way they went (metrics)
         self.heap = LongLivedHeap()
         self._heap_generation = 0  # the last generation a freeze was planned for
 
@@ -158,16 +166,23 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         gen = self.coordinator.generation
         if gen is not None and gen.number != self._heap_generation:
             self._heap_generation = gen.number
-            asyncio.get_running_loop().call_later(HEAP_FREEZE_DELAY_S, self._freeze_heap, gen.number)
+            asyncio.get_running_loop().call_later(HEAP_FREEZE_DELAY_S, self._freeze_heap, gen.number,
+                                                  time.monotonic() + HEAP_FREEZE_LATEST_S)
 
-    def _freeze_heap(self, number: int) -> None:
-        """Freeze the heap if generation `number` still runs (see `heap`)."""
+    def _freeze_heap(self, number: int, latest: float) -> None:
+        """Freeze the heap if generation `number` still runs (see `heap`), once its messages are out
+        (a freeze in the middle of sending them would hold them up), or at `latest`."""
         gen = self.coordinator.generation
-        if gen is not None and gen.number == number and gen.over is None:
-            self.heap.settled(number, len(gen.member_ids))
+        if gen is None or gen.number != number or gen.over is not None or not self.heap.wanted(len(gen.member_ids)):
+            return
+        if time.monotonic() < latest and (self._held or any(q.qsize() for q in self._agents.values())
+                                          or any(q.qsize() for q in self._workers.values())):
+            asyncio.get_running_loop().call_later(HEAP_FREEZE_DELAY_S, self._freeze_heap, number, latest)
+            return
+        self.heap.settled(number, len(gen.member_ids))
 
     def _deliver(self, effects: list[Effect]) -> None:
-        to_workers = []
+        to_workers: list[WorkerEffect] = []
         for effect in effects:
             if isinstance(effect, LaunchAgent):
                 self.launcher.start(effect.host)
@@ -179,10 +194,34 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                     queue.put_nowait(wire.agent_command(effect))
             else:
                 to_workers.append(effect)
-        for worker_id, message in wire.worker_events(to_workers):
-            queue = self._workers.get(worker_id)
-            if queue is not None:
-                queue.put_nowait(message)
+        if to_workers:
+            self._to_workers(to_workers)
+
+    def _to_workers(self, effects: list[WorkerEffect]) -> None:
+        """Each worker's messages on its stream, or, for a large job's workers that listen to an
+        agent that carries them, inside one command per host (event_relay.py)."""
+        commands: dict[str, pb.AgentCommand] = {}
+        streamed: list[wire.Planned] = []
+        carry = self.coordinator.pace.relay and self._carriers
+        workers = self.coordinator.workers
+        for planned in wire.plan(effects):
+            worker_id, effect, ends = planned
+            if worker_id not in self._workers:
+                continue  # (no session: nobody to tell)
+            worker = workers.get(worker_id) if carry and worker_id in self._hearing_agent else None
+            if worker is not None and worker.host in self._carriers and wire.carriable(effect):
+                command = commands.get(worker.host)
+                if command is None:
+                    command = commands[worker.host] = pb.AgentCommand()
+                wire.fill(command.events.add(worker_id=worker_id).event, effect, ends)
+            else:
+                streamed.append(planned)
+        for worker_id, message in wire.messages(streamed):
+            self._workers[worker_id].put_nowait(message)
+        self.messages["stream"] += len(streamed)
+        for host, command in commands.items():
+            self._agents[host].put_nowait(command)
+            self.messages["agent"] += len(command.events)
 
     async def keep_journal(self) -> None:
         """Save the coordinator's record after changes (gathered, see `call`), then release what it said.
@@ -319,13 +358,31 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         queue: asyncio.Queue = asyncio.Queue()
         self._agents[request.host] = queue
         self._incarnations[request.host] = request.incarnation
+        if request.carries_events:
+            self._carriers.add(request.host)
+        else:
+            self._carriers.discard(request.host)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
                                                                incarnation=request.incarnation[:64], slots=request.slots))
-        async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
-                                        self._agent_gone):
-            yield message
+        try:
+            async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
+                                            self._agent_gone):
+                yield message
+        finally:
+            self._reroute(queue)
+
+    def _reroute(self, queue: asyncio.Queue) -> None:
+        """The workers' messages an agent's ended session did not carry go on their own streams
+        (the same agent's new session replaced it, and the host still runs them)."""
+        while not queue.empty():
+            command = queue.get_nowait()
+            for hosted in getattr(command, "events", ()):
+                stream = self._workers.get(hosted.worker_id)
+                if stream is not None:
+                    stream.put_nowait(hosted.event)
+                    self.messages["stream"] += 1
 
     def _unlisted_agents(self) -> int:
         """Agents in session for hosts that discovery does not list (they wait to be listed)."""
@@ -334,6 +391,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
 
     def _agent_gone(self, host: str, now: float) -> None:
         self._incarnations.pop(host, None)
+        self._carriers.discard(host)
         if self.leases is not None:
             self._background(self.leases.disconnected(host))
         self.coordinator.agent_disconnected(host, now)
@@ -403,17 +461,26 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         notices until it leaves; a session that closes early is a failed worker, noticed at once."""
         queue: asyncio.Queue = asyncio.Queue()
         self._workers[request.worker_id] = queue
+        if request.hears_agent:
+            self._hearing_agent.add(request.worker_id)
+        else:
+            self._hearing_agent.discard(request.worker_id)
         try:
             self.call(lambda now: self.coordinator.worker_connected(
                 request.worker_id, request.pid, now, request.after_generation if request.waiting else None,
                 request.failure, request.elastic))
         except Refused as refused:
             del self._workers[request.worker_id]
+            self._hearing_agent.discard(request.worker_id)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(refused))
-        async for message in self._pump(self._workers, request.worker_id, queue,
-                                        lambda m: m.HasField("job_ended") or m.HasField("retire"),
-                                        self.coordinator.worker_disconnected):
-            yield message
+        try:
+            async for message in self._pump(self._workers, request.worker_id, queue,
+                                            lambda m: m.HasField("job_ended") or m.HasField("retire"),
+                                            self.coordinator.worker_disconnected):
+                yield message
+        finally:
+            if request.worker_id not in self._workers:  # (not when a newer session replaced this one)
+                self._hearing_agent.discard(request.worker_id)
 
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
         """A worker is ready for the generation after `after_generation` (a survivor after a reset,

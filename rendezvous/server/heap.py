@@ -42,9 +42,13 @@ class LongLivedHeap:
     #: What the last freeze cost (seconds), how many objects it left frozen, whether it reclaimed.
     last: dict[str, float] = field(default_factory=dict)
 
+    def wanted(self, workers: int) -> bool:
+        """Whether a job of `workers` is large enough for freezes."""
+        return workers >= self.min_workers
+
     def settled(self, generation: int, workers: int) -> bool:
         """Call when `generation` has formed and its messages are out; True when it froze."""
-        if generation == self.frozen_generation or workers < self.min_workers:
+        if generation == self.frozen_generation or not self.wanted(workers):
             return False
         started = time.perf_counter()
         reclaim = self.freezes % self.reclaim_every == 0

@@ -77,6 +77,8 @@ class JobMetrics:
         self._refused_calls = refused_calls
         #: Workers' heartbeats taken, by who sent them: "worker" (its own call) or "agent" (relayed).
         self.heartbeats: Callable[[], dict[str, int]] = lambda: {}
+        #: Messages sent to workers, by the way they went: "stream" (the worker's own) or "agent" (carried).
+        self.worker_messages: Callable[[], dict[str, int]] = lambda: {}
         self._store_degraded = store_degraded
         self._address = address
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # (time, committed steps)
@@ -225,12 +227,19 @@ class _Scraped(Collector):
         yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused: no key proven, or a call the caller "
                                   "may not make",
                                   value=m._refused_calls())
-        beats = CounterMetricFamily("ringmaster_worker_heartbeats", "Workers' heartbeats taken, by who sent them: the "
-                                    "worker itself, or its agent carrying it (a large job's, or --heartbeat-relay always)",
-                                    labels=["via"])
-        for via, count in sorted(m.heartbeats().items()):
-            beats.add_metric([via], count)
-        yield beats
+        yield _by_via("ringmaster_worker_heartbeats", "Workers' heartbeats taken, by who sent them: the worker itself, "
+                      "or its agent carrying it (a large job's, or --heartbeat-relay always)", m.heartbeats())
+        yield _by_via("ringmaster_worker_messages", "Messages sent to workers (assignments, generation ends, host "
+                      "updates, ...), by the way they went: the worker's own stream, or its agent carrying the host's "
+                      "in one message (a large job's)", m.worker_messages())
+
+
+def _by_via(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
+    """A counter by the way things went (`via`: a worker's own call or stream, or its agent)."""
+    family = CounterMetricFamily(name, documentation, labels=["via"])
+    for via, count in sorted(counts.items()):
+        family.add_metric([via], count)
+    return family
 
 
 def _histogram(name: str, documentation: str, timing: TimingTotal) -> HistogramMetricFamily:

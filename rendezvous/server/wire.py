@@ -28,57 +28,91 @@ def _shared_fields(kind: type) -> tuple[str, ...]:
 _SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, Retire, EndJob)}
 
 
+#: An effect as it goes to its worker: (worker id, effect, the end of a generation it also says).
+Planned = tuple[str, WorkerEffect, EndGeneration | None]
+
+
 def worker_events(effects: Iterable[WorkerEffect]) -> list[tuple[str, pb.WorkerEvent]]:
-    """(worker id, message) for each effect, in order, except that a worker's "generation over"
-    followed by its assignment to a newer generation goes inside that assignment: after a
-    failure every survivor gets both, and one message each halves what a change sends (65,536
-    messages at 4,096 x 8 workers). Effects that say the same to many workers (a host update to
-    every member) share one message (messages are never changed once built)."""
+    """(worker id, message) for each effect, in order (see `plan` and `messages`)."""
+    return messages(plan(effects))
+
+
+def plan(effects: Iterable[WorkerEffect]) -> list[Planned]:
+    """(worker id, effect, the end it also says) for each effect, in order, except that a worker's
+    "generation over" followed by its assignment to a newer generation goes inside that
+    assignment: after a failure every survivor gets both, and one message each halves what a
+    change sends (65,536 messages at 4,096 x 8 workers)."""
     effects = list(effects)
-    built: dict[tuple, pb.WorkerEvent] = {}
-
-    def message(effect: WorkerEffect, over: EndGeneration | None = None) -> pb.WorkerEvent:
-        fields = _SHARED.get(type(effect))
-        if fields is None or over is not None:
-            return worker_event(effect, over)
-        key = (type(effect), *(getattr(effect, name) for name in fields))
-        made = built.get(key)
-        if made is None:
-            made = built[key] = worker_event(effect)
-        return made
-
     assigned = {e.worker_id: e.generation for e in effects if isinstance(e, Assign)}
     ended: dict[str, EndGeneration] = {}
-    out: list[tuple[str, pb.WorkerEvent]] = []
+    out: list[Planned] = []
     for effect in effects:
         if isinstance(effect, EndGeneration) and assigned.get(effect.worker_id, 0) > effect.generation \
                 and effect.worker_id not in ended:
             ended[effect.worker_id] = effect  # said with the assignment, below
             continue
         over = ended.pop(effect.worker_id, None) if isinstance(effect, Assign) else None
-        out.append((effect.worker_id, message(effect, over)))
-    out += [(worker_id, message(effect)) for worker_id, effect in ended.items()]  # (an assignment said first)
+        out.append((effect.worker_id, effect, over))
+    out += [(worker_id, effect, None) for worker_id, effect in ended.items()]  # (an assignment said first)
     return out
+
+
+def messages(planned: Iterable[Planned]) -> list[tuple[str, pb.WorkerEvent]]:
+    """The message of each planned effect. Effects that say the same to many workers (a host
+    update to every member) share one message (messages are never changed once built)."""
+    built: dict[tuple, pb.WorkerEvent] = {}
+    out = []
+    for worker_id, effect, over in planned:
+        fields = _SHARED.get(type(effect))
+        if fields is None or over is not None:
+            out.append((worker_id, worker_event(effect, over)))
+            continue
+        key = (type(effect), *(getattr(effect, name) for name in fields))
+        made = built.get(key)
+        if made is None:
+            made = built[key] = worker_event(effect)
+        out.append((worker_id, made))
+    return out
+
+
+def carriable(effect: WorkerEffect) -> bool:
+    """Whether a worker's agent may carry this effect's message (event_relay.py): all but those
+    that end the worker's stream, which go on it."""
+    return not isinstance(effect, (Retire, EndJob))
 
 
 def worker_event(effect: WorkerEffect, ends: EndGeneration | None = None) -> pb.WorkerEvent:
     """The message of one effect; an assignment says the end of `ends` too."""
+    event = pb.WorkerEvent()
+    fill(event, effect, ends)
+    return event
+
+
+def fill(event: pb.WorkerEvent, effect: WorkerEffect, ends: EndGeneration | None = None) -> None:
+    """Write the message of one effect into `event` (in place: a host's carried messages are
+    built inside its agent's command, never copied there)."""
     if isinstance(effect, Assign):
-        a = effect.place
-        return pb.WorkerEvent(assignment=pb.Assignment(
-            generation=effect.generation, rank=a.rank, size=a.size, local_rank=a.local_rank,
-            local_size=a.local_size, cross_rank=a.cross_rank, cross_size=a.cross_size,
-            store_host=effect.store_host, store_port=effect.store_port, store_prefix=effect.store_prefix,
-            hosts_sequence=effect.hosts_sequence,
-            ends_generation=ends.generation if ends is not None else 0, ends_reason=ends.reason if ends is not None else "",
-        ))
-    if isinstance(effect, EndGeneration):
-        return pb.WorkerEvent(generation_over=pb.GenerationOver(generation=effect.generation, reason=effect.reason))
-    if isinstance(effect, UpdateHosts):
-        return pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=effect.sequence, reason=effect.reason,
-                                                                  checkpoint=effect.checkpoint))
-    if isinstance(effect, Retire):
-        return pb.WorkerEvent(retire=pb.Retire(reason=effect.reason))
-    if isinstance(effect, EndJob):
-        return pb.WorkerEvent(job_ended=pb.JobEnded(success=effect.success, reason=effect.reason))
-    raise TypeError(f"not a worker effect: {effect!r}")
+        a, into = effect.place, event.assignment
+        into.SetInParent()
+        into.generation, into.rank, into.size = effect.generation, a.rank, a.size
+        into.local_rank, into.local_size, into.cross_rank, into.cross_size = a.local_rank, a.local_size, a.cross_rank, a.cross_size
+        into.store_host, into.store_port, into.store_prefix = effect.store_host, effect.store_port, effect.store_prefix
+        into.hosts_sequence = effect.hosts_sequence
+        if ends is not None:
+            into.ends_generation, into.ends_reason = ends.generation, ends.reason
+    elif isinstance(effect, EndGeneration):
+        over = event.generation_over
+        over.SetInParent()
+        over.generation, over.reason, over.rejoin = effect.generation, effect.reason, effect.rejoin
+    elif isinstance(effect, UpdateHosts):
+        update = event.hosts_updated
+        update.SetInParent()
+        update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
+    elif isinstance(effect, Retire):
+        event.retire.SetInParent()
+        event.retire.reason = effect.reason
+    elif isinstance(effect, EndJob):
+        event.job_ended.SetInParent()
+        event.job_ended.success, event.job_ended.reason = effect.success, effect.reason
+    else:
+        raise TypeError(f"not a worker effect: {effect!r}")

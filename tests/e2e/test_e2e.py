@@ -96,7 +96,7 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
 @pytest.mark.parametrize("relay", ["auto", "always"], ids=["own-heartbeats", "relayed-by-agents"])
 def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path, relay) -> None:
     """A hung worker is found by its silence, whether it calls the rendezvous itself (a small
-    job) or its agent carries its heartbeats (a large job's way: forced here)."""
+    job) or its agent carries its heartbeats and its messages (a large job's way: forced here)."""
     script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 1})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "2", "--host-discovery-script", script, *FAST, "--heartbeat-timeout", "3",
@@ -113,10 +113,13 @@ def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path, rel
             pass
     beats = scrape(job.api_url)
     by_agents, own = (beats.get(("ringmaster_worker_heartbeats_total", (("via", v),)), 0) for v in ("agent", "worker"))
+    carried, streamed = (beats.get(("ringmaster_worker_messages_total", (("via", v),)), 0) for v in ("agent", "stream"))
     if relay == "always":  # (a worker's first beats may go before its agent heard it should relay)
         assert by_agents > 0 and wait_for(lambda: status_steps_relayed(job), 30, "commits seen through the agents")
+        assert carried > 0, beats  # the new ring's assignments came through the agents too (event_relay.py)
     else:
         assert by_agents == 0 and own > 0
+        assert carried == 0 and streamed > 0, beats
     assert job.wait(180) == 0, job.output
     failed = job.events("worker.failed", worker=victim["worker_id"], host="hostB")
     assert failed and failed[0]["reason"].startswith("sent no heartbeat"), failed

@@ -18,9 +18,15 @@ import scale  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def test_the_simulated_hosts_get_consistent_assignments_through_every_change(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("relay", ["auto", "always"], ids=["own-streams", "carried-by-agents"])
+def test_the_simulated_hosts_get_consistent_assignments_through_every_change(tmp_path, monkeypatch, relay) -> None:
+    """At this size every worker hears its own stream; with `--heartbeat-relay always` (a large
+    job's way) the agents carry the host's messages, one per host (event_relay.py)."""
+    from harness import scrape
+
     monkeypatch.setattr(scale, "ADDED_HOSTS", 16)
-    cluster = scale.Cluster(tmp_path, hosts=64, slots=4, store="memory", fleets=2, heartbeat_s=1.0, discovery_s=0.3)
+    cluster = scale.Cluster(tmp_path, hosts=64, slots=4, store="memory", fleets=2, heartbeat_s=1.0, discovery_s=0.3,
+                            extra=["--heartbeat-relay", relay])
     cluster.first_timeout_s = cluster.change_timeout_s = 120.0
     try:
         cluster.start()
@@ -31,6 +37,13 @@ def test_the_simulated_hosts_get_consistent_assignments_through_every_change(tmp
         numbers = [first] + [c.generation for c in changes]
         assert numbers == sorted(set(numbers)), numbers
         assert sum(s["refused"] for s in cluster.summaries()) == 0
+        metrics = scrape(f"http://127.0.0.1:{cluster.api_port}")
+        carried = metrics.get(("ringmaster_worker_messages_total", (("via", "agent"),)), 0)
+        streamed = metrics.get(("ringmaster_worker_messages_total", (("via", "stream"),)), 0)
+        if relay == "always":  # every change's assignments went through the agents
+            assert carried >= 64 * 4 + 63 * 4 + 79 * 4 + 39 * 4, metrics
+        else:
+            assert carried == 0 and streamed >= 64 * 4 + 63 * 4 + 79 * 4 + 39 * 4, metrics
     finally:
         cluster.close()
 

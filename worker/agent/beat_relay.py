@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import struct
 import tempfile
 import threading
 import time
@@ -24,15 +23,12 @@ from typing import Callable
 from google.protobuf.message import DecodeError
 
 from ringmaster.common.beat_relay import BEATS_SOCKET, MAX_BEAT_BYTES, RELAY_MARK
+from ringmaster.common.peer_credentials import MAX_SOCKET_PATH, receive
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.proto import ringmaster_pb2 as pb
 
-#: struct ucred: pid, uid, gid.
-_UCRED = struct.Struct("iII")
 #: The socket's receive buffer asked for: the beats of a host's workers between two reads.
 RECEIVE_BUFFER_BYTES = 4 << 20
-#: Longest path of a Unix socket (sun_path, with its terminating zero).
-MAX_SOCKET_PATH = 107
 
 
 @dataclass
@@ -113,27 +109,22 @@ class BeatCollector:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _receive(self, sock: socket.socket) -> None:
-        room = socket.CMSG_SPACE(_UCRED.size)
-        while True:
-            try:
-                data, ancillary, flags, _ = sock.recvmsg(MAX_BEAT_BYTES + 1, room)
-            except OSError:
-                return  # closed: the agent is stopping
-            worker_id = None
-            for level, kind, value in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= _UCRED.size:
-                    pid, uid, _ = _UCRED.unpack(value[:_UCRED.size])
-                    if uid == os.getuid():
-                        worker_id = self._worker_of(pid)
-            if worker_id is None or flags & socket.MSG_TRUNC or len(data) > MAX_BEAT_BYTES:
-                self.refused += 1
-                continue
-            try:
-                beat = pb.WorkerHeartbeatRequest.FromString(data)
-            except DecodeError:
-                self.refused += 1
-                continue
-            self._keep(worker_id, beat)
+        receive(sock, MAX_BEAT_BYTES, self._take, self._refuse)
+
+    def _refuse(self) -> None:
+        self.refused += 1
+
+    def _take(self, data: bytes, sender: tuple[int, int] | None) -> bool:
+        """A datagram from a worker this agent started (by the kernel's word) that is a heartbeat."""
+        worker_id = self._worker_of(sender[0]) if sender is not None and sender[1] == os.getuid() else None
+        if worker_id is None:
+            return False
+        try:
+            beat = pb.WorkerHeartbeatRequest.FromString(data)
+        except DecodeError:
+            return False
+        self._keep(worker_id, beat)
+        return True
 
     def _keep(self, worker_id: str, beat: pb.WorkerHeartbeatRequest) -> None:
         beat.worker_id = worker_id  # (who sent it is the kernel's word, not the datagram's)

@@ -53,6 +53,7 @@ from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.beat_relay import BeatCollector
+from ringmaster.worker.agent.event_relay import EventForwarder
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
@@ -140,6 +141,8 @@ class Agent:
         self._stops_dir = tempfile.mkdtemp(prefix="ringmaster-agent-stops-")
         # Where a large job's workers send their heartbeats for this agent to carry (beat_relay.py).
         self._beats = BeatCollector(self._worker_of)
+        # ... and where it hands them a large job's messages, carried in its own (event_relay.py).
+        self._events = EventForwarder(self._beats.folder if self._beats.available else "", self._pid_of)
         self._notices = NoticeWatcher(settings.notice_script, settings.notice_interval_s, self._noticed,
                                       lambda problem: say(self.host, Kind.AGENT_NOTICE_FAILED, problem=problem),
                                       self._stop, {**os.environ, env_names.HOST: self.host}) if settings.notice_script else None
@@ -184,6 +187,7 @@ class Agent:
                         break
                     self._apply(command.workers)
                 self._reap()
+                self._events.retry()
                 if self._drain_unsent:
                     self._send_drains()
                 if self._leaving_by is not None and self._drained():
@@ -199,6 +203,7 @@ class Agent:
             self._close()
             shutil.rmtree(self._stops_dir, ignore_errors=True)
             self._beats.close()
+            self._events.close()
         return exit_code
 
     def _worker_of(self, pid: int) -> str | None:
@@ -207,6 +212,11 @@ class Agent:
             if child.proc.pid == pid:
                 return worker_id
         return None
+
+    def _pid_of(self, worker_id: str) -> int | None:
+        """The process this agent started for `worker_id` (read from the session thread)."""
+        child = self.children.get(worker_id)
+        return child.proc.pid if child is not None else None
 
     def _warm_before_joining(self) -> None:
         """Warm a spare for every slot before the first hello, so that the host's first workers
@@ -331,7 +341,8 @@ class Agent:
             self._channel = channel
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
-                                                      incarnation=self.incarnation, slots=self.slots))
+                                                      incarnation=self.incarnation, slots=self.slots,
+                                                      carries_events=self._events.available))
             self._session = session
             over = False
             try:
@@ -340,6 +351,9 @@ class Agent:
                         self._stub = stub
                         backoff.reset()
                         say(self.host, Kind.AGENT_SESSION, address=address)
+                    if command.events:  # (its workers' messages: handed over at once, from this thread)
+                        self._events.forward(command.events)
+                        continue
                     self._commands.put(command)
                     if command.shutdown:
                         over = True  # the job is over: nothing to reconnect to

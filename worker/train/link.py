@@ -24,6 +24,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.beat_relay import MAX_RELAYED_SPANS, BeatSender
 from ringmaster.common.dial import AWAY_CODES, dial
+from ringmaster.common.event_relay import EventReceiver
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.reconnect import Backoff, parse_addresses
@@ -31,6 +32,12 @@ from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
 
+
+
+#: Seconds a worker whose ring failed waits for the rendezvous to say so before it reports the
+#: failure itself (`RendezvousLink.ready`): the rendezvous sees a dead worker's session close
+#: within milliseconds, so this bounds only a failure it cannot see.
+REJOIN_NOTICE_S = 0.5
 
 
 class Retired(JobError):
@@ -68,6 +75,7 @@ class RendezvousLink:
         self._cond = threading.Condition()
         self._assignment: pb.Assignment | None = None
         self._over: dict[int, str] = {}
+        self._rejoining: set[int] = set()  # generations over whose next this worker is placed in unasked
         self._hosts_sequence = 0
         self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
         self._retired: str | None = None
@@ -83,9 +91,11 @@ class RendezvousLink:
         self._waiting: tuple[int, str] | None = None  # (after_generation, failure) of the last Ready
         self._threads: list[threading.Thread] = []
         self._relay = BeatSender()  # to this host's agent, when it carries the beats
+        self._carried: EventReceiver | None = None  # what this host's agent carries for us (a large job's)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        self._carried = EventReceiver(self._relay.folder, self._on_event)  # (listening before the hello says so)
         if not self._open():
             raise ConnectionError(f"cannot reach the rendezvous at {', '.join(self.addresses)}")
         self._threads = [threading.Thread(target=self._read, name="ringmaster-session", daemon=True),
@@ -101,6 +111,8 @@ class RendezvousLink:
             self.heartbeat_now(timeout_s=join_timeout_s, direct=True)  # (its agent may not carry them before it exits)
         self._closed.set()
         self._relay.close()
+        if self._carried is not None:
+            self._carried.close()
         self._beat_now.set()  # the heartbeat thread ends now, not at its interval's end
         if self._session is not None:
             self._session.cancel()
@@ -122,7 +134,8 @@ class RendezvousLink:
                 waiting = self._waiting
             hello = pb.WorkerHello(worker_id=self.worker_id, host=self.host, pid=os.getpid(), elastic=self.elastic,
                                    waiting=waiting is not None, after_generation=waiting[0] if waiting else 0,
-                                   failure=waiting[1] if waiting else "")
+                                   failure=waiting[1] if waiting else "",
+                                   hears_agent=self._carried is not None and self._carried.listening)
             old = self._channel
             self.address, self._channel, self._stub = address, channel, pb_grpc.RendezvousStub(channel)
             self._session = self._stub.WorkerSession(hello)
@@ -134,11 +147,26 @@ class RendezvousLink:
     # ------------------------------------------------------------ requests
     def ready(self, after_generation: int, failure: str = "") -> None:
         """Ask for a generation newer than `after_generation`. If the rendezvous is away, the
-        request goes with the hello of the next session instead."""
+        request goes with the hello of the next session instead.
+
+        After a failure (`failure`), the rendezvous most likely knows already (a closed session)
+        and says the generation is over, placing a worker inside `hvd.elastic.run` in the next one
+        without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S for
+        that word and then only for its place. What it would have said goes with a `Ready` only
+        if the word does not come (a failure the rendezvous cannot see: a partition between
+        workers)."""
         with self._cond:
-            if self._assignment is not None and self._assignment.generation > after_generation:
+            if self._placed_after(after_generation):
                 return  # assigned already (after a failure the rendezvous does not wait to be asked)
             self._waiting = (after_generation, failure)
+            deadline = time.monotonic() + (REJOIN_NOTICE_S if failure else 0.0)
+            while not self._placed_after(after_generation) and after_generation not in self._over:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._retired is not None or self._ended is not None or self._lost is not None:
+                    break
+                self._cond.wait(remaining)
+            if self._placed_after(after_generation) or after_generation in self._rejoining:
+                return  # placed already, or sure to be: no call
         try:
             reply = self._call("Ready", pb.ReadyRequest(
                 worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic))
@@ -148,6 +176,9 @@ class RendezvousLink:
             raise
         if not reply.ok:
             raise Retired(reply.message)
+
+    def _placed_after(self, generation: int) -> bool:
+        return self._assignment is not None and self._assignment.generation > generation
 
     def report_done(self, warning: str = "") -> None:
         """Say the training function returned (and what the job's end must report); retried
@@ -276,14 +307,21 @@ class RendezvousLink:
                 return
 
     def _on_event(self, event: pb.WorkerEvent) -> None:
+        """Keep what a message says, from the session or from the agent (a large job's: see
+        event_relay.py). The two ways in are not ordered with each other, so every fact kept is
+        one a late message cannot take back: the newest assignment, each generation's end, the
+        highest host update, retire and job end."""
         kind = event.WhichOneof("event")
         with self._cond:
             if kind == "assignment":
                 if event.assignment.ends_generation:  # (a survivor's "generation over", said with its next place)
                     self._over[event.assignment.ends_generation] = event.assignment.ends_reason or "generation over"
-                self._assignment = event.assignment
+                if self._assignment is None or event.assignment.generation > self._assignment.generation:
+                    self._assignment = event.assignment
             elif kind == "generation_over":
                 self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
+                if event.generation_over.rejoin:
+                    self._rejoining.add(event.generation_over.generation)
             elif kind == "hosts_updated":
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
                 if event.hosts_updated.checkpoint:

@@ -298,6 +298,21 @@ def test_a_newcomer_starts_with_horovods_variables_for_its_expected_place() -> N
     assert all(s.env["HOROVOD_HOSTNAME"] == "b" for s in newcomers) and len(ids) == 2
 
 
+def test_survivors_inside_elastic_run_are_told_they_rejoin_and_are_placed_unasked() -> None:
+    """The end of a generation says `rejoin` to a survivor inside `hvd.elastic.run` (it is placed
+    in the next without its `Ready`, which at 32,768 workers costs the rendezvous seconds), not
+    to one that has not entered it yet (it must ask)."""
+    rig = Rig(min_np=2)
+    ids = rig.start_elastic({"a": 1, "b": 2, "c": 1})
+    rig.coordinator.workers[ids[3]].elastic = False  # (still setting up: outside hvd.elastic.run)
+    rig.worker_disconnected(ids[0])
+    assert [rig.last(w, EndGeneration).rejoin for w in ids[1:]] == [True, True, False]
+    rig.worker_exited("a", ids[0], 1, 0, False)  # (the next ring waited for its status)
+    assert rig.gen().number == 1  # ... and waits for c's worker to ask
+    rig.worker_ready(ids[3], 1, "allreduce failed", False)
+    assert [rig.last(w, Assign).generation for w in ids[1:]] == [2, 2, 2]  # b's two never asked
+
+
 def test_exit_zero_without_returning_is_not_success() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})

@@ -44,3 +44,24 @@ def test_what_says_the_same_to_many_workers_is_built_once_and_what_differs_is_no
     assert messages[5] is not messages[0] and messages[5].hosts_updated.sequence == 8
     assert messages[6] is messages[7] and messages[6].retire.reason == "smaller"
     assert messages[8] is not messages[9] and messages[8].job_ended.success and not messages[9].job_ended.success
+
+
+def test_a_message_written_in_place_is_the_message_and_only_stream_enders_stay_off_agents() -> None:
+    """A host's carried messages are written inside its agent's command (event_relay.py): the
+    same bytes as the message its worker's stream would carry."""
+    from ringmaster.proto import ringmaster_pb2 as pb
+    from ringmaster.rendezvous.control.effects import EndJob, Retire
+    from ringmaster.rendezvous.server.wire import carriable, fill, plan, worker_event
+
+    effects: list[WorkerEffect] = [EndGeneration("h/1", 3, "h/2 failed"), _assign("h/1", 4),
+                                   UpdateHosts("h/3", 7, "grow", True), EndGeneration("h/4", 3, "x")]
+    command = pb.AgentCommand()
+    for worker_id, effect, ends in plan(effects):
+        fill(command.events.add(worker_id=worker_id).event, effect, ends)
+    assert [(e.worker_id, e.event.SerializeToString()) for e in command.events] == [
+        ("h/1", worker_event(_assign("h/1", 4), EndGeneration("h/1", 3, "h/2 failed")).SerializeToString()),
+        ("h/3", worker_event(UpdateHosts("h/3", 7, "grow", True)).SerializeToString()),
+        ("h/4", worker_event(EndGeneration("h/4", 3, "x")).SerializeToString())]
+    assert command.events[0].event.assignment.ends_reason == "h/2 failed"
+    assert all(carriable(e) for e in effects)
+    assert not carriable(Retire("h/1", "smaller")) and not carriable(EndJob("h/1", True, "done"))

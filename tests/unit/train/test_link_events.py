@@ -16,3 +16,63 @@ def test_an_assignment_that_ends_the_workers_generation_ends_it_and_places_it() 
     assert link.generation_over(3) == "h/2 failed"  # its collectives in generation 3 abort
     assert link.wait_assignment(3, timeout_s=0).generation == 4  # and its next place is already there
     assert link.generation_over(4) is None
+
+
+def test_a_late_message_cannot_take_back_a_newer_fact() -> None:
+    """A large job's messages come through the agent as well as on the session (event_relay.py),
+    not ordered with each other: what the link keeps is the newest of each."""
+    link = RendezvousLink("127.0.0.1:1", "h/1", "h")
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=5, rank=1, size=4)))
+    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=7)))
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=4, rank=0, size=8, ends_generation=3)))
+    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=6)))
+    assert (link.wait_assignment(0, timeout_s=0).generation, link.wait_assignment(0, timeout_s=0).rank) == (5, 1)
+    assert link.hosts_sequence() == 7
+    assert link.generation_over(3) == "generation over"  # (an end is a fact whenever it comes)
+
+
+class _Calls:
+    """Stands in for the link's stub (no rendezvous runs here): records the `Ready` calls made."""
+
+    def __init__(self) -> None:
+        self.readies: list[pb.ReadyRequest] = []
+
+    def Ready(self, request: pb.ReadyRequest, timeout: float) -> pb.Ack:  # noqa: N802 (gRPC's name)
+        self.readies.append(request)
+        return pb.Ack(ok=True)
+
+
+def _linked() -> tuple[RendezvousLink, _Calls]:
+    link = RendezvousLink("127.0.0.1:1", "h/1", "h")
+    calls = _Calls()
+    link._stub = calls  # type: ignore[assignment]
+    return link, calls
+
+
+def test_a_survivor_placed_unasked_asks_for_nothing() -> None:
+    """A large job's survivors would each send a `Ready` the rendezvous does not need (32,768
+    calls at 4,096 x 8): told its generation is over and that it rejoins, a worker only waits."""
+    import threading
+
+    link, calls = _linked()
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="h/2 failed", rejoin=True)))
+    link.ready(3, "allreduce: connection closed by peer")
+    assert calls.readies == []
+    waiting = threading.Thread(target=link.ready, args=(4, "allreduce: connection closed by peer"))
+    waiting.start()  # its ring failed before the word came: it waits for the word ...
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=4, reason="h/3 failed", rejoin=True)))
+    waiting.join(10)
+    assert not waiting.is_alive() and calls.readies == []  # ... which came: no call
+
+
+def test_a_failure_the_rendezvous_did_not_see_or_a_worker_it_does_not_place_is_reported(monkeypatch) -> None:
+    from ringmaster.worker.train import link as link_module
+
+    monkeypatch.setattr(link_module, "REJOIN_NOTICE_S", 0.05)
+    link, calls = _linked()
+    link.ready(3, "allreduce: connection closed by peer")  # no word comes: it says what it saw
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=4, reason="h/3 failed")))
+    link.ready(4, "allreduce: timed out")  # over, but not placed unasked (not yet inside hvd.elastic.run)
+    link.ready(4, "")  # warm, or after a host update: asks at once
+    assert [(r.after_generation, r.failure) for r in calls.readies] == [
+        (3, "allreduce: connection closed by peer"), (4, "allreduce: timed out"), (4, "")]
