@@ -36,8 +36,11 @@ from ringmaster.worker.train.say import Kind, say
 
 #: Seconds a worker whose ring failed waits for the rendezvous to say so before it reports the
 #: failure itself (`RendezvousLink.ready`): the rendezvous sees a dead worker's session close
-#: within milliseconds, so this bounds only a failure it cannot see.
+#: within milliseconds, so this bounds only a failure it cannot see. A large job's (its agent
+#: carries its beats) waits longer: its rendezvous takes a second or two to decide on a lost host,
+#: and 32,768 survivors asking meanwhile would cost it more than that.
 REJOIN_NOTICE_S = 0.5
+REJOIN_NOTICE_LARGE_S = 5.0
 
 
 class Retired(JobError):
@@ -151,15 +154,16 @@ class RendezvousLink:
 
         After a failure (`failure`), the rendezvous most likely knows already (a closed session)
         and says the generation is over, placing a worker inside `hvd.elastic.run` in the next one
-        without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S for
-        that word and then only for its place. What it would have said goes with a `Ready` only
+        without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S
+        (a large job's: REJOIN_NOTICE_LARGE_S) for that word and then only for its place. What it would have said goes with a `Ready` only
         if the word does not come (a failure the rendezvous cannot see: a partition between
         workers)."""
         with self._cond:
             if self._placed_after(after_generation):
                 return  # assigned already (after a failure the rendezvous does not wait to be asked)
             self._waiting = (after_generation, failure)
-            deadline = time.monotonic() + (REJOIN_NOTICE_S if failure else 0.0)
+            notice = (REJOIN_NOTICE_LARGE_S if self._relay.relaying() else REJOIN_NOTICE_S) if failure else 0.0
+            deadline = time.monotonic() + notice
             while not self._placed_after(after_generation) and after_generation not in self._over:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._retired is not None or self._ended is not None or self._lost is not None:

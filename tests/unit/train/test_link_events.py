@@ -3,6 +3,7 @@ handed to it as its session's thread would)."""
 
 from __future__ import annotations
 
+from harness import wait_for
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.link import RendezvousLink
 
@@ -76,3 +77,24 @@ def test_a_failure_the_rendezvous_did_not_see_or_a_worker_it_does_not_place_is_r
     link.ready(4, "")  # warm, or after a host update: asks at once
     assert [(r.after_generation, r.failure) for r in calls.readies] == [
         (3, "allreduce: connection closed by peer"), (4, "allreduce: timed out"), (4, "")]
+
+
+def test_a_large_jobs_worker_waits_longer_for_the_word(monkeypatch, tmp_path) -> None:
+    """Its agent carries its beats (a large job): its rendezvous takes longer to decide on a lost
+    host, so its survivors wait longer before asking (REJOIN_NOTICE_LARGE_S)."""
+    import threading
+
+    from ringmaster.common.beat_relay import RELAY_MARK, BeatSender
+    from ringmaster.worker.train import link as link_module
+
+    monkeypatch.setattr(link_module, "REJOIN_NOTICE_S", 0.0)
+    monkeypatch.setattr(link_module, "REJOIN_NOTICE_LARGE_S", 30.0)
+    link, calls = _linked()
+    (tmp_path / RELAY_MARK).touch()  # (the agent's mark: relay)
+    link._relay = BeatSender(str(tmp_path))
+    waiting = threading.Thread(target=link.ready, args=(3, "allreduce: connection closed by peer"))
+    waiting.start()
+    wait_for(lambda: link._waiting is not None, 10, "the worker to wait")  # (set under the lock its wait releases)
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="host h9 lost", rejoin=True)))
+    waiting.join(10)
+    assert not waiting.is_alive() and calls.readies == []
