@@ -155,9 +155,9 @@ class RendezvousLink:
         After a failure (`failure`), the rendezvous most likely knows already (a closed session)
         and says the generation is over, placing a worker inside `hvd.elastic.run` in the next one
         without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S
-        (a large job's: REJOIN_NOTICE_LARGE_S) for that word and then only for its place. What it would have said goes with a `Ready` only
-        if the word does not come (a failure the rendezvous cannot see: a partition between
-        workers)."""
+        (a large job's: REJOIN_NOTICE_LARGE_S) for that word and then only for its place. What it
+        would have said goes with a `Ready` only if the word does not come (a failure the
+        rendezvous cannot see: a partition between workers)."""
         with self._cond:
             if self._placed_after(after_generation):
                 return  # assigned already (after a failure the rendezvous does not wait to be asked)
