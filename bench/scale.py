@@ -10,7 +10,9 @@ finds its hosts with a discovery script reading a file, as a user's would. For e
 - three membership changes, each timed from the change until every worker holds its assignment
   in the new generation (the simulated workers stamp it): a host lost (its streams closed, as a
   machine that dies), 64 hosts added at once (the discovery file), a scale-down by half (half the
-  hosts leave discovery);
+  hosts leave discovery); and, in brackets, until the last of those assignments left the
+  rendezvous (it stamps that itself, `/status`' generations): the rendezvous' own part, apart from
+  the simulated workers taking them in on the same cores;
 - with `--store etcd`, the bytes and writes etcd took per generation (its own metrics).
 
 `--messages both` runs each size twice: with the agents carrying the workers' messages (one
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -63,6 +66,7 @@ class Change:
 
     what: str
     seconds: float  # from the change until every worker held its assignment in the new generation
+    out_s: float  # from the change until the last of those assignments left the rendezvous (its stamp)
     generation: int
     workers: int
     server_cpu_s: float
@@ -168,11 +172,23 @@ class Cluster:
 
     def get(self, path: str) -> tuple[float, int]:
         """Seconds a GET of the control API took, and the body's size."""
-        request = urllib.request.Request(f"http://127.0.0.1:{self.api_port}{path}", headers=API_HEADERS)
         started = time.perf_counter()
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            size = len(answer.read())
+        size = len(self.read(path))
         return time.perf_counter() - started, size
+
+    def read(self, path: str) -> bytes:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.api_port}{path}", headers=API_HEADERS)
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.read()
+
+    def assignments_out_at(self, generation: int) -> float:
+        """When (seconds since the epoch) the rendezvous wrote the last of `generation`'s assignments."""
+
+        def stamped() -> float | None:
+            entries = json.loads(self.read("/status?limit=1"))["generations"]
+            return next((e["assigned_at"] for e in entries if e["number"] == generation and e["assigned_at"]), None)
+
+        return wait_for(stamped, 30, f"the rendezvous' stamp of generation {generation}'s assignments")
 
     def close(self) -> None:
         for fleet in self.fleets:
@@ -223,11 +239,12 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
         nonlocal generation
         before = etcd_counters(etcd_port) if etcd_port else {}
         cpu = cpu_seconds(cluster.proc.pid)  # type: ignore[union-attr]
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         act()
         workers = len(expected_hosts) * cluster.slots
         new = cluster.wait_settled(workers, generation, cluster.change_timeout_s, what)
         elapsed = cluster.last_assigned() - started
+        out = cluster.assignments_out_at(new) - wall
         used = cpu_seconds(cluster.proc.pid) - cpu  # type: ignore[union-attr]
         after = etcd_counters(etcd_port) if etcd_port else {}
         per_generation = {k: (after[k] - before[k]) / max(1, new - generation) for k in after}
@@ -235,8 +252,9 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
             rows = cluster.assignments()
             check_assignments(rows, workers, new)
             assert {r[1] for r in rows} == set(expected_hosts), what
-        changes.append(Change(what, elapsed, new, workers, used, per_generation))
-        print(f"# {len(cluster.names)} hosts: {what} in {elapsed:.2f} s (serve CPU {used:.2f} s)", file=sys.stderr,
+        changes.append(Change(what, elapsed, out, new, workers, used, per_generation))
+        print(f"# {len(cluster.names)} hosts: {what} in {elapsed:.2f} s, out of the rendezvous in {out:.2f} s "
+              f"(serve CPU {used:.2f} s)", file=sys.stderr,
               flush=True)  # (as it comes: a later change that times out keeps this one)
         generation = new
 
@@ -378,7 +396,8 @@ def main() -> None:
     print(f"# Scale: {args.slots} workers per host, {args.fleets} client processes, heartbeat "
           f"{args.heartbeat_interval:g} s, discovery every {args.discovery_interval:g} s, {os.cpu_count()} cores\n")
     ways = ["carried", "streamed"] if args.messages == "both" else [args.messages]
-    print("| hosts | workers | store | messages | first gen. s | host lost s | +64 hosts s | half s | serve CPU (cores; read) "
+    print("| hosts | workers | store | messages | first gen. s | host lost s (out) | +64 hosts s (out) | half s (out) "
+          "| serve CPU (cores; read) "
           "| RSS MB | calls/s | /status ms (KB) | /metrics ms (KB) | etcd KB / gen. (lost, +64, half) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for hosts, store, way in ((h, s, w) for h in sizes for s in stores for w in ways):
@@ -402,7 +421,7 @@ def main() -> None:
                     etcd.kill()
         etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
         print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
-              + " | ".join(f"{c.seconds:.2f}" for c in changes)
+              + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f})" for c in changes)
               + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | {steady['calls_per_s']:.0f} | "
               f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
               f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)

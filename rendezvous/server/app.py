@@ -230,6 +230,7 @@ class RendezvousServer:
         service.step_times = self.metrics.step_times
         self.metrics.heartbeats = lambda: service.beats
         self.metrics.worker_messages = lambda: service.messages
+        service.on_assignments_out = self.metrics.assignments_out
         self.metrics.step_times.window_steps = self.settings.straggler_steps
         service.timeline = self.timeline
         leases = AgentLeases(store, prefix, lambda: coordinator.pace.agent_timeout_s, service.lease_expired)

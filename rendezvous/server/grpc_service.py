@@ -29,9 +29,10 @@ from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.control.effects import (
-    Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect,
+    Assign, Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect,
 )
 from ringmaster.rendezvous.server import wire
+from ringmaster.rendezvous.server.assignments_out import AssignmentsOut
 from ringmaster.rendezvous.server.heap import LongLivedHeap
 from ringmaster.rendezvous.state.journal import Journal
 from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
@@ -101,6 +102,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.messages = {"stream": 0, "agent": 0}  # messages to workers, by the way they went (metrics)
         self.heap = LongLivedHeap()
         self._heap_generation = 0  # the last generation a freeze was planned for
+        self._assignments_out = AssignmentsOut()
+        #: Told (generation, seconds) when the last of a generation's assignments was written, the
+        #: seconds since the failure seen (or the generation's forming, with no failure): the metrics.
+        self.on_assignments_out: Callable[[int, float], None] | None = None
 
     # ---------------------------------------------------------------- for the other readers and inputs
     def view(self, page: Page = ALL_ROWS) -> JobView:
@@ -202,6 +207,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         agent that carries them, inside one command per host (event_relay.py)."""
         commands: dict[str, pb.AgentCommand] = {}
         streamed: list[wire.Planned] = []
+        assigning: list[Any] = []  # the messages that carry assignments (to see when the last is written)
+        generation = 0
         carry = self.coordinator.pace.relay and self._carriers
         workers = self.coordinator.workers
         for planned in wire.plan(effects):
@@ -214,14 +221,31 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 if command is None:
                     command = commands[worker.host] = pb.AgentCommand()
                 wire.fill(command.events.add(worker_id=worker_id).event, effect, ends)
+                if isinstance(effect, Assign):
+                    generation = max(generation, effect.generation)
+                    assigning.append(command)
             else:
                 streamed.append(planned)
-        for worker_id, message in wire.messages(streamed):
+        for (worker_id, message), (_, effect, _) in zip(wire.messages(streamed), streamed):
             self._workers[worker_id].put_nowait(message)
+            if isinstance(effect, Assign):
+                generation = max(generation, effect.generation)
+                assigning.append(message)
         self.messages["stream"] += len(streamed)
         for host, command in commands.items():
             self._agents[host].put_nowait(command)
             self.messages["agent"] += len(command.events)
+        if assigning:
+            job = self.coordinator.job
+            began = job.fault_at if job.fault_at is not None else job.generation_formed_at
+            self._assignments_out.queued(generation, began, assigning)
+
+    def _written(self, message: Any) -> None:
+        """A session wrote `message`: the metrics hear when a generation's last assignment went."""
+        if self._assignments_out.watching:
+            done = self._assignments_out.written(message, self.clock())
+            if done is not None and self.on_assignments_out is not None:
+                self.on_assignments_out(*done)
 
     async def keep_journal(self) -> None:
         """Save the coordinator's record after changes (gathered, see `call`), then release what it said.
@@ -285,6 +309,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 if message is _REPLACED:
                     return
                 yield message
+                self._written(message)
                 if is_last(message):
                     return
         finally:
@@ -378,11 +403,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         (the same agent's new session replaced it, and the host still runs them)."""
         while not queue.empty():
             command = queue.get_nowait()
+            moved = []
             for hosted in getattr(command, "events", ()):
                 stream = self._workers.get(hosted.worker_id)
                 if stream is not None:
                     stream.put_nowait(hosted.event)
+                    moved.append(hosted.event)
                     self.messages["stream"] += 1
+            self._assignments_out.moved(command, moved)
 
     def _unlisted_agents(self) -> int:
         """Agents in session for hosts that discovery does not list (they wait to be listed)."""
@@ -481,6 +509,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         finally:
             if request.worker_id not in self._workers:  # (not when a newer session replaced this one)
                 self._hearing_agent.discard(request.worker_id)
+            if self._assignments_out.watching:  # (what it did not write goes nowhere)
+                self._assignments_out.dropped(queue.get_nowait() for _ in range(queue.qsize()))
 
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
         """A worker is ready for the generation after `after_generation` (a survivor after a reset,

@@ -44,6 +44,9 @@ class GenerationStatus(BaseModel):
     causes: list[str] = Field(description="why it replaced the one before: failure, host_added, host_lost, ...")
     started: float = Field(description="when it formed, seconds since the epoch")
     recovery_s: Optional[float] = Field(None, description="from the failure before it to rank 0's first commit")
+    assigned_s: Optional[float] = Field(None, description="from the failure before it (or its forming) to the last "
+                                        "of its assignments leaving the rendezvous")
+    assigned_at: Optional[float] = Field(None, description="when that was, seconds since the epoch")
 
 
 class ScaleRequest(BaseModel):

@@ -43,7 +43,8 @@ GENERATIONS_KEPT = 200
 @dataclass
 class GenerationEntry:
     """One generation as the dashboard shows it: when it formed (seconds since the epoch), why,
-    and how long training took to resume after the failure that ended the one before."""
+    when the last of its assignments left the rendezvous, and how long training took to resume
+    after the failure that ended the one before."""
 
     number: int
     size: int
@@ -51,6 +52,8 @@ class GenerationEntry:
     causes: list[str]
     started: float
     recovery_s: float | None = None
+    assigned_s: float | None = None  # from the failure seen (or its forming) to its last assignment written
+    assigned_at: float | None = None  # when that was, seconds since the epoch
 
 
 @dataclass
@@ -92,6 +95,10 @@ class JobMetrics:
             self._resets.labels(cause.value)  # every cause shows, at 0 until it happens
         self._recovery = Histogram("ringmaster_recovery_seconds", "From a failure seen by the rendezvous to rank 0's "
                                    "first commit after it", buckets=RECOVERY_BUCKETS, registry=self.registry)
+        self._assigned = Histogram("ringmaster_assignments_out_seconds", "From a failure seen by the rendezvous "
+                                   "(or, with none, a generation's forming) to the last of the new generation's "
+                                   "assignments written to its stream or agent", buckets=RECOVERY_BUCKETS,
+                                   registry=self.registry)
         self._stragglers = Counter("ringmaster_stragglers_found", "Hosts found slower than the others' by the "
                                    "straggler check (once per host and generation)", registry=self.registry)
         self.registry.register(_Scraped(self))
@@ -117,6 +124,14 @@ class JobMetrics:
         elif event.kind in _DEPARTED and "worker" in event.fields:
             self.figures.departed(str(event.fields["worker"]))
             self.step_times.departed(str(event.fields["worker"]))
+
+    def assignments_out(self, number: int, seconds: float) -> None:
+        """The last of generation `number`'s assignments was written, `seconds` after its change began."""
+        self._assigned.observe(seconds)
+        for entry in reversed(self.generations):
+            if entry.number == number:
+                entry.assigned_s, entry.assigned_at = seconds, self._wall_clock()
+                break
 
     def steps_per_second(self, job: JobView | None = None) -> float:
         """Committed steps per second over the last RATE_WINDOW_S (0 with fewer than two samples).

@@ -36,8 +36,12 @@ def test_the_simulated_hosts_get_consistent_assignments_through_every_change(tmp
         assert [c.workers for c in changes] == [63 * 4, 79 * 4, 39 * 4]
         numbers = [first] + [c.generation for c in changes]
         assert numbers == sorted(set(numbers)), numbers
+        # The rendezvous stamps when each generation's last assignment left it: after the change,
+        # before the last worker held it (both clocks are this machine's).
+        assert all(0 < c.out_s <= c.seconds + 0.01 for c in changes), changes
         assert sum(s["refused"] for s in cluster.summaries()) == 0
         metrics = scrape(f"http://127.0.0.1:{cluster.api_port}")
+        assert metrics[("ringmaster_assignments_out_seconds_count", ())] >= len(numbers)
         carried = metrics.get(("ringmaster_worker_messages_total", (("via", "agent"),)), 0)
         streamed = metrics.get(("ringmaster_worker_messages_total", (("via", "stream"),)), 0)
         if relay == "always":  # every change's assignments went through the agents
