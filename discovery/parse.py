@@ -17,7 +17,7 @@ MAX_HOST_NAME = 253
 #: Most slots one host may offer (far above any machine's GPUs or sensible CPU workers).
 MAX_SLOTS_PER_HOST = 1024
 #: Most hosts one discovery output or -H may list.
-MAX_HOSTS = 4096
+MAX_HOSTS = 8192
 
 
 def host_name_problem(host: str) -> str | None:

@@ -79,8 +79,8 @@ def run_bounded(command: str, timeout_s: float, max_bytes: int | None = None,
     return outcome, proc.returncode if outcome == "done" else None, stdout, stderr
 
 
-#: Most bytes of output read from a discovery script (4096 hosts of long names fit).
-MAX_OUTPUT_BYTES = 1 << 20
+#: Most bytes of output read from a discovery script (8192 hosts of names up to 500 characters fit).
+MAX_OUTPUT_BYTES = 1 << 22
 #: Seconds to keep reading after the script exited, for output still in the pipe; a child it
 #: left running with the pipe open is not waited for.
 _DRAIN_S = 0.2

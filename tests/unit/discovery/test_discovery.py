@@ -47,7 +47,7 @@ def test_comments_blank_lines_and_default_slots() -> None:
         ("node1:1_0\n", "slots '1_0' is not an integer"),
         ("node1:\uff11\n", "is not an integer"),  # a full-width digit one: int() would take it
         ("node1:+2\n", "slots '+2' is not an integer"),
-        ("".join(f"h{i}:1\n" for i in range(4097)), "line 4097: more than 4096 hosts listed"),
+        ("".join(f"h{i}:1\n" for i in range(8193)), "line 8193: more than 8192 hosts listed"),
     ],
 )
 def test_malformed_lines_are_named(text: str, fragment: str) -> None:
