@@ -5,9 +5,12 @@ harness (`bench/scale.py`) and its test.
 A simulated agent does what `ringmaster agent` does on the wire: its hello, heartbeats, and for
 every `AgentCommand` it starts the workers it names (and reports the ones it stops); a simulated
 worker does what a worker's `Link` does: its session, heartbeats with commits (through its agent
-when the rendezvous asks agents to carry them), `Ready` once warm, again after a "generation
-over" that does not place it unasked, and at its next commit after a "hosts updated"; its
-agent hands it the messages the rendezvous sent for the whole host. No process is
+when the rendezvous asks agents to carry them: the simulated agent then reads its workers'
+figures itself at each of its beats, where a real one relays the newest datagram each worker
+sent it, so that 32,768 workers do not cost the client processes 32,768 timers a second),
+`Ready` once warm, again after a "generation over" or at its next commit after a "hosts
+updated" that does not place it unasked; its agent hands it the messages the rendezvous sent
+for the whole host. No process is
 started and nothing trains: what is measured is the rendezvous.
 
 `FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
@@ -74,7 +77,7 @@ class SimHost:
     shut: bool = False
     relay: bool = False  # the rendezvous asked its agent to carry its workers' beats
     session: Any = None  # the agent's session call
-    relayed: dict[str, tuple[pb.WorkerHeartbeatRequest, float]] = field(default_factory=dict)  # latest, when
+    beats_own: asyncio.Event = field(default_factory=asyncio.Event)  # set while its workers beat themselves
 
 
 class Fleet:
@@ -189,15 +192,23 @@ class Fleet:
         me = Identity(AGENT, host.name)
         await asyncio.sleep(random.uniform(0, self.heartbeat_s))  # (spread, as agents started apart)
         interval = self.heartbeat_s
+        host.beats_own.set()
+        last = time.monotonic()
         while not host.shut:
             now = time.monotonic()
-            relayed = [pb.RelayedBeat(beat=b, age_s=now - at) for worker_id, (b, at) in host.relayed.items()
-                       if worker_id in host.workers and not host.workers[worker_id].gone]
+            beats = max(1, round((now - last) / self.heartbeat_s))  # (the beats each worker sent it meanwhile)
+            last = now
+            relayed = [pb.RelayedBeat(beat=self._beat(w, beats), age_s=0.0)
+                       for w in host.workers.values() if not w.gone] if host.relay else []
             beat = pb.AgentHeartbeatRequest(host=host.name, workers=relayed)
             answer = await self._unary(host.name, "AgentHeartbeat", me, host.key, beat)
             if answer is not None:
                 interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
                 host.relay = answer.relay_beats
+                if host.relay:
+                    host.beats_own.clear()
+                else:
+                    host.beats_own.set()
             await asyncio.sleep(interval)
 
     async def _stop_worker(self, host: SimHost, worker: SimWorker) -> None:
@@ -249,7 +260,10 @@ class Fleet:
         if kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
-            await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
+            if event.hosts_updated.rejoin:  # ... placed unasked: it only waits for its place
+                worker.waiting = (worker.generation, "")
+            else:
+                await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
         elif kind in ("retire", "job_ended"):
             return False
         else:
@@ -280,24 +294,28 @@ class Fleet:
         await self._unary(worker.host, "Ready", worker.identity, worker.key, request)
 
     async def _worker_beats(self, worker: SimWorker) -> None:
+        """Its own heartbeats, while its agent does not carry them (see the module's docstring)."""
         await asyncio.sleep(random.uniform(0, self.heartbeat_s))
         interval = self.heartbeat_s
         while not worker.gone:
-            if worker.generation:
-                worker.steps += 10
-                worker.commits += 1
-            stats = pb.WorkerStats(steps=pb.Timing(count=worker.steps, seconds=worker.steps * 0.01))
-            beat = pb.WorkerHeartbeatRequest(worker_id=worker.worker_id, commits=worker.commits, elastic=True,
-                                             stats=stats)
             host = self.hosts[worker.host]
-            if host.relay:  # (to its agent, on the host: no call)
-                host.relayed[worker.worker_id] = (beat, time.monotonic())
-                interval = self.heartbeat_s
-            else:
-                answer = await self._unary(worker.host, "WorkerHeartbeat", worker.identity, worker.key, beat)
-                if answer is not None:
-                    interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
+            if host.relay:
+                await host.beats_own.wait()
+                continue
+            answer = await self._unary(worker.host, "WorkerHeartbeat", worker.identity, worker.key,
+                                       self._beat(worker, 1))
+            if answer is not None:
+                interval = paced_interval(answer.heartbeat_interval_s, self.heartbeat_s)
             await asyncio.sleep(interval)
+
+    @staticmethod
+    def _beat(worker: SimWorker, beats: int) -> pb.WorkerHeartbeatRequest:
+        """A worker's heartbeat after `beats` intervals: 10 steps and one commit each, once it trains."""
+        if worker.generation:
+            worker.steps += 10 * beats
+            worker.commits += beats
+        stats = pb.WorkerStats(steps=pb.Timing(count=worker.steps, seconds=worker.steps * 0.01))
+        return pb.WorkerHeartbeatRequest(worker_id=worker.worker_id, commits=worker.commits, elastic=True, stats=stats)
 
     # ------------------------------------------------------------ what it sees
     def summary(self) -> dict[str, Any]:

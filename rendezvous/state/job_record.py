@@ -128,6 +128,7 @@ class GenerationRecord(_Record):
     over: Optional[str]
     update_sequence: int
     hosts_baseline: int
+    update_rejoins: bool = False
 
 
 class Snapshots:
@@ -195,7 +196,7 @@ def _member_runs(members: list[RankAssignment]) -> list[list[Any]]:
 def _generation_value(g: Generation) -> dict[str, Any]:
     return {"number": g.number, "members": _member_runs(g.members), "cause": g.cause,
             "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
-            "hosts_baseline": g.hosts_baseline}
+            "hosts_baseline": g.hosts_baseline, "update_rejoins": g.update_rejoins}
 
 
 def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
@@ -315,4 +316,5 @@ def _generation(r: GenerationRecord, member_ids: list[str], workers: dict[str, W
     (a member listed twice is refused by `assign_ranks`)."""
     members: list[RankAssignment] = assign_ranks([WorkerSlot(i, workers[i].host) for i in member_ids], [])
     return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
-                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline)
+                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline,
+                      update_rejoins=r.update_rejoins)

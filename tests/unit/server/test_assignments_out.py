@@ -29,11 +29,13 @@ def test_moved_messages_are_watched_where_they_went_and_dropped_ones_are_not_wai
                                       for r, e in enumerate(_assignments(2))])
     streamed, = _assignments(1)
     out.queued(3, 0.0, [carried, streamed])
-    out.moved(carried, [hosted.event for hosted in carried.events])  # (its agent's session ended)
-    out.dropped([carried.events[1].event])  # (that worker's session ended too)
+    # (Messages are told apart by identity: the moved ones are the objects queued, kept here.)
+    moved = [hosted.event for hosted in carried.events]
+    out.moved(carried, moved)  # (its agent's session ended)
+    out.dropped([moved[1]])  # (that worker's session ended too)
     assert out.written(carried, 1.0) is None
     assert out.written(streamed, 1.0) is None
-    assert out.written(carried.events[0].event, 2.0) == (3, 2.0)
+    assert out.written(moved[0], 2.0) == (3, 2.0)
 
 
 def test_a_newer_generation_replaces_one_still_going_out_and_an_older_one_is_ignored() -> None:
