@@ -27,6 +27,7 @@ class AssignmentsOut:
 
     def __init__(self) -> None:
         self._outgoing: _Outgoing | None = None
+        self._done = 0  # the newest generation whose assignments all went (one sent again later is no news)
 
     @property
     def watching(self) -> bool:
@@ -35,6 +36,8 @@ class AssignmentsOut:
     def queued(self, number: int, began: float, messages: Iterable[Any]) -> None:
         """`messages` carry assignments of generation `number`, whose change began at `began`; a
         newer generation replaces an older one still going out (its messages no longer matter)."""
+        if number <= self._done:
+            return  # (an assignment said again: to a worker that reconnected)
         out = self._outgoing
         if out is None or out.number != number:
             if out is not None and out.number > number:
@@ -65,4 +68,5 @@ class AssignmentsOut:
         if out.pending:
             return None
         self._outgoing = None
+        self._done = out.number
         return out.number, max(0.0, now - out.began)

@@ -21,6 +21,9 @@ def test_only_the_last_written_assignment_reports_with_the_time_since_the_change
     assert out.watching
     assert out.written(first, 12.25) == (3, 2.25)
     assert not out.watching and out.written(first, 13.0) is None  # (reported once)
+    again, = _assignments(1)
+    out.queued(3, 10.0, [again])  # (said again to a worker that reconnected: not watched)
+    assert not out.watching and out.written(again, 20.0) is None
 
 
 def test_moved_messages_are_watched_where_they_went_and_dropped_ones_are_not_waited_for() -> None:
