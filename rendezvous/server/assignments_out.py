@@ -1,9 +1,9 @@
 """When the last assignment of a generation left the rendezvous.
 
 A new generation is ready for training only once every member holds its assignment; what the
-rendezvous controls is the part until the last of those messages is written to its stream (or
-to the agent that carries it). This watches the messages of the newest generation's
-assignments as the sessions write them, so that part is measured in the service itself (the
+rendezvous controls is the part until the last of those messages is handed to gRPC to write to
+its stream (or to the agent that carries it). This watches the messages of the newest
+generation's assignments as the sessions take them to write, so that part is measured in the service itself (the
 metrics and `/status` show it), apart from how fast the workers' side takes them in. Messages
 are told apart by identity: each is a distinct object from the moment it is queued until a
 session writes it, moves it elsewhere or drops it with its session.

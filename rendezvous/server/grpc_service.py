@@ -241,7 +241,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._assignments_out.queued(generation, began, assigning)
 
     def _written(self, message: Any) -> None:
-        """A session wrote `message`: the metrics hear when a generation's last assignment went."""
+        """A session hands `message` to gRPC to write: the metrics hear when a generation's last
+        assignment went. (Once the write is done, the session resumes only when the loop comes
+        back to it: at 4,096 x 8, seconds after the workers held their messages.)"""
         if self._assignments_out.watching:
             done = self._assignments_out.written(message, self.clock())
             if done is not None and self.on_assignments_out is not None:
@@ -308,8 +310,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 message = await queue.get()
                 if message is _REPLACED:
                     return
+                self._written(message)  # (handed to gRPC now: after the yield a busy loop resumes late)
                 yield message
-                self._written(message)
                 if is_last(message):
                     return
         finally:

@@ -52,7 +52,7 @@ class GenerationEntry:
     causes: list[str]
     started: float
     recovery_s: float | None = None
-    assigned_s: float | None = None  # from the failure seen (or its forming) to its last assignment written
+    assigned_s: float | None = None  # from the failure seen (or its forming) to its last assignment handed over
     assigned_at: float | None = None  # when that was, seconds since the epoch
 
 
@@ -97,7 +97,7 @@ class JobMetrics:
                                    "first commit after it", buckets=RECOVERY_BUCKETS, registry=self.registry)
         self._assigned = Histogram("ringmaster_assignments_out_seconds", "From a failure seen by the rendezvous "
                                    "(or, with none, a generation's forming) to the last of the new generation's "
-                                   "assignments written to its stream or agent", buckets=RECOVERY_BUCKETS,
+                                   "assignments handed to its stream or agent", buckets=RECOVERY_BUCKETS,
                                    registry=self.registry)
         self._stragglers = Counter("ringmaster_stragglers_found", "Hosts found slower than the others' by the "
                                    "straggler check (once per host and generation)", registry=self.registry)
@@ -126,7 +126,7 @@ class JobMetrics:
             self.step_times.departed(str(event.fields["worker"]))
 
     def assignments_out(self, number: int, seconds: float) -> None:
-        """The last of generation `number`'s assignments was written, `seconds` after its change began."""
+        """The last of generation `number`'s assignments was handed over, `seconds` after its change began."""
         self._assigned.observe(seconds)
         for entry in reversed(self.generations):
             if entry.number == number:
