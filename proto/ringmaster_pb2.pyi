@@ -214,16 +214,14 @@ class GenerationOver(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class HostsUpdated(_message.Message):
-    __slots__ = ("sequence", "reason", "checkpoint", "rejoin")
+    __slots__ = ("sequence", "reason", "checkpoint")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
-    REJOIN_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     reason: str
     checkpoint: bool
-    rejoin: bool
-    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ..., rejoin: _Optional[bool] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
 
 class Retire(_message.Message):
     __slots__ = ("reason",)

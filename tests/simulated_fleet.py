@@ -8,9 +8,9 @@ worker does what a worker's `Link` does: its session, heartbeats with commits (t
 when the rendezvous asks agents to carry them: the simulated agent then reads its workers'
 figures itself at each of its beats, where a real one relays the newest datagram each worker
 sent it, so that 32,768 workers do not cost the client processes 32,768 timers a second),
-`Ready` once warm, again after a "generation over" or at its next commit after a "hosts
-updated" that does not place it unasked; its agent hands it the messages the rendezvous sent
-for the whole host. No process is
+`Ready` once warm, again after a "generation over" that does not place it unasked, and at its
+next commit after a "hosts updated"; its agent hands it the messages the rendezvous sent for
+the whole host. No process is
 started and nothing trains: what is measured is the rendezvous.
 
 `FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
@@ -260,10 +260,7 @@ class Fleet:
         if kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
-            if event.hosts_updated.rejoin:  # ... placed unasked: it only waits for its place
-                worker.waiting = (worker.generation, "")
-            else:
-                await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
+            await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
         elif kind in ("retire", "job_ended"):
             return False
         else:

@@ -208,8 +208,7 @@ class Coordinator:
                     # A host update went out while its session was closed: say it again, or it
                     # trains on alone at its next commit while the others wait for it.
                     job.outbox.append(UpdateHosts(worker_id, gen.update_sequence,
-                                                  "the hosts changed while this worker was reconnecting", False,
-                                                  rejoin=gen.update_rejoins and worker.elastic))
+                                                  "the hosts changed while this worker was reconnecting", False))
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)

@@ -95,7 +95,6 @@ class UpdateHosts:
     sequence: int
     reason: str
     checkpoint: bool = False  # rank 0 makes the commit durable before anyone leaves (a drain leaves too few)
-    rejoin: bool = False  # placed in the next generation unasked: no Ready at that commit (the hosts only grew)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,7 @@ full list of workers to run (`RunWorkers`, when it changed).
   call `Ready`; once every live member of the last generation is ready, ranks are assigned
   (survivors first, in their old order) and sent over the workers' streams. After a failure the
   survivors in session are not waited for: they roll back and ask by themselves, so their next
-  assignment goes with the "generation over" (`_rejoins_at_once`). Nor are they when the hosts
-  only grew: the update places them unasked, the next generation forms at once, and each member
-  takes its assignment at the commit the update interrupts (every rank stops at the same one).
+  assignment goes with the "generation over" (`_rejoins_at_once`).
 
 Pure: no I/O, the time is passed in.
 """
@@ -97,8 +95,8 @@ class Formation:
                 self._maybe_plan_first(now)
             elif self._generation_finished():
                 self._next_generation(now)
-            elif self._maybe_request_update(eligible, now) and self._generation_finished():
-                self._next_generation(now)  # (a growth update placed every member unasked: no wait)
+            else:
+                self._maybe_request_update(eligible, now)
             self._spawn_newcomers(eligible, now)
         self._publish_agents(now)
 
@@ -199,18 +197,14 @@ class Formation:
         return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w) for w in members)
 
     def _rejoins_at_once(self, worker: Worker) -> bool:
-        """A member of a generation that failed, or that a growth-only host update interrupts, in
-        session and inside `hvd.elastic.run`: it rolls back (or reaches its commit) and takes its
-        place in the next generation by itself, so the next is formed without waiting for its
-        `Ready` (which would cost a call per worker and a pass per call, the most of a large job's
-        recovery and growth). Its assignment waits in its session until it asks; a `Ready` it
-        still sends for the generation it leaves is already answered (`Coordinator.worker_ready`).
-        A member whose host is taken away between such an update and the next generation is
-        retired when it forms, maybe before its commit (a window of one pass)."""
+        """A member of a generation that failed, in session and inside `hvd.elastic.run`: it rolls
+        back and asks for the next generation by itself, so the next is formed without waiting
+        for its `Ready` (which would cost a call per worker and a pass per call, the most of a
+        large job's recovery). Its assignment waits in its session until it asks; a `Ready` it
+        still sends for the failed generation is already answered (`Coordinator.worker_ready`)."""
         gen = self.job.generation
-        return (gen is not None and (gen.over is not None or (gen.update_sequence > 0 and gen.update_rejoins))
-                and worker.phase is Phase.MEMBER and worker.generation == gen.number and worker.registered
-                and worker.elastic)
+        return (gen is not None and gen.over is not None and worker.phase is Phase.MEMBER
+                and worker.generation == gen.number and worker.registered and worker.elastic)
 
     def _next_generation(self, now: float) -> None:
         job = self.job
@@ -285,26 +279,25 @@ class Formation:
         return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
 
     # ------------------------------------------------------------------ a healthy generation
-    def _maybe_request_update(self, eligible: set[str], now: float) -> bool:
-        """Elastic job, healthy generation: interrupt it at the next commit if the ring should
-        change. True when that update placed the members in the next generation unasked."""
+    def _maybe_request_update(self, eligible: set[str], now: float) -> None:
+        """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
         job = self.job
         gen = job.generation
         assert gen is not None
         if gen.over is not None:
-            return False
+            return
         members = [job.workers[i] for i in gen.member_ids]
         if gen.update_sequence:
             if job.checkpoint_at_update:  # a drain left too few after the update went out: say it again, with a checkpoint
                 self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
-            return False
+            return
         policy = generation_policy(members)
         if not policy.grows_in_place():
             if not any(policy.rejoins(w) for w in members):
                 self._maybe_restart_plain(members, now)
-            return False
+            return
         if not all(w.elastic for w in members if w.live):
-            return False  # still starting up: not every member is inside hvd.elastic.run yet
+            return  # still starting up: not every member is inside hvd.elastic.run yet
         reasons = []
         ready_newcomers, warming = self._newcomers(eligible)
         limit = job.limit if job.limit is not None else 1 << 30
@@ -328,13 +321,10 @@ class Formation:
             reasons.append(f"scaling down to {limit} workers")
             kinds.add(ResetCause.SCALE)
         if not reasons:
-            return False
+            return
         reason = "; ".join(reasons)
         job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
-        # Only newcomers: every member stays, so each is placed in the next generation unasked.
-        rejoin = kinds == {ResetCause.HOST_ADDED}
-        self._send_update(members, reason, now, rejoin=rejoin)
-        return rejoin
+        self._send_update(members, reason, now)
 
     def _newcomers(self, eligible: set[str]) -> tuple[list[Worker], list[Worker]]:
         """Workers outside the generation on usable hosts: those ready to join, those still
@@ -378,22 +368,19 @@ class Formation:
             quiet.not_elastic = {w.worker_id for w in live if not w.elastic} & staying
         return quiet
 
-    def _send_update(self, members: list[Worker], reason: str, now: float, rejoin: bool = False) -> None:
+    def _send_update(self, members: list[Worker], reason: str, now: float) -> None:
         """Interrupt the generation at its next commit (a higher sequence than any sent: the
-        newest wins); with a checkpoint first when a drain asked for one. `rejoin`: every member
-        stays, and those inside `hvd.elastic.run` are placed in the next generation unasked."""
+        newest wins); with a checkpoint first when a drain asked for one."""
         job = self.job
         gen = job.generation
         assert gen is not None
         job.hosts_sequence += 1
         gen.update_sequence = job.hosts_sequence
-        gen.update_rejoins = rejoin
         job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
         checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
         for w in members:
             if w.live and w.registered:
-                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint,
-                                              rejoin=rejoin and w.elastic))
+                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
 
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
         """A plain job grows only by restarting, as torchrun does on a membership change."""

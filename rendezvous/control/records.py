@@ -145,7 +145,6 @@ class Generation(Revised):
     store_prefix: str
     over: str | None = None  # why it ended early (a failure), None while healthy
     update_sequence: int = 0  # the hosts-update sequence sent to its members, 0 if none
-    update_rejoins: bool = False  # that update placed its members in the next generation unasked
     hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
 
     def __post_init__(self) -> None:

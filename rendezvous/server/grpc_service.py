@@ -103,8 +103,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self.heap = LongLivedHeap()
         self._heap_generation = 0  # the last generation a freeze was planned for
         self._assignments_out = AssignmentsOut()
-        #: Told (generation, seconds) when the last of a generation's assignments was written, the
-        #: seconds since the failure seen (or the generation's forming, with no failure): the metrics.
+        #: Told (generation, seconds) when the last of a generation's assignments was handed to gRPC,
+        #: the seconds since the failure seen (or the generation's forming, with no failure): the metrics.
         self.on_assignments_out: Callable[[int, float], None] | None = None
 
     # ---------------------------------------------------------------- for the other readers and inputs
@@ -207,7 +207,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         agent that carries them, inside one command per host (event_relay.py)."""
         commands: dict[str, pb.AgentCommand] = {}
         streamed: list[wire.Planned] = []
-        assigning: list[Any] = []  # the messages that carry assignments (to see when the last is written)
+        assigning: list[Any] = []  # the messages that carry assignments (to see when the last goes)
         generation = 0
         carry = self.coordinator.pace.relay and self._carriers
         workers = self.coordinator.workers
@@ -409,8 +409,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             for hosted in getattr(command, "events", ()):
                 stream = self._workers.get(hosted.worker_id)
                 if stream is not None:
-                    stream.put_nowait(hosted.event)
-                    moved.append(hosted.event)
+                    event = hosted.event  # (one object: the one queued is the one watched)
+                    stream.put_nowait(event)
+                    moved.append(event)
                     self.messages["stream"] += 1
             self._assignments_out.moved(command, moved)
 

@@ -108,7 +108,6 @@ def fill(event: pb.WorkerEvent, effect: WorkerEffect, ends: EndGeneration | None
         update = event.hosts_updated
         update.SetInParent()
         update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
-        update.rejoin = effect.rejoin
     elif isinstance(effect, Retire):
         event.retire.SetInParent()
         event.retire.reason = effect.reason

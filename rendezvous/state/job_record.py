@@ -128,7 +128,6 @@ class GenerationRecord(_Record):
     over: Optional[str]
     update_sequence: int
     hosts_baseline: int
-    update_rejoins: bool = False
 
 
 class Snapshots:
@@ -196,7 +195,7 @@ def _member_runs(members: list[RankAssignment]) -> list[list[Any]]:
 def _generation_value(g: Generation) -> dict[str, Any]:
     return {"number": g.number, "members": _member_runs(g.members), "cause": g.cause,
             "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
-            "hosts_baseline": g.hosts_baseline, "update_rejoins": g.update_rejoins}
+            "hosts_baseline": g.hosts_baseline}
 
 
 def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
@@ -316,5 +315,4 @@ def _generation(r: GenerationRecord, member_ids: list[str], workers: dict[str, W
     (a member listed twice is refused by `assign_ranks`)."""
     members: list[RankAssignment] = assign_ranks([WorkerSlot(i, workers[i].host) for i in member_ids], [])
     return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
-                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline,
-                      update_rejoins=r.update_rejoins)
+                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline)

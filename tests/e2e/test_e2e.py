@@ -62,19 +62,12 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
     logs_dir = tmp_path / "log"
     # Declared head first: the survivors rebuilt their buckets after their first step; the ring
     # with newcomers agrees on them anew (a layout that differed would leave replicas apart).
-    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST, "--log-level", "DEBUG",
+    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
                   *elastic_job(logs_dir, epochs=8, samples=128), "--head-first", env={"HOROVOD_FUSION_THRESHOLD": "0"})
     job.wait_status(lambda s: s["steps"] >= 3, 120, "training on hostA")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})
     grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
     assert grown["generation"] == 2, "both newcomers should join in one reset:\n" + job.output
-    # The hosts only grew: generation 2 formed without waiting for the members' Readies (placed
-    # unasked); one that stopped before hearing the update may still ask, after it formed.
-    told = job.events()
-    formed = next(i for i, e in enumerate(told) if e.get("kind") == "generation.formed" and e.get("number") == 2)
-    assert any(e.get("kind") == "worker.ready" and e.get("after_generation") == 0 for e in told)  # (newcomers ask)
-    asked = [i for i, e in enumerate(told) if e.get("kind") == "worker.ready" and e.get("after_generation") == 1]
-    assert all(i > formed for i in asked), [told[i] for i in asked]
     hosts.write_text("hostA:2\nhostB:2\nhostC:many\n")
     job.wait_status(lambda s: any("hostC:many" in e for e in s["events"]), 60, "the bad discovery line to be reported")
     steps = job.status()["steps"]

@@ -80,7 +80,6 @@ class RendezvousLink:
         self._over: dict[int, str] = {}
         self._rejoining: set[int] = set()  # generations over whose next this worker is placed in unasked
         self._hosts_sequence = 0
-        self._rejoin_updates: set[int] = set()  # host updates that place this worker in the next generation unasked
         self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
         self._retired: str | None = None
         self._ended: pb.JobEnded | None = None
@@ -158,16 +157,11 @@ class RendezvousLink:
         without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S
         (a large job's: REJOIN_NOTICE_LARGE_S) for that word and then only for its place. What it
         would have said goes with a `Ready` only if the word does not come (a failure the
-        rendezvous cannot see: a partition between workers).
-
-        After a host update that only added hosts (`HostsUpdated.rejoin`), the worker is placed
-        in the next generation unasked too, and waits for its place with no call."""
+        rendezvous cannot see: a partition between workers)."""
         with self._cond:
             if self._placed_after(after_generation):
                 return  # assigned already (after a failure the rendezvous does not wait to be asked)
             self._waiting = (after_generation, failure)
-            if not failure and self._update_rejoins(after_generation):
-                return
             notice = (REJOIN_NOTICE_LARGE_S if self._relay.relaying() else REJOIN_NOTICE_S) if failure else 0.0
             deadline = time.monotonic() + notice
             while not self._placed_after(after_generation) and after_generation not in self._over:
@@ -189,14 +183,6 @@ class RendezvousLink:
 
     def _placed_after(self, generation: int) -> bool:
         return self._assignment is not None and self._assignment.generation > generation
-
-    def _update_rejoins(self, generation: int) -> bool:
-        """Whether the newest host update interrupts `generation` (this worker's) and placed it in
-        the next one unasked. A rank that stopped because another saw an update it has not
-        heard itself asks (its `Ready` for a generation it is placed after is answered as such)."""
-        held = self._assignment
-        return (held is not None and held.generation == generation and self._hosts_sequence > held.hosts_sequence
-                and self._hosts_sequence in self._rejoin_updates)
 
     def report_done(self, warning: str = "") -> None:
         """Say the training function returned (and what the job's end must report); retried
@@ -342,8 +328,6 @@ class RendezvousLink:
                     self._rejoining.add(event.generation_over.generation)
             elif kind == "hosts_updated":
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
-                if event.hosts_updated.rejoin:
-                    self._rejoin_updates.add(event.hosts_updated.sequence)
                 if event.hosts_updated.checkpoint:
                     self._checkpoint_sequence = max(self._checkpoint_sequence, event.hosts_updated.sequence)
             elif kind == "retire":

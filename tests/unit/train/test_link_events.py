@@ -98,22 +98,3 @@ def test_a_large_jobs_worker_waits_longer_for_the_word(monkeypatch, tmp_path) ->
     link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="host h9 lost", rejoin=True)))
     waiting.join(10)
     assert not waiting.is_alive() and calls.readies == []
-
-
-def test_a_member_placed_unasked_by_a_growth_update_asks_for_nothing_at_its_commit() -> None:
-    """Hosts added to a large job: every member would answer the update with a `Ready` (32,768
-    calls at 4,096 x 8); told it rejoins, a member at its commit only waits for its place."""
-    link, calls = _linked()
-    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=3, rank=0, size=2, hosts_sequence=5)))
-    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=6, rejoin=True)))
-    link.ready(3)
-    assert calls.readies == []
-    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=4, rank=0, size=3, hosts_sequence=6)))
-    assert link.wait_assignment(3, timeout_s=0).generation == 4
-    # An update that is not growth alone (a host leaves: who stays is decided when it forms) ...
-    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=7)))
-    link.ready(4)
-    # ... and a rank that stopped at an update it has not heard itself (another rank saw it) ask.
-    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=5, rank=0, size=3, hosts_sequence=7)))
-    link.ready(5)
-    assert [r.after_generation for r in calls.readies] == [4, 5]
