@@ -86,7 +86,7 @@ def test_priority_suspends_the_lower_job_at_a_durable_checkpoint_and_it_resumes_
 def test_a_host_that_dies_under_a_job_leaves_the_pool_and_the_job_goes_on(run_job, tmp_path) -> None:
     pool = Pool(run_job, tmp_path, "-H", "hA:2,hB:2", "--blacklist-cooldown", "600")
     job = pool.submit(tmp_path / "j", 2, 4, epochs=8, samples=240)
-    pool.wait_job(job, lambda j: j["size"] == 4, 60, "the job on 4 slots")
+    pool.wait_job(job, lambda j: j["size"] == 4, 120, "the job on 4 slots")
     wait_for(lambda: (s := pool.call(f"/jobs/{job}/status")) and s["world_size"] == 4 and s, 120, "4 workers in the ring")
     pool_agent = next(h["agent_pid"] for h in pool.call("/hosts") if h["name"] == "hB")
     host = [pool_agent, *(p.pid for p in psutil.Process(pool_agent).children(recursive=True))]
