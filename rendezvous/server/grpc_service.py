@@ -240,12 +240,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             began = job.fault_at if job.fault_at is not None else job.generation_formed_at
             self._assignments_out.queued(generation, began, assigning)
 
-    def _written(self, message: Any) -> None:
+    def _handed_over(self, message: Any) -> None:
         """A session hands `message` to gRPC to write: the metrics hear when a generation's last
         assignment went. (Once the write is done, the session resumes only when the loop comes
         back to it: at 4,096 x 8, seconds after the workers held their messages.)"""
         if self._assignments_out.watching:
-            done = self._assignments_out.written(message, self.clock())
+            done = self._assignments_out.handed_over(message, self.clock())
             if done is not None and self.on_assignments_out is not None:
                 self.on_assignments_out(*done)
 
@@ -310,7 +310,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 message = await queue.get()
                 if message is _REPLACED:
                     return
-                self._written(message)  # (handed to gRPC now: after the yield a busy loop resumes late)
+                self._handed_over(message)  # (handed to gRPC now: after the yield a busy loop resumes late)
                 yield message
                 if is_last(message):
                     return

@@ -16,14 +16,14 @@ def test_only_the_last_written_assignment_reports_with_the_time_since_the_change
     first, second = _assignments(2)
     out.queued(3, 10.0, [first])
     out.queued(3, 99.0, [second])  # (the same generation's later messages: its change began at 10)
-    assert out.written(pb.WorkerEvent(), 11.0) is None  # (a message it does not watch)
-    assert out.written(second, 11.5) is None
+    assert out.handed_over(pb.WorkerEvent(), 11.0) is None  # (a message it does not watch)
+    assert out.handed_over(second, 11.5) is None
     assert out.watching
-    assert out.written(first, 12.25) == (3, 2.25)
-    assert not out.watching and out.written(first, 13.0) is None  # (reported once)
+    assert out.handed_over(first, 12.25) == (3, 2.25)
+    assert not out.watching and out.handed_over(first, 13.0) is None  # (reported once)
     again, = _assignments(1)
     out.queued(3, 10.0, [again])  # (said again to a worker that reconnected: not watched)
-    assert not out.watching and out.written(again, 20.0) is None
+    assert not out.watching and out.handed_over(again, 20.0) is None
 
 
 def test_moved_messages_are_watched_where_they_went_and_dropped_ones_are_not_waited_for() -> None:
@@ -36,9 +36,9 @@ def test_moved_messages_are_watched_where_they_went_and_dropped_ones_are_not_wai
     moved = [hosted.event for hosted in carried.events]
     out.moved(carried, moved)  # (its agent's session ended)
     out.dropped([moved[1]])  # (that worker's session ended too)
-    assert out.written(carried, 1.0) is None
-    assert out.written(streamed, 1.0) is None
-    assert out.written(moved[0], 2.0) == (3, 2.0)
+    assert out.handed_over(carried, 1.0) is None
+    assert out.handed_over(streamed, 1.0) is None
+    assert out.handed_over(moved[0], 2.0) == (3, 2.0)
 
 
 def test_a_newer_generation_replaces_one_still_going_out_and_an_older_one_is_ignored() -> None:
@@ -48,5 +48,5 @@ def test_a_newer_generation_replaces_one_still_going_out_and_an_older_one_is_ign
     out.queued(3, 0.0, [old])
     out.queued(4, 5.0, [new])
     out.queued(3, 0.0, [pb.WorkerEvent()])  # (late and older: not watched)
-    assert out.written(old, 6.0) is None
-    assert out.written(new, 6.5) == (4, 1.5)
+    assert out.handed_over(old, 6.0) is None
+    assert out.handed_over(new, 6.5) == (4, 1.5)
