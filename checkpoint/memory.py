@@ -65,15 +65,24 @@ class HostSnapshot:
         self.ranges = dict(other.ranges)
         self.devices = list(other.devices)
 
-    def adopt(self, skeleton: dict[str, Any]) -> None:
-        """Take another process' skeleton and make buffers of its layout, to receive its bytes."""
+    def incoming(self, skeleton: dict[str, Any]) -> "HostSnapshot":
+        """A new snapshot with another process' skeleton and fresh buffers of its layout, to
+        receive its bytes into. This commit stays as it was until `replace` takes the new one:
+        a sync whose sender dies halfway must leave the receiver's last commit whole (it rolls
+        back to it), never a mix of the sender's objects and half-received buffers."""
         refs = sorted(tensor_refs(skeleton), key=lambda r: r.index)
-        layout = tuple((r.shape, r.dtype) for r in refs)
-        self._allocate(layout, pin=self.pinned)
-        self.skeleton = skeleton
-        self.ranges = {name: _range(sub) for name, sub in skeleton.items()}
-        if len(self.devices) != len(refs):
-            self.devices = [torch.device("cpu")] * len(refs)
+        staged = HostSnapshot()
+        staged._allocate(tuple((r.shape, r.dtype) for r in refs), pin=self.pinned)
+        staged.skeleton = skeleton
+        staged.ranges = {name: _range(sub) for name, sub in skeleton.items()}
+        staged.devices = list(self.devices) if len(self.devices) == len(refs) else [torch.device("cpu")] * len(refs)
+        return staged
+
+    def replace(self, other: "HostSnapshot") -> None:
+        """Become `other` (its buffers taken, not copied): the end of a sync that received it whole."""
+        self.skeleton, self.layout, self.buffers, self.tensors = other.skeleton, other.layout, other.buffers, other.tensors
+        self.ranges, self.devices, self.pinned = other.ranges, other.devices, other.pinned
+        self.allocations += other.allocations
 
     def _allocate(self, layout: Layout, pin: bool) -> None:
         pin = pin and torch.cuda.is_available()

@@ -48,11 +48,21 @@ from job_checks import assert_every_sample_once, assert_ranks_agree
 MEMORY_KINDS = ("kill_worker", "kill_host", "stop_worker", "add_host", "remove_host", "scale_down", "scale_up")
 ETCD_KINDS = MEMORY_KINDS + ("restart_serve", "kill_etcd_member")
 SLOTS = 2  # per host
-HEARTBEAT_TIMEOUT_S = 2.0
+#: Silence that counts as a hung worker (a stopped one is detected by it), and the beat's interval: a
+#: 2 s timeout with 1 s beats killed a worker that was only starved while six others started on a
+#: slow 2-core machine (a beat's RPC took over a second), and the job then failed as a plain one.
+HEARTBEAT_TIMEOUT_S = 3.0
+HEARTBEAT_INTERVAL_S = 0.5
+#: Restarts of the whole job while no worker has entered `hvd.elastic.run` yet: a worker starved
+#: past the timeout while six start (before the job can know its script is elastic) is a plain
+#: job's failure, which restarts every worker; once training runs, faults are the elastic ones.
+START_RESTARTS = 2
 SAMPLES = 192  # divides by every world size up to 8 except 5 and 7
-#: A learning rate small enough that the recipe's fault-free runs agree across world sizes:
-#: after 20 epochs their final losses were 0.025 / 0.037 / 0.030 on 1 / 2 / 4 workers here.
+#: A learning rate small enough that the recipe's fault-free runs stay close across world sizes:
+#: after 20 epochs their final losses were 0.025 / 0.037 / 0.030 on 1 / 2 / 4 workers here (8,
+#: with the lr 8 times as large, end noisier: see `reference_loss`).
 BASE_LR = 0.002
+BATCH = 2  # samples per worker and step (the job's and the references')
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,7 @@ class Report:
                      f"{self.steps_computed - self.steps_kept}: goodput {self.goodput:.1%} of steps; "
                      f"progress in {self.progress_fraction:.1%} of wall time")
         reference = "n/a" if self.reference_loss is None else f"{self.reference_loss:.4f}"
-        lines.append(f"final loss {self.final_loss:.4f} (fault-free run: {reference})")
+        lines.append(f"final loss {self.final_loss:.4f} (worst fault-free run at a size the job had: {reference})")
         if self.skipped:
             lines.append(f"not injected (no target at that moment): {', '.join(self.skipped)}")
         for name, verdict in self.checks.items():
@@ -172,13 +182,14 @@ class ChaosRun:
     # ------------------------------------------------------------------ the job
     def workload(self) -> list[str]:
         return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(self.log_dir), "--epochs", "100000",
-                "--stop-file", str(self.stop_file), "--samples", str(SAMPLES), "--step-time", str(self.step_time_s),
-                "--optimizer", self.optimizer, "--lr-callback", "--base-lr", str(BASE_LR), "--timestamps"]
+                "--stop-file", str(self.stop_file), "--samples", str(SAMPLES), "--batch-size", str(BATCH),
+                "--step-time", str(self.step_time_s), "--optimizer", self.optimizer, "--lr-callback", "--base-lr", str(BASE_LR), "--timestamps"]
 
     def flags(self) -> list[str]:
         return ["--min-np", str(self.min_np), "--max-np", str(self.max_np), "--host-discovery-script", str(self.script),
                 "--discovery-interval", "0.3", "--warmup-grace", "5", "--start-timeout", "30",
-                "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--stop-grace", "1",
+                "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S),
+                "--stop-grace", "1", "--max-restarts", str(START_RESTARTS),
                 "--blacklist-cooldown-range", "2", "4", "--crash-loop-limit", "1000"]
 
     def start(self) -> None:
@@ -244,8 +255,13 @@ class ChaosRun:
             threading.Timer(HEARTBEAT_TIMEOUT_S + 1.5, resume).start()
             return fault(victim["worker_id"], resume)
         if kind == "kill_host":
+            # A host may die only while a worker elsewhere holds the last commit: killing every
+            # holder (e.g. while newcomers are still receiving it) loses it, which no job
+            # without --checkpoint-dir survives, and this run has none.
+            newest = max((w["commits"] for w in ranked), default=0)
             hosts = [h for h in status["hosts"] if h["name"] in active and h["agent_pid"]
-                     and len(ranked) - sum(1 for w in ranked if w["host"] == h["name"]) >= self.min_np]
+                     and len(ranked) - sum(1 for w in ranked if w["host"] == h["name"]) >= self.min_np
+                     and any(w["commits"] == newest and w["host"] != h["name"] for w in ranked)]
             if hosts:
                 victim = self.rng.choice(hosts)
                 os.killpg(victim["agent_pid"], signal.SIGKILL)
@@ -332,7 +348,20 @@ class ChaosRun:
         try:
             self.start()
             assert self.job is not None
-            wait_for(lambda: len(events(read_logs(self.log_dir), "commit")) >= 8, 180, "training to begin")
+            job = self.job
+
+            def training() -> bool:
+                if job.proc.poll() is not None:
+                    raise AssertionError(f"seed {self.seed}: the job exited with {job.proc.returncode} before it "
+                                         f"trained:\n{job.output[-6000:]}")
+                return len(events(read_logs(self.log_dir), "commit")) >= 8
+
+            try:
+                wait_for(training, 180, "training to begin")
+            except AssertionError as error:
+                if "timed out" not in str(error):
+                    raise
+                raise AssertionError(f"seed {self.seed}: {error}; the job said last:\n{job.output[-6000:]}") from None
             while (pending or (deferred and retries > 0)) and self.job.proc.poll() is None:
                 if not pending:  # only faults that found no target are left: try them again
                     pending, deferred, retries = deferred, [], retries - len(deferred)
@@ -371,20 +400,24 @@ class ChaosRun:
         checks: dict[str, str] = {}
         done = events(logs, "done")
         epochs = done[0]["epochs"]
-        assert_every_sample_once(logs, epochs, allow_padding=True)
+        assert_every_sample_once(logs, epochs)
         checks["every sample of every epoch"] = "once (repeats only within the sampler's padding)"
         assert_no_committed_step_lost(logs)
         checks["committed steps"] = "none lost: each generation resumed at or after the last commit logged before it"
-        assert_ranks_agree(logs)
+        assert_ranks_agree(logs, cut_short={f.generation for f in injected if f.kind in ("kill_worker", "kill_host")})
         generations = len({r["generation"] for r in events(logs, "synced")})
         checks["replicas"] = f"bit-identical after each of {generations} syncs and at the end"
         assert not any(job.events("replicas.diverged") for job in self.processes), "the guard had to heal a divergence"
         final_loss = done[0]["loss"]
-        reference = reference_loss(self.dir / "reference", epochs, self.optimizer) if compare_loss else None
-        if reference is not None:
+        reference = None
+        if compare_loss:
+            sizes = sorted({r["size"] for r in events(logs, "synced")})
+            references = {size: reference_loss(self.dir / f"reference-{size}", epochs, self.optimizer, size) for size in sizes}
+            size, reference = max(references.items(), key=lambda item: item[1])
             assert final_loss <= 2 * reference + 0.01, \
-                f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults"
-            checks["loss"] = f"{final_loss:.4f} after {epochs} epochs; fault-free {reference:.4f}"
+                f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults on {size} workers " \
+                f"(the worst of the sizes the job had: {', '.join(f'{n}: {v:.4f}' for n, v in references.items())})"
+            checks["loss"] = f"{final_loss:.4f} after {epochs} epochs; fault-free at most {reference:.4f} ({size} workers)"
         slowest = max((f.recovery_s or 0.0 for f in injected), default=0.0)
         checks["no hang"] = f"every fault absorbed within {self.recovery_bound_s:g} s (slowest {slowest:.2f} s)"
         kept, computed, progress = goodput(logs)
@@ -427,12 +460,18 @@ def goodput(logs: dict[str, list[dict]]) -> tuple[int, int, float]:
     return kept, max(begun, kept), 1.0 - stalled / span if span else 1.0
 
 
-def reference_loss(workdir: pathlib.Path, epochs: int, optimizer: str) -> float:
-    """The workload's final loss without faults: one process, the same samples, seeds and schedule
-    of learning rates (the lr scales with the world size, so a ring of one is the same recipe)."""
+def reference_loss(workdir: pathlib.Path, epochs: int, optimizer: str, size: int = 1) -> float:
+    """The workload's final loss without faults on a ring of `size`, computed by one process.
+
+    One process with `size` times the batch and the learning rate takes the very batches and steps
+    of a fault-free ring of `size` (the sampler's shards of one shuffle, averaged): the same final
+    loss to float precision. Why more than one size: the lr scales with the world size, and a larger
+    ring's noisier steps leave a higher loss at a given epoch (0.06-0.10 on 8 workers where one gets
+    0.035-0.05 after 12-14 epochs), so a run that ends on 8 workers is held to what 8 reach."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGMASTER_")}
     subprocess.run([sys.executable, str(WORKLOADS / "elastic_job.py"), "--log-dir", str(workdir), "--epochs", str(epochs),
-                    "--samples", str(SAMPLES), "--step-time", "0", "--optimizer", optimizer, "--lr-callback", "--base-lr", str(BASE_LR)],
+                    "--samples", str(SAMPLES), "--step-time", "0", "--optimizer", optimizer, "--lr-callback",
+                    "--base-lr", str(BASE_LR * size), "--batch-size", str(BATCH * size)],
                    cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
     return events(read_logs(workdir), "done")[0]["loss"]

@@ -69,8 +69,10 @@ def make_store(request):
 
 
 @pytest.fixture
-def run_job():
-    """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown."""
+def run_job(tmp_path):
+    """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown, and what each
+    printed is kept as `<tmp_path>/job-N-<verb>.out` (a failure's whole story, which pytest's
+    report cuts short)."""
     jobs: list[Job] = []
 
     def start(*args: str, env: dict[str, str | None] | None = None, verb: str = "run", preexec=None,
@@ -80,8 +82,9 @@ def run_job():
         return job
 
     yield start
-    for job in jobs:
+    for number, job in enumerate(jobs):
         job.kill()
+        job.save_output(tmp_path / f"job-{number}-{job.verb}.out")
 
 
 @pytest.fixture

@@ -63,6 +63,14 @@ def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s
         time.sleep(interval_s)
 
 
+def commit_log(log: pathlib.Path) -> list[dict]:
+    """The commits `workloads/paced_job.py`'s rank 0 logged to `log` so far, read while it writes
+    (a line being written is left for the next read)."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
 def write_hosts(path: pathlib.Path, hosts: dict[str, int]) -> None:
     """Atomically replace the host file a discovery script prints."""
     tmp = path.with_suffix(".tmp")
@@ -95,6 +103,7 @@ class Job:
             cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, preexec_fn=preexec,
         )
+        self.verb = verb
         self.lines: list[str] = []
         self._agent_pids: set[int] = set()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -207,6 +216,11 @@ class Job:
             except (ProcessLookupError, PermissionError):
                 pass
         self.proc.wait()
+
+    def save_output(self, path: pathlib.Path) -> None:
+        """Write what the process printed to `path` (once it ended: the reader has it all)."""
+        self._reader.join(timeout=5)
+        path.write_text(self.output + "\n")
 
 
 def parse_event_line(line: str) -> dict | None:

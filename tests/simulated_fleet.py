@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -97,6 +98,7 @@ class Fleet:
         self._series = secrets.token_hex(8)
         self.session_errors: collections.Counter[str] = collections.Counter()  # how worker sessions ended early
         self._numbers: dict[Identity, int] = {}
+        self._frozen_generation = 0  # the generation settled when the heap was last frozen
 
     def _stub(self, host: str) -> pb_grpc.RendezvousStub:
         stub = self._stubs.get(host)
@@ -321,6 +323,12 @@ class Fleet:
         live = [w for h in self.hosts.values() for w in h.workers.values() if not w.gone]
         gens = [w.generation for w in live]
         top = max(gens, default=0)
+        if top > self._frozen_generation and min(gens) == top:
+            # Settled: what lives now lives long. One process holds thousands of simulated hosts
+            # (a real agent holds one), so full collections over all of them would stall it
+            # while the next change's messages come in: the harness' cost, not the rendezvous'.
+            self._frozen_generation = top
+            gc.freeze()
         return {"workers": len(live), "hosts": sum(1 for h in self.hosts.values() if not h.shut),
                 "min_generation": min(gens, default=0), "max_generation": top,
                 "last_assigned": max((w.assigned_at for w in live if w.generation == top), default=0.0),

@@ -9,18 +9,18 @@ position of the host among hosts that have a worker with that local rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 
-@dataclass(frozen=True)
-class WorkerSlot:
+class WorkerSlot(NamedTuple):
+    """(Named tuples: a generation makes one of each per worker, 32,768 at 4,096 x 8, and a
+    tuple is made in a third of a frozen dataclass' time.)"""
+
     worker_id: str
     host: str
 
 
-@dataclass(frozen=True)
-class RankAssignment:
+class RankAssignment(NamedTuple):
     worker_id: str
     host: str
     rank: int
@@ -49,29 +49,41 @@ def assign_ranks(
     local_rank: list[int] = []
     per_host: dict[str, int] = {}
     for slot in ordered:
-        local_rank.append(per_host.get(slot.host, 0))
-        per_host[slot.host] = per_host.get(slot.host, 0) + 1
+        count = per_host.get(slot.host, 0)
+        local_rank.append(count)
+        per_host[slot.host] = count + 1
 
-    host_order: list[str] = list(dict.fromkeys(slot.host for slot in ordered))
-    hosts_with_local: dict[int, list[str]] = {}
-    for host in host_order:
-        for lr in range(per_host[host]):
-            hosts_with_local.setdefault(lr, []).append(host)
+    # Hosts in rank order (`per_host` kept the order of first appearance): the cross rank of a
+    # host among those with a worker of local rank `lr`, and how many those are.
+    cross_rank: dict[tuple[str, int], int] = {}
+    cross_size: list[int] = []
+    for host, count in per_host.items():
+        for lr in range(count):
+            if lr == len(cross_size):
+                cross_size.append(0)
+            cross_rank[host, lr] = cross_size[lr]
+            cross_size[lr] += 1
 
-    cross_rank = {lr: {host: i for i, host in enumerate(hosts)} for lr, hosts in hosts_with_local.items()}
-    result = []
-    for rank, (slot, lr) in enumerate(zip(ordered, local_rank)):
-        crossing = hosts_with_local[lr]
-        result.append(
-            RankAssignment(
-                worker_id=slot.worker_id,
-                host=slot.host,
-                rank=rank,
-                size=size,
-                local_rank=lr,
-                local_size=per_host[slot.host],
-                cross_rank=cross_rank[lr][slot.host],
-                cross_size=len(crossing),
-            )
-        )
-    return result
+    # (positional: a generation makes one per worker, 32,768 at 4,096 x 8)
+    return [RankAssignment(slot.worker_id, slot.host, rank, size, lr, per_host[slot.host], cross_rank[slot.host, lr],
+                           cross_size[lr])
+            for rank, (slot, lr) in enumerate(zip(ordered, local_rank))]
+
+
+def order_keys(members: Sequence[RankAssignment], previous: Mapping[str, int]) -> tuple[int, ...]:
+    """A key per member, strictly increasing in rank order, kept from `previous` (the last
+    generation's keys) wherever the order allows. Survivors keep their relative order, so they keep
+    their keys and only newcomers get new ones, above every previous key. The store keeps a
+    generation's members as runs under these keys (`job_record`): a new generation then rewrites
+    the runs that changed, not a list of every member (235 KB per host lost at 4,096 x 8)."""
+    fresh = max(previous.values(), default=-1) + 1
+    keys: list[int] = []
+    last = -1
+    for a in members:
+        key = previous.get(a.worker_id)
+        if key is None or key <= last:
+            key = max(fresh, last + 1)
+            fresh = key + 1
+        keys.append(key)
+        last = key
+    return tuple(keys)

@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
+from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, HostDiff
 from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent, UpdateHosts
 from ringmaster.rendezvous.control.facts import (
@@ -396,7 +397,9 @@ class Coordinator:
         """Carry on the job a previous rendezvous process kept in the store.
 
         Hosts and workers get a fresh heartbeat window to reconnect (their last heartbeats were
-        on the old process's clock). Without `agents_survive` (`ringmaster run`, whose emulated
+        on the old process's clock), counted from when the slowest of them tries again at the
+        latest (`LONGEST_GAP_S`): one between two tries when this rendezvous began to serve is
+        not silent, only away. Without `agents_survive` (`ringmaster run`, whose emulated
         hosts died with it) every worker is gone, so the job restarts from its checkpoint.
         """
         job, counters = self.job, saved.counters
@@ -410,7 +413,8 @@ class Coordinator:
         job.generation_started = now - self.settings.crash_loop_window_s  # not a quick failure
         store = f"{self.ring_store.host}:{self.ring_store.port}"
         for worker in job.workers.values():
-            worker.last_heartbeat = worker.ready_at = now
+            worker.ready_at = now
+            worker.last_heartbeat = now + LONGEST_GAP_S
             # The store is data: a worker's environment is this job's own (its settings, this
             # rendezvous and ring store), with only its place in the ring taken from the record.
             place = {name: value for name, value in worker.env.items() if name in RANK_ENV_NAMES}

@@ -228,8 +228,10 @@ class Formation:
             return  # wait for newcomers to warm up, or for --elastic-timeout
         if job.exceeds_reset_limit(now):
             return
-        if not survivors:
-            job.note_lost_commits(now)  # newcomers alone: nobody holds the last commit
+        if not any(w.holds_commit for w in survivors):
+            # newcomers alone, or with members of a generation whose sync was cut off before it
+            # gave them the commit (all who held it died passing it on): nobody holds it
+            job.note_lost_commits(now)
         slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
         members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], job.limit)
         new = job.new_generation(members, now)

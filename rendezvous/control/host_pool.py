@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ringmaster.common.events import Event, Kind
+from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, CooldownRange, HostDiff, diff_hosts
 from ringmaster.rendezvous.control.effects import LaunchAgent, PoolEffect, StopLaunchedAgent
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, AgentUnreachable, Fact, HostsJoined
@@ -135,8 +136,9 @@ class HostPool:
 
     def resumed(self, hosts: dict[str, Host], now: float, agents_survive: bool) -> None:
         """Carry on with the hosts a previous rendezvous kept: each gets a fresh heartbeat
-        window to reconnect (their last heartbeats were on the old process's clock), and a
-        drain under way its whole deadline again (read back on a clock that starts at 0)."""
+        window to reconnect (their last heartbeats were on the old process's clock; see
+        `Coordinator.resume` for `LONGEST_GAP_S`), and a drain under way its whole deadline again
+        (read back on a clock that starts at 0)."""
         self.hosts = hosts
         self.first_discovery_at = now
         self._joined = {h.name: h.slots for h in hosts.values() if h.joined and h.discovered}
@@ -144,7 +146,7 @@ class HostPool:
         self._order = [h.name for h in hosts.values() if h.discovered]
         for host in hosts.values():
             host.agent_connected = host.agent_connected and agents_survive
-            host.last_heartbeat = now
+            host.last_heartbeat = now + LONGEST_GAP_S
             if host.drain is not None:
                 host.drain = replace(host.drain, requested_at=host.drain.requested_at + now,
                                      deadline_at=host.drain.deadline_at + now)

@@ -15,7 +15,7 @@ import signal
 from typing import Callable
 
 from ringmaster.common.events import Event, Kind
-from ringmaster.rendezvous.control.assignment import RankAssignment
+from ringmaster.rendezvous.control.assignment import RankAssignment, order_keys
 from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
@@ -124,6 +124,8 @@ class Job:
         """Commits are counted by the state (they go back on a rollback); rank 0's count is the job's.
         Rank 0's first commit in a generation formed after a failure ends the recovery from it."""
         worker.commits = commits
+        if commits and not worker.holds_commit:
+            worker.holds_commit = True
         gen = self.generation
         if gen is not None and gen.members and gen.members[0].worker_id == worker.worker_id:
             if commits > self.summary.steps:
@@ -317,7 +319,10 @@ class Job:
     def new_generation(self, members: list[RankAssignment], now: float) -> Generation:
         number = (self.generation.number if self.generation else 0) + 1
         cause, causes = self.causes.take(is_reset=self.generation is not None)
-        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self.hosts_sequence)
+        last = self.generation
+        order = order_keys(members, dict(zip(last.member_ids, last.order)) if last is not None else {})
+        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self.hosts_sequence,
+                         order=order)
         if self.generation is not None:
             self.summary.resets += 1
         if now - self.generation_started >= self.settings.crash_loop_window_s:

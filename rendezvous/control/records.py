@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -106,7 +107,8 @@ class Host(Revised):
 
 @dataclass
 class Worker(Revised):
-    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits", "steps_since_commit", "pid", "ready_at", "stop_requested_at"})
+    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits", "holds_commit", "steps_since_commit", "pid",
+                                                    "ready_at", "stop_requested_at"})
 
     worker_id: str
     host: str
@@ -124,6 +126,10 @@ class Worker(Revised):
     ready_at: float = 0.0
     stop_requested_at: float = 0.0
     commits: int = 0
+    #: It reported a commit count above 0, so it holds the job's last commit (a newcomer does once
+    #: its sync took rank 0's; one whose sync was cut off holds only its initial state). The store
+    #: does not keep it: a worker a standby restores counts as holding it.
+    holds_commit: bool = False
     pid: int | None = None
 
     #: Not exited and not counted as failed. Kept as a plain attribute, set whenever `phase` or
@@ -137,6 +143,9 @@ class Worker(Revised):
             self.__dict__["live"] = self.phase is not Phase.EXITED and self.failed is None
 
 
+_ID_AND_HOST = operator.itemgetter(0, 1)  # (a RankAssignment's worker_id and host)
+
+
 @dataclass
 class Generation(Revised):
     number: int
@@ -146,13 +155,18 @@ class Generation(Revised):
     over: str | None = None  # why it ended early (a failure), None while healthy
     update_sequence: int = 0  # the hosts-update sequence sent to its members, 0 if none
     hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
+    #: A key per member, increasing in rank order, kept by survivors from one generation to the
+    #: next (`assignment.order_keys`); empty: 0, 1, 2, ... (a first generation).
+    order: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.order:
+            self.order = tuple(range(len(self.members)))
         self.member_ids: list[str] = [a.worker_id for a in self.members]
         self.member_set: frozenset[str] = frozenset(self.member_ids)
         self.by_worker: dict[str, RankAssignment] = {a.worker_id: a for a in self.members}
         #: (worker id, host) in rank order: what every view of the job lists (built once, not per view).
-        self.member_hosts: tuple[tuple[str, str], ...] = tuple((a.worker_id, a.host) for a in self.members)
+        self.member_hosts: tuple[tuple[str, str], ...] = tuple(map(_ID_AND_HOST, self.members))
 
 
 class Causes:

@@ -46,7 +46,7 @@ from ringmaster.rendezvous.server.launchers import Launcher, LauncherFactory
 from ringmaster.rendezvous.server.step_times import Measured
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
-from ringmaster.settings import JobSettings
+from ringmaster.settings import DEFAULT_START_TIMEOUT_S, JobSettings
 
 #: Launchers that start a pool agent on each named host (`--launcher`).
 HOST_AGENT_LAUNCHERS = ("local", "ssh", "slurm")
@@ -91,6 +91,10 @@ class PoolService:
         self.host_agents: Launcher | None = None
         self.launched: set[str] = set()  # hosts whose pool agent this pool started and has not stopped
         self.expected: dict[str, int] = {}  # the hosts the source names (all joined ones when they join)
+        #: When the source first named hosts; until every one named has joined (or --start-timeout
+        #: after this), no job is placed: see `_gathering`.
+        self._named_at: float | None = None
+        self._gathered = False
         self._taken_up = False
         self.policy = policy
         self.rules = rules
@@ -253,7 +257,7 @@ class PoolService:
             return
         self._taken_up = True
         if expected is not None:
-            self.expected = dict(expected)
+            self._named(dict(expected), time.time())
         if self.store is None:
             return
         entries, _ = await self.store.get_prefix(job_key(self.prefix, ""))
@@ -305,7 +309,7 @@ class PoolService:
                     self.say(Kind.DISCOVERY_FAILED, error=last_error)
             else:
                 last_error = None
-                self.expected = expected
+                self._named(expected, time.time())
             if self.host_agents is not None:
                 self._start_host_agents(time.time())
             joined = self.board.find_hosts()
@@ -316,6 +320,27 @@ class PoolService:
                          slots=sum(hosts.values()))
                 self.changed.set()
             await asyncio.sleep(self.discovery_interval_s)
+
+    def _named(self, expected: dict[str, int], now: float) -> None:
+        self.expected = expected
+        if expected and self._named_at is None:
+            self._named_at = now
+
+    def _gathering(self, now: float) -> list[str]:
+        """The hosts the source named whose pool agent has not joined yet, while the pool starts
+        (or takes over): until each has (or is out of the pool) or --start-timeout passed since
+        they were named, no job is placed. Else the first host to join would take the first job
+        whole at its minimum, and the stability rule (--min-resize-interval) would hold it there
+        while the other hosts joined a moment later stood idle. Hosts that join by connecting
+        (`--hosts-from-agents`) are named by joining: nothing to wait for."""
+        if self._gathered or self.joining or self._named_at is None:
+            return []
+        missing = sorted(h for h in self.expected if h not in self.hosts and self.blacklisted.get(h, 0) <= now)
+        timeout_s = float(self.job_settings.get("start_timeout_s", DEFAULT_START_TIMEOUT_S))  # type: ignore[arg-type]
+        if not missing or now - self._named_at >= timeout_s:
+            self._gathered = True
+            return []
+        return missing
 
     def _start_host_agents(self, now: float) -> None:
         """A pool agent on each named host (not while it is out of the pool), none on the others;
@@ -365,6 +390,12 @@ class PoolService:
                      state=job.state, outcome=outcome.message)
 
     def _schedule(self, now: float) -> None:
+        missing = self._gathering(now)
+        if missing:
+            for job in self.table.live():
+                job.reason = (f"waiting for the pool's host(s) {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                              f"to join (at most --start-timeout after the pool named them)")
+            return
         usable = self.usable_hosts(now)
         for job in self.table.live():  # slots of jobs on their way out are not the policy's to give
             if job.state in ("suspending", "cancelling"):

@@ -239,22 +239,23 @@ class RendezvousServer:
         pb_grpc.add_RendezvousServicer_to_server(
             self.auth.guard(service, pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
             grpc_server)
-        await grpc_server.start()
-        hosts_from = self.discovery.describe() + (" and agents that join by connecting" if self.settings.hosts_from_agents else "")
-        _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=hosts_from,
-             store=self.store_spec.describe())
-
         background: list[asyncio.Task] = []
         api = None
-        if self.api_port is not None:
-            api, sock = self._make_api(service)
-            background.append(asyncio.create_task(api.serve(sockets=[sock])))
         deposed: str | None = None
         try:
             if restored is not None:
+                # Before serving: a worker that reconnects to a rendezvous taking over must find
+                # the job it belongs to (told "not part of this job", it would leave the ring).
                 await leases.adopt()
                 service.call(lambda now: coordinator.resume(restored, now, agents_survive=not launcher.starts_agents))
-            else:
+            await grpc_server.start()
+            hosts_from = self.discovery.describe() + (" and agents that join by connecting" if self.settings.hosts_from_agents else "")
+            _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=hosts_from,
+                 store=self.store_spec.describe())
+            if self.api_port is not None:
+                api, sock = self._make_api(service)
+                background.append(asyncio.create_task(api.serve(sockets=[sock])))
+            if restored is None:
                 service.call(coordinator.set_hosts, dict(initial_hosts))
             journal_task = asyncio.create_task(service.keep_journal())
             background += [

@@ -71,6 +71,18 @@ class _Launched:
     via: str = "its agent"  # what was started: its agent, or what starts it (ssh, srun)
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEPT_LINES))
     relays: list[threading.Thread] = field(default_factory=list)  # copying its output to ours
+    exited_seen_at: float | None = None  # when `finished` first saw the process gone
+
+    def finished(self) -> bool:
+        """Whether it exited and its last lines were copied. The relays read on after the exit
+        (a process that printed why and exited at once is gone before they saw the line); one
+        of its children may still hold the pipe, so they are not waited for past `RELAY_DRAIN_S`."""
+        if self.proc.poll() is None:
+            return False
+        now = time.monotonic()
+        if self.exited_seen_at is None:
+            self.exited_seen_at = now
+        return not any(relay.is_alive() for relay in self.relays) or now - self.exited_seen_at >= RELAY_DRAIN_S
 
 
 class Launcher:
@@ -178,7 +190,7 @@ class LocalLauncher(Launcher):
     def ended(self) -> list[tuple[str, str]]:
         out, self._finished = self._finished, []
         for host, launched in list(self.agents.items()):
-            if launched.proc.poll() is not None:
+            if launched.finished():
                 del self.agents[host]
                 out.append((host, self._why(launched)))
         return out
@@ -190,7 +202,7 @@ class LocalLauncher(Launcher):
 
     def alive(self) -> int:
         for host, launched in list(self.agents.items()):
-            if launched.proc.poll() is not None:
+            if launched.finished():
                 del self.agents[host]
                 self._finished.append((host, self._why(launched)))
         return len(self.agents)

@@ -2,17 +2,19 @@
 rendezvous process takes the job over from it.
 
 Pure functions, no I/O. One key per host and per worker (a change to one member rewrites one
-small value, never a global blob), one key for the current generation and one for the job's
-counters, which also names the format and version. A record written by another format or
-version is refused (`IncompatibleState`), never guessed at.
+small value, never a global blob), one per run of the generation's members, one for the current
+generation and one for the job's counters, which also names the format and version. A record
+written by another format or version is refused (`IncompatibleState`), never guessed at.
 
 Nothing is kept that can be derived, so that a new generation rewrites only what changed: a
 worker's record holds its place in the ring it was started into (the rest of its environment is
 the resuming job's own), and leaves out its phase and generation while it is a member of the
-current one (waiting for the next or not); the generation lists its members in rank order, as
-runs of one host's worker numbers, and their ranks, local and cross ranks are computed again on
-reading (`assign_ranks`, as when it formed). A host lost from 512 hosts x 8 workers rewrote every worker's record (3.9 MB
-in all); now it writes the generation (26 KB), the job's counters and the lost host's keys.
+current one (waiting for the next or not). The generation's members are kept as runs of one
+host's workers under the order keys their members keep from one generation to the next
+(`assignment.order_keys`): `members/K` lists the worker numbers whose keys are K, K+1, ... Their
+ranks, local and cross ranks are computed again on reading (`assign_ranks`, as when it formed).
+A host lost from 4,096 hosts x 8 workers rewrote the whole member list (235 KB); now it deletes
+the lost host's run and keys and writes the generation and the job's counters (under 1 KB).
 
 Only facts are kept, not timers: heartbeat times are the old process's clock and mean nothing
 to the next one, which gives every host and worker a fresh heartbeat window instead.
@@ -39,7 +41,7 @@ R = TypeVar("R", bound=Revised)
 MAX_INCARNATION_CHARS = 64
 
 FORMAT = "ringmaster-rendezvous"
-VERSION = 2
+VERSION = 3
 
 #: The environment variables that say a worker's place in its ring: the only ones a worker record holds.
 PLACE_NAMES = RANK_ENV_NAMES
@@ -50,6 +52,9 @@ JOB_KEY = "job"
 GENERATION_KEY = "generation"
 HOSTS = "hosts/"
 WORKERS = "workers/"
+MEMBERS = "members/"
+#: Order keys above this are refused on reading (JSON readers elsewhere hold integers as doubles).
+MAX_ORDER_KEY = 2**53
 
 
 class IncompatibleState(StateError):
@@ -120,9 +125,31 @@ class WorkerRecord(_Record):
         return place
 
 
+class MemberRunRecord(_Record):
+    """Members next to each other in rank order, on one host: worker `host/N` for each N."""
+
+    host: str
+    workers: list[int] = Field(min_length=1, max_length=MAX_SLOTS_PER_HOST)
+
+    @field_validator("host")
+    @classmethod
+    def _a_host_name(cls, host: str) -> str:
+        problem = host_name_problem(host)
+        if problem is not None:
+            raise ValueError(problem)
+        return host
+
+    @field_validator("workers")
+    @classmethod
+    def _worker_numbers(cls, workers: list[int]) -> list[int]:
+        if any(n < 0 for n in workers):
+            raise ValueError("a member run lists a negative worker number")
+        return workers
+
+
 class GenerationRecord(_Record):
     number: int
-    members: list[tuple[str, list[int]]]  # in rank order: runs of one host's workers, by number
+    size: int = Field(ge=0)  # its members, all in the `members/` runs (fewer: the runs were written in part)
     cause: str
     store_prefix: str
     over: Optional[str]
@@ -136,6 +163,17 @@ class Snapshots:
 
     def __init__(self) -> None:
         self.built: dict[str, tuple[Revised, int, dict[str, Any], int]] = {}
+        self.runs: tuple[Generation | None, dict[str, dict[str, Any]]] = (None, {})
+        self.places: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # worker id: its env, its place
+
+    def place(self, w: Worker) -> dict[str, str]:
+        """The variables of `w`'s place in the ring, picked out of its environment once: every
+        member's record is built again at a new generation (its number is the context), and
+        picking them out of 32,768 environments was half of a host loss' save at 4,096 x 8."""
+        kept = self.places.get(w.worker_id)
+        if kept is None or kept[0] is not w.env:  # (an env is never changed in place once recorded)
+            kept = self.places[w.worker_id] = (w.env, {name: v for name, v in w.env.items() if name in PLACE_NAMES})
+        return kept[1]
 
     def add(self, values: dict[str, dict[str, Any]], objects: Iterable[tuple[str, R]],
             build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any], int]],
@@ -164,12 +202,11 @@ def _host_value(host: Host) -> dict[str, Any]:
     return value
 
 
-def _worker_value(w: Worker, current: int, members: frozenset[str]) -> dict[str, Any]:
+def _worker_value(w: Worker, current: int, members: frozenset[str], place: dict[str, str]) -> dict[str, Any]:
     """`current`: the current generation's number (0: none) and its `members`; what follows
     from them is left out. A member waiting for the next generation (a host update) is kept as a
     member: its hello to a rendezvous that takes the job over says it waits, and it is placed so."""
-    value: dict[str, Any] = {"host": w.host, "slot": w.slot,
-                             "place": {name: v for name, v in w.env.items() if name in PLACE_NAMES},
+    value: dict[str, Any] = {"host": w.host, "slot": w.slot, "place": place,
                              "registered": w.registered, "elastic": w.elastic, "stopping": w.stopping,
                              "failed": w.failed, "done": w.done}
     if not (w.phase is Phase.MEMBER or (w.phase is Phase.READY and w.worker_id in members)):
@@ -179,21 +216,25 @@ def _worker_value(w: Worker, current: int, members: frozenset[str]) -> dict[str,
     return value
 
 
-def _member_runs(members: list[RankAssignment]) -> list[list[Any]]:
-    """Members in rank order as runs of one host's workers by number (`host/N` is worker N of
-    `host`): a few bytes a worker, the host's name once a run."""
-    runs: list[list[Any]] = []  # [host, [numbers]] (lists: as JSON reads them back)
-    for a in members:
-        number = int(a.worker_id.rpartition("/")[2])
-        if runs and runs[-1][0] == a.host:
-            runs[-1][1].append(number)
-        else:
-            runs.append([a.host, [number]])
+def _member_runs(g: Generation) -> dict[str, dict[str, Any]]:
+    """The generation's members as runs (`host/N` is worker N of `host`) under the order key of
+    their first: a run goes on while the host and the next key (K+1, K+2, ...) do. A few bytes a
+    worker, the host's name once a run, and a survivor's run unchanged from one generation to the next."""
+    runs: dict[str, dict[str, Any]] = {}
+    numbers: list[int] = []
+    host, next_key = "", -1
+    for a, key in zip(g.members, g.order):
+        if a.host != host or key != next_key:
+            numbers = []
+            runs[f"{MEMBERS}{key}"] = {"host": a.host, "workers": numbers}
+            host = a.host
+        numbers.append(int(a.worker_id.rpartition("/")[2]))
+        next_key = key + 1
     return runs
 
 
 def _generation_value(g: Generation) -> dict[str, Any]:
-    return {"number": g.number, "members": _member_runs(g.members), "cause": g.cause,
+    return {"number": g.number, "size": len(g.members), "cause": g.cause,
             "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
             "hosts_baseline": g.hosts_baseline}
 
@@ -214,10 +255,15 @@ def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str,
     members = generation.member_set if generation is not None else frozenset()
     kept = ((WORKERS + i, w) for i, w in saved.workers.items() if w.live or i in members)
     current = generation.number if generation is not None else 0
-    snap.add(values, kept, lambda w: _worker_value(w, current, members), fresh, context=current)
+    snap.add(values, kept, lambda w: _worker_value(w, current, members, snap.place(w)), fresh, context=current)
     if generation is not None:
         snap.add(values, [(GENERATION_KEY, generation)], _generation_value, fresh)
+        if snap.runs[0] is not generation:  # (a generation's members never change)
+            snap.runs = (generation, _member_runs(generation))
+        values.update(snap.runs[1])
     snap.built = fresh  # keys not asked for this time are forgotten
+    if len(snap.places) > 2 * len(saved.workers):
+        snap.places = {i: kept for i, kept in snap.places.items() if i in saved.workers}
     return values
 
 
@@ -250,13 +296,13 @@ def read_job(values: dict[str, dict[str, Any]]) -> SavedJob | None:
             key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v), current)
             for key, v in values.items() if key.startswith(WORKERS) and _name_fits(key, skipped, v.get("host"))
         }
-        member_ids = [f"{host}/{n}" for host, numbers in generation_record.members for n in numbers] \
-            if generation_record is not None else []
+        generation = None
         if generation_record is not None:
+            member_ids, order = _members(values, generation_record.size)
             missing = [i for i in member_ids if i not in workers]
             if missing:
                 raise IncompatibleState(f"the job in the store lacks the records of members {', '.join(missing[:5])}")
-        generation = _generation(generation_record, member_ids, workers) if generation_record is not None else None
+            generation = _generation(generation_record, member_ids, order, workers)
         listed = generation.member_set if generation is not None else frozenset()
         strays = [i for i, w in workers.items() if w.phase is Phase.MEMBER and i not in listed]
         if strays:
@@ -306,13 +352,37 @@ def _worker(worker_id: str, r: WorkerRecord, current: int) -> Worker:
     return Worker(
         worker_id, r.host, r.slot, dict(r.place), phase=Phase(r.phase) if r.phase is not None else Phase.MEMBER,
         registered=r.registered, elastic=r.elastic, stopping=r.stopping, failed=r.failed, done=r.done,
-        generation=r.generation if r.generation is not None else current,
+        generation=r.generation if r.generation is not None else current, holds_commit=True,
     )
 
 
-def _generation(r: GenerationRecord, member_ids: list[str], workers: dict[str, Worker]) -> Generation:
+def _members(values: dict[str, dict[str, Any]], size: int) -> tuple[list[str], tuple[int, ...]]:
+    """The generation's member ids in rank order, and their order keys, from its `members/` runs."""
+    runs: list[tuple[int, MemberRunRecord]] = []
+    for key, value in values.items():
+        if key.startswith(MEMBERS):
+            digits = key.removeprefix(MEMBERS)
+            if not (digits.isascii() and digits.isdigit() and len(digits) <= 16 and int(digits) < MAX_ORDER_KEY):
+                raise IncompatibleState(f"the store holds a member run {key[:80]!r} whose key is not an order key")
+            runs.append((int(digits), MemberRunRecord.model_validate(value)))
+    runs.sort(key=lambda run: run[0])
+    member_ids: list[str] = []
+    order: list[int] = []
+    for (first, run), after in zip(runs, [*runs[1:], None]):
+        if after is not None and first + len(run.workers) > after[0]:
+            raise IncompatibleState(f"the member runs at order keys {first} and {after[0]} overlap")
+        member_ids += [f"{run.host}/{n}" for n in run.workers]
+        order += range(first, first + len(run.workers))
+    if len(member_ids) != size:
+        raise IncompatibleState(f"the generation has {size} members but its runs in the store list {len(member_ids)} "
+                                "(they were written in part, or by something else)")
+    return member_ids, tuple(order)
+
+
+def _generation(r: GenerationRecord, member_ids: list[str], order: tuple[int, ...],
+                workers: dict[str, Worker]) -> Generation:
     """The generation with its members' ranks computed again, as they were when it formed
     (a member listed twice is refused by `assign_ranks`)."""
     members: list[RankAssignment] = assign_ranks([WorkerSlot(i, workers[i].host) for i in member_ids], [])
     return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
-                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline)
+                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline, order=order)

@@ -33,6 +33,14 @@ RETRY_S = 0.5
 MAX_TXN_OPS = 100
 
 
+def _write_order(key: str) -> int:
+    """Where a key goes in a save: the generation and the job's counters last, the runs that say
+    its members just before, everything else first."""
+    if key == job_record.GENERATION_KEY or key == job_record.JOB_KEY:
+        return 2
+    return 1 if key.startswith(job_record.MEMBERS) else 0
+
+
 class Deposed(StateError):
     """Another rendezvous leads the job now; this one must stop without touching it."""
 
@@ -70,16 +78,17 @@ class Journal:
         """Write what changed; retried until the store answers. Raises Deposed.
 
         A large change goes in several transactions of at most MAX_TXN_OPS writes, each guarded
-        by the leader key; the generation and the job's counters go in the last one, so a
-        reader never sees a generation whose members' records are not written yet."""
+        by the leader key. The generation's member runs, the generation and the job's counters go
+        last, and the last transaction is the fullest: a host lost or added (a few runs) is one
+        transaction, and a reader never sees a generation whose members' records are not written yet."""
         puts, deletes = job_record.diff(self._written, values)
         if not puts and not deletes:
             return
-        last = {job_record.GENERATION_KEY, job_record.JOB_KEY}
-        ops: list[tuple[str, dict[str, Any] | None]] = [(k, v) for k, v in puts.items() if k not in last]
-        ops += [(k, None) for k in deletes] + [(k, v) for k, v in puts.items() if k in last]
-        for start in range(0, len(ops), MAX_TXN_OPS):
-            chunk = ops[start:start + MAX_TXN_OPS]
+        ops: list[tuple[str, dict[str, Any] | None]] = [*puts.items(), *((k, None) for k in deletes)]
+        ops.sort(key=lambda op: _write_order(op[0]))  # (stable: the order within each part stays)
+        ends = range(len(ops), 0, -MAX_TXN_OPS)[::-1]
+        for end in ends:
+            chunk = ops[max(0, end - MAX_TXN_OPS):end]
             await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
                                  [self.state_prefix + k for k, v in chunk if v is None])
         self._written = dict(values)

@@ -106,7 +106,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S, metavar="S",
                        help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
     serve.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S, metavar="S",
-                       help="seconds for a job's workers to start (as `run`)")
+                       help="seconds for a job's workers to start (as `run`), and that the pool, as it starts, waits "
+                            "for every host it names to join before it places a job")
     serve.add_argument("--stragglers", choices=("report", "replace"), default="report",
                        help="a host whose ranks are slower than a job's other hosts' (its step time besides waiting "
                             "for the ring, --straggler-slowdown times or more): report it, or replace it: it leaves "

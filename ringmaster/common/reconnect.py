@@ -13,6 +13,12 @@ from typing import Callable
 #: Seconds between the first two rounds over the addresses; doubled per round up to MAX_DELAY_S.
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 2.0
+#: How long one address may take to accept before the next is tried.
+CONNECT_TIMEOUT_S = 1.0
+#: The longest a client with two addresses (a leader and its standby) goes between two tries of
+#: the one that answers: a round's delay and a connect timeout per address. A rendezvous that took
+#: over counts a client's silence from this long after it began to serve, not from then.
+LONGEST_GAP_S = MAX_DELAY_S + 2 * CONNECT_TIMEOUT_S
 
 
 def parse_addresses(value: str) -> list[str]:
@@ -26,7 +32,7 @@ class Backoff:
         self.timeout_s = timeout_s
         self._clock = clock
         self._sleep = sleep
-        self.connect_timeout_s = 1.0
+        self.connect_timeout_s = CONNECT_TIMEOUT_S
         self._tried = 0  # never reset: after a loss the round goes on from the next address
         self.reset()
 

@@ -92,11 +92,17 @@ def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
     live = {f"workers/{w.worker_id}" for w in rig.coordinator.live_workers()}
     assert {f"workers/{ids[0]}", f"workers/{ids[2]}"} <= live
     # One key per host and per live worker; the dead worker of the last generation is history.
-    assert set(values) == {"job", "generation", "hosts/a", "hosts/b", *live} and f"workers/{ids[1]}" not in values
-    assert values["generation"]["number"] == 2 and values["job"]["version"] == job_record.VERSION
+    # The members are two runs: the survivors kept their order keys (0 and 2) from generation 1.
+    runs = {"members/0": {"host": "a", "workers": [1]}, "members/2": {"host": "b", "workers": [3]}}
+    assert [ids[0], ids[2]] == ["a/1", "b/3"]
+    assert set(values) == {"job", "generation", "hosts/a", "hosts/b", *live, *runs} and f"workers/{ids[1]}" not in values
+    assert {key: values[key] for key in runs} == runs
+    assert values["generation"]["number"] == 2 and values["generation"]["size"] == 2
+    assert values["job"]["version"] == job_record.VERSION
     restored = job_record.read_job(values)
     assert restored is not None and restored.generation is not None
     assert restored.generation.members == rig.gen().members  # ranks, local and cross ranks computed again
+    assert restored.generation.order == rig.gen().order == (0, 2)
     assert restored.workers[ids[0]].phase is Phase.MEMBER and restored.workers[ids[0]].generation == 2
     again = Rig(min_np=2, max_np=8)
     again.resume(restored)
@@ -110,10 +116,27 @@ def test_a_new_generation_rewrites_only_the_generation_and_the_workers_that_chan
     before = record(rig)
     rig.agent_disconnected("c")  # a host lost: the survivors are placed in the next generation at once
     assert rig.gen().number == 2
-    puts, deletes = job_record.diff(before, record(rig))
+    after = record(rig)
+    puts, deletes = job_record.diff(before, after)
     lost = {f"workers/{i}" for i in ids if i.startswith("c/")}
     assert set(puts) <= {"job", "generation", "hosts/c"} | lost, sorted(puts)
     assert not any(key.startswith("workers/a/") or key.startswith("workers/b/") for key in [*puts, *deletes])
+    # The members: host c's run goes, a's and b's stay as they were (not a list of every member).
+    assert [key for key in deletes if key.startswith("members/")] == ["members/8"]
+    numbers = [int(i.rpartition("/")[2]) for i in ids[:4]]
+    assert after["members/0"] == {"host": "a", "workers": numbers} and after["members/4"] == before["members/4"]
+    # Host d is added: its workers' run goes last, under keys above those of generation 2.
+    rig.set_hosts({"a": 4, "b": 4, "d": 4})
+    rig.agent_connected("d", 300)
+    for worker_id in rig.specs("d"):
+        rig.worker_connected(worker_id, 1)
+        rig.worker_ready(worker_id, 0, "", True)
+    for worker_id in ids[:8]:
+        rig.worker_ready(worker_id, 2, "", True)
+    assert rig.gen().number == 3 and rig.gen().order == tuple(range(12))
+    puts, deletes = job_record.diff(after, record(rig))
+    assert [key for key in [*puts, *deletes] if key.startswith("members/")] == ["members/8"]
+    assert puts["members/8"]["host"] == "d"
 
 
 def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
@@ -183,6 +206,30 @@ def test_ringmaster_run_restarts_every_worker_when_its_hosts_died_with_it() -> N
 def test_a_store_written_by_something_else_is_refused_not_misread(values, message) -> None:
     with pytest.raises(job_record.IncompatibleState, match=message):
         job_record.read_job(values)
+
+
+def member_runs_changed(change) -> dict:
+    """The record of `running_job` (members: run 0 on host a, run 2 on host b) with its member
+    runs changed by `change`."""
+    values = record(running_job()[0])
+    runs = {key: value for key, value in values.items() if key.startswith("members/")}
+    return {**{k: v for k, v in values.items() if k not in runs}, **change(runs)}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda runs: {"members/0": runs["members/0"]}, "has 2 members but its runs in the store list 1"),
+    (lambda runs: {**runs, "members/0": {"host": "a", "workers": [1, 5, 6]}}, "at order keys 0 and 2 overlap"),
+    (lambda runs: {"members/0": runs["members/0"], "members/x2": runs["members/2"]}, "'members/x2'"),
+    (lambda runs: {**runs, "members/2": {"host": "b\nroot", "workers": [3]}}, "damaged"),
+    (lambda runs: {**runs, "members/2": {"host": "b", "workers": [-3]}}, "negative worker number"),
+    (lambda runs: {**runs, "members/2": {"host": "b", "workers": []}}, "damaged"),
+    (lambda runs: {**runs, "members/2": {"host": "b", "workers": [4]}}, "lacks the records of members b/4"),
+])
+def test_member_runs_written_in_part_or_by_something_else_are_refused(change, message) -> None:
+    """A leader that died between two transactions of a large change, or someone else's writes,
+    leave runs that do not add up to the generation: the job is refused, naming what is wrong."""
+    with pytest.raises(job_record.IncompatibleState, match=message):
+        job_record.read_job(member_runs_changed(change))
 
 
 def test_names_read_back_from_the_store_are_checked_like_names_from_the_wire() -> None:
@@ -406,10 +453,38 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
         rig = Rig(min_np=2)
         rig.start_elastic({f"h{i}": 1 for i in range(300)})
         values = record(rig)
-        assert len(values) > 600
+        assert len(values) > 900
         await journal.save(values)
         entries, _ = await store.get_prefix(prefix + "state/")
         assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == values
+        # A host lost is one transaction: its keys and run go, the generation and counters change.
+        transactions: list[tuple[dict, list]] = []
+        transact = store.transact
+
+        async def recorded(guards, puts, deletes, lease=None):
+            transactions.append((puts, deletes))
+            return await transact(guards, puts, deletes, lease=lease)
+        store.transact = recorded
+        rig.agent_disconnected("h7")
+        await journal.save(record(rig))
+        assert len(transactions) == 1
+        assert {key.removeprefix(prefix + "state/") for key in transactions[0][0]} == {"job", "generation", "hosts/h7"}
+        assert {key.removeprefix(prefix + "state/") for key in transactions[0][1]} == {"workers/h7/8", "members/7"}
+        # A change of more than one transaction writes the generation last, after the hosts' and
+        # workers' keys, with as many of its runs as fit.
+        transactions.clear()
+        rig.set_hosts({f"h{i}": 1 for i in range(300) if i % 2})
+        for worker_id in list(rig.gen().member_ids):
+            rig.worker_ready(worker_id, 2, "", True)
+        assert rig.gen().number == 3 and len(rig.gen().members) == 149
+        await journal.save(record(rig))
+        assert len(transactions) > 1 and prefix + "state/generation" in transactions[-1][0]
+        kinds = [[key.removeprefix(prefix + "state/").split("/")[0] for key in [*puts, *deletes]]
+                 for puts, deletes in transactions]
+        assert set(kinds[-1]) == {"members", "generation", "job"} and kinds[-1].count("members") == 98
+        assert not any("members" in txn for txn in kinds[:-2])  # the runs that did not fit: just before
+        entries, _ = await store.get_prefix(prefix + "state/")
+        assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == record(rig)
         await journal.clear()
         assert (await store.get_prefix(prefix + "state/"))[0] == []
     with_store(make_store, body)

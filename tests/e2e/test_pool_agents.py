@@ -97,5 +97,5 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
     redone = sum(len(steps) - len(set(steps)) for steps in ([r["step"] for r in records if r["event"] == "begin"]
                                                             for records in logs.values()))
     assert redone == 0  # shrunk for b, grown back, drained off hB: nothing trained twice
-    assert_every_sample_once(logs, 12, allow_padding=True)  # (3 workers after hB left: 240 samples need padding)
+    assert_every_sample_once(logs, 12)
     assert_ranks_agree(logs)

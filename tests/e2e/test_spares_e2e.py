@@ -28,7 +28,7 @@ def test_a_newcomer_on_a_running_host_becomes_its_warm_spare(run_job, tmp_path) 
     assert not job.events("spare.unfit")
     logs = read_logs(logs_dir)
     assert {r["size"] for r in events(logs, "synced") if r["generation"] >= 2} == {3}
-    assert_every_sample_once(logs, 4, allow_padding=True)  # a ring of 3 dealt a remainder mid-epoch pads it
+    assert_every_sample_once(logs, 4)
     assert_ranks_agree(logs)
 
 

@@ -5,21 +5,14 @@ steps per second."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 
 import pytest
 
 from cpu_share import cpu_share, process_group
-from harness import FAST, WORKLOADS, scrape, wait_for
+from harness import FAST, WORKLOADS, commit_log, scrape, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def _commits(log: pathlib.Path) -> list[dict]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def _rate(rows: list[dict]) -> float:
@@ -37,7 +30,7 @@ def test_a_slowed_host_is_found_and_replaced_by_a_spare(run_job, tmp_path) -> No
     job.wait_status(lambda s: s["steps"] >= 30 and s["world_size"] == 2, 120, "training on hA and hB")
     busy = {h["name"] for h in job.status()["hosts"] if h["state"] == "active"}
     assert busy == {"hA", "hB"}, busy
-    healthy = _rate(_commits(log)[-20:])
+    healthy = _rate(commit_log(log)[-20:])
 
     def slowdowns() -> dict[str, float] | None:  # (the straggler check's measure, each host's, in the metrics)
         shown = {dict(labels)["host"]: value for (name, labels), value in scrape(job.api_url).items()
@@ -47,12 +40,12 @@ def test_a_slowed_host_is_found_and_replaced_by_a_spare(run_job, tmp_path) -> No
     assert all(0.5 < slowdown < 2.0 for slowdown in wait_for(slowdowns, 60, "each host's slowdown shown").values())
     agent = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hB")
     with cpu_share(lambda: process_group(agent), 0.1) as how:
-        capped_at = _commits(log)[-1]["step"]
+        capped_at = commit_log(log)[-1]["step"]
         found = job.wait_event("host.straggler", 120, host="hB")
         steps_then = job.status()["steps"]
         assert steps_then - capped_at <= 100, (how, capped_at, steps_then, found["message"])
         assert found["slowdown"] >= 1.2 and found["replaced"] is True, found
-        slowed = [r for r in _commits(log) if r["step"] > capped_at + 5]  # (while it straggled)
+        slowed = [r for r in commit_log(log) if r["step"] > capped_at + 5]  # (while it straggled)
         drained = job.wait_event("host.drained", 120, host="hB")
         assert drained["outcome"] == "commit", drained
         job.wait_status(lambda s: {h["name"] for h in s["hosts"] if h["state"] == "active"} == {"hA", "hC"}
@@ -60,7 +53,7 @@ def test_a_slowed_host_is_found_and_replaced_by_a_spare(run_job, tmp_path) -> No
         replaced_at = job.status()["steps"]  # (status' steps come with heartbeats: they may lag rank 0's)
 
         def at_two() -> list[dict] | None:
-            rows = [r for r in _commits(log) if r["step"] > replaced_at and r["size"] == 2]
+            rows = [r for r in commit_log(log) if r["step"] > replaced_at and r["size"] == 2]
             return rows if len(rows) >= 30 else None
 
         after = wait_for(at_two, 120, "30 steps on hA and hC")

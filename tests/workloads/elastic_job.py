@@ -13,7 +13,8 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "commit", "generation", "rank", "size", "step"}              after each commit
   {"event": "epoch", "epoch", "min", "max", "total", "samples"}  rank 0, at the end of each epoch:
       how often each sample of the epoch reached the committed model (exactly once means
-      min == max == 1), and how many reached it in all
+      min == max == 1), and how many reached it in all; written before the commit that ends
+      the epoch, so a rollback to its last step writes it again
   {"event": "done", "step", "epochs", "checksum", "digest", "loss", "size", "rank"}  when training returned
 `seen` counts samples through an allreduce into the state, so it records exactly what the
 committed model has seen, across rollbacks and resizes. `digest` is a SHA-256 of the whole

@@ -228,17 +228,21 @@ class WorkerContext:
         assert self.comm is not None
         return self.comm
 
-    def note_commit(self, commits: int, new: bool = False) -> None:
+    def note_commit(self, commits: int, new: bool = False, received: bool = False) -> None:
         """The state's commit count (it goes back on a rollback), reported with heartbeats. The
         first new commit in a generation is reported at once: it is when training resumed after a
         reset (the rendezvous measures recovery by it), and it is the first step `status` can count
-        (the count a reset's sync restores is not news)."""
+        (the count a reset's sync restores is not news). A commit `received` from rank 0 by a sync
+        is reported at once too: from then on this worker holds the job's last commit, which the
+        rendezvous must know if every worker that held it before dies."""
         self.commits = commits
         if self.link is not None:
             self.link.commits = self.commits
             self.link.steps_since_commit = 0  # (committed, restored or synced: nothing to undo)
             generation = self.assignment.generation if self.assignment is not None else 0
-            if new and generation != self._first_commit_reported:
+            if received:
+                self.link.beat_soon()
+            elif new and generation != self._first_commit_reported:
                 self._first_commit_reported = generation
                 self.link.beat_soon()
 

@@ -8,6 +8,8 @@ in it whether reset callbacks are due (a newcomer has not been through one itsel
 broadcast, and its tensors as one flat buffer per dtype: by broadcast when every other rank
 needs them, by point-to-point sends to just those ranks otherwise. A recovery after a failure
 thus moves no state at all, and a newcomer costs the survivors nothing but the fingerprint.
+A receiver's commit changes only once all of the root's bytes arrived (into buffers of their
+own): a root that dies in the middle leaves every receiver its own last commit, whole.
 """
 
 from __future__ import annotations
@@ -67,15 +69,15 @@ def sync_snapshot(
         return the_plan
     skeleton = broadcast_object(snapshot.skeleton if comm.rank == root else None, root)
     receiving = comm.rank in the_plan.tensors_to
-    if comm.rank in the_plan.skeleton_to:
-        if receiving:
-            snapshot.adopt(skeleton)
-        else:
-            snapshot.skeleton = skeleton  # same tensors, new objects
+    if comm.rank in the_plan.skeleton_to and not receiving:
+        snapshot.skeleton = skeleton  # same tensors, new objects
     if not the_plan.tensors_to or (comm.rank != root and not receiving):
         return the_plan
+    # A receiver takes the root's commit only once every buffer arrived: a root that dies
+    # halfway leaves this rank's own commit whole, not half of its bytes under its objects.
+    target = snapshot.incoming(skeleton) if receiving else snapshot
     everyone = len(the_plan.tensors_to) == comm.size - 1
-    for buffer in snapshot.buffers:
+    for buffer in target.buffers:
         if everyone:
             comm.broadcast_(buffer, root)
         elif comm.rank == root:
@@ -83,4 +85,6 @@ def sync_snapshot(
                 comm.send(buffer, dst)
         else:
             comm.recv_(buffer, root)
+    if receiving:
+        snapshot.replace(target)
     return the_plan

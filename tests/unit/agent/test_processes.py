@@ -102,7 +102,7 @@ HELD_AT_EXIT = textwrap.dedent("""
     logging.getLogger("x").info("said before the exit")
     sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)  # block-buffered
     print("printed before the exit")
-    exit_if_stuck(5)
+    exit_if_stuck(2)  # seconds: the hazard test waits them out
     if sys.argv[1] == "exit_now":
         exit_now(4)
     raise SystemExit(4)

@@ -243,13 +243,16 @@ def test_spares_are_stopped_when_retired_or_grown_too_big(pool_of) -> None:
     wait_for(lambda: all(rss_bytes(p.pid) > 1 << 20 for p in started), 30, "the spares' Python to be running")
     pool._next_start = float("inf")  # (no replacements: this test looks at the stopping alone)
     pool.tend()
-    assert not pool.idle and all(p.poll() is not None for p in started)
+    assert not pool.idle
+    # (killed: the pool waits a bounded time for each; on a loaded machine the end may come later)
+    wait_for(lambda: all(p.poll() is not None for p in started), 30, "the spares grown too big to end")
     assert [kind for kind, _ in said if kind is not Kind.SPARE_READY] == [Kind.SPARE_TOO_BIG] * 2
     pool, _, _ = pool_of(1)
     warm(pool)
     spare = pool.idle[0].proc
     pool.close()
-    assert spare.poll() is not None and not pool.idle
+    assert not pool.idle
+    wait_for(lambda: spare.poll() is not None, 30, "the closed pool's spare to end")
 
 
 def test_spares_that_die_before_use_turn_spares_off_once(pool_of) -> None:

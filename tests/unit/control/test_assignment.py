@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
+from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks, order_keys
 
 slots = st.lists(
     st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"])), max_size=20, unique_by=lambda t: t[0]
@@ -51,3 +51,24 @@ def test_duplicate_worker_is_refused() -> None:
 
     with pytest.raises(ValueError, match="appears twice"):
         assign_ranks([WorkerSlot("x", "a")], [WorkerSlot("x", "a")])
+
+
+@given(st.lists(st.integers(0, 40), unique=True, max_size=30), st.data())
+def test_order_keys_rise_in_rank_order_and_survivors_keep_theirs(previous_ids, data) -> None:
+    """Generation after generation: some members leave, newcomers join last; a survivor keeps
+    its key (the store rewrites only runs that changed), and keys always rise in rank order."""
+    previous_members = assign_ranks(_workers([(i, "a") for i in previous_ids], "w"), [])
+    previous = dict(zip((a.worker_id for a in previous_members), order_keys(previous_members, {})))
+    survivors = [WorkerSlot(a.worker_id, a.host) for a in previous_members if data.draw(st.booleans())]
+    newcomers = _workers([(i, "b") for i in data.draw(st.lists(st.integers(41, 60), unique=True, max_size=10))], "w")
+    members = assign_ranks(survivors, newcomers)
+    keys = order_keys(members, previous)
+    assert all(a < b for a, b in zip(keys, keys[1:]))
+    assert all(keys[i] == previous[s.worker_id] for i, s in enumerate(survivors))
+    assert all(key > max(previous.values(), default=-1) for key in keys[len(survivors):])
+
+
+def test_a_member_out_of_its_old_order_gets_a_new_key() -> None:
+    """Not what `assign_ranks` does, but keys still rise: the members after it get new ones too."""
+    members = assign_ranks(_workers([(2, "a"), (1, "a"), (3, "b")], "w"), [])
+    assert order_keys(members, {"w1": 0, "w2": 1, "w3": 2}) == (1, 3, 4)

@@ -913,3 +913,39 @@ def test_a_gap_the_clock_planned_is_no_stall_and_one_beyond_it_is() -> None:
     rig.tick()
     [stall] = [e for e in rig.coordinator.summary.events if e.kind is Kind.RENDEZVOUS_STALLED]
     assert stall.fields["seconds"] > 3.0 + STALL_S
+
+
+def _holders_die_while_newcomers_join(newcomers_report: int) -> Rig:
+    """Host a's two workers (237 commits) take host b's two newcomers into generation 2, then
+    host a dies; b's newcomers reported `newcomers_report` commits before that (0: their sync
+    from a's rank 0 was cut off, so they hold only their initial state)."""
+    rig = Rig(min_np=2, max_np=8)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    rig.worker_heartbeat(ids[0], 237, True)
+    rig.worker_heartbeat(ids[1], 237, True)
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+        rig.worker_ready(wid, 0, "", True)
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    assert rig.coordinator.generation.member_ids == ids + newcomers
+    for wid in newcomers:
+        rig.worker_heartbeat(wid, newcomers_report, True)
+    rig.agent_disconnected("a")
+    for wid in newcomers:
+        rig.worker_ready(wid, 2, "allreduce: Connection closed by peer", True)
+    assert rig.coordinator.generation.number == 3 and rig.coordinator.generation.member_ids == newcomers
+    return rig
+
+
+def test_members_whose_sync_was_cut_off_do_not_hold_the_lost_commit() -> None:
+    rig = _holders_die_while_newcomers_join(newcomers_report=0)
+    warnings = rig.coordinator.summary.warnings
+    assert any("237 step(s) committed so far are lost" in w for w in warnings), warnings
+    assert rig.coordinator.summary.steps == 0 and rig.coordinator.summary.steps_lost == 237
+
+
+def test_members_that_reported_the_synced_commit_hold_it() -> None:
+    rig = _holders_die_while_newcomers_join(newcomers_report=237)
+    assert not any("lost" in w for w in rig.coordinator.summary.warnings), rig.coordinator.summary.warnings
+    assert rig.coordinator.summary.steps == 237 and rig.coordinator.summary.steps_lost == 0

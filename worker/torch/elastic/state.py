@@ -196,13 +196,14 @@ class State:
         if comm.rank == 0 and self._commits == 0 and self._durable is not None and not self._tried_disk:
             self._tried_disk = True
             self._resume_from_disk()
+        held = self._commits
         the_plan = sync_snapshot(self._snapshot, comm, broadcast_object, after_reset=after_reset or self._resumed)
         self._resumed = False
         if comm.rank in the_plan.skeleton_to:
             self._load_entries(self._snapshot)
         if self._durable is not None:
             self._durable.resumed(self._commits)
-        context().note_commit(self._commits)
+        context().note_commit(self._commits, received=self._commits != held)
         context().figures.sync(time.perf_counter() - started)
         return the_plan
 
