@@ -108,12 +108,14 @@ class HostedEvent(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
-    __slots__ = ("host", "workers")
+    __slots__ = ("host", "workers", "busy")
     HOST_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
     host: str
     workers: _containers.RepeatedCompositeFieldContainer[RelayedBeat]
-    def __init__(self, host: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[RelayedBeat, _Mapping]]] = ...) -> None: ...
+    busy: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, host: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[RelayedBeat, _Mapping]]] = ..., busy: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RelayedBeat(_message.Message):
     __slots__ = ("beat", "age_s")

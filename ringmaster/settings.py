@@ -22,6 +22,10 @@ DEFAULT_DISCOVERY_TIMEOUT_S = 10.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
 #: Seconds without a heartbeat after which an agent (host) or worker counts as dead.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+#: Seconds a worker whose process its agent sees running (busy: importing, building its model,
+#: a long C call holding the interpreter) may go without a heartbeat of its own before it counts
+#: as hung; a stopped, exited or zombie process counts as dead after --heartbeat-timeout.
+DEFAULT_BUSY_TIMEOUT_S = 120.0
 #: Seconds a collective may take before the worker gives its generation up (a hung peer).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
 #: Seconds an agent or a worker keeps trying to reach a lost rendezvous before it gives up
@@ -100,6 +104,15 @@ class JobSettings(BaseModel):
         description="how long the parts of a job wait for each other across a partition: agents and workers keep "
                     "trying to reach a lost rendezvous (then agents stop their workers), and a rendezvous that hears "
                     "from no host at all waits for them before counting them lost")
+    busy_timeout_s: float = Field(
+        DEFAULT_BUSY_TIMEOUT_S, gt=0,
+        description="how long a worker whose process its agent sees running may go without a heartbeat of its own "
+                    "(a busy interpreter: imports, a long C call) before it counts as hung; never blacklists its host")
+    elastic: bool = Field(
+        False, description="the job is elastic from its launch (--min-np below --max-np, a discovery script, -H with "
+                           "--min-np, --hosts-from-agents, a pool's job, the Ray executor): a worker's failure before "
+                           "any worker entered hvd.elastic.run re-forms the ring without it instead of restarting "
+                           "every worker (--max-restarts is a plain job's)")
     collective_timeout_s: float = Field(DEFAULT_COLLECTIVE_TIMEOUT_S, gt=0)
     start_timeout_s: float = Field(DEFAULT_START_TIMEOUT_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)

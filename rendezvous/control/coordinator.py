@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, HostDiff
+from ringmaster.rendezvous.control.liveness import judge_silence
 from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent, UpdateHosts
 from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, HostsJoined, SessionClosed, TrainingReturned,
@@ -200,6 +201,12 @@ class Coordinator:
         if worker.phase is Phase.SPAWNING:
             worker.phase = Phase.MEMBER if job.is_member(worker) else Phase.WARMING
         gen = job.generation
+        if worker.phase is Phase.WARMING and worker.generation and (gen is None or gen.number != worker.generation):
+            # Started for a generation that failed and was followed before it connected (a job
+            # launched elastic does not stop such a worker): it joins a later one as a newcomer.
+            job.outbox.append(EndGeneration(worker_id, worker.generation,
+                                            f"generation {worker.generation} ended before this worker connected",
+                                            rejoin=False))
         if worker.phase is Phase.MEMBER and gen is not None:
             if gen.over is not None:
                 job.outbox.append(EndGeneration(worker_id, gen.number, gen.over, rejoin=worker.elastic))
@@ -238,6 +245,14 @@ class Coordinator:
             waiting = self._quiet.not_elastic
             if not QuietInputs.passed_over(worker_id, waiting, waiting):
                 self._unsettled = True  # (the first member inside hvd.elastic.run, or the last)
+
+    def workers_busy(self, host: str, worker_ids: Sequence[str], now: float) -> None:
+        """`host`'s agent says these workers' processes are busy (`liveness`): only its own are taken."""
+        workers = self.job.workers
+        for worker_id in worker_ids:
+            worker = workers.get(worker_id)
+            if worker is not None and worker.host == host:
+                worker.busy_at = now
 
     def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> None:
         worker = self.job.workers.get(worker_id)
@@ -462,8 +477,10 @@ class Coordinator:
         timeout = self.pace.worker_timeout_s
         for worker in [] if liveness.isolated else list(job.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
-                job.worker_failed(worker, f"sent no heartbeat for {now - worker.last_heartbeat:.1f} s (hung or stopped)",
-                                  now, blame_host=True, host_lost=False)
+                silence = judge_silence(now - worker.last_heartbeat, now - worker.busy_at if worker.busy_at else None,
+                                        timeout, self.settings.busy_timeout_s, self.pace.agent_s)
+                if silence.failed:  # (a busy worker is never its host's fault)
+                    job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
         self._reconcile(now)
 
     def _pace_heartbeats(self) -> None:

@@ -194,7 +194,16 @@ class Formation:
         members = [self.job.workers[i] for i in gen.member_ids]
         if gen.over is None and gen.update_sequence == 0:
             return all(not w.live for w in members)
-        return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w) for w in members)
+        return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w) or self._starts_later(w)
+                   for w in members)
+
+    def _starts_later(self, worker: Worker) -> bool:
+        """A member of a failed generation of a job launched elastic that has not reached the
+        rendezvous yet (still importing, building its model): the next ring is not held up for
+        it; it joins a later one as a newcomer once it asks (`WorkerContext._join_planned`)."""
+        gen = self.job.generation
+        return (self.job.settings.elastic and gen is not None and gen.over is not None and not worker.registered
+                and worker.phase is Phase.SPAWNING)
 
     def _rejoins_at_once(self, worker: Worker) -> bool:
         """A member of a generation that failed, in session and inside `hvd.elastic.run`: it rolls
@@ -293,7 +302,7 @@ class Formation:
             if job.checkpoint_at_update:  # a drain left too few after the update went out: say it again, with a checkpoint
                 self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
             return
-        policy = generation_policy(members)
+        policy = generation_policy(members, job.settings.elastic)
         if not policy.grows_in_place():
             if not any(policy.rejoins(w) for w in members):
                 self._maybe_restart_plain(members, now)
@@ -399,7 +408,7 @@ class Formation:
         """Elastic job: start workers on free slots; they join once warmed up."""
         job = self.job
         gen = job.generation
-        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids]).grows_in_place():
+        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids], job.settings.elastic).grows_in_place():
             return
         live = [w for w in job.live_workers() if not w.stopping]
         room = (job.limit if job.limit is not None else 1 << 30) - len(live)

@@ -188,8 +188,11 @@ class Job:
         was_live, member = worker.live, job.is_member(worker)
         worker.phase = Phase.EXITED
         verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
-        if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN and self._plain():
-            self._plain_failure(worker, how, fact.output, now)  # first: what follows is no news once the job failed
+        if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN:
+            if self._plain():
+                self._plain_failure(worker, how, fact.output, now)  # first: what follows is no news once the job failed
+            elif not worker.registered and fact.output and exit_code != 0 and signal_number == 0:
+                self._command_failed(worker, how, fact.output, now)
         if member and verdict.meaning is not ExitMeaning.FINISHED:
             # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
             job.end_generation(f"member {worker_id} on {host} {how}", now)
@@ -224,9 +227,10 @@ class Job:
         return True
 
     def _plain(self) -> bool:
-        """Is this a plain job: its generation's members never entered `hvd.elastic.run`?"""
+        """Is this a plain job: launched so (`JobSettings.elastic`), and its generation's members
+        never entered `hvd.elastic.run`?"""
         gen = self.generation
-        return gen is not None and generation_policy([self.workers[i] for i in gen.member_ids]) is PLAIN
+        return gen is not None and generation_policy([self.workers[i] for i in gen.member_ids], self.settings.elastic) is PLAIN
 
     def _plain_failure(self, worker: Worker, how: str, output: str, now: float) -> None:
         """A worker of a plain job failed: every worker restarts from the first step (unless the
@@ -237,8 +241,7 @@ class Job:
         self.plain_failures += 1
         limit = self.settings.max_restarts
         if not worker.registered and output:
-            self.fail(f"worker {worker.worker_id} on {worker.host} {how} before it reached the rendezvous: {output} "
-                      f"(the training command: {' '.join(self.settings.command)[:300]}); fix the command", now)
+            self._command_failed(worker, how, output, now)
         elif self.finishing:
             self.fail(f"worker {worker.worker_id} on {worker.host} {how} after another worker had finished; any "
                       "worker's error fails a plain job (one without hvd.elastic.run)", now)
@@ -247,6 +250,12 @@ class Job:
             self.fail(f"worker {worker.worker_id} on {worker.host} {how} {done}(--max-restarts {limit}): a plain job "
                       "(one without hvd.elastic.run) restarts every worker from its first step after a failure, unless "
                       "it loads a checkpoint; fix the error above, or allow restarts with --max-restarts N", now)
+
+    def _command_failed(self, worker: Worker, how: str, output: str, now: float) -> None:
+        """A worker's own error before it reached the rendezvous: the command is wrong (every
+        host would fail alike), and the job fails at once, with what the worker said."""
+        self.fail(f"worker {worker.worker_id} on {worker.host} {how} before it reached the rendezvous: {output} "
+                  f"(the training command: {' '.join(self.settings.command)[:300]}); fix the command", now)
 
     # ------------------------------------------------------------------ failures
     def blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
@@ -310,6 +319,8 @@ class Job:
                 continue
             if policy_of(worker).rejoins(worker):
                 self.outbox.append(EndGeneration(worker_id, gen.number, reason, rejoin=worker.elastic))
+            elif self.settings.elastic and worker.phase is Phase.SPAWNING:
+                continue  # still starting: told when it connects, it joins a later generation (`Formation._starts_later`)
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True

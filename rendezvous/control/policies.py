@@ -7,7 +7,10 @@ elastic one. Pure functions over the coordinator's records; the coordinator asks
   rejoin, newcomers warm up and join at a commit, a worker's own error blacklists its host.
 
 A worker is elastic once it says so (its heartbeats and Ready calls carry the flag); a
-generation follows the elastic policy when its members run inside `hvd.elastic.run`.
+generation follows the elastic policy when its members run inside `hvd.elastic.run`, or from
+its first second when the job was launched elastic (`JobSettings.elastic`: --min-np below
+--max-np, a discovery script, ...), as horovodrun and torchrun decide it from the launch: a
+member slow to reach `hvd.elastic.run` then never turns a failure into a restart of all.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def policy_of(worker: Worker) -> JobPolicy:
     return ELASTIC if worker.elastic else PLAIN
 
 
-def generation_policy(members: list[Worker]) -> JobPolicy:
-    """A generation grows in place once its members run inside `hvd.elastic.run`."""
-    return ELASTIC if any(w.elastic for w in members) else PLAIN
+def generation_policy(members: list[Worker], launched_elastic: bool) -> JobPolicy:
+    """A generation grows in place once its members run inside `hvd.elastic.run`, or from the
+    start in a job launched elastic."""
+    return ELASTIC if launched_elastic or any(w.elastic for w in members) else PLAIN

@@ -108,7 +108,7 @@ class Host(Revised):
 @dataclass
 class Worker(Revised):
     VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits", "holds_commit", "steps_since_commit", "pid",
-                                                    "ready_at", "stop_requested_at"})
+                                                    "ready_at", "stop_requested_at", "busy_at"})
 
     worker_id: str
     host: str
@@ -130,6 +130,8 @@ class Worker(Revised):
     #: its sync took rank 0's; one whose sync was cut off holds only its initial state). The store
     #: does not keep it: a worker a standby restores counts as holding it.
     holds_commit: bool = False
+    #: When its agent last said its process was busy (`liveness`; 0: never, or not this rendezvous').
+    busy_at: float = 0.0
     pid: int | None = None
 
     #: Not exited and not counted as failed. Kept as a plain attribute, set whenever `phase` or

@@ -494,7 +494,7 @@ class PoolService:
     def _start(self, job: PoolJob, placement: dict[str, int], now: float) -> None:
         resuming = job.state == "suspended"
         command = [sys.executable, *job.command[1:]] if job.command[0] in ("python", "python3") else job.command
-        settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np,
+        settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np, elastic=True,  # (resized at will)
                                checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
         board = self.board

@@ -446,6 +446,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._background(self.leases.heartbeat(request.host))
         if request.workers:
             self._relayed(request.host, request.workers, now)
+        if request.busy:
+            self.coordinator.workers_busy(request.host, request.busy[:MAX_RELAYED_BEATS], now)
         pace = self.coordinator.pace
         return pb.Ack(ok=True, heartbeat_interval_s=pace.agent_s, relay_beats=pace.relay)
 

@@ -70,7 +70,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-restarts", type=int, default=defaults.DEFAULT_MAX_RESTARTS, metavar="N",
                         help="a plain script (without hvd.elastic.run) whose worker fails is restarted as a whole, from "
                              "its first step unless it loads a checkpoint, at most N times before the job fails "
-                             "(torchrun's flag; elastic jobs roll back instead, see --reset-limit) (default: %(default)s)")
+                             "(torchrun's flag; elastic jobs roll back instead, see --reset-limit). A job is elastic "
+                             "from its launch with --min-np below --max-np, a discovery script, -H with --min-np or "
+                             "--hosts-from-agents: a failure before hvd.elastic.run re-forms the ring without the "
+                             "failed worker, as later (default: %(default)s)")
     parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                         help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: blacklisted for good)")
     parser.add_argument("--stragglers", choices=("report", "replace"), default="report",
@@ -111,6 +114,10 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                              "host at all waits this long before counting them lost (default: %(default)s)")
     parser.add_argument("--heartbeat-timeout", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
                         help="seconds without a heartbeat before a host or worker counts as dead (default: %(default)s)")
+    parser.add_argument("--busy-timeout", type=float, metavar="S", default=defaults.DEFAULT_BUSY_TIMEOUT_S,
+                        help="seconds a worker whose process its agent sees running (importing, a long C call holding "
+                             "the interpreter) may go without a heartbeat of its own before it counts as hung; a "
+                             "stopped or dead one counts after --heartbeat-timeout (default: %(default)s)")
     parser.add_argument("--collective-timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
                         help="seconds a collective may take before its generation is given up (default: %(default)s)")
     parser.add_argument("--start-timeout", type=float, metavar="S", default=defaults.DEFAULT_START_TIMEOUT_S,
@@ -311,13 +318,17 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
     elastic_hosts = bool(args.hosts) and args.min_np is not None  # horovodrun: -H with --min-np is elastic
     if max_np is None and not args.host_discovery_script and not elastic_hosts and args.np is not None:
         max_np = args.np
+    # Elastic from the launch, as horovodrun decides it (and torchrun from --nnodes MIN:MAX): a
+    # worker's failure before any worker entered hvd.elastic.run does not restart every worker.
+    elastic = (bool(args.host_discovery_script) or elastic_hosts or bool(args.hosts_from_agents)
+               or (max_np is not None and min_np < max_np))
     try:
         settings = JobSettings(
             command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
             reset_limit=args.reset_limit, max_restarts=args.max_restarts, discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
             heartbeat_timeout_s=args.heartbeat_timeout, heartbeat_relay=args.heartbeat_relay,
-            collective_timeout_s=args.collective_timeout,
+            collective_timeout_s=args.collective_timeout, busy_timeout_s=args.busy_timeout, elastic=elastic,
             reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
             spares=args.spares if args.spares is not None else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES,

@@ -129,6 +129,7 @@ class Kind(enum.StrEnum):
     # worker (the training library)
     RING_JOINED = "ring.joined"
     RING_JOIN_FAILED = "ring.join_failed"
+    PLANNED_GENERATION_MISSED = "ring.planned_missed"
     ROLLED_BACK = "state.rolled_back"
     REPLICAS_DIVERGED = "replicas.diverged"
     REPLICAS_HEALED = "replicas.healed"
@@ -285,6 +286,8 @@ SPECS: dict[Kind, Spec] = {
                                "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms (rank 0's commit went to "
                                "{synced_to:ranks})"),
     Kind.RING_JOIN_FAILED: Spec(_W, "could not join generation {generation}: {error}"),
+    Kind.PLANNED_GENERATION_MISSED: Spec(_I, "generation {generation} ended before this worker joined it ({reason}): "
+                                             "it joins the next one as a newcomer"),
     Kind.ROLLED_BACK: Spec(_W, "rolled back to commit {commit} after: {failure}"),
     Kind.REPLICAS_DIVERGED: Spec(_W, "replica guard: in generation {generation} the live state differs from rank 0's "
                                      "after the sync ({differences}); syncing every rank from rank 0's live state"),

@@ -82,7 +82,7 @@ class ElasticRayExecutor:
 
         try:
             self.settings = JobSettings(
-                command=[sys.executable, *WORKER_COMMAND], min_np=min_workers, max_np=max_workers,
+                command=[sys.executable, *WORKER_COMMAND], min_np=min_workers, max_np=max_workers, elastic=True,
                 elastic_timeout_s=elastic_timeout_s, reset_limit=reset_limit, discovery_interval_s=discovery_interval_s,
                 checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None, **settings)
         except ValidationError as exc:

@@ -85,6 +85,15 @@ class RankStamp:
         self.rank = hvd.rank()
 
 
+def hold_the_gil(seconds: float) -> None:
+    """About `seconds` in one C call that never releases the GIL (`sum` over a range runs in C,
+    no bytecode in between), sized by a short measured run of the same call."""
+    started = time.perf_counter()
+    sum(range(1_000_000))
+    per_million = max(time.perf_counter() - started, 1e-4)
+    sum(range(int(seconds / per_million * 1_000_000)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log-dir", required=True)
@@ -116,6 +125,10 @@ def main() -> None:
                              "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD)")
     parser.add_argument("--newcomer-delay", type=float, default=0.0, metavar="S",
                         help="a worker started as a newcomer (to join a running job) waits this long first (a slow model build)")
+    parser.add_argument("--busy-start", type=float, default=0.0, metavar="S",
+                        help="a worker of the first generation spends about S s in one C call that holds the GIL "
+                             "between hvd.init() and hvd.elastic.run (its heartbeat thread cannot run), as a large "
+                             "json.loads or an extension's build does")
     parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
     args = parser.parse_args()
 
@@ -131,6 +144,10 @@ def main() -> None:
         with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
+    if args.busy_start and os.environ.get("RINGMASTER_GENERATION") == "1":
+        log(event="busy_start", pid=os.getpid())
+        hold_the_gil(args.busy_start)
+        log(event="busy_end")
     data = torch.Generator().manual_seed(99)
     features = torch.randn(args.samples, 4, generator=data)
     targets = features @ torch.tensor([[1.5], [-2.0], [0.5], [1.0]]) + 0.3 + 0.05 * torch.randn(args.samples, 1, generator=data)

@@ -54,6 +54,7 @@ from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
+from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
@@ -111,6 +112,8 @@ class Agent:
         self.reconnect_timeout_s = settings.reconnect_timeout_s
         self.children: dict[str, _Child] = {}
         self._running: tuple[str, ...] = ()  # ids of live children, readable from the session thread
+        self._pids: tuple[tuple[str, int], ...] = ()  # (id, pid) of live children, for the heartbeat thread
+        self._watch = ProcessWatch()  # which of them the kernel shows busy (the heartbeat thread's)
         self._started: set[str] = set()  # a worker id is one process: never start it twice
         self._unstartable: list[tuple[str, str]] = []  # (worker, why) could not be started: exit code 127
         self._unsent: list[pb.WorkerExit] = []  # exits not yet reported (rendezvous away)
@@ -391,7 +394,8 @@ class Agent:
             if stub is not None:
                 try:
                     relayed = self._beats.take(set(self._running)) if self._beats.relaying else []
-                    answer = stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host, workers=relayed),
+                    busy = self._watch.busy(self._pids)
+                    answer = stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host=self.host, workers=relayed, busy=busy),
                                                  timeout=self.heartbeat_interval_s * 5)
                     last_contact = time.monotonic()
                     self._beats.relay(answer.relay_beats)
@@ -413,6 +417,11 @@ class Agent:
             return None
 
     # -------------------------------------------------------------- children
+    def _track_children(self) -> None:
+        """Publish the live children for the other threads (one assignment each: no lock)."""
+        self._running = tuple(self.children)
+        self._pids = tuple((worker_id, child.proc.pid) for worker_id, child in self.children.items())
+
     def _apply(self, specs) -> None:
         wanted = {spec.worker_id: spec for spec in specs}
         for worker_id, child in self.children.items():
@@ -423,7 +432,7 @@ class Agent:
                 self._started.add(worker_id)
                 try:
                     self.children[worker_id] = _Child(spec, self._spawn(spec))
-                    self._running = tuple(self.children)
+                    self._track_children()
                 except OSError as exc:
                     error = str(exc)
                     if isinstance(exc, PermissionError) and exc.filename:
@@ -498,7 +507,7 @@ class Agent:
                     _signal(child.proc, signal.SIGKILL)
                 continue
             del self.children[worker_id]
-            self._running = tuple(self.children)
+            self._track_children()
             exit_code, sig = (0, -code) if code < 0 else (code, 0)
             # Stopped by us only if our signal ended it (it may have crashed just before it came).
             ours = child.kill_at is not None and sig in (signal.SIGTERM, signal.SIGKILL)

@@ -86,6 +86,7 @@ class WorkerContext:
         self.comm: Communicator | None = None
         self._graveyard: list[Communicator] = []  # old rings with a collective stuck; see _retire_ring
         self.commits = 0
+        self._missed_generation = 0  # the generation it was started for, if that ended before it joined
         self._first_commit_reported = -1  # the generation whose first commit was reported at once
         #: seconds of the last join: (waiting for the assignment, building the ring)
         self.last_join_s: tuple[float, float] = (0.0, 0.0)
@@ -101,7 +102,20 @@ class WorkerContext:
         self._connect_store(host, int(port))
         self._guard(self.link.start)
         if self.start_generation > 0:
-            self._guard(lambda: self._join(self.start_generation - 1, first_ready=False))
+            self._guard(self._join_planned)
+
+    def _join_planned(self) -> None:
+        """Join the generation this worker was started for; if it ended before this worker got
+        there (a peer failed while this one was still starting), go on without a ring, as a
+        newcomer: `hvd.elastic.run` (or the first collective) asks for a place in the next one.
+        An elastic job never fails, or waits on, a member only because it was slow to start."""
+        assert self.link is not None
+        generation = self.start_generation
+        if self.link.wait_planned(generation) is None:
+            self._missed_generation = generation  # (its Ready asks for a generation after it)
+            say(Kind.PLANNED_GENERATION_MISSED, generation, reason=self.link.generation_over(generation) or "")
+            return
+        self._join(generation - 1, first_ready=False)
 
     def _join_alone(self) -> None:
         store = dist.HashStore()
@@ -124,7 +138,7 @@ class WorkerContext:
         """Leave the current ring (if any) and join the next generation."""
         if self.link is None:
             return
-        after = self.assignment.generation if self.assignment else 0
+        after = self.assignment.generation if self.assignment else self._missed_generation
         self._guard(lambda: self._join(after, first_ready=True, failure=failure))
 
     def _join(self, after: int, first_ready: bool, failure: str = "") -> None:

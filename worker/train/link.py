@@ -245,6 +245,21 @@ class RendezvousLink:
                     raise TimeoutError(f"no generation after {after_generation} within {timeout_s:g} s")
                 self._cond.wait(remaining)
 
+    def wait_planned(self, generation: int) -> pb.Assignment | None:
+        """Block until this worker's place in `generation` (the generation it was started for)
+        or a newer one arrives; None if `generation` ended before it was placed in any: a member
+        slow to start (importing, building its model on a loaded host) whose peers failed meanwhile.
+        It then joins a later generation as a newcomer would."""
+        with self._cond:
+            while True:
+                self._raise_if_finished()
+                if self._assignment is not None and self._assignment.generation >= generation:
+                    self._waiting = None
+                    return self._assignment
+                if generation in self._over:
+                    return None
+                self._cond.wait()
+
     def generation_over(self, generation: int) -> str | None:
         """Why `generation` ended, or None while it stands. Collectives do not need the
         rendezvous, so losing it does not end a generation."""

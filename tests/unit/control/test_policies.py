@@ -43,7 +43,8 @@ def test_a_stop_we_asked_for_and_a_done_worker_are_never_failures() -> None:
 def test_which_policy_applies() -> None:
     plain, elastic = worker(False), worker(True)
     assert policy_of(plain) is PLAIN and policy_of(elastic) is ELASTIC
-    assert generation_policy([plain, plain]) is PLAIN and generation_policy([plain, elastic]) is ELASTIC
+    assert generation_policy([plain, plain], False) is PLAIN and generation_policy([plain, elastic], False) is ELASTIC
+    assert generation_policy([plain, plain], True) is ELASTIC  # launched elastic: from the first second
     assert ELASTIC.grows_in_place() and not PLAIN.grows_in_place()
     assert ELASTIC.closed_connection_is_failure() and not PLAIN.closed_connection_is_failure()
     assert ELASTIC.leaves_at_commit(elastic) and not PLAIN.leaves_at_commit(plain)
