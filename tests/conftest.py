@@ -20,7 +20,47 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
+from failure_report import Watchdog, job_sections  # noqa: E402
 from harness import Job  # noqa: E402
+
+_JOBS = pytest.StashKey[list]()
+_WATCHDOG = pytest.StashKey[Watchdog]()
+
+
+def _limit_s(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A watchdog takes the stacks of every process the test started shortly before its limit."""
+    limit = _limit_s(item)
+    if limit > 0:
+        item.stash[_WATCHDOG] = Watchdog(limit)
+    try:
+        yield
+    finally:
+        watchdog = item.stash.get(_WATCHDOG, None)
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A failed test's report carries the story and output tail of each job it ran, and, when it
+    ran out of time, the stacks the watchdog took."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for title, text in job_sections(item.stash.get(_JOBS, [])):
+        report.sections.append((title, text))
+    watchdog = item.stash.get(_WATCHDOG, None)
+    if watchdog is not None and watchdog.stacks is not None:
+        report.sections.append(("stacks of the test's processes before its time limit", watchdog.stacks))
 
 
 def _running(etcd: EtcdServer | EtcdCluster) -> Iterator[EtcdServer | EtcdCluster]:
@@ -69,11 +109,12 @@ def make_store(request):
 
 
 @pytest.fixture
-def run_job(tmp_path):
+def run_job(tmp_path, request):
     """Start `ringmaster run` jobs; all are killed (with their hosts) at teardown, and what each
     printed is kept as `<tmp_path>/job-N-<verb>.out` (a failure's whole story, which pytest's
     report cuts short)."""
     jobs: list[Job] = []
+    request.node.stash[_JOBS] = jobs  # (a failed test's report tells each job's story)
 
     def start(*args: str, env: dict[str, str | None] | None = None, verb: str = "run", preexec=None,
               prefix: list[str] | None = None) -> Job:

@@ -1,7 +1,8 @@
 """An elastic job is elastic from its first second: workers that hold the interpreter for 5 s
 between hvd.init() and hvd.elastic.run (their heartbeat threads cannot run) with a 3 s
 --heartbeat-timeout are busy, not dead; one SIGSTOPped in the same window is still found within
-the heartbeat bound and the job goes on without it. Real run, agents, workers and Gloo rings."""
+the heartbeat bound and the job goes on without it; a host SIGKILLed in that window leaves the
+job going on. Real run, agents, workers and Gloo rings."""
 
 from __future__ import annotations
 
@@ -55,3 +56,16 @@ def test_workers_busy_for_5_s_before_elastic_run_are_not_dead_and_a_stopped_one_
             pass
     assert len(job.events("worker.failed")) == 1, job.events("worker.failed")
     assert_every_sample_once(read_logs(stop_log), 2)
+
+
+def test_a_host_killed_while_its_workers_are_busy_starting_leaves_the_job_going_on(run_job, tmp_path) -> None:
+    log = tmp_path / "log"
+    job = run_job(*FLAGS, *elastic_job(log, epochs=2, samples=64, step_time=0.02), "--busy-start", "5")
+    wait_for(lambda: alive(job) and any(r.get("event") == "busy_start" for name, records in read_logs(log).items()
+                                        if name.startswith("hostB") for r in records), 120, "hostB busy")
+    job.kill_host("hostB")
+    assert job.wait(240) == 0, job.output[-6000:]
+    assert job.events("host.lost", host="hostB"), job.story()
+    logs = read_logs(log)
+    assert {r["size"] for records in logs.values() for r in records if r.get("event") == "commit"} == {2}
+    assert_every_sample_once(logs, 2)
