@@ -18,9 +18,13 @@ from ringmaster.checkpoint.memory import HostSnapshot
 
 
 class BackgroundWriter:
-    def __init__(self, directory: CheckpointDirectory, report: Callable[[str], None]) -> None:
+    def __init__(self, directory: CheckpointDirectory, report: Callable[[str], None],
+                 report_written: Callable[[str], None] | None = None) -> None:
+        """`report` hears of writes that failed; `report_written` (default: `report`) of the first
+        write that succeeded, and of the first after failures."""
         self.directory = directory
         self._report = report
+        self._report_written = report_written or report
         self._staging = HostSnapshot()
         self._cond = threading.Condition()
         self._job: tuple[int, int, int, float] | None = None  # step, world size, generation, created
@@ -93,7 +97,7 @@ class BackgroundWriter:
                 self._failing = reason
             else:
                 if not self.written or self._failing:
-                    self._report(
+                    self._report_written(
                         f"checkpoint of step {step} written to {folder} "
                         f"({self._staging.nbytes / 1e6:.1f} MB of tensors in {time.perf_counter() - started:.2f} s)"
                     )

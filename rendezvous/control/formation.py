@@ -199,11 +199,11 @@ class Formation:
 
     def _starts_later(self, worker: Worker) -> bool:
         """A member of a failed generation of a job launched elastic that has not reached the
-        rendezvous yet (still importing, building its model): the next ring is not held up for
+        rendezvous yet (`Job.members_start_later`) (still importing, building its model): the next ring is not held up for
         it; it joins a later one as a newcomer once it asks (`WorkerContext._join_planned`)."""
         gen = self.job.generation
-        return (self.job.settings.elastic and gen is not None and gen.over is not None and not worker.registered
-                and worker.phase is Phase.SPAWNING)
+        return (gen is not None and gen.over is not None and worker.phase is Phase.SPAWNING and not worker.stopping
+                and self.job.members_start_later(gen))
 
     def _rejoins_at_once(self, worker: Worker) -> bool:
         """A member of a generation that failed, in session and inside `hvd.elastic.run`: it rolls

@@ -230,7 +230,8 @@ class Job:
         """Is this a plain job: launched so (`JobSettings.elastic`), and its generation's members
         never entered `hvd.elastic.run`?"""
         gen = self.generation
-        return gen is not None and generation_policy([self.workers[i] for i in gen.member_ids], self.settings.elastic) is PLAIN
+        return (gen is not None and not self.settings.elastic
+                and generation_policy([self.workers[i] for i in gen.member_ids], False) is PLAIN)
 
     def _plain_failure(self, worker: Worker, how: str, output: str, now: float) -> None:
         """A worker of a plain job failed: every worker restarts from the first step (unless the
@@ -250,6 +251,13 @@ class Job:
             self.fail(f"worker {worker.worker_id} on {worker.host} {how} {done}(--max-restarts {limit}): a plain job "
                       "(one without hvd.elastic.run) restarts every worker from its first step after a failure, unless "
                       "it loads a checkpoint; fix the error above, or allow restarts with --max-restarts N", now)
+
+    def members_start_later(self, gen: Generation) -> bool:
+        """Do members of `gen` that have not connected yet go on starting when it fails, to join a
+        later generation? In a job launched elastic whose script connects (some member did: a
+        Ringmaster script). A plain script never connects: its members restart with the rest, as
+        torchrun restarts every worker of an elastic (`--nnodes MIN:MAX`) job."""
+        return self.settings.elastic and any(self.workers[i].registered for i in gen.member_ids)
 
     def _command_failed(self, worker: Worker, how: str, output: str, now: float) -> None:
         """A worker's own error before it reached the rendezvous: the command is wrong (every
@@ -319,7 +327,7 @@ class Job:
                 continue
             if policy_of(worker).rejoins(worker):
                 self.outbox.append(EndGeneration(worker_id, gen.number, reason, rejoin=worker.elastic))
-            elif self.settings.elastic and worker.phase is Phase.SPAWNING:
+            elif worker.phase is Phase.SPAWNING and self.members_start_later(gen):
                 continue  # still starting: told when it connects, it joins a later generation (`Formation._starts_later`)
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.

@@ -125,6 +125,9 @@ def policy_of(worker: Worker) -> JobPolicy:
 
 
 def generation_policy(members: list[Worker], launched_elastic: bool) -> JobPolicy:
-    """A generation grows in place once its members run inside `hvd.elastic.run`, or from the
-    start in a job launched elastic."""
-    return ELASTIC if launched_elastic or any(w.elastic for w in members) else PLAIN
+    """A generation grows in place once its members run inside `hvd.elastic.run`, or, in a job
+    launched elastic, once one of them connected (a Ringmaster script: a plain one never does,
+    and is restarted as a whole on a change, as torchrun's `--nnodes MIN:MAX`)."""
+    if any(w.elastic for w in members) or (launched_elastic and any(w.registered for w in members)):
+        return ELASTIC
+    return PLAIN

@@ -137,6 +137,7 @@ class Kind(enum.StrEnum):
     CHECKPOINT_IGNORED = "checkpoint.ignored"
     CHECKPOINT_PARTIAL = "checkpoint.partial"
     CHECKPOINT_WRITE_FAILED = "checkpoint.write_failed"
+    CHECKPOINT_WRITTEN = "checkpoint.written"
     CHECKPOINT_SKIPPED = "checkpoint.skipped"
     LINK_LOST = "link.lost"
     LINK_UNREACHABLE = "link.unreachable"
@@ -297,6 +298,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.CHECKPOINT_IGNORED: Spec(_W, "checkpoint of step {step} in {directory} holds no state dict; ignored"),
     Kind.CHECKPOINT_PARTIAL: Spec(_W, "checkpoint of step {step} lacks {missing:list}: those keep their initial values"),
     Kind.CHECKPOINT_WRITE_FAILED: Spec(_W, "{error}"),
+    Kind.CHECKPOINT_WRITTEN: Spec(_I, "{detail}"),
     Kind.CHECKPOINT_SKIPPED: Spec(_W, "{reason}"),
     Kind.LINK_LOST: Spec(_W, "lost the rendezvous at {address} ({reason}); training goes on, reconnecting"),
     Kind.LINK_UNREACHABLE: Spec(_E, "cannot reach the rendezvous at {address}: {code}; is `ringmaster run`/`serve` "

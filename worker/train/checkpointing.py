@@ -27,19 +27,22 @@ FINAL_WRITE_TIMEOUT_S = 600.0
 
 class Checkpointing:
     def __init__(self, directory: CheckpointDirectory, policy: CheckpointPolicy, report: Callable[[str], None],
-                 report_load: Callable[[str], None] | None = None, trusted: bool = False) -> None:
+                 report_load: Callable[[str], None] | None = None, trusted: bool = False,
+                 report_written: Callable[[str], None] | None = None) -> None:
         """`report` hears of writes that failed; `report_load` (default: `report`) of checkpoints
-        skipped when resuming. `trusted`: load full pickles (see `CheckpointDirectory.load_newest`)."""
+        skipped when resuming; `report_written` (default: `report`) of the first write that
+        succeeded. `trusted`: load full pickles (see `CheckpointDirectory.load_newest`)."""
         self.directory = directory
         self.trusted = trusted
         self.policy = policy
         self.report = report
         self.report_load = report_load or report
-        self.writer = BackgroundWriter(directory, report)
+        self.writer = BackgroundWriter(directory, report, report_written)
 
     @classmethod
     def from_environ(cls, report: Callable[[str], None], environ: Mapping[str, str] | None = None,
-                     report_load: Callable[[str], None] | None = None) -> "Checkpointing | None":
+                     report_load: Callable[[str], None] | None = None,
+                     report_written: Callable[[str], None] | None = None) -> "Checkpointing | None":
         env = os.environ if environ is None else environ
         folder = env.get(env_names.CHECKPOINT_DIR)
         if not folder:
@@ -49,7 +52,8 @@ class Checkpointing:
             interval = float(env[env_names.CHECKPOINT_INTERVAL]) if env.get(env_names.CHECKPOINT_INTERVAL) else None
             keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_CHECKPOINT_KEEP)
             trusted = env.get(env_names.CHECKPOINT_TRUSTED, "") == "1"
-            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load, trusted)
+            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load, trusted,
+                       report_written)
         except ValueError as exc:
             raise ValueError(f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}") from None
 

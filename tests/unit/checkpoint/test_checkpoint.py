@@ -334,3 +334,13 @@ def test_trust_comes_from_the_job_environment(tmp_path) -> None:
     env = {"RINGMASTER_CHECKPOINT_DIR": str(tmp_path)}
     assert not Checkpointing.from_environ(print, env).trusted
     assert Checkpointing.from_environ(print, {**env, "RINGMASTER_CHECKPOINT_TRUSTED": "1"}).trusted
+
+
+def test_a_write_that_succeeded_is_not_reported_as_a_failure(tmp_path) -> None:
+    failures: list[str] = []
+    written: list[str] = []
+    snapshot = HostSnapshot()
+    snapshot.capture({"w": torch.ones(4), "step": 1})
+    writer = BackgroundWriter(CheckpointDirectory(tmp_path / "ok"), failures.append, written.append)
+    assert writer.submit(snapshot, 1, 1, 1) and writer.flush(60)
+    assert failures == [] and len(written) == 1 and "checkpoint of step 1 written" in written[0]

@@ -130,3 +130,16 @@ def test_a_member_that_connects_after_the_next_generation_formed_is_told_its_own
     rig.worker_connected(ids[1], 1)
     assert rig.coordinator.workers[ids[1]].phase is Phase.WARMING
     assert rig.last(ids[1], EndGeneration).generation == 1  # its own generation: it joins the next as a newcomer
+
+
+def test_a_plain_script_launched_elastic_still_restarts_as_a_whole() -> None:
+    """torchrun's `--nnodes 1:4`: its workers never connect, so a failure restarts them all."""
+    rig = Rig(min_np=2, max_np=4, elastic=True, max_restarts=0)
+    ids = planned(rig, {"a": 3})
+    rig.worker_exited("a", ids[0], 0, 9, False)  # killed; nobody ever connected
+    assert rig.outcome() is None
+    assert all(rig.coordinator.workers[wid].stopping for wid in ids[1:])
+    for wid in ids[1:]:
+        rig.worker_exited("a", wid, 0, 15, True)
+    gen = rig.gen()
+    assert gen is not None and gen.number == 2 and not set(gen.member_ids) & set(ids)  # planned afresh

@@ -44,7 +44,9 @@ def test_which_policy_applies() -> None:
     plain, elastic = worker(False), worker(True)
     assert policy_of(plain) is PLAIN and policy_of(elastic) is ELASTIC
     assert generation_policy([plain, plain], False) is PLAIN and generation_policy([plain, elastic], False) is ELASTIC
-    assert generation_policy([plain, plain], True) is ELASTIC  # launched elastic: from the first second
+    connected = worker(False, registered=True)  # (hvd.init, not inside hvd.elastic.run yet)
+    assert generation_policy([plain, connected], True) is ELASTIC  # launched elastic: once a member connected
+    assert generation_policy([worker(False, registered=False)], True) is PLAIN  # (a plain script never does)
     assert ELASTIC.grows_in_place() and not PLAIN.grows_in_place()
     assert ELASTIC.closed_connection_is_failure() and not PLAIN.closed_connection_is_failure()
     assert ELASTIC.leaves_at_commit(elastic) and not PLAIN.leaves_at_commit(plain)

@@ -49,7 +49,8 @@ class State:
         self._commits = 0
         self._snapshot = HostSnapshot()
         self._durable = Checkpointing.from_environ(lambda message: say(Kind.CHECKPOINT_WRITE_FAILED, error=message),
-                                                   report_load=lambda message: say(Kind.CHECKPOINT_SKIPPED, reason=message))
+                                                   report_load=lambda message: say(Kind.CHECKPOINT_SKIPPED, reason=message),
+                                                   report_written=lambda message: say(Kind.CHECKPOINT_WRITTEN, detail=message))
         self._tried_disk = False
         self._resumed = False  # loaded a durable checkpoint that the ring has not synced yet
 
