@@ -21,7 +21,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from failure_report import Watchdog, job_sections  # noqa: E402
-from harness import Job  # noqa: E402
+from harness import WATCHED_JOBS, Job  # noqa: E402
 
 _JOBS = pytest.StashKey[list]()
 _WATCHDOG = pytest.StashKey[Watchdog]()
@@ -32,6 +32,14 @@ def _limit_s(item: pytest.Item) -> float:
     if marker is not None and marker.args:
         return float(marker.args[0])
     return float(item.config.getini("timeout") or 0)
+
+
+@pytest.fixture(autouse=True)
+def _watched_jobs():
+    """Each test watches only the jobs it started (`harness.failed_job`)."""
+    WATCHED_JOBS.clear()
+    yield
+    WATCHED_JOBS.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)

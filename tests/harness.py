@@ -51,13 +51,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The jobs started since the current test began (`conftest` empties it between tests): a wait
+#: fails at once when one of them failed by itself (`failed_job`).
+WATCHED_JOBS: list["Job"] = []
+
+
+def failed_job() -> "Job | None":
+    """A watched job that failed (it said `job.failed` and exited with a code above 0) without
+    the test asking for its exit (`Job.wait`): whatever a test waits for, it will not come from a
+    job that failed. (A rendezvous that stopped leading, or was killed, is no failed job.)"""
+    for job in list(WATCHED_JOBS):
+        code = job.proc.poll()
+        if code is not None and code > 0 and not job.exit_expected:
+            job._reader.join(timeout=5)  # (its last lines)
+            if job.events("job.failed"):
+                return job
+    return None
+
+
 def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
-    """Poll `condition` until it returns something truthy; fail naming `what` at the deadline."""
+    """Poll `condition` until it returns something truthy; fail naming `what` at the deadline,
+    or at once, with its story and last lines, when a job of the test failed meanwhile."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
+        failed = failed_job()
+        if failed is not None:
+            value = condition()  # (once more: its last lines came in meanwhile)
+            if value:
+                return value
+            raise AssertionError(f"while waiting for {what}, `ringmaster {failed.verb}` exited with code "
+                                 f"{failed.proc.returncode}:\n{failed.story()}\n--- its last lines:\n"
+                                 + "\n".join(failed.lines[-40:]))
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(interval_s)
@@ -104,6 +131,8 @@ class Job:
             start_new_session=True, preexec_fn=preexec,
         )
         self.verb = verb
+        self.exit_expected = False  # set once the test waits for its exit (`wait`)
+        WATCHED_JOBS.append(self)
         self.lines: list[str] = []
         self._agent_pids: set[int] = set()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -199,6 +228,7 @@ class Job:
         return pid
 
     def wait(self, timeout_s: float) -> int:
+        self.exit_expected = True
         try:
             code = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
