@@ -71,7 +71,13 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     assert {e["worker"].split("/")[0] for e in events if e["kind"] == "worker.failed"} == {"hostB"}
     assert [e["np"] for e in events if e["kind"] == "scale.requested"] == [2, 4]
     assert [e["description"] for e in events if e["kind"] == "hosts.changed"] == ["removed hostB", "added hostB:2"]
-    assert [e["size"] for e in events if e["kind"] == "generation.formed"] == [4, 2, 4, 2, 4]
+    # 4, 2 after the kill, back to 4, 2, 4. Newcomers that warm up together join in one reset; on a
+    # loaded machine one may be ready past --warmup-grace before the other, and joins one reset later.
+    sizes = [e["size"] for e in events if e["kind"] == "generation.formed"]
+    assert sizes[:2] == [4, 2] and sizes[-1] == 4 and sizes.count(2) == 2, sizes
+    back, scaled = sizes[2:sizes.index(2, 2)], sizes[sizes.index(2, 2) + 1:]
+    for growth in (back, scaled):
+        assert growth and growth == sorted(growth) and growth[-1] == 4 and all(2 < n <= 4 for n in growth), sizes
     assert kinds.count("job.recovered") == 1 and "job.succeeded" in kinds
     assert [e["message"].split()[0] for e in events if e["kind"] == "demo.act"] == ["killing", "hostB", "scaling", "scaling"]
     assert "what happened:" in said and "recovered in" in said
@@ -79,4 +85,4 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     # `ringmaster plot` draws the same folder again.
     again = subprocess.run([sys.executable, "-m", "ringmaster.cli", "plot", str(out), "-o", str(tmp_path / "again.png")],
                            capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "5 generation(s)" in again.stdout, again
+    assert again.returncode == 0 and f"{len(sizes)} generation(s)" in again.stdout, again
