@@ -34,6 +34,17 @@ def _limit_s(item: pytest.Item) -> float:
     return float(item.config.getini("timeout") or 0)
 
 
+#: Seconds a test that starts no whole job (not marked `slow`) may take: all take under 5 s, so
+#: a hang costs a minute, not the 300 s every whole job gets (tests longer still say their own).
+FAST_TEST_LIMIT_S = 60
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(FAST_TEST_LIMIT_S))
+
+
 @pytest.fixture(autouse=True)
 def _watched_jobs():
     """Each test watches only the jobs it started (`harness.failed_job`)."""

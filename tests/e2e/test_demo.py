@@ -42,6 +42,7 @@ def reaped():
                 pass
 
 
+@pytest.mark.timeout(660)  # (the demo itself is given 600 s: a fault-free run and the faulted one)
 def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, reaped) -> None:
     out = tmp_path / "demo"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the fault-free run is made, not cached
