@@ -376,7 +376,8 @@ def _flag_error(error: Mapping[str, Any]) -> str:
              "drain_grace_s": "--drain-grace", "notice_interval_s": "--notice-interval",
              "timeline_max_mb": "--timeline-max-mb", "straggler_slowdown": "--straggler-slowdown",
              "straggler_steps": "--straggler-steps"}
-    flag = flags.get(str(field), str(field))
+    name = str(field)
+    flag = flags.get(name) or (f"--{name.removesuffix('_s').replace('_', '-')}" if name else "")
     message = str(error.get("msg", "")).removeprefix("Value error, ")
     return f"{flag}: {message}" if flag else message
 

@@ -169,3 +169,13 @@ def test_version_and_an_agent_help_without_internal_flags() -> None:
                            timeout=60).stdout
     assert "--from-launcher" not in agent and "--die-with-parent" not in agent
     assert "HEARTBEAT_INTERVAL" not in agent and "--heartbeat-interval S" in agent and "example" in agent
+
+
+@pytest.mark.parametrize("flag", ["--busy-timeout", "--heartbeat-timeout", "--collective-timeout", "--start-timeout"])
+def test_a_bad_value_names_its_flag(flag) -> None:
+    from ringmaster.cli.main import build_parser, settings_from_args
+    from ringmaster.common.errors import UsageError
+
+    args = build_parser().parse_args(["run", "--min-np", "1", "--max-np", "2", flag, "-5", "python", "x.py"])
+    with pytest.raises(UsageError, match=f"^{flag}: Input should be greater than 0"):
+        settings_from_args(args)
