@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -45,9 +46,13 @@ def test_workers_busy_for_5_s_before_elastic_run_are_not_dead_and_a_stopped_one_
                                                      if name.startswith("hostB") for r in records
                                                      if r.get("event") == "busy_start"), None), 120, "hostB busy")
     os.kill(stopped["pid"], signal.SIGSTOP)
+    stopped_at = time.time()
     try:
         failed = wait_for(lambda: alive(job) and job.events("worker.failed"), 60, "the stopped worker failed")
         assert "hung or stopped" in failed[0]["reason"], failed
+        # Within the heartbeat bound: --heartbeat-timeout (3 s) after its last beat, and the agent's
+        # word that it was busy (two of the agent's 1 s beats) ran out; not --busy-timeout (120 s).
+        assert failed[0]["time"] - stopped_at < 3 + 2 + 3, (failed[0]["time"] - stopped_at, job.story())
         assert job.wait(240) == 0, job.output[-6000:]
     finally:
         try:
