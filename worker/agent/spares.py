@@ -154,6 +154,9 @@ class SparePool:
                 self._say(Kind.SPARE_UNFIT, worker=worker_id, reason=why)
                 self.idle.append(spare)  # it may fit the next worker; this one starts fresh
                 return None
+            # Its output is the worker's from before the assignment goes: a script that prints at
+            # once (on a loaded host, before this thread runs again) is labelled with the worker.
+            spare.on_output[0] = f"[{worker_id}] "
             try:
                 assert spare.proc.stdin is not None
                 spare.proc.stdin.write(assignment.to_line())
@@ -162,7 +165,6 @@ class SparePool:
                 _kill(spare)
                 continue  # it died meanwhile: try the next
             self._join_target = 0  # the host's first workers are here: back to `count` spares
-            spare.on_output[0] = f"[{worker_id}] "
             spare.poll_ready(self._clock())
             spare.forget()
             self.used += 1
