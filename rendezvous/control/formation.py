@@ -194,16 +194,12 @@ class Formation:
         members = [self.job.workers[i] for i in gen.member_ids]
         if gen.over is None and gen.update_sequence == 0:
             return all(not w.live for w in members)
-        return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w) or self._starts_later(w)
-                   for w in members)
-
-    def _starts_later(self, worker: Worker) -> bool:
-        """A member of a failed generation of a job launched elastic that has not reached the
-        rendezvous yet (`Job.members_start_later`) (still importing, building its model): the next ring is not held up for
-        it; it joins a later one as a newcomer once it asks (`WorkerContext._join_planned`)."""
-        gen = self.job.generation
-        return (gen is not None and gen.over is not None and worker.phase is Phase.SPAWNING and not worker.stopping
-                and self.job.members_start_later(gen))
+        # Members still starting (not connected: importing, building their model) of a failed
+        # generation of a job launched elastic do not hold the next ring up: they join a later one
+        # as newcomers once they ask (`Job.members_start_later`, `WorkerContext._join_planned`).
+        later = gen.over is not None and self.job.members_start_later(gen)  # (once: it looks at every member)
+        return all(not w.live or w.stopping or w.phase is Phase.READY or self._rejoins_at_once(w)
+                   or (later and w.phase is Phase.SPAWNING) for w in members)
 
     def _rejoins_at_once(self, worker: Worker) -> bool:
         """A member of a generation that failed, in session and inside `hvd.elastic.run`: it rolls

@@ -321,14 +321,15 @@ class Job:
                 now,
             )
             return
+        start_later = self.members_start_later(gen)  # (once: it looks at every member)
         for worker_id in gen.member_ids:
             worker = self.workers[worker_id]
             if not worker.live:
                 continue
             if policy_of(worker).rejoins(worker):
                 self.outbox.append(EndGeneration(worker_id, gen.number, reason, rejoin=worker.elastic))
-            elif worker.phase is Phase.SPAWNING and self.members_start_later(gen):
-                continue  # still starting: told when it connects, it joins a later generation (`Formation._starts_later`)
+            elif worker.phase is Phase.SPAWNING and start_later:
+                continue  # still starting: told when it connects, it joins a later generation (`Formation._generation_finished`)
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True
