@@ -44,13 +44,46 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _free_subnet() -> int:
-    """A third octet n with 10.213.n.0/24 unused on this machine."""
+#: Where tests running side by side (pytest-xdist) reserve their subnets: the bridge's address
+#: alone cannot say a subnet is taken (a test that cuts the rendezvous off removes it a while).
+SUBNET_RESERVATIONS = pathlib.Path("/tmp/ringmaster-test-subnets")
+
+
+def _owner_alive(reservation: pathlib.Path) -> bool:
+    try:
+        os.kill(int(reservation.read_text() or "0"), 0)
+    except (ValueError, ProcessLookupError, FileNotFoundError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reserve_subnet() -> int:
+    """A third octet n with 10.213.n.0/24 unused on this machine, reserved for this process
+    (released by `_release_subnet`; a reservation whose process died is taken over)."""
+    SUBNET_RESERVATIONS.mkdir(parents=True, exist_ok=True)
     used = _ip("-o", "-4", "addr").stdout
     for n in range(1, 250):
-        if f"10.213.{n}." not in used:
+        if f"10.213.{n}." in used:
+            continue
+        reservation = SUBNET_RESERVATIONS / str(n)
+        for _ in range(2):
+            try:
+                fd = os.open(reservation, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if _owner_alive(reservation):
+                    break
+                reservation.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as out:
+                out.write(str(os.getpid()))
             return n
     raise RuntimeError("no free 10.213.x.0/24 subnet")
+
+
+def _release_subnet(n: int) -> None:
+    (SUBNET_RESERVATIONS / str(n)).unlink(missing_ok=True)
 
 
 @dataclass
@@ -102,7 +135,7 @@ class NetHost:
 class NetworkHosts:
     def __init__(self, count: int, workdir: pathlib.Path) -> None:
         tag = f"{os.getpid() % 10000}{int(time.time() * 1000) % 100}"
-        self.subnet = _free_subnet()
+        self.subnet = _reserve_subnet()
         self.bridge = f"rmb{tag}"[:15]
         self.gateway = f"10.213.{self.subnet}.1"
         self.workdir = workdir
@@ -182,3 +215,4 @@ class NetworkHosts:
             _ip("netns", "del", host.netns, check=False)
             _ip("link", "del", host.veth, check=False)
         _ip("link", "del", self.bridge, check=False)
+        _release_subnet(self.subnet)

@@ -17,7 +17,8 @@ import pytest
 
 from harness import WORKLOADS, wait_for
 
-pytestmark = pytest.mark.slow
+# One Ray cluster for the module: its tests run on one xdist worker (two clusters would not fit 2 cores).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 ray = pytest.importorskip("ray", reason="Ray comes with the [ray] extra (.ci/setup installs it)")
 psutil = pytest.importorskip("psutil")
 
