@@ -8,42 +8,68 @@ import atexit
 import math
 
 import torch
-import torch.distributed as dist
 
 from ringmaster.common import figures
 from ringmaster.worker.train.context import WorkerContext
 from ringmaster.worker.train.exiting import exit_promptly, install_crash_hook
 
-# Reduction ops, as Horovod names them.
-Average = "average"
-Sum = "sum"
-Min = "min"
-Max = "max"
-Adasum = "adasum"  # see ringmaster.torch.adasum
-_OPS = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN, Max: dist.ReduceOp.MAX, Adasum: None}
+from ringmaster.torch.operations import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (Horovod's names)
 
 _context: WorkerContext | None = None
+#: The context kept after an explicit `hvd.shutdown()`: `hvd.init()` takes it up again (see shutdown).
+_parked: WorkerContext | None = None
 atexit.register(exit_promptly)  # (registered first, so it runs last: after the script's own exit handlers)
 
 
-def init() -> None:
-    """Join the job (idempotent). Outside `ringmaster run` this is a job of one worker."""
-    global _context
+def init(comm: object = None, process_sets: object = None) -> None:
+    """Join the job (idempotent). Outside `ringmaster run` this is a job of one worker.
+
+    `process_sets`: Horovod's static process sets (a list of `hvd.ProcessSet`), registered in
+    order, or "dynamic" (sets may always be added here). `comm` (an MPI communicator in Horovod)
+    must be None: this build has no MPI."""
+    global _context, _parked
+    if comm is not None:
+        raise ValueError("hvd.init(comm=...) takes an MPI communicator, and this build has no MPI (hvd.mpi_built() is "
+                         "False): call hvd.init() and use process sets for subsets of the workers")
     if _context is None:
-        context = WorkerContext()
-        context.init()
-        _context = context
-        install_crash_hook()  # a crash ends the process promptly too: see ringmaster.worker.train.exiting
-        atexit.register(shutdown)  # leave before the interpreter finalizes: see WorkerContext.shutdown
+        if _parked is not None:  # a new session of the same worker: its ring, or the next one
+            _context, _parked = _parked, None
+        else:
+            context = WorkerContext()
+            context.init()
+            _context = context
+            install_crash_hook()  # a crash ends the process promptly too: see ringmaster.worker.train.exiting
+            atexit.register(_leave)  # leave before the interpreter finalizes: see WorkerContext.shutdown
+    if process_sets is not None and process_sets != "dynamic":
+        from ringmaster.torch import process_sets as sets
+        for process_set in process_sets:  # type: ignore[attr-defined]
+            if process_set.process_set_id is None:
+                sets.add_process_set(process_set)
 
 
 def shutdown() -> None:
-    """Leave the job's rings and the rendezvous (also done at interpreter exit)."""
-    global _context
+    """End this worker's Horovod session, as `hvd.shutdown()` does: operations raise until the
+    next `hvd.init()`, and process sets are forgotten. The worker stays in the job (its peers
+    go on training), so `hvd.init()` afterwards resumes in the current generation's ring, or
+    the next one; it leaves the job when the interpreter exits."""
+    global _context, _parked
     if _context is not None:
-        _context.shutdown()
-        _context = None
-        atexit.unregister(shutdown)
+        from ringmaster.torch import process_sets as sets
+        comm = _context.comm
+        if comm is not None and comm._ops is not None:
+            comm._ops.drain()  # what was queued before the shutdown still runs
+        sets.forget_all()
+        _parked, _context = _context, None
+
+
+def _leave() -> None:
+    """At interpreter exit: leave the job's rings and the rendezvous (see WorkerContext.shutdown)."""
+    global _context, _parked
+    for context in (_context, _parked):
+        if context is not None:
+            context.shutdown()
+    _context = _parked = None
+    atexit.unregister(_leave)
 
 
 def is_initialized() -> bool:
@@ -124,6 +150,53 @@ def gloo_enabled() -> bool:
     return True
 
 
-def nccl_built() -> bool:
-    """True when CUDA is available: CUDA tensors then go over NCCL rings."""
-    return torch.cuda.is_available()
+def gloo_built() -> bool:
+    """True: Gloo (torch.distributed's) carries every CPU collective."""
+    return True
+
+
+def nccl_built() -> int:
+    """NCCL's version code (as Horovod's: 2.21.5 is 22105) when CUDA is available, else 0."""
+    if not torch.cuda.is_available():
+        return 0
+    try:
+        major, minor, patch = torch.cuda.nccl.version()[:3]
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return 0
+    return major * 10000 + minor * 100 + patch
+
+
+def cuda_built() -> bool:
+    """Does this torch have CUDA (its NCCL ring is used for CUDA tensors)?"""
+    return torch.version.cuda is not None
+
+
+def rocm_built() -> bool:
+    """Does this torch have ROCm?"""
+    return getattr(torch.version, "hip", None) is not None
+
+
+def mpi_built() -> bool:
+    """False: there is no MPI here (Gloo and NCCL rings do what Horovod's MPI did)."""
+    return False
+
+
+def mpi_enabled() -> bool:
+    """False: there is no MPI here."""
+    return False
+
+
+def mpi_threads_supported() -> bool:
+    """Horovod raises this when MPI is not enabled; so does this."""
+    raise ValueError("Horovod MPI is not enabled; Please make sure it's installed and enabled. (Ringmaster has no MPI: "
+                     "hvd.mpi_enabled() is False)")
+
+
+def ccl_built() -> bool:
+    """False: there is no oneCCL here."""
+    return False
+
+
+def ddl_built() -> bool:
+    """False: there is no IBM DDL here."""
+    return False

@@ -1,136 +1,435 @@
-"""Horovod's collectives on the current generation's ring: each is bounded, so a dead or hung
-peer raises `HorovodInternalError` instead of hanging. `ringmaster.torch` re-exports them."""
+"""Horovod's collectives on the current generation's ring, with Horovod's signatures: each is
+queued on its ring's `OpQueue` (run in order by a background thread, after the ranks agreed on
+it, fused with its neighbours where it can be) and bounded, so a dead or hung peer raises
+`HorovodInternalError` instead of hanging. The `*_async` forms return a handle for `poll` and
+`synchronize`; the others wait, and (as in Horovod) carry gradients through autograd.
+`ringmaster.torch` re-exports them."""
 
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable, Mapping
+import itertools
+import threading
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from ringmaster.torch import adasum
-from ringmaster.torch.basics import _OPS, Adasum, Average, Sum, context
+from ringmaster.torch import operations as ops
+from ringmaster.torch.basics import context, rank
 from ringmaster.torch.compression import Compression
+from ringmaster.torch.process_sets import ProcessSet, global_process_set, ring_of, root_in
 from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train import flat
-
-def _resolve_op(op: str | None, average: bool | None) -> str:
-    if op is None:
-        return Sum if average is False else Average
-    if op not in _OPS:
-        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Adasum")
-    return op
-
-
-def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
-               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
-    """Reduce `tensor` across all workers in place."""
-    comm = context().communicator()
-    op = _resolve_op(op, average)
-    if prescale_factor != 1.0:
-        tensor.mul_(prescale_factor)
-    if op == Adasum:
-        if not tensor.is_floating_point():
-            raise ValueError(f"hvd.Adasum reduces floating-point tensors, got {tensor.dtype}; use hvd.Sum or hvd.Average")
-        flat = tensor.reshape(-1)
-        tensor.copy_(adasum.reduce_slices(comm.allgather(flat.contiguous()), [flat.numel()]).view_as(tensor))
-    else:
-        comm.allreduce_(tensor, _OPS[op])
-    scale = postscale_factor / comm.size if op == Average else postscale_factor
-    if scale != 1.0:
-        if tensor.is_floating_point():
-            tensor.mul_(scale)
-        else:
-            tensor.copy_(torch.div(tensor, comm.size, rounding_mode="floor") if op == Average else tensor * scale)
-    return tensor
-
+from ringmaster.worker.train.op_queue import Operation
 
 #: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
 #: page faults would cost more than the reduction).
 _results = ResultPool()
 
-
-def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
-              compression: Any = Compression.none, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
-    """Reduce `tensor` across all workers and return the result (the input is left alone)."""
-    op = _resolve_op(op, average)
-    if compression is Compression.none and op in (Average, Sum) and tensor.is_floating_point():
-        # Summed straight from the input into the result (`Communicator.sum_into_async_`: no copy
-        # first for a large tensor). As in Horovod, the average's 1/n and the postscale apply
-        # after the sum, a prescale before it (a half-precision sum may need it to stay in range).
-        comm = context().communicator()
-        source = tensor.detach()
-        if prescale_factor != 1.0:
-            source = source * prescale_factor
-        out = _results.empty_like(source)  # a large result reuses a buffer nobody holds any more
-        comm.sum_into_async_(source, out, postscale_factor / (comm.size if op == Average else 1)).wait()
-        return out
-    compressed, ctx = compression.compress(tensor.detach().clone())
-    allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)
-    return compression.decompress(compressed, ctx)
+# ------------------------------------------------------------------ handles
+_handles: dict[int, Operation | Callable[[], Any]] = {}
+_names: dict[str, Operation] = {}  # the names of operations in flight (Horovod refuses a duplicate)
+_handles_lock = threading.Lock()
+_counter = itertools.count(1)
 
 
-def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None, name: str | None = None,
-                       op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[torch.Tensor]:
-    """Reduce a list of tensors in place as one group (Horovod's `grouped_allreduce_`): one flat
-    buffer per device and dtype, one collective each, instead of one per tensor."""
-    op = _resolve_op(op, average)
-    for group in flat.by_kind(tensors):
-        packed = flat.pack(group)
-        allreduce_(packed, op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-        flat.unpack(packed, group)
-    return tensors
+def _submit(process_set: ProcessSet | None, build: Callable[[Any], Operation], name: str | None) -> int:
+    """Queue the operation `build(ring)` on the process set's ring; its handle."""
+    comm = ring_of(process_set)
+    operation = build(comm)
+    with _handles_lock:
+        if name is not None:
+            if not isinstance(name, str):
+                raise ValueError(f"name={name!r}: give a string")
+            earlier = _names.get(name)
+            if earlier is not None and not earlier.done.is_set():
+                raise ValueError(f"a collective named {name!r} is still in flight: names of outstanding operations "
+                                 "must be unique (synchronize the first, or give another name)")
+            _names[name] = operation
+        handle = next(_counter)
+        _handles[handle] = operation
+    comm.ops.submit(operation)
+    return handle
 
 
-def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None, name: str | None = None,
-                      op: str | None = None, compression: Any = Compression.none, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> list[torch.Tensor]:
-    """The reductions of a list of tensors, as new tensors (the inputs are left alone)."""
-    outputs = [t.detach().clone() for t in tensors]
-    if compression is not Compression.none:
-        return [allreduce(t, average, name, op, compression, prescale_factor, postscale_factor) for t in tensors]
-    return grouped_allreduce_(outputs, average, name, op, prescale_factor, postscale_factor)
+def poll(handle: int) -> bool:
+    """Has the operation of `handle` finished? (`synchronize` then returns without waiting.)"""
+    with _handles_lock:
+        operation = _handles.get(handle)
+    if operation is None:
+        raise ValueError(f"handle {handle!r} is not an operation in flight (synchronized already, or never issued)")
+    return True if callable(operation) and not isinstance(operation, Operation) else operation.done.is_set()
 
 
-def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
-    """Concatenate every worker's `tensor` along dimension 0 (first dimensions may differ)."""
-    comm = context().communicator()
-    tensor = tensor.detach()
-    if tensor.dim() == 0:
-        tensor = tensor.reshape(1)
-    lengths = comm.allgather(torch.tensor([tensor.shape[0]], dtype=torch.int64))
-    longest = int(max(int(n) for n in lengths))
-    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    padded[: tensor.shape[0]] = tensor
-    parts = comm.allgather(padded)
-    return torch.cat([part[: int(n)] for part, n in zip(parts, lengths)])
+def synchronize(handle: int | Callable[[], Any]) -> Any:
+    """Wait for the operation of `handle` and return its output (a tuple for alltoall with splits).
+    A peer that died or hung meanwhile raises `HorovodInternalError` (bounded by
+    --collective-timeout); so does a generation that ended before the operation ran."""
+    if callable(handle) and not isinstance(handle, int):  # sparse_allreduce_async's handle, as in Horovod
+        return handle()
+    with _handles_lock:
+        operation = _handles.pop(handle, None)
+    if operation is None:
+        return None
+    try:
+        if not isinstance(operation, Operation):
+            return operation()
+        return operation.outcome()
+    finally:
+        with _handles_lock:
+            name = operation.descriptor.name if isinstance(operation, Operation) else None
+            if name is not None and _names.get(name) is operation:
+                del _names[name]
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
-    """Overwrite `tensor` in place with `root_rank`'s value; returns it."""
-    context().communicator().broadcast_(tensor, root_rank)
+# ------------------------------------------------------------------ allreduce
+def _scales(prescale_factor: float, postscale_factor: float) -> tuple[float, float]:
+    try:
+        return float(prescale_factor), float(postscale_factor)
+    except (TypeError, ValueError):
+        raise ValueError(f"prescale_factor {prescale_factor!r} and postscale_factor {postscale_factor!r}: give "
+                         "numbers") from None
+
+
+def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Start reducing `tensor` into a new tensor; a handle for `synchronize`."""
+    op = ops.resolve_op(op, average)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    output = _results.empty_like(tensor.detach())  # a large result reuses a buffer nobody holds any more
+    return _submit(process_set, lambda comm: ops.allreduce(tensor.detach(), output, op, pre, post, name), name)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                     op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Start reducing `tensor` in place; a handle for `synchronize`."""
+    op = ops.resolve_op(op, average)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    return _submit(process_set, lambda comm: ops.allreduce(tensor.data, tensor.data, op, pre, post, name), name)
+
+
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None, op: str | None = None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduce `tensor` across the workers in place."""
+    synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
     return tensor
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale, postscale, process_set):  # type: ignore[override]
+        ctx.args = (average, op, prescale, postscale, process_set)
+        return synchronize(allreduce_async(tensor, average, name, op, prescale, postscale, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        average, op, prescale, postscale, process_set = ctx.args
+        return (allreduce(grad, average, None, Compression.none, op, prescale, postscale, process_set),
+                None, None, None, None, None, None)
+
+
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+              compression: Any = Compression.none, op: str | None = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduce `tensor` across the workers and return the result (the input is left alone);
+    gradients flow back through an allreduce, as in Horovod."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
+                            op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Start reducing a list of tensors as one group (one buffer per device and dtype)."""
+    op = ops.resolve_op(op, average)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    inputs = [t.detach() for t in tensors]
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
+    return _submit(process_set, lambda comm: ops.grouped_allreduce(inputs, outputs, op, pre, post, name), name)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
+                             op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> int:
+    """Start reducing a list of tensors in place as one group."""
+    op = ops.resolve_op(op, average)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    inputs = [t.data for t in tensors]
+    return _submit(process_set, lambda comm: ops.grouped_allreduce(inputs, inputs, op, pre, post, name), name)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
+                       op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
+    """Reduce a list of tensors in place as one group (Horovod's `grouped_allreduce_`)."""
+    synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set))
+    return list(tensors)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale, postscale, process_set, *tensors):  # type: ignore[override]
+        ctx.args = (average, op, prescale, postscale, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale, postscale,
+                                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        average, op, prescale, postscale, process_set = ctx.args
+        reduced = grouped_allreduce(list(grads), average, None, Compression.none, op, prescale, postscale, process_set)
+        return (None, None, None, None, None, None, *reduced)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
+                      op: str | None = None, compression: Any = Compression.none, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
+    """The reductions of a list of tensors, as new tensors (the inputs are left alone)."""
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                      *[c for c, _ in compressed])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: str, process_set: ProcessSet = global_process_set):
+    """Reduce a sparse tensor by gathering its indices and values (Horovod's way); the handle is
+    a function that `synchronize` calls."""
+    op = ops.resolve_op(op, None)
+    if op not in (ops.Sum, ops.Average):
+        raise ValueError(f"sparse_allreduce_async reduces with hvd.Sum or hvd.Average, not {op!r}")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
+                              process_set=process_set)
+    values = allgather_async(t._values(), name=f"{name}.values", process_set=process_set)
+
+    def handle() -> torch.Tensor:
+        gathered_values = synchronize(values)
+        gathered_indices = synchronize(indices)
+        if op == ops.Average:
+            gathered_values = gathered_values / ring_of(process_set).size
+        if gathered_indices.dim() == 0 or gathered_values.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values, t.size())
+
+    return handle
+
+
+# ------------------------------------------------------------------ allgather
+def allgather_async(tensor: torch.Tensor, name: str | None = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Start concatenating every worker's `tensor` along dimension 0 (first dimensions may differ)."""
+    return _submit(process_set, lambda comm: ops.allgather(tensor, name), name)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):  # type: ignore[override]
+        ctx.dim, ctx.process_set = (tensor.shape[0] if tensor.dim() else 1), process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        reduced = allreduce(grad, average=True, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(dims[: ring_of(ctx.process_set).rank].sum())
+        return reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor: torch.Tensor, name: str | None = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Concatenate every worker's `tensor` along dimension 0 (first dimensions may differ)."""
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Start an `allgather` of each tensor of a list, as one operation."""
+    return _submit(process_set, lambda comm: ops.grouped_allgather(list(tensors), name), name)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):  # type: ignore[override]
+        ctx.dims, ctx.process_set = [t.shape[0] if t.dim() else 1 for t in tensors], process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        reduced = grouped_allreduce(list(grads), average=True, process_set=ctx.process_set)
+        dims = allgather(torch.tensor(ctx.dims, dtype=torch.int64).reshape(1, -1), process_set=ctx.process_set)
+        mine = ring_of(ctx.process_set).rank
+        offsets = dims[:mine].sum(dim=0).tolist() if mine else [0] * len(ctx.dims)
+        return (None, None, *[r.narrow(0, int(o), d) for r, o, d in zip(reduced, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
+                      process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
+    """`allgather` of each tensor of a list, issued as one operation."""
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
+
+
+# ------------------------------------------------------------------ broadcast
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Start copying `root_rank`'s `tensor` into a new tensor on every worker."""
+    root = root_in(process_set, root_rank)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _submit(process_set, lambda comm: ops.broadcast(tensor.detach(), output, root, name), name)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Start overwriting `tensor` in place with `root_rank`'s."""
+    root = root_in(process_set, root_rank)
+    return _submit(process_set, lambda comm: ops.broadcast(tensor.data, tensor.data, root, name), name)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Overwrite `tensor` in place with `root_rank`'s value; returns it."""
+    synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return tensor
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):  # type: ignore[override]
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        reduced = allreduce(grad, average=True, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """`root_rank`'s value of `tensor`, as a new tensor (the input is left alone)."""
-    return broadcast_(tensor.detach().clone(), root_rank, name)
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
-def barrier() -> None:
-    """Wait until every worker of the generation reaches this call (bounded like every collective)."""
-    context().communicator().barrier()
+# ------------------------------------------------------------------ alltoall
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+                   process_set: ProcessSet = global_process_set) -> int:
+    """Start sending rows `splits[j]` of `tensor` to worker j (equal parts without splits);
+    `synchronize` gives (the rows received, in rank order; how many came from each worker)."""
+    return _submit(process_set, lambda comm: ops.alltoall(tensor.detach(), splits, comm.size, name), name)
 
 
-def join() -> int:
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):  # type: ignore[override]
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received, ctx.process_set = received, process_set
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad, *unused):  # type: ignore[override]
+        back, _ = alltoall(grad, splits=ctx.received, process_set=ctx.process_set)
+        return back, None, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+             process_set: ProcessSet = global_process_set) -> Any:
+    """Rows `splits[j]` of `tensor` to worker j (equal parts without splits). Returns the rows
+    received in rank order, and with `splits` also how many came from each worker (Horovod's)."""
+    return _Alltoall.apply(tensor, splits, name, process_set)
+
+
+# ------------------------------------------------------------------ reducescatter
+def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: str = ops.Average,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Start reducing `tensor` over the workers, each keeping its rows (the first `rows % size`
+    workers one more, as in Horovod)."""
+    op = ops.resolve_op(op, None)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    return _submit(process_set, lambda comm: ops.reducescatter(tensor.detach(), op, pre, post, name), name)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale, postscale):  # type: ignore[override]
+        ctx.args = (op, process_set, prescale, postscale)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale, postscale))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        op, process_set, prescale, postscale = ctx.args
+        grad = grad * (ring_of(process_set).size if op == ops.Sum else 1) * prescale * postscale
+        return allgather(grad, process_set=process_set), None, None, None, None, None
+
+
+def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: Any = Compression.none,
+                  op: str = ops.Average, process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduce `tensor` over the workers; each gets its rows of the result."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None, op: str = ops.Average,
+                                process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Start a `reducescatter` of each tensor of a list, as one operation."""
+    op = ops.resolve_op(op, None)
+    pre, post = _scales(prescale_factor, postscale_factor)
+    inputs = [t.detach() for t in tensors]
+    return _submit(process_set, lambda comm: ops.grouped_reducescatter(inputs, op, pre, post, name), name)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):  # type: ignore[override]
+        ctx.args = (op, process_set, prescale, postscale)
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale,
+                                                             postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        op, process_set, prescale, postscale = ctx.args
+        factor = (ring_of(process_set).size if op == ops.Sum else 1) * prescale * postscale
+        return (None, None, None, None, None, *grouped_allgather([g * factor for g in grads], process_set=process_set))
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
+                          compression: Any = Compression.none, op: str = ops.Average,
+                          process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """`reducescatter` of each tensor of a list, issued as one operation."""
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                          *[c for c, _ in compressed])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+# ------------------------------------------------------------------ barrier, join
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Wait until every worker of the set reaches this call (bounded like every collective)."""
+    synchronize(_submit(process_set, lambda comm: ops.barrier(), None))
+
+
+def join(device: int = -1) -> int:
     """Horovod's join for uneven inputs is not needed here; this is a barrier returning rank 0."""
     barrier()
     return 0
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
-    """Send a Python object from `root_rank` to every worker (torch.save format, in the ring)."""
-    comm = context().communicator()
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """Send a Python object from `root_rank` to every worker of the set (torch.save format, in the ring)."""
+    comm = ring_of(process_set)
+    root_rank = root_in(process_set, root_rank)
     if comm.size == 1:
         return obj
     if comm.rank == root_rank:
@@ -171,7 +470,7 @@ def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[tuple[str
         flat.unpack(packed, group)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None) -> None:
     """Give every worker `root_rank`'s optimizer state and hyperparameters."""
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if context().communicator().rank != root_rank:

@@ -23,6 +23,7 @@ from ringmaster.proto import environment as env_names
 from ringmaster.worker.train import ring_sum
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
+from ringmaster.worker.train.op_queue import OpQueue
 
 ReduceOp = dist.ReduceOp
 #: The futures of finished collectives are dropped once this many are kept (each holds its
@@ -30,6 +31,8 @@ ReduceOp = dist.ReduceOp
 _PRUNE_AT = 32
 #: A c10d process group object (ProcessGroupGloo / ProcessGroupNCCL); the stubs type them apart.
 Ring = Any
+#: Builds the rings of a process set of this generation: (its ranks) -> (Gloo ring, NCCL ring or None).
+SubringMaker = Callable[[tuple[int, ...]], tuple[Ring, Ring | None]]
 
 
 class Communicator:
@@ -46,6 +49,7 @@ class Communicator:
         link: RendezvousLink | None,
         timeout_s: float,
         cuda_pg: Ring | None = None,
+        make_subring: SubringMaker | None = None,
     ) -> None:
         self.pg = pg
         self.cuda_pg = cuda_pg
@@ -56,12 +60,52 @@ class Communicator:
         self.timeout_s = timeout_s
         self._in_flight: list[torch.futures.Future] = []  # issued, not known to be done
         self._ring_sum: ring_sum.RingSum | None = None  # made at the first sum that goes around it
+        self._make_subring = make_subring
+        self._subgroups: dict[tuple[int, ...], "Communicator"] = {}
+        self._ops: OpQueue | None = None  # Horovod's operations on this ring, in order (made at the first)
+
+    # ------------------------------------------------------------ queued operations and process sets
+    @property
+    def ops(self) -> OpQueue:
+        """The queue of Horovod operations on this ring (`hvd.allreduce` and the rest)."""
+        if self._ops is None:
+            self._ops = OpQueue(self)
+        return self._ops
+
+    def subgroup(self, ranks: tuple[int, ...]) -> "Communicator":
+        """The ring of the process set `ranks` (sorted ranks of this generation, this rank among
+        them), built by its members the first time they use it in this generation."""
+        found = self._subgroups.get(ranks)
+        if found is not None:
+            return found
+        if ranks == tuple(range(self.size)):
+            return self
+        if self.rank not in ranks:
+            raise ValueError(f"rank {self.rank} is not in the process set {list(ranks)}")
+        if len(ranks) == 1:
+            ring, cuda_ring = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=self.timeout_s)), None
+        elif self._make_subring is None:
+            raise ValueError("process sets need a ring made by the rendezvous (this communicator has none)")
+        else:
+            ring, cuda_ring = self._make_subring(ranks)
+        made = Communicator(ring, ranks.index(self.rank), len(ranks), self.generation, self.link, self.timeout_s,
+                            cuda_ring)
+        self._subgroups[ranks] = made
+        return made
+
+    def close(self, reason: str) -> None:
+        """This generation's ring is being retired: queued operations fail, process sets' rings go too."""
+        for sub in self._subgroups.values():
+            sub.close(reason)
+            sub.abort()
+        if self._ops is not None:
+            self._ops.close(reason)
 
     @property
     def idle(self) -> bool:
         """No collective is in flight, so the group can be destroyed without blocking."""
         self._in_flight = [f for f in self._in_flight if not f.done()]
-        return not self._in_flight
+        return not self._in_flight and all(sub.idle for sub in self._subgroups.values())
 
     # ------------------------------------------------------------ collectives (in place)
     def allreduce_(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> torch.Tensor:
@@ -108,6 +152,44 @@ class Communicator:
             self._wait(lambda: self._ring(tensor).broadcast([tensor], options), "broadcast")
         return tensor
 
+    def broadcast_async_(self, tensor: torch.Tensor, root_rank: int) -> "Pending":
+        if self.size == 1:
+            return Pending(self, None, "broadcast")
+        options = dist.BroadcastOptions()
+        options.rootRank = root_rank
+        options.rootTensor = 0
+        return Pending(self, self._issue(lambda: self._ring(tensor).broadcast([tensor], options), "broadcast"),
+                       "broadcast")
+
+    def allgather_into_async(self, out: torch.Tensor, tensor: torch.Tensor) -> "Pending":
+        """Every rank's `tensor` (same shape everywhere, contiguous) one after another into `out`."""
+        if self.size == 1:
+            out.copy_(tensor.reshape(out.shape))
+            return Pending(self, None, "allgather")
+        return Pending(self, self._issue(lambda: self._ring(tensor)._allgather_base(out, tensor), "allgather"),
+                       "allgather")
+
+    def alltoall_async(self, out: torch.Tensor, tensor: torch.Tensor, out_splits: list[int],
+                       in_splits: list[int]) -> "Pending":
+        """Rows `in_splits[j]` of `tensor` to rank j; rows `out_splits[j]` of `out` from rank j."""
+        if self.size == 1:
+            out.copy_(tensor[: out.shape[0]])
+            return Pending(self, None, "alltoall")
+        options = dist.AllToAllOptions()
+        return Pending(self, self._issue(
+            lambda: self._ring(tensor).alltoall_base(out, tensor, out_splits, in_splits, options), "alltoall"),
+            "alltoall")
+
+    def reduce_scatter_async(self, out: torch.Tensor, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> "Pending":
+        """Reduce `tensor` (size x `out`'s elements, contiguous) and leave this rank's part in `out`."""
+        if self.size == 1:
+            out.copy_(tensor.reshape(out.shape))
+            return Pending(self, None, "reducescatter")
+        options = dist.ReduceScatterOptions()
+        options.reduceOp = op
+        return Pending(self, self._issue(lambda: self._ring(tensor)._reduce_scatter_base(out, tensor, options),
+                                         "reducescatter"), "reducescatter")
+
     def allgather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Same-shaped tensors from every rank, in rank order."""
         if self.size == 1:
@@ -151,6 +233,8 @@ class Communicator:
         return self._issue_future(lambda: _future_of(issue()), what)
 
     def _issue_future(self, issue: Callable[[], torch.futures.Future], what: str) -> torch.futures.Future:
+        if self._ops is not None and self._ops.busy and not self._ops.on_thread():
+            self._ops.drain()  # queued Horovod operations go first: every rank issues in one order
         if self.link is not None:
             self._raise_if_over(what)
         try:

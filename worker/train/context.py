@@ -185,9 +185,19 @@ class WorkerContext:
         if self.backend == "nccl":
             torch.cuda.set_device(self.device_index % torch.cuda.device_count())
             cuda_pg = ring("nccl")
+
+        def subring(ranks: tuple[int, ...]) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
+            """A process set's rings: its members meet under a prefix that names the set."""
+            prefix = f"{a.store_prefix}set-{'-'.join(map(str, ranks))}/"
+            build = lambda backend: build_process_group(  # noqa: E731
+                self.store, prefix, ranks.index(a.rank), len(ranks), self.timeout_s, backend,  # type: ignore[arg-type]
+                lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
+                self._gloo_device if backend == "gloo" else None)
+            return build("gloo"), build("nccl") if self.backend == "nccl" else None
+
         self.assignment = a
         self.spans.place = (a.rank, a.generation)
-        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg)
+        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg, subring)
 
     def _retire_ring(self) -> None:
         """Drop the current ring before the next is built.
@@ -201,6 +211,7 @@ class WorkerContext:
         self._graveyard = [old for old in self._graveyard if not old.idle]
         if self.comm is None:
             return
+        self.comm.close("the worker left the ring")
         self.comm.abort()
         if not self.comm.idle:
             self._graveyard.append(self.comm)

@@ -14,6 +14,12 @@ class HorovodInternalError(JobError, RuntimeError):
 WorkersFailedError = HorovodInternalError
 
 
+class CollectiveMismatchError(JobError, RuntimeError):
+    """The ranks called different collectives at the same point (another op, shape, dtype, name,
+    root or scale). Raised on every rank; the ring stays usable. Not a `HorovodInternalError`:
+    nothing failed, the script disagrees with itself, so `hvd.elastic.run` does not roll back."""
+
+
 class HostsUpdatedInterrupt(JobError, RuntimeError):
     """Raised at `commit()`/`check_host_updates()` on every rank at the same step when the ring
     should change (hosts added or removed). Nothing is rolled back.

@@ -77,10 +77,13 @@ def test_a_leaving_worker_closes_its_session_before_its_ring() -> None:
     class Ring:
         idle = True
 
+        def close(self, reason: str) -> None:
+            order.append("queue closed")
+
         def abort(self) -> None:
             order.append("ring torn down")
 
     context = WorkerContext(environ={})
     context.link, context.comm = Session(), Ring()  # type: ignore[assignment]
     context.shutdown()
-    assert order == ["session closed", "ring torn down"]
+    assert order == ["session closed", "queue closed", "ring torn down"]

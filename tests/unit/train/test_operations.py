@@ -1,0 +1,310 @@
+"""Horovod's collectives as queued operations, on real Gloo rings of 2 and 3 ranks (threads of
+this process, an in-process store): each op and dtype against a single-process reference,
+errors raised on every rank with the ring usable after, fusion, process sets' rings, and the
+pure negotiation."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ringmaster.torch import operations as ops
+from ringmaster.worker.train import negotiation
+from ringmaster.worker.train.collectives import Communicator
+from ringmaster.worker.train.negotiation import Descriptor, Kind
+from ringmaster.worker.train.errors import CollectiveMismatchError
+from ringmaster.worker.train.op_queue import Operation
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+          torch.uint8]
+
+
+def on_ranks(n: int, work: Callable[[Communicator], Any], timeout_s: float = 20) -> list[Any]:
+    """`work(comm)` on each rank of a real Gloo ring of `n` threads; process sets get rings of
+    their own under the same store (as the worker's context makes them)."""
+    store = dist.HashStore()
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            pg = dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), rank, n, timedelta(seconds=timeout_s))
+
+            def subring(ranks: tuple[int, ...]) -> tuple[Any, None]:
+                prefix = f"ring/set-{'-'.join(map(str, ranks))}/"
+                return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), ranks.index(rank), len(ranks),
+                                             timedelta(seconds=timeout_s)), None
+
+            comm = Communicator(pg, rank, n, generation=1, link=None, timeout_s=timeout_s, make_subring=subring)
+            results[rank] = work(comm)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    assert not errors, errors
+    return results
+
+
+def run(comm: Communicator, operation: Operation) -> Any:
+    return comm.ops.submit(operation).outcome()
+
+
+def _input(rank: int, dtype: torch.dtype, shape=(5, 3)) -> torch.Tensor:
+    values = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float64).reshape(shape) % 7 + rank * 3 + 1
+    return values.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", [ops.Sum, ops.Average, ops.Min, ops.Max, ops.Product])
+def test_allreduce_matches_the_single_process_reduction_for_every_op_and_dtype(op: str, dtype: torch.dtype) -> None:
+    n = 3
+    stacked = torch.stack([_input(r, torch.float64) for r in range(n)])
+    reference = {ops.Sum: stacked.sum(0), ops.Average: stacked.sum(0) / n, ops.Min: stacked.min(0).values,
+                 ops.Max: stacked.max(0).values, ops.Product: stacked.prod(0)}[op]
+    if not dtype.is_floating_point:
+        reference = reference.trunc()  # Horovod: an integer average is truncated
+        if dtype in (torch.int8, torch.uint8) and op in (ops.Sum, ops.Product):
+            reference = reference.to(torch.int64).to(dtype).to(torch.float64)  # wraps as the dtype does
+
+    def work(comm: Communicator) -> torch.Tensor:
+        tensor = _input(comm.rank, dtype)
+        out = torch.empty_like(tensor)
+        return run(comm, ops.allreduce(tensor, out, op, 1.0, 1.0, None))
+
+    for result in on_ranks(n, work):
+        assert result.dtype == dtype
+        tolerance = {torch.float16: 0.05, torch.bfloat16: 0.5}.get(dtype, 1e-6) * max(1.0, float(reference.abs().max()) / 100)
+        assert torch.allclose(result.to(torch.float64), reference, atol=tolerance), (result, reference)
+
+
+def test_integer_tensors_are_scaled_as_horovod_does_truncating_toward_zero() -> None:
+    def work(comm: Communicator) -> list[int]:
+        tensor = torch.tensor([3, -3, 7], dtype=torch.int32)
+        return run(comm, ops.allreduce(tensor, tensor, ops.Sum, 0.5, 1.0, None)).tolist()
+
+    # each rank: trunc(0.5 * x) = [1, -1, 3]; summed over 2 ranks
+    assert on_ranks(2, work) == [[2, -2, 6]] * 2
+
+    def average(comm: Communicator) -> list[int]:
+        tensor = torch.tensor([1 + comm.rank, -4], dtype=torch.int64)
+        return run(comm, ops.allreduce(tensor, tensor, ops.Average, 1.0, 3.0, None)).tolist()
+
+    # sums [3, -8], then x 3/2 truncated: [4, -12]
+    assert on_ranks(2, average) == [[4, -12]] * 2
+
+
+def test_prescale_and_postscale_apply_before_and_after_the_sum() -> None:
+    def work(comm: Communicator) -> torch.Tensor:
+        tensor = torch.full((4,), 1.0 + comm.rank)
+        return run(comm, ops.allreduce(tensor, torch.empty(4), ops.Average, 2.0, 10.0, None))
+
+    for result in on_ranks(3, work):
+        assert torch.allclose(result, torch.full((4,), (2 + 4 + 6) / 3 * 10))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float16, torch.uint8], ids=str)
+def test_allgather_joins_first_dimensions_that_differ_by_rank(n: int, dtype: torch.dtype) -> None:
+    def mine(rank: int) -> torch.Tensor:
+        return (torch.arange((rank + 1) * 2).reshape(rank + 1, 2) + 10 * rank).to(dtype)
+
+    results = on_ranks(n, lambda comm: run(comm, ops.allgather(mine(comm.rank), None)))
+    expected = torch.cat([mine(r) for r in range(n)])
+    assert all(torch.equal(r, expected) for r in results)
+
+    same = on_ranks(n, lambda comm: run(comm, ops.allgather(torch.full((2,), comm.rank).to(dtype), None)))
+    assert all(torch.equal(r, torch.tensor([r_ for r_ in range(n) for _ in range(2)]).to(dtype)) for r in same)
+
+
+def test_grouped_allgather_gathers_each_tensor_with_its_own_first_dimensions() -> None:
+    def work(comm: Communicator) -> list[torch.Tensor]:
+        return run(comm, ops.grouped_allgather([torch.full((comm.rank + 1,), comm.rank), torch.ones(1, 3) * comm.rank],
+                                               None))
+
+    for first, second in on_ranks(3, work):
+        assert first.tolist() == [0, 1, 1, 2, 2, 2]
+        assert second.tolist() == [[0.0] * 3, [1.0] * 3, [2.0] * 3]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool, torch.bfloat16], ids=str)
+def test_broadcast_gives_every_rank_the_roots_tensor(dtype: torch.dtype) -> None:
+    def work(comm: Communicator) -> torch.Tensor:
+        tensor = torch.full((3, 2), comm.rank).to(dtype)
+        return run(comm, ops.broadcast(tensor, torch.empty_like(tensor), 2, None))
+
+    assert all(torch.equal(r, torch.full((3, 2), 2).to(dtype)) for r in on_ranks(3, work))
+
+
+def test_alltoall_sends_each_rank_its_rows_and_says_how_many_came_from_whom() -> None:
+    n = 3
+    # rank r sends (j + r) % 3 rows to rank j, each row naming (sender, receiver)
+    splits = {r: [(j + r) % 3 for j in range(n)] for r in range(n)}
+
+    def work(comm: Communicator) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [[comm.rank, j] for j in range(n) for _ in range(splits[comm.rank][j])]
+        tensor = torch.tensor(rows + [[9, 9]], dtype=torch.int64)  # a trailing row the splits leave out
+        return run(comm, ops.alltoall(tensor, splits[comm.rank], n, None))
+
+    for me, (out, received) in enumerate(on_ranks(n, work)):
+        assert received.dtype == torch.int32
+        assert received.tolist() == [splits[r][me] for r in range(n)]
+        assert out.tolist() == [[r, me] for r in range(n) for _ in range(splits[r][me])]
+
+
+def test_alltoall_without_splits_divides_equally_and_refuses_rows_that_do_not_divide() -> None:
+    def work(comm: Communicator) -> list[int]:
+        out, received = run(comm, ops.alltoall(torch.arange(4) + 10 * comm.rank, None, 2, None))
+        return out.tolist() + received.tolist()
+
+    assert on_ranks(2, work) == [[0, 1, 10, 11, 2, 2], [2, 3, 12, 13, 2, 2]]
+    with pytest.raises(ValueError, match="do not divide"):
+        ops.alltoall(torch.arange(5), None, 2, None)
+    with pytest.raises(ValueError, match="more than"):
+        ops.alltoall(torch.arange(5), [3, 3], 2, None)
+    with pytest.raises(ValueError, match="give 2"):
+        ops.alltoall(torch.arange(5), [1, 1, 1], 2, None)
+
+
+@pytest.mark.parametrize("rows", [6, 7, 2])
+@pytest.mark.parametrize("op", [ops.Sum, ops.Average, ops.Max])
+def test_reducescatter_gives_each_rank_its_rows_of_the_reduction_as_horovod_splits_them(rows: int, op: str) -> None:
+    n = 3
+    stacked = torch.stack([_input(r, torch.float64, (rows, 2)) for r in range(n)])
+    full = {ops.Sum: stacked.sum(0), ops.Average: stacked.mean(0), ops.Max: stacked.max(0).values}[op]
+    counts = [ops.scatter_rows(rows, n, r) for r in range(n)]
+    assert sum(counts) == rows and counts == sorted(counts, reverse=True)
+
+    results = on_ranks(n, lambda comm: run(comm, ops.reducescatter(_input(comm.rank, torch.float64, (rows, 2)), op,
+                                                                     1.0, 1.0, None)))
+    assert torch.allclose(torch.cat(results), full)
+    assert [r.shape[0] for r in results] == counts
+
+
+def test_grouped_reducescatter_scatters_each_tensor() -> None:
+    def work(comm: Communicator) -> list[torch.Tensor]:
+        return run(comm, ops.grouped_reducescatter([torch.ones(4), torch.arange(2.0)], ops.Sum, 1.0, 1.0, None))
+
+    (a0, b0), (a1, b1) = on_ranks(2, work)
+    assert a0.tolist() == [2, 2] and a1.tolist() == [2, 2] and b0.tolist() == [0] and b1.tolist() == [2]
+
+
+def test_ranks_that_disagree_get_an_error_naming_it_on_every_rank_and_the_ring_goes_on() -> None:
+    def work(comm: Communicator) -> tuple[str, str, str, list[float]]:
+        errors = []
+        for operation in (
+            ops.allreduce(torch.ones(3 + comm.rank), torch.empty(3 + comm.rank), ops.Sum, 1.0, 1.0, None),  # shape
+            ops.allreduce(torch.ones(3, dtype=torch.float32 if comm.rank else torch.float64),
+                          torch.empty(3, dtype=torch.float32 if comm.rank else torch.float64), ops.Sum, 1.0, 1.0, None),
+            ops.broadcast(torch.ones(2), torch.empty(2), comm.rank, None),  # root
+        ):
+            with pytest.raises(CollectiveMismatchError) as caught:
+                run(comm, operation)
+            errors.append(str(caught.value))
+        after = run(comm, ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0, None))
+        return (*errors, after.tolist())  # type: ignore[return-value]
+
+    for shape, dtype, root, after in on_ranks(3, work):
+        assert "ndim" in shape or "dim0" in shape or "shape" in shape
+        assert "dtype" in dtype
+        assert "root_rank" in root
+        assert after == [3.0, 3.0]
+
+
+def test_another_op_at_the_same_point_is_refused_on_every_rank() -> None:
+    def work(comm: Communicator) -> str:
+        operation = ops.allgather(torch.ones(2), None) if comm.rank == 1 else \
+            ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0, None)
+        with pytest.raises(CollectiveMismatchError) as caught:
+            run(comm, operation)
+        return str(caught.value)
+
+    messages = on_ranks(2, work)
+    assert "allgather" in messages[0] and "allreduce" in messages[1]
+
+
+def test_allreduces_queued_together_are_fused_into_fewer_collectives(monkeypatch) -> None:
+    calls: list[int] = []
+    original = Communicator.allreduce_
+
+    def counting(self: Communicator, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> torch.Tensor:
+        calls.append(tensor.numel())
+        return original(self, tensor, op)
+
+    monkeypatch.setattr(Communicator, "allreduce_", counting)
+
+    def work(comm: Communicator) -> list[list[float]]:
+        tensors = [torch.full((k + 1,), float(comm.rank + k), dtype=torch.float64) for k in range(20)]
+        outputs = [torch.empty_like(t) for t in tensors]
+        queued = [ops.allreduce(t, o, ops.Sum, 1.0, 1.0, f"t{k}") for k, (t, o) in enumerate(zip(tensors, outputs))]
+        # queued while the ring's thread is busy with a first operation: they wait together
+        gate = threading.Event()
+        blocker = Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5) and c.allreduce_(torch.zeros(1)))
+        comm.ops.submit(blocker)
+        for operation in queued:
+            comm.ops.submit(operation)
+        gate.set()
+        return [o.outcome().tolist() for o in queued]
+
+    results = on_ranks(2, work)
+    for k in range(20):
+        assert results[0][k] == results[1][k] == [float(1 + 2 * k)] * (k + 1)
+    reductions = [c for c in calls if c > 1]
+    assert len(reductions) <= 2 * 2, f"20 allreduces queued together on 2 ranks took {len(reductions)} reductions"
+
+
+def test_a_process_set_runs_on_a_ring_of_its_own_members() -> None:
+    def work(comm: Communicator) -> Any:
+        evens = (0, 2)
+        if comm.rank in evens:
+            sub = comm.subgroup(evens)
+            summed = run(sub, ops.allreduce(torch.tensor([comm.rank + 1.0]), torch.empty(1), ops.Sum, 1.0, 1.0, None))
+            gathered = run(sub, ops.allgather(torch.tensor([comm.rank]), None))
+            return sub.size, sub.rank, summed.tolist(), gathered.tolist()
+        with pytest.raises(ValueError, match="not in the process set"):
+            comm.subgroup(evens)
+        return run(comm.subgroup((1,)), ops.allreduce(torch.tensor([5.0]), torch.empty(1), ops.Sum, 1.0, 1.0, None)).tolist()
+
+    results = on_ranks(3, work)
+    assert results[0] == (2, 0, [4.0], [0, 2]) and results[2] == (2, 1, [4.0], [0, 2])
+    assert results[1] == [5.0]
+
+
+def test_queued_operations_fail_when_the_ring_is_retired() -> None:
+    store = dist.HashStore()
+    pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))
+    comm = Communicator(pg, 0, 1, generation=4, link=None, timeout_s=5)
+    gate = threading.Event()
+    comm.ops.submit(Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5)))
+    waiting = comm.ops.submit(ops.barrier())
+    comm.close("a peer died")
+    gate.set()
+    with pytest.raises(Exception, match="generation 4 ended before the operation ran: a peer died"):
+        waiting.outcome()
+    late = comm.ops.submit(ops.barrier())
+    with pytest.raises(Exception, match="generation 4"):
+        late.outcome()
+
+
+def test_the_negotiation_agrees_on_the_common_prefix_and_names_a_disagreement() -> None:
+    a = Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1, name="grad")
+    b = Descriptor(Kind.ALLREDUCE, (torch.ones(4),), op=1, name="grad")
+    gathered = [negotiation.encode([a, a]), negotiation.encode([a])]
+    assert negotiation.decide(gathered, [a, a], 0) == negotiation.Verdict(1, {}, {})
+    verdict = negotiation.decide([negotiation.encode([a]), negotiation.encode([b])], [a], 0)
+    assert verdict.count == 1 and "rank 1" in verdict.refused[0] and "'grad'" in verdict.refused[0]
+    unnamed = Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1)
+    assert negotiation.decide([negotiation.encode([a]), negotiation.encode([unnamed])], [a], 0).refused == {}
+    g1 = Descriptor(Kind.ALLGATHER, (torch.ones(2, 5),))
+    g2 = Descriptor(Kind.ALLGATHER, (torch.ones(7, 5),))
+    verdict = negotiation.decide([negotiation.encode([g1]), negotiation.encode([g2])], [g1], 0)
+    assert verdict.refused == {} and verdict.first_dims == {0: [2, 7]}

@@ -1,0 +1,294 @@
+"""Horovod's collectives as queued operations (`op_queue.Operation`) with Horovod's semantics:
+what is scaled when and how integers are scaled, how `reducescatter` splits an uneven first
+dimension, what `alltoall` returns. Each builder checks what one rank can check alone (raising
+`ValueError` at the call, as Horovod does) and returns the operation; `ringmaster.torch` queues
+it on the ring of its process set. Nothing here knows about handles or the worker's context, so
+the semantics are tested on real Gloo rings of threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ringmaster.torch import adasum
+from ringmaster.worker.train.negotiation import Descriptor, Kind
+from ringmaster.worker.train.op_queue import FuseKey, Operation
+
+# Reduction ops, as Horovod names them (its `hvd.Average` and the rest are these strings).
+Average = "average"
+Sum = "sum"
+Min = "min"
+Max = "max"
+Product = "product"
+Adasum = "adasum"  # see ringmaster.torch.adasum
+OPS: dict[str, Any] = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN,
+                       Max: dist.ReduceOp.MAX, Product: dist.ReduceOp.PRODUCT, Adasum: None}
+_OP_CODES = {name: i + 1 for i, name in enumerate(OPS)}
+
+
+def resolve_op(op: str | None, average: bool | None) -> str:
+    """Horovod's `op=`, or its older `average=` flag (Average unless average=False)."""
+    if op is None:
+        return Sum if average is False else Average
+    if op not in OPS:
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max, hvd.Product "
+                         "or hvd.Adasum")
+    if average is not None:
+        raise ValueError("give either op= or the older average=, not both")
+    return op
+
+
+def scale_(tensor: torch.Tensor, factor: float) -> None:
+    """Multiply in place as Horovod does: floats by the factor; integers in double precision,
+    truncated toward zero (Horovod's C++ cast), so `prescale_factor=0.5` on 3 gives 1."""
+    if factor == 1.0:
+        return
+    if tensor.is_floating_point() or tensor.is_complex():
+        tensor.mul_(factor)
+    elif tensor.dtype == torch.bool:
+        if factor == 0.0:
+            tensor.zero_()
+    else:
+        tensor.copy_((tensor.to(torch.float64) * factor).trunc())
+
+
+def _check_tensor(tensor: Any, what: str) -> torch.Tensor:
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.is_sparse:
+        raise ValueError(f"{what} takes a dense tensor; reduce sparse gradients with sparse_allreduce_async "
+                         "(DistributedOptimizer(sparse_as_dense=...) does it for you)")
+    return tensor
+
+
+def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: float, postscale: float,
+              name: str | None) -> Operation:
+    """Reduce `tensor` into `output` (the same tensor for the in-place forms)."""
+    _check_tensor(tensor, "allreduce")
+    if op == Adasum and not tensor.is_floating_point():
+        raise ValueError(f"hvd.Adasum reduces floating-point tensors, got {tensor.dtype}; use hvd.Sum or hvd.Average")
+    if tensor.dtype == torch.bool and op in (Sum, Average, Product):
+        raise ValueError(f"allreduce of a bool tensor with op {op!r}: use hvd.Min (and) or hvd.Max (or)")
+
+    def reduce(comm: Any, buffer: torch.Tensor) -> None:
+        scale_(buffer, prescale)
+        if op == Adasum:
+            flat = buffer.reshape(-1)
+            flat.copy_(adasum.reduce_slices(comm.allgather(flat.contiguous()), [flat.numel()]))
+        else:
+            comm.allreduce_(buffer, OPS[op])
+        scale_(buffer, postscale / comm.size if op == Average else postscale)
+
+    def run(comm: Any) -> torch.Tensor:
+        if (output is not tensor and op in (Sum, Average) and prescale == 1.0 and tensor.is_floating_point()
+                and output.is_contiguous() and tensor.is_contiguous()):
+            # Summed straight from the input into the result (no copy first for a large tensor).
+            comm.sum_into_async_(tensor.detach(), output, postscale / (comm.size if op == Average else 1)).wait()
+            return output
+        if output is not tensor:
+            output.copy_(tensor)
+        buffer = output if output.is_contiguous() else output.contiguous()
+        reduce(comm, buffer)
+        if buffer is not output:
+            output.copy_(buffer)
+        return output
+
+    fuse = None if op == Adasum else FuseKey(tensor.dtype, tensor.device, op, prescale, postscale)
+    return Operation(Descriptor(Kind.ALLREDUCE, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
+                                postscale=postscale), run, fuse, (tensor,), (output,), reduce, lambda: output)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], op: str, prescale: float,
+                      postscale: float, name: str | None) -> Operation:
+    """Reduce a list of tensors as one group (one buffer per device and dtype)."""
+    if not tensors:
+        raise ValueError("grouped_allreduce takes a non-empty list of tensors")
+    parts = [allreduce(t, o, op, prescale, postscale, None) for t, o in zip(tensors, outputs)]
+
+    def run(comm: Any) -> list[torch.Tensor]:
+        groups: dict[tuple[torch.device, torch.dtype], list[Operation]] = {}
+        for part in parts:
+            groups.setdefault((part.inputs[0].device, part.inputs[0].dtype), []).append(part)
+        for group in groups.values():
+            if len(group) == 1 or group[0].reduce is None or op == Adasum:
+                for part in group:
+                    part.run(comm)
+                continue
+            packed = torch.cat([p.inputs[0].detach().reshape(-1) for p in group])
+            group[0].reduce(comm, packed)
+            offset = 0
+            for part in group:
+                n = part.outputs[0].numel()
+                part.outputs[0].copy_(packed[offset: offset + n].view_as(part.outputs[0]))
+                offset += n
+        return list(outputs)
+
+    return Operation(Descriptor(Kind.GROUPED_ALLREDUCE, tuple(tensors), _OP_CODES[op], name=name, prescale=prescale,
+                                postscale=postscale), run)
+
+
+def _first_dims(comm: Any, tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Every rank's first dimension of each tensor: [rank][tensor] (one small allgather)."""
+    mine = torch.tensor([t.shape[0] for t in tensors], dtype=torch.int64)
+    return [part.tolist() for part in comm.allgather(mine)]
+
+
+def _gather_rows(comm: Any, tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """Every rank's `tensor` (first dimension `dims[rank]`) one after another along dimension 0."""
+    longest = max(dims)
+    if all(d == longest for d in dims):
+        out = torch.empty((comm.size * longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        comm.allgather_into_async(out, tensor.contiguous()).wait()
+        return out
+    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    padded[: tensor.shape[0]] = tensor
+    out = torch.empty((comm.size * longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    comm.allgather_into_async(out, padded).wait()
+    return torch.cat([out[r * longest: r * longest + d] for r, d in enumerate(dims)])
+
+
+def _as_rows(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()
+
+
+def allgather(tensor: torch.Tensor, name: str | None) -> Operation:
+    """Every rank's tensor concatenated along dimension 0 (the first dimension may differ)."""
+    rows = _as_rows(_check_tensor(tensor, "allgather"))
+
+    def run(comm: Any) -> torch.Tensor:
+        dims = operation.peer_dims if operation.peer_dims is not None else [d[0] for d in _first_dims(comm, [rows])]
+        return _gather_rows(comm, rows, dims)
+
+    operation = Operation(Descriptor(Kind.ALLGATHER, (rows,), name=name), run)
+    return operation
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None) -> Operation:
+    if not tensors:
+        raise ValueError("grouped_allgather takes a non-empty list of tensors")
+    rows = [_as_rows(_check_tensor(t, "grouped_allgather")) for t in tensors]
+
+    def run(comm: Any) -> list[torch.Tensor]:
+        dims = _first_dims(comm, rows)
+        return [_gather_rows(comm, t, [d[i] for d in dims]) for i, t in enumerate(rows)]
+
+    return Operation(Descriptor(Kind.GROUPED_ALLGATHER, tuple(rows), name=name), run)
+
+
+def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str | None) -> Operation:
+    """`root`'s tensor (a rank of the ring this runs on) into `output` on every rank."""
+    _check_tensor(tensor, "broadcast")
+
+    def run(comm: Any) -> torch.Tensor:
+        if output is not tensor:
+            output.copy_(tensor)
+        buffer = output if output.is_contiguous() else output.contiguous()
+        comm.broadcast_async_(buffer, root).wait()
+        if buffer is not output:
+            output.copy_(buffer)
+        return output
+
+    return Operation(Descriptor(Kind.BROADCAST, (tensor,), root=root, name=name), run)
+
+
+def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:
+    """Rows `splits[j]` of `tensor` to rank j (equal parts without splits); the result is
+    (the rows received in rank order, how many came from each rank as an int32 tensor)."""
+    _check_tensor(tensor, "alltoall")
+    if tensor.dim() == 0:
+        raise ValueError("alltoall takes a tensor of at least one dimension (its rows are sent)")
+    rows = tensor.shape[0]
+    if splits is None:
+        if rows % size:
+            raise ValueError(f"alltoall without splits divides the first dimension equally, but {rows} rows do not "
+                             f"divide among {size} workers; give splits=")
+        send = [rows // size] * size
+    else:
+        values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+        if isinstance(splits, torch.Tensor) and splits.dim() > 1:
+            raise ValueError("alltoall expects a 1-D splits tensor")
+        if len(values) != size or any(not isinstance(v, int) or v < 0 for v in values):
+            raise ValueError(f"alltoall splits {values}: give {size} non-negative whole numbers, one per worker "
+                             f"in rank order")
+        if sum(values) > rows:
+            raise ValueError(f"alltoall splits sum to {sum(values)}, more than the tensor's {rows} rows")
+        send = [int(v) for v in values]
+
+    def run(comm: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        received = torch.empty(comm.size, dtype=torch.int64)
+        comm.alltoall_async(received, torch.tensor(send, dtype=torch.int64), [1] * comm.size, [1] * comm.size).wait()
+        recv = [int(v) for v in received.tolist()]
+        source = tensor.detach()[: sum(send)].contiguous()
+        out = torch.empty((sum(recv), *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        comm.alltoall_async(out, source, recv, send).wait()
+        return out, received.to(torch.int32)
+
+    return Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run)
+
+
+def scatter_rows(rows: int, size: int, rank: int) -> int:
+    """Rows of a reducescatter's result on `rank`: Horovod gives the first `rows % size` ranks one more."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+def _reduce_scatter_one(comm: Any, tensor: torch.Tensor, op: str, prescale: float, postscale: float) -> torch.Tensor:
+    source = tensor.detach().clone() if prescale != 1.0 else tensor.detach().contiguous()
+    scale_(source, prescale)
+    rows, n = source.shape[0], comm.size
+    tail = tuple(source.shape[1:])
+    longest = rows // n + (1 if rows % n else 0)
+    if rows % n == 0:
+        out = torch.empty((longest, *tail), dtype=source.dtype, device=source.device)
+        comm.reduce_scatter_async(out, source, OPS[op]).wait()
+    else:  # each rank's rows padded to the longest part, so the ring's equal parts fall on them
+        padded = torch.zeros((n * longest, *tail), dtype=source.dtype, device=source.device)
+        start = 0
+        for r in range(n):
+            count = scatter_rows(rows, n, r)
+            padded[r * longest: r * longest + count] = source[start: start + count]
+            start += count
+        part = torch.empty((longest, *tail), dtype=source.dtype, device=source.device)
+        comm.reduce_scatter_async(part, padded, OPS[op]).wait()
+        out = part[: scatter_rows(rows, n, comm.rank)].clone()
+    scale_(out, postscale / n if op == Average else postscale)
+    return out
+
+
+def _check_scatter_op(op: str, what: str) -> None:
+    if op == Adasum:
+        raise ValueError(f"{what} reduces with hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, not hvd.Adasum")
+
+
+def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: float, name: str | None) -> Operation:
+    """Reduce `tensor` over the ranks and give each rank its rows (`scatter_rows`)."""
+    _check_tensor(tensor, "reducescatter")
+    _check_scatter_op(op, "reducescatter")
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter takes a tensor of at least one dimension (its rows are scattered)")
+    return Operation(Descriptor(Kind.REDUCESCATTER, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
+                                postscale=postscale),
+                     lambda comm: _reduce_scatter_one(comm, tensor, op, prescale, postscale))
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], op: str, prescale: float, postscale: float,
+                          name: str | None) -> Operation:
+    if not tensors:
+        raise ValueError("grouped_reducescatter takes a non-empty list of tensors")
+    _check_scatter_op(op, "grouped_reducescatter")
+    for t in tensors:
+        _check_tensor(t, "grouped_reducescatter")
+        if t.dim() == 0:
+            raise ValueError("grouped_reducescatter takes tensors of at least one dimension")
+    return Operation(Descriptor(Kind.GROUPED_REDUCESCATTER, tuple(tensors), _OP_CODES[op], name=name,
+                                prescale=prescale, postscale=postscale),
+                     lambda comm: [_reduce_scatter_one(comm, t, op, prescale, postscale) for t in tensors])
+
+
+def barrier() -> Operation:
+    def run(comm: Any) -> None:
+        comm.allreduce_(torch.zeros(1))
+
+    return Operation(Descriptor(Kind.BARRIER, ()), run)

@@ -1,0 +1,241 @@
+"""One ring's queue of Horovod operations, run in order by one background thread.
+
+Horovod runs every collective on a background thread: `allreduce_async` returns a handle at
+once, `synchronize` waits for it, and operations issued together are fused into one buffer.
+Here each ring (the generation's, or a process set's) has an `OpQueue`: the caller queues an
+`Operation` and gets it back as the handle; the queue's thread agrees with the other ranks on
+what runs next (`negotiation`: one small allgather per round, so disagreeing ranks get an
+error, not a broken ring), fuses consecutive allreduces of one kind into one flat buffer, and
+runs them on the ring with the ring's bounded waits (a dead or hung peer fails the operation
+with `HorovodInternalError`, never hangs it).
+
+Collectives issued on the ring directly (the optimizer's buckets, state syncs, object
+broadcasts) first wait until the queue is empty (`drain`), so every rank sees one order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ringmaster.worker.train import negotiation
+from ringmaster.worker.train.negotiation import Descriptor
+from ringmaster.worker.train import flat
+from ringmaster.worker.train.errors import CollectiveMismatchError, HorovodInternalError
+
+#: Bytes of allreduces fused into one buffer at most (Horovod's HOROVOD_FUSION_THRESHOLD, 64 MB).
+DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
+
+
+def fusion_bytes() -> int:
+    """HOROVOD_FUSION_THRESHOLD when it is a whole number of bytes (0 turns fusion off)."""
+    text = os.environ.get("HOROVOD_FUSION_THRESHOLD", "")
+    try:
+        return max(0, int(text)) if text else DEFAULT_FUSION_BYTES
+    except ValueError:
+        raise ValueError(f"HOROVOD_FUSION_THRESHOLD={text!r}: give the fusion buffer's size in bytes, e.g. "
+                         f"{DEFAULT_FUSION_BYTES}") from None
+
+
+#: Called with each operation once it is settled (`hvd.start_timeline` records them).
+OBSERVERS: list[Callable[["Operation"], None]] = []
+
+
+@dataclass(frozen=True)
+class FuseKey:
+    """Allreduces with equal keys, issued one after another, are reduced as one buffer."""
+
+    dtype: torch.dtype
+    device: torch.device
+    op: Any
+    prescale: float
+    postscale: float
+
+
+@dataclass(eq=False)
+class Operation:
+    """A queued collective; the caller's handle. `run(comm)` does it on the ring (blocking,
+    bounded) and returns its output. An allreduce may be fused with its neighbours (`fuse`):
+    its `inputs` are then packed with theirs, the buffer reduced by `reduce(comm, buffer)`,
+    unpacked into its `outputs`, and `finish()` gives its output."""
+
+    descriptor: Descriptor
+    run: Callable[[Any], Any]
+    fuse: FuseKey | None = None
+    inputs: tuple[torch.Tensor, ...] = ()
+    outputs: tuple[torch.Tensor, ...] = ()
+    reduce: Callable[[Any, torch.Tensor], None] | None = None
+    finish: Callable[[], Any] | None = None
+    #: each rank's first dimension, when the negotiation told it (an allgather's)
+    peer_dims: list[int] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+    #: when it was queued, taken up by the queue's thread, settled (time.time(); for timelines)
+    queued_at: float = field(default_factory=time.time)
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.ended_at = time.time()
+        self.done.set()
+        for observer in list(OBSERVERS):
+            observer(self)
+
+    def outcome(self) -> Any:
+        """The output once done; the operation's error raised on the caller's thread."""
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class OpQueue:
+    """The queue of one ring (`comm`: a `Communicator`); its thread starts with the first operation."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self._lock = threading.Condition()
+        self._queued: list[Operation] = []
+        self._running = 0  # operations taken by the thread and not settled yet
+        self._thread: threading.Thread | None = None
+        self._broken: HorovodInternalError | None = None
+        self._closed = False
+        self._fusion_bytes = fusion_bytes()
+
+    # ------------------------------------------------------------ the caller's side
+    def submit(self, operation: Operation) -> Operation:
+        with self._lock:
+            if self._broken is not None or self._closed:
+                operation.settle(error=self._broken or HorovodInternalError(
+                    f"the ring of generation {self.comm.generation} is gone; the operation was not run"))
+                return operation
+            self._queued.append(operation)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="ringmaster-ops", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+        return operation
+
+    def on_thread(self) -> bool:
+        return self._thread is not None and threading.get_ident() == self._thread.ident
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._queued) or self._running > 0
+
+    def drain(self) -> None:
+        """Wait until every queued operation has run (each is bounded, so this is too)."""
+        with self._lock:
+            while self._queued or self._running:
+                self._lock.wait()
+
+    def close(self, reason: str) -> None:
+        """The ring is being retired: what is queued fails, the thread ends."""
+        with self._lock:
+            self._closed = True
+            error = HorovodInternalError(f"generation {self.comm.generation} ended before the operation ran: {reason}")
+            for operation in self._queued:
+                operation.settle(error=error)
+            self._queued.clear()
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------ the thread's side
+    def _loop(self) -> None:
+        while self._next_round():
+            pass
+
+    def _next_round(self) -> bool:
+        """Take what is queued, run it; False once the queue is closed or broken. (A method of
+        its own so nothing of a finished round stays referenced while the thread waits: a
+        result the caller dropped is free memory at once, for `ResultPool`.)"""
+        with self._lock:
+            while not self._queued and not self._closed:
+                self._lock.wait()
+            if self._closed:
+                return False
+            batch = self._queued[: negotiation.BATCH]
+            self._running = len(batch)
+        try:
+            taken = self._round(batch)
+        except BaseException as exc:  # the ring broke: everything queued fails with it
+            error = exc if isinstance(exc, HorovodInternalError) else HorovodInternalError(str(exc))
+            with self._lock:
+                self._broken = error
+                for operation in self._queued:
+                    if not operation.done.is_set():
+                        operation.settle(error=error)
+                self._queued.clear()
+                self._running = 0
+                self._lock.notify_all()
+            return False
+        with self._lock:
+            del self._queued[:taken]
+            self._running = 0
+            self._lock.notify_all()
+        return True
+
+    def _round(self, batch: list[Operation]) -> int:
+        """Agree on what runs, run it; how many of `batch` were settled."""
+        descriptors = [o.descriptor for o in batch]
+        started = time.time()
+        for operation in batch:
+            operation.started_at = operation.started_at or started
+        if self.comm.size == 1:
+            verdict = negotiation.Verdict(len(batch), {})
+        else:
+            messages = self.comm.allgather(negotiation.encode(descriptors))
+            verdict = negotiation.decide(messages, descriptors, self.comm.rank)
+        agreed = batch[: verdict.count]
+        runnable = []
+        for i, operation in enumerate(agreed):
+            if i in verdict.refused:
+                operation.settle(error=CollectiveMismatchError(verdict.refused[i]))
+            else:
+                operation.peer_dims = verdict.first_dims.get(i)
+                runnable.append(operation)
+        for group in self._fused(runnable):
+            self._run(group)
+        return verdict.count
+
+    def _fused(self, operations: list[Operation]) -> list[list[Operation]]:
+        """Consecutive allreduces of one kind, up to the fusion threshold, as one group each."""
+        groups: list[list[Operation]] = []
+        size = 0
+        for operation in operations:
+            last = groups[-1] if groups else None
+            nbytes = sum(t.numel() * t.element_size() for t in operation.inputs)
+            if (last is not None and operation.fuse is not None and last[-1].fuse == operation.fuse
+                    and size + nbytes <= self._fusion_bytes):
+                last.append(operation)
+                size += nbytes
+            else:
+                groups.append([operation])
+                size = nbytes
+        return groups
+
+    def _run(self, group: list[Operation]) -> None:
+        if len(group) == 1:
+            operation = group[0]
+            try:
+                result = operation.run(self.comm)
+            except HorovodInternalError:
+                raise
+            except Exception as exc:  # a local error (memory, a bad tensor): this operation's alone
+                operation.settle(error=exc)
+                return
+            operation.settle(result)
+            return
+        reduce, finish = group[0].reduce, [o.finish for o in group]
+        assert reduce is not None and all(f is not None for f in finish)
+        packed = flat.pack([t for o in group for t in o.inputs])
+        reduce(self.comm, packed)
+        flat.unpack(packed, [t for o in group for t in o.outputs])
+        for operation in group:
+            operation.settle(operation.finish())  # type: ignore[misc]
