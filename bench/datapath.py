@@ -18,8 +18,12 @@ wheel here is a CUDA build) on 64x64 images, batch 16. Then allreduce throughput
 with torch.distributed alone (clone, all_reduce, div_): torch's way copies the whole input before
 a byte goes out (and a new tensor of over 32 MB is fresh memory from the kernel each time: page
 faults), where `hvd.allreduce` sums from the input straight into a pooled result. Ranks must end
-with identical parameters (checked for every way). `--spares 0`: a warm spare importing torch beside the job
-would take a core from it for a few seconds.
+with identical parameters (checked for every way). Then Horovod's other collectives against
+torch.distributed's on the same processes (`hvd.allgather` / `all_gather_into_tensor`,
+`hvd.reducescatter` / `reduce_scatter_tensor`, `hvd.alltoall` / `all_to_all_single`; 1, 16 and
+64 MB per rank), and how much of 8 allreduces of 4 MB started before some compute it hides
+(`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` + `wait`).
+`--spares 0`: a warm spare importing torch beside the job would take a core from it for a few seconds.
 
 Run: python bench/datapath.py [--steps 60] [--models mlp-1.3m,mlp-25m,resnet-18]
 """
@@ -203,8 +207,85 @@ def _allreduce(out: str) -> None:
                     samples[kind].append(time.perf_counter() - started)
         for kind in runs:
             seconds[kind][mb] = statistics.median(samples[kind])
+    seconds.update(_other_collectives())
+    seconds["overlap"] = _overlap()
     if hvd.rank() == 0:
         pathlib.Path(out).write_text(json.dumps(seconds))
+
+
+def _other_collectives() -> dict[str, dict[int, float]]:
+    """Median seconds of allgather, reducescatter and alltoall of N MB per rank, Horovod's calls
+    against torch.distributed's on the same two processes, alternating."""
+    import torch
+    import torch.distributed as dist
+
+    import ringmaster.torch as hvd
+
+    n = hvd.size()
+    seconds: dict[str, dict[int, float]] = {}
+    for mb in SIZES_MB:
+        part = torch.ones(mb * (1 << 20) // 4)
+        whole = torch.ones(n * part.numel())
+        gathered, scattered, swapped = torch.empty_like(whole), torch.empty_like(part), torch.empty_like(part)
+        runs = {
+            "dist_allgather": lambda: dist.all_gather_into_tensor(gathered, part),
+            "hvd_allgather": lambda: hvd.allgather(part),
+            "dist_reducescatter": lambda: dist.reduce_scatter_tensor(scattered, whole),
+            "hvd_reducescatter": lambda: hvd.reducescatter(whole, op=hvd.Sum),
+            "dist_alltoall": lambda: dist.all_to_all_single(swapped, part),
+            "hvd_alltoall": lambda: hvd.alltoall(part),
+        }
+        samples: dict[str, list[float]] = {kind: [] for kind in runs}
+        for repeat in range(1 + REPEATS):
+            for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
+                started = time.perf_counter()
+                run()
+                if repeat:
+                    samples[kind].append(time.perf_counter() - started)
+        for kind in runs:
+            seconds.setdefault(kind, {})[mb] = statistics.median(samples[kind])
+    return seconds
+
+
+def _overlap() -> dict[str, float]:
+    """How much of 8 allreduces of 4 MB hides behind compute: median seconds of compute alone,
+    of the allreduces alone, and of both with the allreduces started first (torch.distributed's
+    `async_op=True` against `hvd.allreduce_async_` + `synchronize`)."""
+    import torch
+    import torch.distributed as dist
+
+    import ringmaster.torch as hvd
+
+    tensors = [torch.ones(1 << 20) for _ in range(8)]
+    a = torch.randn(384, 384)
+
+    def compute() -> None:
+        for _ in range(12):
+            torch.mm(a, a)
+
+    def dist_both() -> None:
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        compute()
+        for w in works:
+            w.wait()
+
+    def hvd_both() -> None:
+        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"overlap.{i}") for i, t in enumerate(tensors)]
+        compute()
+        for h in handles:
+            hvd.synchronize(h)
+
+    runs = {"compute": compute, "dist_comm": lambda: [dist.all_reduce(t) for t in tensors],
+            "hvd_comm": lambda: [hvd.allreduce_(t, op=hvd.Sum) for t in tensors], "dist_both": dist_both,
+            "hvd_both": hvd_both}
+    samples: dict[str, list[float]] = {kind: [] for kind in runs}
+    for repeat in range(1 + REPEATS):
+        for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
+            started = time.perf_counter()
+            run()
+            if repeat:
+                samples[kind].append(time.perf_counter() - started)
+    return {kind: statistics.median(values) for kind, values in samples.items()}
 
 
 def _free_port() -> int:
@@ -253,6 +334,20 @@ def main() -> None:
     for mb in SIZES_MB:
         gbs = [mb / 1024 / ours[kind][str(mb)] for kind in ("raw", "in_place", "raw_average", "average")]
         print(f"{mb:>3} MB  {gbs[0]:6.2f} GB/s  " + "  ".join(f"{g:6.2f} GB/s ({g / gbs[0]:4.2f}x)" for g in gbs[1:]))
+    print("\nN MB per rank, median ms: torch.distributed | Horovod's call here (time ratio, goal <= 1.05x)")
+    for mb in SIZES_MB:
+        cells = []
+        for op, call in (("allgather", "all_gather_into_tensor"), ("reducescatter", "reduce_scatter_tensor"),
+                         ("alltoall", "all_to_all_single")):
+            ours_s, theirs_s = ours[f"hvd_{op}"][str(mb)], ours[f"dist_{op}"][str(mb)]
+            cells.append(f"{op} {theirs_s * 1e3:7.2f} | {ours_s * 1e3:7.2f} ({ours_s / theirs_s:4.2f}x)")
+        print(f"{mb:>3} MB  " + "   ".join(cells))
+    o = ours["overlap"]
+    hidden = {k: (o["compute"] + o[f"{k}_comm"] - o[f"{k}_both"]) / min(o["compute"], o[f"{k}_comm"]) for k in ("dist", "hvd")}
+    print(f"\noverlap, 8 allreduces of 4 MB started before {o['compute'] * 1e3:.1f} ms of compute: torch.distributed "
+          f"async_op {o['dist_both'] * 1e3:.1f} ms (alone {o['dist_comm'] * 1e3:.1f} ms, {hidden['dist']:.0%} hidden) | "
+          f"hvd.allreduce_async_ {o['hvd_both'] * 1e3:.1f} ms (alone {o['hvd_comm'] * 1e3:.1f} ms, "
+          f"{hidden['hvd']:.0%} hidden)")
 
 
 if __name__ == "__main__":

@@ -189,7 +189,9 @@ def test_serve_with_agents_started_by_something_else_on_hosts_with_their_own_net
     multi-machine setup says; an agent with another secret is refused and says so."""
     net = net_hosts(2)
     a, b = (h.address for h in net.hosts)
-    server = run_job("--bind", net.gateway, "--port", "0", "-H", f"{a}:2,{b}:2", *FAST,
+    # -np 4: training starts once both agents are there (on a loaded machine the second may come
+    # seconds after the first, and a job of 1-4 workers would have finished on the first alone)
+    server = run_job("--bind", net.gateway, "--port", "0", "-np", "4", "-H", f"{a}:2,{b}:2", *FAST,
                      *elastic_job(tmp_path / "log", epochs=2, samples=64), verb="serve")
     address = server.wait_event("rendezvous.listening")["address"]
     assert address.startswith(f"{net.gateway}:"), address

@@ -18,19 +18,28 @@ from ringmaster.torch import operations as ops
 from ringmaster.torch.basics import context, rank
 from ringmaster.torch.compression import Compression
 from ringmaster.torch.process_sets import ProcessSet, global_process_set, ring_of, root_in
-from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train import flat
 from ringmaster.worker.train.op_queue import Operation
-
-#: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
-#: page faults would cost more than the reduction).
-_results = ResultPool()
 
 # ------------------------------------------------------------------ handles
 _handles: dict[int, Operation | Callable[[], Any]] = {}
 _names: dict[str, Operation] = {}  # the names of operations in flight (Horovod refuses a duplicate)
 _handles_lock = threading.Lock()
 _counter = itertools.count(1)
+
+
+_waiting = threading.local()  # set while a synchronous call issues its operation (see _now)
+
+
+def _now(issue: Callable[..., int], *args: Any) -> Any:
+    """Issue an operation and wait for it: run on the caller's thread when its ring's queue is
+    idle (no hand-over to the queue's thread), queued behind the others otherwise."""
+    _waiting.now = True
+    try:
+        handle = issue(*args)
+    finally:
+        _waiting.now = False
+    return synchronize(handle)
 
 
 def _submit(process_set: ProcessSet | None, build: Callable[[Any], Operation], name: str | None) -> int:
@@ -48,7 +57,10 @@ def _submit(process_set: ProcessSet | None, build: Callable[[Any], Operation], n
             _names[name] = operation
         handle = next(_counter)
         _handles[handle] = operation
-    comm.ops.submit(operation)
+    if getattr(_waiting, "now", False):
+        comm.ops.run_here(operation)
+    else:
+        comm.ops.submit(operation)
     return handle
 
 
@@ -97,7 +109,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     """Start reducing `tensor` into a new tensor; a handle for `synchronize`."""
     op = ops.resolve_op(op, average)
     pre, post = _scales(prescale_factor, postscale_factor)
-    output = _results.empty_like(tensor.detach())  # a large result reuses a buffer nobody holds any more
+    output = ops.RESULTS.empty_like(tensor.detach())  # a large result reuses a buffer nobody holds any more
     return _submit(process_set, lambda comm: ops.allreduce(tensor.detach(), output, op, pre, post, name), name)
 
 
@@ -114,7 +126,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduce `tensor` across the workers in place."""
-    synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    _now(allreduce_async_, tensor, average, name, op, prescale_factor, postscale_factor, process_set)
     return tensor
 
 
@@ -122,7 +134,7 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale, postscale, process_set):  # type: ignore[override]
         ctx.args = (average, op, prescale, postscale, process_set)
-        return synchronize(allreduce_async(tensor, average, name, op, prescale, postscale, process_set))
+        return _now(allreduce_async, tensor, average, name, op, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -166,7 +178,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
                        op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
     """Reduce a list of tensors in place as one group (Horovod's `grouped_allreduce_`)."""
-    synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set))
+    _now(grouped_allreduce_async_, tensors, average, name, op, prescale_factor, postscale_factor, process_set)
     return list(tensors)
 
 
@@ -174,8 +186,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, average, name, op, prescale, postscale, process_set, *tensors):  # type: ignore[override]
         ctx.args = (average, op, prescale, postscale, process_set)
-        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale, postscale,
-                                                         process_set)))
+        return tuple(_now(grouped_allreduce_async, list(tensors), average, name, op, prescale, postscale,
+                                                         process_set))
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -228,7 +240,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):  # type: ignore[override]
         ctx.dim, ctx.process_set = (tensor.shape[0] if tensor.dim() else 1), process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return _now(allgather_async, tensor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -254,7 +266,7 @@ class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):  # type: ignore[override]
         ctx.dims, ctx.process_set = [t.shape[0] if t.dim() else 1 for t in tensors], process_set
-        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+        return tuple(_now(grouped_allgather_async, list(tensors), name, process_set))
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -290,7 +302,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Overwrite `tensor` in place with `root_rank`'s value; returns it."""
-    synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    _now(broadcast_async_, tensor, root_rank, name, process_set)
     return tensor
 
 
@@ -298,7 +310,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):  # type: ignore[override]
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return _now(broadcast_async, tensor, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -325,7 +337,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):  # type: ignore[override]
-        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        output, received = _now(alltoall_async, tensor, splits, name, process_set)
         ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return output
@@ -360,7 +372,7 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale, postscale):  # type: ignore[override]
         ctx.args = (op, process_set, prescale, postscale)
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale, postscale))
+        return _now(reducescatter_async, tensor, name, op, process_set, prescale, postscale)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -392,8 +404,8 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, process_set, prescale, postscale, *tensors):  # type: ignore[override]
         ctx.args = (op, process_set, prescale, postscale)
-        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale,
-                                                             postscale)))
+        return tuple(_now(grouped_reducescatter_async, list(tensors), name, op, process_set, prescale,
+                                                             postscale))
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -416,7 +428,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
 # ------------------------------------------------------------------ barrier, join
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Wait until every worker of the set reaches this call (bounded like every collective)."""
-    synchronize(_submit(process_set, lambda comm: ops.barrier(), None))
+    _now(_submit, process_set, lambda comm: ops.barrier(), None)
 
 
 def join(device: int = -1) -> int:

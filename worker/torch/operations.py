@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ringmaster.torch import adasum
+from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.op_queue import FuseKey, Operation
 
@@ -27,6 +28,9 @@ Adasum = "adasum"  # see ringmaster.torch.adasum
 OPS: dict[str, Any] = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN,
                        Max: dist.ReduceOp.MAX, Product: dist.ReduceOp.PRODUCT, Adasum: None}
 _OP_CODES = {name: i + 1 for i, name in enumerate(OPS)}
+#: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
+#: page faults would cost more than the collective itself).
+RESULTS = ResultPool()
 
 
 def resolve_op(op: str | None, average: bool | None) -> str:
@@ -140,7 +144,7 @@ def _gather_rows(comm: Any, tensor: torch.Tensor, dims: list[int]) -> torch.Tens
     """Every rank's `tensor` (first dimension `dims[rank]`) one after another along dimension 0."""
     longest = max(dims)
     if all(d == longest for d in dims):
-        out = torch.empty((comm.size * longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        out = RESULTS.empty((comm.size * longest, *tensor.shape[1:]), tensor.dtype, tensor.device)
         comm.allgather_into_async(out, tensor.contiguous()).wait()
         return out
     padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
@@ -218,15 +222,20 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
         send = [int(v) for v in values]
 
     def run(comm: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        received = torch.empty(comm.size, dtype=torch.int64)
-        comm.alltoall_async(received, torch.tensor(send, dtype=torch.int64), [1] * comm.size, [1] * comm.size).wait()
+        if splits is None and operation.peer_dims is not None:  # equal parts: each rank's share of its rows
+            received = torch.tensor([d // comm.size for d in operation.peer_dims], dtype=torch.int64)
+        else:
+            received = torch.empty(comm.size, dtype=torch.int64)
+            comm.alltoall_async(received, torch.tensor(send, dtype=torch.int64), [1] * comm.size,
+                                [1] * comm.size).wait()
         recv = [int(v) for v in received.tolist()]
         source = tensor.detach()[: sum(send)].contiguous()
-        out = torch.empty((sum(recv), *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        out = RESULTS.empty((sum(recv), *tensor.shape[1:]), tensor.dtype, tensor.device)
         comm.alltoall_async(out, source, recv, send).wait()
         return out, received.to(torch.int32)
 
-    return Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run)
+    operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run)
+    return operation
 
 
 def scatter_rows(rows: int, size: int, rank: int) -> int:
@@ -241,7 +250,7 @@ def _reduce_scatter_one(comm: Any, tensor: torch.Tensor, op: str, prescale: floa
     tail = tuple(source.shape[1:])
     longest = rows // n + (1 if rows % n else 0)
     if rows % n == 0:
-        out = torch.empty((longest, *tail), dtype=source.dtype, device=source.device)
+        out = RESULTS.empty((longest, *tail), source.dtype, source.device)
         comm.reduce_scatter_async(out, source, OPS[op]).wait()
     else:  # each rank's rows padded to the longest part, so the ring's equal parts fall on them
         padded = torch.zeros((n * longest, *tail), dtype=source.dtype, device=source.device)

@@ -42,17 +42,24 @@ class ResultPool:
 
     def empty_like(self, source: torch.Tensor) -> torch.Tensor:
         """An uninitialized contiguous tensor shaped like `source`: a free pooled buffer, or a new one."""
-        nbytes = source.numel() * source.element_size()
-        if self._users is None or source.is_cuda or nbytes < MIN_BYTES or nbytes > MAX_BYTES:
-            return torch.empty_like(source, memory_format=torch.contiguous_format)
+        return self.empty(tuple(source.shape), source.dtype, source.device)
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialized contiguous tensor of `shape`: a free pooled buffer, or a new one."""
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        if self._users is None or torch.device(device).type != "cpu" or nbytes < MIN_BYTES or nbytes > MAX_BYTES:
+            return torch.empty(shape, dtype=dtype, device=device)
         for i, buffer in enumerate(self._buffers):
-            if buffer.dtype == source.dtype and buffer.numel() == source.numel() and self._free(buffer):
+            if buffer.dtype == dtype and buffer.numel() == numel and self._free(buffer):
                 self._buffers.append(self._buffers.pop(i))  # by position: tensors compare elementwise
-                return buffer.view(source.shape)
-        buffer = torch.empty(source.numel(), dtype=source.dtype, device=source.device)
+                return buffer.view(shape)
+        buffer = torch.empty(numel, dtype=dtype, device=device)
         self._buffers.append(buffer)
         self._trim()
-        return buffer.view(source.shape)
+        return buffer.view(shape)
 
     def _free(self, buffer: torch.Tensor) -> bool:
         assert self._users is not None

@@ -254,6 +254,7 @@ class Communicator:
                 future.wait()
             except RuntimeError as exc:
                 raise HorovodInternalError(f"{what} failed: {_first_line(exc)}") from exc
+            self._forget(future)
             return
         done = threading.Event()
         self.link.add_waiter(done)
@@ -270,6 +271,15 @@ class Communicator:
             future.wait()
         except RuntimeError as exc:
             raise HorovodInternalError(f"{what} failed in generation {self.generation}: {_first_line(exc)}") from exc
+        self._forget(future)
+
+    def _forget(self, future: torch.futures.Future) -> None:
+        """A collective waited for is no longer in flight: its future (which holds its tensors) is
+        dropped at once, so a result the caller drops is free for `ResultPool` to reuse."""
+        try:
+            self._in_flight.remove(future)
+        except ValueError:  # pruned meanwhile
+            pass
 
     def _raise_if_over(self, what: str) -> None:
         assert self.link is not None

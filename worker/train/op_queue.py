@@ -46,6 +46,10 @@ def fusion_bytes() -> int:
 OBSERVERS: list[Callable[["Operation"], None]] = []
 
 
+def _spent(comm: Any) -> Any:
+    raise RuntimeError("this operation has run already")
+
+
 @dataclass(frozen=True)
 class FuseKey:
     """Allreduces with equal keys, issued one after another, are reduced as one buffer."""
@@ -83,6 +87,10 @@ class Operation:
 
     def settle(self, result: Any = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
+        # The closures may refer to this operation (an allgather reads its `peer_dims`): dropped
+        # now, so no reference cycle keeps the result alive once the caller drops it.
+        self.run = _spent
+        self.reduce = self.finish = None
         self.ended_at = time.time()
         self.done.set()
         for observer in list(OBSERVERS):
@@ -103,7 +111,7 @@ class OpQueue:
         self.comm = comm
         self._lock = threading.Condition()
         self._queued: list[Operation] = []
-        self._running = 0  # operations taken by the thread and not settled yet
+        self._owner: int | None = None  # the thread running a round now (the queue's, or a caller's)
         self._thread: threading.Thread | None = None
         self._broken: HorovodInternalError | None = None
         self._closed = False
@@ -111,10 +119,9 @@ class OpQueue:
 
     # ------------------------------------------------------------ the caller's side
     def submit(self, operation: Operation) -> Operation:
+        """Queue `operation` for the queue's thread; it is the caller's handle."""
         with self._lock:
-            if self._broken is not None or self._closed:
-                operation.settle(error=self._broken or HorovodInternalError(
-                    f"the ring of generation {self.comm.generation} is gone; the operation was not run"))
+            if self._refuse(operation):
                 return operation
             self._queued.append(operation)
             if self._thread is None:
@@ -123,17 +130,40 @@ class OpQueue:
             self._lock.notify_all()
         return operation
 
+    def run_here(self, operation: Operation) -> Operation:
+        """Run `operation` on the caller's thread when nothing is queued or running (a caller that
+        waits for it anyway saves the hand-over to the queue's thread); otherwise queue it.
+        Either way it is done, or queued, when this returns: wait with `outcome()`."""
+        with self._lock:
+            if self._refuse(operation):
+                return operation
+            if self._queued or self._owner is not None:
+                return self.submit(operation)
+            self._owner = threading.get_ident()  # the queue is this thread's until the round ends
+            self._queued.append(operation)
+        self._take_round([operation])
+        return operation
+
+    def _refuse(self, operation: Operation) -> bool:
+        if self._broken is None and not self._closed:
+            return False
+        operation.settle(error=self._broken or HorovodInternalError(
+            f"the ring of generation {self.comm.generation} is gone; the operation was not run"))
+        return True
+
     def on_thread(self) -> bool:
-        return self._thread is not None and threading.get_ident() == self._thread.ident
+        """Is the caller the thread running the queue's operations now? (Its own collectives on
+        the ring must not wait for the queue to drain.)"""
+        return self._owner == threading.get_ident()
 
     @property
     def busy(self) -> bool:
-        return bool(self._queued) or self._running > 0
+        return bool(self._queued) or self._owner is not None
 
     def drain(self) -> None:
         """Wait until every queued operation has run (each is bounded, so this is too)."""
         with self._lock:
-            while self._queued or self._running:
+            while self._queued or self._owner is not None:
                 self._lock.wait()
 
     def close(self, reason: str) -> None:
@@ -142,11 +172,12 @@ class OpQueue:
             self._closed = True
             error = HorovodInternalError(f"generation {self.comm.generation} ended before the operation ran: {reason}")
             for operation in self._queued:
-                operation.settle(error=error)
+                if self._owner is None or not operation.started_at:
+                    operation.settle(error=error)
             self._queued.clear()
             self._lock.notify_all()
 
-    # ------------------------------------------------------------ the thread's side
+    # ------------------------------------------------------------ running rounds
     def _loop(self) -> None:
         while self._next_round():
             pass
@@ -156,28 +187,33 @@ class OpQueue:
         its own so nothing of a finished round stays referenced while the thread waits: a
         result the caller dropped is free memory at once, for `ResultPool`.)"""
         with self._lock:
-            while not self._queued and not self._closed:
+            while (not self._queued or self._owner is not None) and not self._closed and self._broken is None:
                 self._lock.wait()
-            if self._closed:
+            if self._closed or self._broken is not None:
                 return False
             batch = self._queued[: negotiation.BATCH]
-            self._running = len(batch)
+            self._owner = threading.get_ident()
+        return self._take_round(batch)
+
+    def _take_round(self, batch: list[Operation]) -> bool:
+        """Run one round of `batch` (the head of the queue, owned by this thread); False when the
+        ring broke (everything queued then fails with it)."""
         try:
             taken = self._round(batch)
         except BaseException as exc:  # the ring broke: everything queued fails with it
             error = exc if isinstance(exc, HorovodInternalError) else HorovodInternalError(str(exc))
             with self._lock:
                 self._broken = error
-                for operation in self._queued:
+                for operation in [*batch, *self._queued]:
                     if not operation.done.is_set():
                         operation.settle(error=error)
                 self._queued.clear()
-                self._running = 0
+                self._owner = None
                 self._lock.notify_all()
             return False
         with self._lock:
             del self._queued[:taken]
-            self._running = 0
+            self._owner = None
             self._lock.notify_all()
         return True
 
