@@ -51,12 +51,15 @@ def worker_kill_figure() -> float:
             job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 40, 180, "4 workers training")
             agent = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hostB")
             victim = next(p for p in psutil.Process(agent).children() if "elastic_job.py" in " ".join(p.cmdline()))
+            generation = job.status()["generation"]
             killed_at = time.time()
             os.kill(victim.pid, signal.SIGKILL)
 
             def first_after() -> float | None:
+                # a commit of a ring formed after the kill (one of the old ring may land a moment
+                # after the kill, its step's collectives done before the worker died)
                 times = [r["time"] for rs in read_logs(d / "log").values() for r in rs
-                         if r["event"] == "commit" and r["time"] > killed_at]
+                         if r["event"] == "commit" and r["time"] > killed_at and r["generation"] > generation]
                 return min(times) if times else None
 
             return wait_for(first_after, 120, "a step after the kill", interval_s=0.1) - killed_at
