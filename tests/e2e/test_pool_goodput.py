@@ -30,10 +30,12 @@ def test_goodput_moves_slots_from_a_ring_bound_job_to_a_compute_bound_one(run_jo
     pool.wait_job(compute, lambda j: j["state"] == "running" and j["size"] == 3, 240, "the compute-bound job on 3 slots")
     ring_job = pool.wait_job(ring, lambda j: j["state"] == "running" and j["size"] == 1, 60, "the ring-bound job on 1")
     assert "speed other jobs up more" in ring_job["reason"] or ring_job["reason"].startswith("running"), ring_job
-    shrunk = [e for e in pool.proc.events("pool.job_resized", job=ring) if e["size"] < e["before"]]
-    assert shrunk, pool.proc.events("pool.job_resized")
-    grown = [e for e in pool.proc.events("pool.job_resized", job=compute) if e["size"] > e["before"]]
-    assert grown and grown[-1]["size"] == 3, pool.proc.events("pool.job_resized")
+    # (the API may say the new size a moment before the pool's log line is read: waited for)
+    wait_for(lambda: [e for e in pool.proc.events("pool.job_resized", job=ring) if e["size"] < e["before"]], 30,
+             "the ring-bound job's shrink in the pool's log")
+    grown = wait_for(lambda: [e for e in pool.proc.events("pool.job_resized", job=compute) if e["size"] > e["before"]],
+                     30, "the compute-bound job's growth in the pool's log")
+    assert grown[-1]["size"] == 3, pool.proc.events("pool.job_resized")
     # The pool's size is its placement; each job takes it at its next commit, which may come later.
     for log, size in ((ring_log, 1), (compute_log, 3)):
         wait_for(lambda: any(entry["size"] == size for entry in commit_log(log)), 60, f"a commit on {size} in {log.name}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from concurrent import futures
 
@@ -30,11 +31,19 @@ def test_a_dial_after_the_rendezvous_came_back_does_not_wait_for_the_old_channel
     server = _server(address)
     old = tls.channel(address, None)
     assert old.unary_unary("/t.T/M")(b"x", timeout=10) == b"ok"
-    server.stop(0)
-    # The old channel keeps trying while the rendezvous is away (as a worker's heartbeats do):
-    # after failures at about 0, 1, 2.6 and 5.2 s its next try is 3.3-4.9 s later (1.6-fold, +-20%).
-    with pytest.raises(grpc.FutureTimeoutError):
-        grpc.channel_ready_future(old).result(timeout=5.5)
+    server.stop(0).wait()
+    # The port stays ours while the rendezvous is away (bound, not listening: a connection is
+    # refused as with nobody there), or a test running beside this one may be given it.
+    placeholder = socket.socket()
+    placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    placeholder.bind(("127.0.0.1", int(address.rsplit(":", 1)[1])))
+    try:
+        # The old channel keeps trying while the rendezvous is away (as a worker's heartbeats do):
+        # after failures at about 0, 1, 2.6 and 5.2 s its next try is 3.3-4.9 s later (1.6-fold, +-20%).
+        with pytest.raises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(old).result(timeout=5.5)
+    finally:
+        placeholder.close()
     server = _server(address)
     try:
         # One round of one try (a 1 s connect timeout, no second round): a channel sharing the old
