@@ -165,7 +165,14 @@ class Job:
         if job.outcome is not None or record is None:
             return
         drained = record.drain is not None
-        if (not record.discovered or drained) and not any(w.live for w in job.workers_on(host)):
+        # A host on its way out whose workers all left or are retiring (a retired worker's exit
+        # report may come after its agent closed, or never) left: it was not lost.
+        if (not record.discovered or drained) and not any(w.live and not w.stopping for w in job.workers_on(host)):
+            for worker in job.workers_on(host):
+                if worker.live:  # retiring: gone with its agent
+                    worker.phase = Phase.EXITED
+                    if job.is_member(worker) and not worker.done:
+                        job.end_generation(f"member {worker.worker_id} left with its host {host}", now)
             job.emit(now, Kind.HOST_LEFT, host=host)
             return
         job.emit(now, Kind.HOST_LOST, host=host, reason=reason)

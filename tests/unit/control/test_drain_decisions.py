@@ -101,6 +101,23 @@ def test_an_agents_own_drain_lets_it_go_and_its_session_closing_is_no_loss() -> 
     assert [w for w in rig.specs("b") if w not in ids]
 
 
+def test_a_drained_hosts_agent_closing_before_its_retired_workers_exit_report_is_no_loss() -> None:
+    """The agent of a host taken politely exits right after its retired worker; its session may
+    close before that worker's exit is reported (CI saw it: `host hB lost` 23 ms after the new
+    ring formed). The host left: no loss, no blacklist, and the ring formed without it stands."""
+    rig = Rig(min_np=1)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.drain_host("b", 25.0, source=DrainSource.SIGNAL, reason="SIGTERM", incarnation="incarnation-1")
+    rig.worker_ready(ids[0], 1, "", True)
+    rig.worker_ready(ids[1], 1, "", True)
+    assert rig.kinds(ids[1])[-1] == Retire and members(rig) == [ids[0]]
+    generation = rig.gen()
+    rig.agent_disconnected("b")  # before the retired worker's exit report
+    assert not events(rig, Kind.HOST_LOST) and events(rig, Kind.HOST_LEFT)
+    assert not rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
+    assert rig.gen() is generation and EndGeneration not in rig.kinds(ids[0])
+
+
 def test_a_withdrawn_notice_leaves_an_operators_drain() -> None:
     rig = Rig(min_np=1)
     rig.start_elastic({"a": 1, "b": 1})
