@@ -198,19 +198,26 @@ def _allreduce(out: str) -> None:
 
         runs = {"raw": lambda: dist.all_reduce(tensor), "in_place": lambda: hvd.allreduce_(tensor, op=hvd.Sum),
                 "average": lambda: hvd.allreduce(tensor), "raw_average": raw_average}
-        samples: dict[str, list[float]] = {kind: [] for kind in runs}
-        for repeat in range(1 + REPEATS):
-            for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
-                started = time.perf_counter()
-                run()
-                if repeat:
-                    samples[kind].append(time.perf_counter() - started)
+        samples = _alternating(runs)
         for kind in runs:
             seconds[kind][mb] = statistics.median(samples[kind])
     seconds.update(_other_collectives())
     seconds["overlap"] = _overlap()
     if hvd.rank() == 0:
         pathlib.Path(out).write_text(json.dumps(seconds))
+
+
+def _alternating(runs: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
+    """Seconds of each run, REPEATS times after one warm-up, in alternating order (so each sees
+    the machine at the same moments)."""
+    samples: dict[str, list[float]] = {kind: [] for kind in runs}
+    for repeat in range(1 + REPEATS):
+        for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
+            started = time.perf_counter()
+            run()
+            if repeat:
+                samples[kind].append(time.perf_counter() - started)
+    return samples
 
 
 def _other_collectives() -> dict[str, dict[int, float]]:
@@ -235,13 +242,7 @@ def _other_collectives() -> dict[str, dict[int, float]]:
             "dist_alltoall": lambda: dist.all_to_all_single(swapped, part),
             "hvd_alltoall": lambda: hvd.alltoall(part),
         }
-        samples: dict[str, list[float]] = {kind: [] for kind in runs}
-        for repeat in range(1 + REPEATS):
-            for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
-                started = time.perf_counter()
-                run()
-                if repeat:
-                    samples[kind].append(time.perf_counter() - started)
+        samples = _alternating(runs)
         for kind in runs:
             seconds.setdefault(kind, {})[mb] = statistics.median(samples[kind])
     return seconds
@@ -278,13 +279,7 @@ def _overlap() -> dict[str, float]:
     runs = {"compute": compute, "dist_comm": lambda: [dist.all_reduce(t) for t in tensors],
             "hvd_comm": lambda: [hvd.allreduce_(t, op=hvd.Sum) for t in tensors], "dist_both": dist_both,
             "hvd_both": hvd_both}
-    samples: dict[str, list[float]] = {kind: [] for kind in runs}
-    for repeat in range(1 + REPEATS):
-        for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
-            started = time.perf_counter()
-            run()
-            if repeat:
-                samples[kind].append(time.perf_counter() - started)
+    samples = _alternating(runs)
     return {kind: statistics.median(values) for kind, values in samples.items()}
 
 

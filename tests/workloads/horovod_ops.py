@@ -50,8 +50,9 @@ def api(out: pathlib.Path) -> None:
     r["async"] = [hvd.synchronize(h).tolist() for h in reversed(handles)]
     r["poll_after"] = _error(lambda: hvd.poll(handles[0]))
     h = hvd.allreduce_async_(torch.ones(2) * rank, op=hvd.Max)
-    while not hvd.poll(h):
-        time.sleep(0.001)
+    deadline = time.monotonic() + 60
+    while not hvd.poll(h):  # Horovod's polling loop, as scripts write it (bounded here)
+        assert time.monotonic() < deadline, "the polled allreduce never finished"
     r["polled"] = hvd.synchronize(h).tolist()
     r["allgather_async"] = hvd.synchronize(hvd.allgather_async(torch.full((rank + 1,), rank))).tolist()
     r["broadcast_async"] = hvd.synchronize(hvd.broadcast_async(torch.tensor([rank]), root_rank=1)).tolist()
@@ -179,7 +180,7 @@ def sets(out: pathlib.Path, steps: int) -> None:
                 except ValueError as exc:
                     record[name] = f"ValueError: {exc}"
             stop = hvd.allreduce(torch.tensor([float((out / "stop").exists())]), op=hvd.Max).item()  # the step's own
-            time.sleep(0.05)
+            time.sleep(0.05)  # the step's simulated compute (paces the loop; no synchronisation)
             log.write(json.dumps(record) + "\n")
             log.flush()
             state.step += 1
