@@ -293,12 +293,12 @@ def test_a_detached_job_on_etcd_carries_on_from_its_checkpoint_when_its_holder_d
     driver = _driver(made, "phoenix", log, steps=150, store=store, checkpoint_dir=tmp_path / "ckpt")
     checkpoints = tmp_path / "ckpt"
     try:
-        _attached("phoenix")
+        job = _attached("phoenix")
         wait_for(lambda: checkpoints.exists() and any(p.name.startswith("step-") for p in checkpoints.iterdir()), 120,
                  "a durable checkpoint")
-        holders = [p for p in psutil.process_iter(["cmdline"]) if "JobHolder" in " ".join(p.info["cmdline"] or [])]
-        assert len(holders) == 1, holders
-        holders[0].kill()  # Ray restarts it; the driver's wait for the result goes to the new one
+        # This job's holder by its own word (an earlier test's holder may still be on its way out)
+        holder_pid = ray.get(job._holder.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
+        psutil.Process(holder_pid).kill()  # Ray restarts it; the driver's wait for the result goes to the new one
         assert driver.wait(JOB_TIMEOUT_S) == 0, "the driver did not read the job's result"
     finally:
         _kill_group(driver)
