@@ -225,6 +225,14 @@ class HostsUpdated(_message.Message):
     checkpoint: bool
     def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
 
+class HostsAnnounced(_message.Message):
+    __slots__ = ("sequence", "reason")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    reason: str
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class Retire(_message.Message):
     __slots__ = ("reason",)
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -240,32 +248,36 @@ class JobEnded(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WorkerEvent(_message.Message):
-    __slots__ = ("assignment", "generation_over", "hosts_updated", "retire", "job_ended", "seal")
+    __slots__ = ("assignment", "generation_over", "hosts_updated", "retire", "job_ended", "hosts_announced", "seal")
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_OVER_FIELD_NUMBER: _ClassVar[int]
     HOSTS_UPDATED_FIELD_NUMBER: _ClassVar[int]
     RETIRE_FIELD_NUMBER: _ClassVar[int]
     JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_ANNOUNCED_FIELD_NUMBER: _ClassVar[int]
     SEAL_FIELD_NUMBER: _ClassVar[int]
     assignment: Assignment
     generation_over: GenerationOver
     hosts_updated: HostsUpdated
     retire: Retire
     job_ended: JobEnded
+    hosts_announced: HostsAnnounced
     seal: Seal
-    def __init__(self, assignment: _Optional[_Union[Assignment, _Mapping]] = ..., generation_over: _Optional[_Union[GenerationOver, _Mapping]] = ..., hosts_updated: _Optional[_Union[HostsUpdated, _Mapping]] = ..., retire: _Optional[_Union[Retire, _Mapping]] = ..., job_ended: _Optional[_Union[JobEnded, _Mapping]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
+    def __init__(self, assignment: _Optional[_Union[Assignment, _Mapping]] = ..., generation_over: _Optional[_Union[GenerationOver, _Mapping]] = ..., hosts_updated: _Optional[_Union[HostsUpdated, _Mapping]] = ..., retire: _Optional[_Union[Retire, _Mapping]] = ..., job_ended: _Optional[_Union[JobEnded, _Mapping]] = ..., hosts_announced: _Optional[_Union[HostsAnnounced, _Mapping]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class ReadyRequest(_message.Message):
-    __slots__ = ("worker_id", "after_generation", "failure", "elastic")
+    __slots__ = ("worker_id", "after_generation", "failure", "elastic", "awaits_hosts")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_GENERATION_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    AWAITS_HOSTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     after_generation: int
     failure: str
     elastic: bool
-    def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ...) -> None: ...
+    awaits_hosts: int
+    def __init__(self, worker_id: _Optional[str] = ..., after_generation: _Optional[int] = ..., failure: _Optional[str] = ..., elastic: _Optional[bool] = ..., awaits_hosts: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeatRequest(_message.Message):
     __slots__ = ("worker_id", "commits", "elastic", "stats", "spans", "spans_dropped", "steps_since_commit")

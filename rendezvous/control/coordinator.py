@@ -27,7 +27,7 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, HostDiff
 from ringmaster.rendezvous.control.liveness import judge_silence
-from ringmaster.rendezvous.control.effects import EndGeneration, Effect, StopAgent, UpdateHosts
+from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, Effect, StopAgent, UpdateHosts
 from ringmaster.rendezvous.control.facts import (
     AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, HostsJoined, SessionClosed, TrainingReturned,
     WorkerExited,
@@ -217,6 +217,9 @@ class Coordinator:
                     # trains on alone at its next commit while the others wait for it.
                     job.outbox.append(UpdateHosts(worker_id, gen.update_sequence,
                                                   "the hosts changed while this worker was reconnecting", False))
+                elif gen.announced_sequence and worker.phase is Phase.MEMBER:
+                    job.outbox.append(AnnounceHosts(worker_id, gen.announced_sequence,
+                                                    "newcomers were announced while this worker was reconnecting"))
         placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)
@@ -254,7 +257,10 @@ class Coordinator:
             if worker is not None and worker.host == host:
                 worker.busy_at = now
 
-    def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float) -> None:
+    def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float,
+                     awaits_hosts: int = 0) -> None:
+        """A worker asks for a generation after `after_generation`; `awaits_hosts`: the
+        announcement it reset for (its script awaited the newcomers: `Formation.awaits_announced`)."""
         worker = self.job.workers.get(worker_id)
         if worker is None:
             raise Refused(f"worker {worker_id!r} is not part of this job")
@@ -270,6 +276,8 @@ class Coordinator:
         if worker.phase is Phase.MEMBER and worker.generation > after_generation:
             worker.last_heartbeat = now
             return  # it asks for what it holds already (assigned before it asked: `Formation._rejoins_at_once`)
+        if awaits_hosts and not failure and worker.generation == after_generation:
+            self.formation.awaits_announced(worker, awaits_hosts, now)
         if worker.phase is not Phase.EXITED:
             worker.phase = Phase.READY
             worker.ready_at = now

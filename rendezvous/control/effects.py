@@ -88,6 +88,16 @@ class EndGeneration:
 
 
 @dataclass(frozen=True)
+class AnnounceHosts:
+    """The ring will change once newcomers have warmed up: not an interrupt (`UpdateHosts` is),
+    the notice a Horovod script waits for after a discovery change (`state._host_messages`)."""
+
+    worker_id: str
+    sequence: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class UpdateHosts:
     """The ring should change: raise HostsUpdatedInterrupt at the next commit."""
 
@@ -116,5 +126,5 @@ class EndJob:
 
 PoolEffect = Union[LaunchAgent, StopLaunchedAgent]
 AgentEffect = Union[RunWorkers, StopAgent]
-WorkerEffect = Union[Assign, EndGeneration, UpdateHosts, Retire, EndJob]
+WorkerEffect = Union[Assign, EndGeneration, UpdateHosts, AnnounceHosts, Retire, EndJob]
 Effect = Union[AgentEffect, WorkerEffect, PoolEffect]

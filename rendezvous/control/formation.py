@@ -25,7 +25,7 @@ from typing import Callable
 
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
-from ringmaster.rendezvous.control.effects import RunWorkers, UpdateHosts, WorkerLaunch
+from ringmaster.rendezvous.control.effects import AnnounceHosts, RunWorkers, UpdateHosts, WorkerLaunch
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.listing import listed
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
@@ -231,6 +231,8 @@ class Formation:
             return
         if len(survivors) + len(newcomers) < job.settings.min_np:
             return  # wait for newcomers to warm up, or for --elastic-timeout
+        if self._awaited_newcomers(now):
+            return  # the members reset for the newcomers announced: form with them
         if job.exceeds_reset_limit(now):
             return
         if not any(w.holds_commit for w in survivors):
@@ -298,6 +300,11 @@ class Formation:
             if job.checkpoint_at_update:  # a drain left too few after the update went out: say it again, with a checkpoint
                 self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
             return
+        if gen.awaited_at is not None:  # members reset for the announcement: the update is theirs now
+            reason = "the workers awaited the announced hosts"
+            job.causes.add_kinds_if_none(reason, {ResetCause.HOST_ADDED})
+            self._send_update(members, reason, now)
+            return
         policy = generation_policy(members, job.settings.elastic)
         if not policy.grows_in_place():
             if not any(policy.rejoins(w) for w in members):
@@ -328,6 +335,8 @@ class Formation:
             reasons.append(f"scaling down to {limit} workers")
             kinds.add(ResetCause.SCALE)
         if not reasons:
+            if warming and room > 0:
+                self._announce(members, warming, now)
             return
         reason = "; ".join(reasons)
         job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
@@ -389,6 +398,46 @@ class Formation:
             if w.live and w.registered:
                 job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
 
+    def _announce(self, members: list[Worker], warming: list[Worker], now: float) -> None:
+        """Tell a healthy generation's members at once that newcomers are coming (once per
+        generation). Horovod's driver tells its workers of new hosts as it discovers them, and
+        its scripts wait for that (`state._host_messages`); the interrupt itself still waits for
+        the newcomers to be ready, so the members train on while they warm up, unless a member's
+        script awaits the change (its `Ready` says `awaits_hosts`: `Coordinator.worker_ready`)."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        if gen.announced_sequence or gen.update_sequence or gen.over is not None:
+            return
+        job.hosts_sequence += 1  # (a number of its own: an announcement never reads as a later generation's update)
+        gen.announced_sequence = job.hosts_sequence
+        reason = "new worker(s) warming up: " + listed(w.worker_id for w in warming)
+        job.emit(now, Kind.HOSTS_ANNOUNCED, reason=reason)
+        for w in members:
+            if w.live and w.registered:
+                job.outbox.append(AnnounceHosts(w.worker_id, gen.announced_sequence, reason))
+
+    def awaits_announced(self, worker: Worker, sequence: int, now: float) -> bool:
+        """A member reset for its generation's announcement (its script awaited the change):
+        the next ring waits for the newcomers, as Horovod's reset does (`_next_generation`)."""
+        gen = self.job.generation
+        if gen is None or gen.over is not None or gen.update_sequence or not gen.announced_sequence \
+                or sequence != gen.announced_sequence or worker.worker_id not in gen.member_set:
+            return False
+        if gen.awaited_at is None:
+            gen.awaited_at = now
+        return True
+
+    def _awaited_newcomers(self, now: float) -> bool:
+        """Whether the next ring waits for newcomers still warming up: a member awaited them
+        (`awaits_announced`), for at most --start-timeout."""
+        job = self.job
+        gen = job.generation
+        if gen is None or gen.awaited_at is None or now - gen.awaited_at >= job.settings.start_timeout_s:
+            return False
+        eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        return bool(self._newcomers(eligible)[1])
+
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
         """A plain job grows only by restarting, as torchrun does on a membership change."""
         job = self.job
@@ -427,6 +476,9 @@ class Formation:
                 job.emit(now, Kind.WORKER_STARTING, worker=worker.worker_id, host=host.name)
                 started.append(worker)
         if started:
+            members = [job.workers[i] for i in gen.member_ids]
+            if all(w.elastic for w in members if w.live):
+                self._announce(members, started, now)
             gen_order = {wid: i for i, wid in enumerate(gen.member_ids)}
             staying = sorted(live, key=lambda w: gen_order.get(w.worker_id, len(gen_order)))
             expected = assign_ranks([WorkerSlot(w.worker_id, w.host) for w in staying],

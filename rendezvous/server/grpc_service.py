@@ -531,7 +531,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         or a newcomer that warmed up); `failure` says why its last generation ended, if it did."""
         try:
             self.call(self.coordinator.worker_ready, request.worker_id, request.after_generation, request.failure,
-                      request.elastic)
+                      request.elastic, awaits_hosts=request.awaits_hosts)
         except Refused as refused:
             return pb.Ack(ok=False, message=str(refused))
         return pb.Ack(ok=True)

@@ -8,7 +8,7 @@ from typing import Iterable
 from ringmaster.proto import ringmaster_pb2 as pb
 
 from ringmaster.rendezvous.control.effects import (
-    AgentEffect, Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts, WorkerEffect,
+    AgentEffect, AnnounceHosts, Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts, WorkerEffect,
 )
 
 
@@ -25,7 +25,7 @@ def _shared_fields(kind: type) -> tuple[str, ...]:
 
 
 #: What decides the message of an effect that is the same for every worker it goes to.
-_SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, Retire, EndJob)}
+_SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, AnnounceHosts, Retire, EndJob)}
 
 
 #: An effect as it goes to its worker: (worker id, effect, the end of a generation it also says).
@@ -108,6 +108,10 @@ def fill(event: pb.WorkerEvent, effect: WorkerEffect, ends: EndGeneration | None
         update = event.hosts_updated
         update.SetInParent()
         update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
+    elif isinstance(effect, AnnounceHosts):
+        announced = event.hosts_announced
+        announced.SetInParent()
+        announced.sequence, announced.reason = effect.sequence, effect.reason
     elif isinstance(effect, Retire):
         event.retire.SetInParent()
         event.retire.reason = effect.reason

@@ -155,6 +155,7 @@ class GenerationRecord(_Record):
     over: Optional[str]
     update_sequence: int
     hosts_baseline: int
+    announced_sequence: int = Field(0, ge=0)  # (0 in a record written before announcements)
 
 
 class Snapshots:
@@ -236,7 +237,7 @@ def _member_runs(g: Generation) -> dict[str, dict[str, Any]]:
 def _generation_value(g: Generation) -> dict[str, Any]:
     return {"number": g.number, "size": len(g.members), "cause": g.cause,
             "store_prefix": g.store_prefix, "over": g.over, "update_sequence": g.update_sequence,
-            "hosts_baseline": g.hosts_baseline}
+            "hosts_baseline": g.hosts_baseline, "announced_sequence": g.announced_sequence}
 
 
 def job_values(saved: SavedJob, snapshots: Snapshots | None = None) -> dict[str, dict[str, Any]]:
@@ -385,4 +386,5 @@ def _generation(r: GenerationRecord, member_ids: list[str], order: tuple[int, ..
     (a member listed twice is refused by `assign_ranks`)."""
     members: list[RankAssignment] = assign_ranks([WorkerSlot(i, workers[i].host) for i in member_ids], [])
     return Generation(r.number, members, r.cause, r.store_prefix, over=r.over,
-                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline, order=order)
+                      update_sequence=r.update_sequence, hosts_baseline=r.hosts_baseline,
+                      announced_sequence=r.announced_sequence, order=order)

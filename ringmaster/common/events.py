@@ -35,6 +35,7 @@ class Kind(enum.StrEnum):
     HOST_UNDRAINED = "host.undrained"
     STRAGGLER_FOUND = "host.straggler"
     HOSTS_UPDATED = "hosts.updated"
+    HOSTS_ANNOUNCED = "hosts.announced"
     SLOTS_SHORT = "slots.short"
     # rendezvous: agents and workers
     AGENT_CONNECTED = "agent.connected"
@@ -174,6 +175,7 @@ SPECS: dict[Kind, Spec] = {
                                    "for the ring, {slowdown:.2f}x the other hosts' {others_s:.3f} s (over their last "
                                    "{steps} steps); {action}"),
     Kind.HOSTS_UPDATED: Spec(_I, "hosts updated ({reason}); workers re-form the ring at their next commit"),
+    Kind.HOSTS_ANNOUNCED: Spec(_I, "the ring will grow ({reason}); workers train on until the newcomers are ready"),
     Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
     Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),
     Kind.AGENT_RECONNECTED: Spec(_I, "agent for host {host} reconnected (pid {pid})"),

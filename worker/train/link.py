@@ -81,6 +81,9 @@ class RendezvousLink:
         self._rejoining: set[int] = set()  # generations over whose next this worker is placed in unasked
         self._hosts_sequence = 0
         self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
+        self._announced_sequence = 0  # the newest announcement of newcomers (`HostsAnnounced`)
+        self._claimed_sequence = 0  # the newest announcement this worker's script took as a host update
+        self._awaits_hosts = 0  # the announcement this worker resets for, said with its next Ready
         self._retired: str | None = None
         self._ended: pb.JobEnded | None = None
         self._lost: str | None = None
@@ -171,9 +174,11 @@ class RendezvousLink:
                 self._cond.wait(remaining)
             if self._placed_after(after_generation) or after_generation in self._rejoining:
                 return  # placed already, or sure to be: no call
+            awaits, self._awaits_hosts = (0 if failure else self._awaits_hosts), 0
         try:
             reply = self._call("Ready", pb.ReadyRequest(
-                worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic))
+                worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic,
+                awaits_hosts=awaits))
         except grpc.RpcError as exc:
             if exc.code() in AWAY_CODES:
                 return
@@ -272,6 +277,30 @@ class RendezvousLink:
         with self._cond:
             return self._hosts_sequence
 
+    def announced_sequence(self) -> int:
+        """The newest announcement that newcomers are coming (not an interrupt by itself)."""
+        with self._cond:
+            return self._announced_sequence
+
+    def claim_announced(self, baseline: int) -> int:
+        """The announcement newer than `baseline`, now claimed (0 if none): this worker's script
+        took it as Horovod's word of new hosts, so its next commit resets (`claimed_sequence`)."""
+        with self._cond:
+            if self._announced_sequence <= baseline:
+                return 0
+            self._claimed_sequence = max(self._claimed_sequence, self._announced_sequence)
+            return self._claimed_sequence
+
+    def claimed_sequence(self) -> int:
+        with self._cond:
+            return self._claimed_sequence
+
+    def awaits_hosts(self, sequence: int) -> None:
+        """This worker resets for announcement `sequence` (its script awaited the newcomers):
+        its next `Ready` says so, and the next ring waits for them."""
+        with self._cond:
+            self._awaits_hosts = max(self._awaits_hosts, sequence)
+
     def checkpoint_sequence(self) -> int:
         """The newest host update that asked rank 0 to make its commit durable before anyone
         leaves (a drain that leaves too few workers); 0 if none."""
@@ -345,6 +374,8 @@ class RendezvousLink:
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
                 if event.hosts_updated.checkpoint:
                     self._checkpoint_sequence = max(self._checkpoint_sequence, event.hosts_updated.sequence)
+            elif kind == "hosts_announced":
+                self._announced_sequence = max(self._announced_sequence, min(event.hosts_announced.sequence, 1 << 62))
             elif kind == "retire":
                 self._retired = event.retire.reason or "retired"
             elif kind == "job_ended":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ringmaster.rendezvous.control.effects import (
+    AnnounceHosts,
     Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts,
 )
 from ringmaster.rendezvous.control.records import Phase
@@ -91,16 +92,81 @@ def test_newcomers_warm_up_before_the_ring_is_interrupted() -> None:
     for wid in newcomers:
         rig.worker_connected(wid, 2)
     assert not any(UpdateHosts in rig.kinds(w) for w in ids)  # still warming up
+    # ...but the members were told at once that newcomers are coming (Horovod's scripts wait for that)
+    announced = [rig.last(w, AnnounceHosts) for w in ids]
+    assert all(a.sequence == 1 and a.reason == f"new worker(s) warming up: {newcomers[0]}, {newcomers[1]}"
+               for a in announced)
     rig.worker_ready(newcomers[0], 0, "", True)
     assert not any(UpdateHosts in rig.kinds(w) for w in ids)  # the other one is close behind
     rig.worker_ready(newcomers[1], 0, "", True)
     update = rig.last(ids[0], UpdateHosts)
-    assert update.sequence == 1 and "new worker(s) ready" in update.reason
+    assert update.sequence == 2 and "new worker(s) ready" in update.reason
     for wid in ids:
         rig.worker_ready(wid, 1, "", True)
     gen = rig.coordinator.generation
     assert [a.worker_id for a in gen.members] == ids + newcomers
-    assert all(rig.last(w, Assign).hosts_sequence == 1 for w in ids + newcomers)
+    assert all(rig.last(w, Assign).hosts_sequence == 2 for w in ids + newcomers)
+    assert all(rig.kinds(w).count(AnnounceHosts) == 1 for w in ids)  # once
+
+
+def test_members_that_await_the_announced_newcomers_reset_and_the_next_ring_waits_for_them() -> None:
+    """Horovod's contract: a script that waits for the driver's word of new hosts (polling
+    `state._host_messages`) gets it at once, resets at its next commit, and the next ring has
+    the newcomers in it. The members' Ready says which announcement they reset for."""
+    rig = Rig(min_np=2, max_np=8, start_timeout_s=20)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+    announced = rig.last(ids[0], AnnounceHosts).sequence
+    rig.worker_ready(ids[0], 1, "", True, awaits_hosts=announced)
+    update = rig.last(ids[1], UpdateHosts)  # the other member is told to reset too
+    assert update.sequence > announced and update.reason == "the workers awaited the announced hosts"
+    rig.worker_ready(ids[1], 1, "", True, awaits_hosts=announced)
+    assert rig.gen().number == 1  # every member ready, but the newcomers are still warming up
+    rig.now += 5.0
+    rig.tick()
+    assert rig.gen().number == 1
+    rig.worker_ready(newcomers[0], 0, "", True)
+    assert rig.gen().number == 1
+    rig.worker_ready(newcomers[1], 0, "", True)
+    gen = rig.gen()
+    assert gen.number == 2 and [a.worker_id for a in gen.members] == ids + newcomers
+    assert all(rig.last(w, Assign).hosts_sequence == update.sequence for w in ids + newcomers)
+
+
+def test_awaited_newcomers_are_waited_for_no_longer_than_the_start_timeout() -> None:
+    rig = Rig(min_np=2, max_np=8, start_timeout_s=20)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    announced = rig.last(ids[0], AnnounceHosts).sequence
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True, awaits_hosts=announced)
+    rig.now += 19.0
+    rig.tick()
+    assert rig.gen().number == 1
+    rig.now += 1.5
+    rig.tick()
+    gen = rig.gen()
+    assert gen.number == 2 and [a.worker_id for a in gen.members] == ids  # the newcomers join later
+
+
+@pytest.mark.parametrize("claim", ["another number", "a non-member", "after an update"])
+def test_a_ready_claiming_no_current_announcement_changes_nothing(claim: str) -> None:
+    """`awaits_hosts` is input: only the current generation's announcement, from its member,
+    before its update, makes the next ring wait."""
+    rig = Rig(min_np=2, max_np=8, start_timeout_s=20)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    announced = rig.last(ids[0], AnnounceHosts).sequence
+    if claim == "another number":
+        rig.worker_ready(ids[0], 1, "", True, awaits_hosts=announced + 7)
+    elif claim == "a non-member":
+        rig.worker_connected(newcomers[0], 2)
+        rig.worker_ready(newcomers[0], 1, "", True, awaits_hosts=announced)
+    else:
+        for wid in newcomers:
+            rig.worker_connected(wid, 2)
+            rig.worker_ready(wid, 0, "", True)
+        rig.worker_ready(ids[0], 1, "", True, awaits_hosts=announced)
+    assert rig.gen().awaited_at is None
 
 
 def test_a_host_updates_reason_names_a_few_newcomers_and_counts_the_rest() -> None:

@@ -65,3 +65,13 @@ def test_a_message_written_in_place_is_the_message_and_only_stream_enders_stay_o
     assert command.events[0].event.assignment.ends_reason == "h/2 failed"
     assert all(carriable(e) for e in effects)
     assert not carriable(Retire("h/1", "smaller")) and not carriable(EndJob("h/1", True, "done"))
+
+
+def test_an_announcement_of_newcomers_is_its_own_message_shared_by_the_members() -> None:
+    from ringmaster.rendezvous.control.effects import AnnounceHosts
+
+    sent = worker_events([AnnounceHosts("h/1", 5, "new worker(s) warming up: g/3"),
+                          AnnounceHosts("h/2", 5, "new worker(s) warming up: g/3")])
+    (_w1, first), (_w2, second) = sent
+    assert first is second and first.WhichOneof("event") == "hosts_announced"  # not `hosts_updated`: no interrupt
+    assert (first.hosts_announced.sequence, first.hosts_announced.reason) == (5, "new worker(s) warming up: g/3")

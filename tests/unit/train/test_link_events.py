@@ -98,3 +98,20 @@ def test_a_large_jobs_worker_waits_longer_for_the_word(monkeypatch, tmp_path) ->
     link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="host h9 lost", rejoin=True)))
     waiting.join(10)
     assert not waiting.is_alive() and calls.readies == []
+
+
+def test_an_announcement_is_no_update_until_a_script_claims_it_and_then_its_ready_says_so() -> None:
+    """Newcomers announced (`HostsAnnounced`) interrupt nobody; a Horovod script that polls
+    `state._host_messages` claims the announcement (its next commit resets), and the Ready that
+    follows names it, once, so that the next ring waits for the newcomers."""
+    link, calls = _linked()
+    link._on_event(pb.WorkerEvent(hosts_announced=pb.HostsAnnounced(sequence=4, reason="b/3 warming up")))
+    assert (link.announced_sequence(), link.hosts_sequence(), link.claimed_sequence()) == (4, 0, 0)
+    assert link.claim_announced(baseline=4) == 0  # not newer than the generation's baseline
+    assert link.claimed_sequence() == 0
+    link._on_event(pb.WorkerEvent(hosts_announced=pb.HostsAnnounced(sequence=2)))  # a late, older one
+    assert link.claim_announced(baseline=3) == 4 and link.claimed_sequence() == 4
+    link.awaits_hosts(4)
+    link.ready(1, "")
+    link.ready(2, "")
+    assert [(r.after_generation, r.awaits_hosts) for r in calls.readies] == [(1, 4), (2, 0)]

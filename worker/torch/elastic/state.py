@@ -103,25 +103,40 @@ class State:
         the next `commit()`/`check_host_updates()` raises `HostsUpdatedInterrupt`. A local look,
         no collective (so ranks may see it at different moments; the interrupt itself is agreed)."""
         ctx = context()
-        return ctx.link is not None and ctx.link.hosts_sequence() > ctx.hosts_sequence_baseline()
+        if ctx.link is None:
+            return False
+        baseline = ctx.hosts_sequence_baseline()
+        return ctx.link.hosts_sequence() > baseline or ctx.link.claimed_sequence() > baseline
 
     def wait_for_host_update(self, timeout_s: float) -> bool:
-        """Block until a host update is pending (True) or `timeout_s` passes (False), woken by
-        the notice itself: what Horovod scripts do by polling `state._host_messages.empty()`."""
+        """Block until the hosts change (True) or `timeout_s` passes (False), woken by the notice
+        itself: what Horovod scripts do by polling `state._host_messages.empty()`.
+
+        Newcomers are announced as soon as their hosts are found, and the interrupt normally
+        waits until they are ready, so the members train on meanwhile. A script that waits here
+        is not training: the announcement is enough, and its next commit resets; the next ring
+        waits for the newcomers (as Horovod's reset does)."""
         link = context().link
         if link is None:
             return self.host_update_pending()
         woken = threading.Event()
         link.add_waiter(woken)
         try:
-            return wait_until(woken, self.host_update_pending, timeout_s, lambda: None)
+            return wait_until(woken, self._changed_hosts, timeout_s, lambda: None)
         finally:
             link.remove_waiter(woken)
+
+    def _changed_hosts(self) -> bool:
+        """A host update is pending, or newcomers were announced (claimed: the next commit resets)."""
+        ctx = context()
+        if self.host_update_pending():
+            return True
+        return ctx.link is not None and ctx.link.claim_announced(ctx.hosts_sequence_baseline()) > 0
 
     @property
     def _host_messages(self) -> "_PendingHostUpdates":
         """Horovod's private queue of host-update notices, as scripts poll it
-        (`while state._host_messages.empty(): ...`); `host_update_pending()` is the public form."""
+        (`while state._host_messages.empty(): ...`); `wait_for_host_update()` is the public form."""
         return _PendingHostUpdates(self)
 
     @property
@@ -134,12 +149,16 @@ class State:
         ctx = context()
         if ctx.link is None:  # a job of one, outside `ringmaster run`
             return
-        seen = torch.tensor([ctx.link.hosts_sequence(), ctx.link.checkpoint_sequence()], dtype=torch.int64)
+        updated = ctx.link.hosts_sequence()
+        seen = torch.tensor([max(updated, ctx.link.claimed_sequence()), ctx.link.checkpoint_sequence()],
+                            dtype=torch.int64)
         allreduce_(seen, op=Max)
         newest, checkpoint = (int(v) for v in seen.tolist())
         if newest > ctx.hosts_sequence_baseline():
             if checkpoint > ctx.hosts_sequence_baseline():
                 self._make_durable(ctx)
+            if newest > updated:  # an announcement a script awaited, before its update came: say so
+                ctx.link.awaits_hosts(newest)
             raise HostsUpdatedInterrupt(skip_sync=False)
 
     def _make_durable(self, ctx) -> None:
@@ -284,12 +303,13 @@ class _PendingHostUpdates:
         self._state = state
 
     def empty(self) -> bool:
-        """True when no host update is waiting (Horovod scripts test `state._host_messages.empty()`)."""
-        return not self._state.host_update_pending()
+        """True when no host update is waiting (Horovod scripts test `state._host_messages.empty()`
+        and expect the next commit to reset when it is not: an announcement counts, claimed)."""
+        return not self._state._changed_hosts()
 
     def qsize(self) -> int:
         """How many host updates are waiting (0 or 1)."""
-        return int(self._state.host_update_pending())
+        return int(not self.empty())
 
 
 class ObjectState(State):
