@@ -1,4 +1,5 @@
-"""Parse host lists: discovery script output (``host:slots`` per line) and the ``-H`` flag."""
+"""Parse host lists: discovery script output (``host:slots`` per line), the ``-H`` flag and
+horovodrun's ``--hostfile`` (``host slots=N`` per line)."""
 
 from __future__ import annotations
 
@@ -101,4 +102,38 @@ def parse_hosts_flag(value: str, default_slots: int | None = 1) -> dict[str, int
             raise DiscoveryError(f"--hosts lists more than {MAX_HOSTS} hosts")
     if not hosts:
         raise DiscoveryError(f"--hosts {value!r} names no host; write e.g. -H node1:2,node2:2")
+    return hosts
+
+
+#: Largest --hostfile read (a host per line: far above MAX_HOSTS lines of long names).
+MAX_HOSTFILE_BYTES = 4 << 20
+_SLOTS_CLAUSE = re.compile(r"slots\s*=\s*(\S+)")
+
+
+def parse_hostfile(text: str, default_slots: int | None = 1, source: str = "--hostfile") -> dict[str, int]:
+    """Parse horovodrun's (and MPI's) host file: one ``host slots=N`` per line; ``host:N`` and a
+    bare ``host`` (`default_slots`) are taken too. Blank lines and ``#`` comments are skipped;
+    errors name the line."""
+    entries: list[str] = []  # a line per line of the file (blank where none), so errors name the file's line
+    listed = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            entries.append("\n")
+            continue
+        host, *more = line.split(None, 1)
+        rest = more[0].strip() if more else ""
+        if rest:
+            clause = _SLOTS_CLAUSE.fullmatch(rest)
+            if clause is None or ":" in host:
+                raise DiscoveryError(f"{source} line {number}: {raw.strip()[:100]!r}: write 'host slots=N' "
+                                     "(as horovodrun reads it) or 'host:N'")
+            host = f"{host}:{clause.group(1)}"
+        entries.append(f"{host}\n")
+        listed += 1
+        if listed > MAX_HOSTS:
+            raise DiscoveryError(f"{source} line {number}: more than {MAX_HOSTS} hosts listed; a job takes at most {MAX_HOSTS}")
+    hosts = parse_host_lines("".join(entries), default_slots, source) if entries else {}
+    if not hosts:
+        raise DiscoveryError(f"{source} names no host; write one 'host slots=N' per line")
     return hosts

@@ -152,6 +152,9 @@ class JobSettings(BaseModel):
                                     description="file the job's Chrome trace timeline is written to; None: no timeline")
     timeline_max_mb: int = Field(DEFAULT_TIMELINE_MAX_MB, ge=1, le=1 << 20,
                                  description="size at which the timeline file is rotated to FILE.1")
+    fusion_threshold_bytes: Optional[int] = Field(None, ge=0, le=1 << 40,
+                                                  description="bytes fused into one allreduce, set for the workers "
+                                                              "(--fusion-threshold-mb); None: their environment's")
 
     @model_validator(mode="after")
     def _check(self) -> "JobSettings":

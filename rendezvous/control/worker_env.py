@@ -25,6 +25,8 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
     }
     if settings.timeline:
         env[env_names.TIMELINE_SPANS] = "1"
+    if settings.fusion_threshold_bytes is not None:
+        env[env_names.FUSION_THRESHOLD] = str(settings.fusion_threshold_bytes)
     if settings.checkpoint_dir:
         env[env_names.CHECKPOINT_DIR] = settings.checkpoint_dir
         env[env_names.CHECKPOINT_KEEP] = str(settings.checkpoint_keep)

@@ -37,6 +37,8 @@ from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
 from ringmaster.discovery.slurm import SlurmDiscovery
+from ringmaster.discovery.errors import DiscoveryError
+from ringmaster.discovery.parse import MAX_HOSTFILE_BYTES, parse_hostfile
 from ringmaster import __version__
 from ringmaster import settings as defaults
 from ringmaster.worker.agent.flags import add_drain_flags
@@ -55,6 +57,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="most workers (default: all slots with a discovery script or with -H and --min-np, as "
                              "horovodrun's elastic mode; else -np)")
     parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
+    parser.add_argument("--hostfile", default=None, metavar="FILE",
+                        help="fixed hosts from a file, one 'host slots=N' (horovodrun's and MPI's form) or 'host:N' per "
+                             "line (default: none)")
     parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
                         help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled every --discovery-interval (default: none)")
     parser.add_argument("--hosts-from-agents", action="store_true",
@@ -95,6 +100,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="which events the rendezvous, agents and workers print: DEBUG adds workers' connections and "
                              "ready calls, INFO every event, WARNING failures and blacklisting, ERROR and CRITICAL only a "
                              f"failed job's end (default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
+    parser.add_argument("--verbose", dest="log_level", action="store_const", const="DEBUG",
+                        help="horovodrun's flag: --log-level DEBUG (default: off)")
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
                         help="text: readable lines; json: one JSON object per line with the event's kind, generation and "
                              f"fields (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
@@ -118,7 +125,7 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="seconds a worker whose process its agent sees running (importing, a long C call holding "
                              "the interpreter) may go without a heartbeat of its own before it counts as hung; a "
                              "stopped or dead one counts after --heartbeat-timeout (default: %(default)s)")
-    parser.add_argument("--collective-timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
+    parser.add_argument("--collective-timeout", "--gloo-timeout-seconds", dest="collective_timeout", type=float, metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
                         help="seconds a collective may take before its generation is given up (default: %(default)s)")
     parser.add_argument("--start-timeout", type=float, metavar="S", default=defaults.DEFAULT_START_TIMEOUT_S,
                         help="seconds the first generation waits for every discovered host's agent (default: %(default)s)")
@@ -144,11 +151,15 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="load checkpoints that hold objects of any class (a full unpickle, which runs code from the "
                              "file): only for a folder nobody but this job can write (default: tensors, numbers, strings, "
                              "lists and dicts only)")
-    parser.add_argument("--timeline", default=None, metavar="FILE",
+    parser.add_argument("--timeline", "--timeline-filename", dest="timeline", default=None, metavar="FILE",
                         help="write the job's timeline to FILE as a Chrome trace (chrome://tracing, ui.perfetto.dev): "
                              "a track per rank (forward, backward, allreduce buckets, optimizer step, commit, restore, "
                              "sync, ring build, waiting) and the rendezvous' generations, host changes and failures "
                              f"(default: ${defaults.TIMELINE_ENV[0]}, else ${defaults.TIMELINE_ENV[1]}, else none)")
+    parser.add_argument("--fusion-threshold-mb", type=float, default=None, metavar="MB",
+                        help="most megabytes of tensors fused into one allreduce (the optimizer's gradient buckets and "
+                             "hvd's operation queue), as horovodrun's flag; 0: no fusion (default: "
+                             "$HOROVOD_FUSION_THRESHOLD bytes, else 64)")
     parser.add_argument("--timeline-max-mb", type=int, default=defaults.DEFAULT_TIMELINE_MAX_MB, metavar="MB",
                         help="size at which the timeline file is renamed FILE.1 and a new one begun (default: %(default)s)")
     parser.add_argument("--store", default="memory", metavar="URL",
@@ -169,7 +180,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="address the rendezvous and the rings' store listen on (default: --network-interface's address; "
                              "else, for `run` with hosts reached over ssh, this machine's address on the route to the first "
                              "of them; else 127.0.0.1)")
-    parser.add_argument("--network-interface", default=None, metavar="NAME",
+    parser.add_argument("--network-interface", "--network-interfaces", dest="network_interface", default=None,
+                        metavar="NAME",
                         help="the interface the rendezvous, the rings' store and the Gloo/NCCL rings use, as horovodrun's "
                              "flag (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME for the workers) (default: none)")
     parser.add_argument("--advertise-address", default=None, metavar="HOST",
@@ -292,8 +304,16 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
         if address and ":" in address:
             raise UsageError(f"{flag} {address}: IPv6 addresses are not supported; give an IPv4 address "
                              "(0.0.0.0 listens on every interface) or a host name")
-    if args.hosts and args.host_discovery_script:
-        raise UsageError("give either -H/--hosts or --host-discovery-script, not both")
+    if sum(bool(x) for x in (args.hosts, args.hostfile, args.host_discovery_script)) > 1:
+        raise UsageError("give one of -H/--hosts, --hostfile and --host-discovery-script")
+    if args.hostfile:
+        args.hosts = hosts_flag_of(read_hostfile(args.hostfile, args.slots_per_host or 1))
+    interface = getattr(args, "network_interface", None)
+    if interface and "," in interface:
+        raise UsageError(f"--network-interface {interface}: give one interface name, which every host has "
+                         "(several names, as horovodrun takes them, are not supported)")
+    if args.fusion_threshold_mb is not None and not 0 <= args.fusion_threshold_mb <= 1 << 20:
+        raise UsageError(f"--fusion-threshold-mb {args.fusion_threshold_mb:g}: give 0 (no fusion) to 1048576 megabytes")
     for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np)):
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
@@ -343,11 +363,34 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             checkpoint_keep=args.checkpoint_keep,
             checkpoint_trusted=args.checkpoint_trusted,
             timeline=timeline_path(args.timeline, os.environ), timeline_max_mb=args.timeline_max_mb,
+            fusion_threshold_bytes=None if args.fusion_threshold_mb is None else int(args.fusion_threshold_mb * (1 << 20)),
             stragglers=args.stragglers, straggler_slowdown=args.straggler_slowdown, straggler_steps=args.straggler_steps,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
     return settings, discovery, initial
+
+
+def read_hostfile(path: str, default_slots: int) -> dict[str, int]:
+    """The hosts of horovodrun's --hostfile (bounded: the file is input)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_HOSTFILE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--hostfile {path}: cannot read it ({exc.strerror or exc}); give a file of 'host slots=N' "
+                         "lines") from None
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise UsageError(f"--hostfile {path}: over {MAX_HOSTFILE_BYTES >> 20} MiB; give one 'host slots=N' per line")
+    try:
+        return parse_hostfile(data.decode("utf-8"), default_slots, f"--hostfile {path}")
+    except UnicodeDecodeError:
+        raise UsageError(f"--hostfile {path}: not UTF-8 text; give one 'host slots=N' per line") from None
+    except DiscoveryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def hosts_flag_of(hosts: dict[str, int]) -> str:
+    return ",".join(f"{host}:{slots}" for host, slots in hosts.items())
 
 
 def timeline_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
@@ -410,8 +453,10 @@ def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
                              "allocation's nodes, SIGUSR1 a preemption: checkpoint, then requeue), 'none' starts none "
                              f"(Kubernetes... start `ringmaster agent`) (default: ${LAUNCHER_ENV}, else slurm inside a "
                              f"Slurm job, else {DEFAULT_LAUNCHER})")
-    parser.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
-    parser.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
+    parser.add_argument("-p", "--ssh-port", dest="ssh_port", type=int, default=None, metavar="P",
+                        help="ssh port of the hosts (default: ssh's)")
+    parser.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file", default=None, metavar="FILE",
+                        help="ssh private key (default: ssh's)")
 
 
 def choose_addresses(bind: str | None, advertise: str | None, interface: str | None,

@@ -23,7 +23,6 @@ reaches `hvd.elastic.run`: nothing half-reduced is left behind to be applied aft
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -36,31 +35,11 @@ from ringmaster.worker.train import flat
 from ringmaster.worker.train.collectives import Pending
 from ringmaster.worker.train.errors import HorovodInternalError
 
-#: Horovod's default fusion threshold: 64 MiB per bucket.
-DEFAULT_FUSION_THRESHOLD_BYTES = 64 * 1024 * 1024
 #: The first bucket of each kind is at most this big (DDP's first bucket is 1 MB too): the
 #: gradients ready first go out while backward computes the rest.
 FIRST_BUCKET_BYTES = 1 << 20
-#: Environment variables that set it (bytes; 0: one bucket per tensor, no fusion).
-FUSION_THRESHOLD_ENV = ("RINGMASTER_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD")
 #: The attribute by which a parameter knows the buckets that hear its gradients.
 _OWNER = "_ringmaster_buckets"
-
-
-def fusion_threshold(environ: dict[str, str] | None = None) -> int:
-    """The bucket size in bytes from the environment (RINGMASTER_ first, then HOROVOD_)."""
-    env = os.environ if environ is None else environ
-    for name in FUSION_THRESHOLD_ENV:
-        value = env.get(name)
-        if value:
-            try:
-                threshold = int(value)
-            except ValueError:
-                raise ValueError(f"{name}={value!r} is not a number of bytes; e.g. {name}=67108864 (64 MiB)") from None
-            if threshold < 0:
-                raise ValueError(f"{name}={value!r} must be 0 (no fusion) or a positive number of bytes")
-            return threshold
-    return DEFAULT_FUSION_THRESHOLD_BYTES
 
 
 def plan_buckets(params: list[torch.Tensor], threshold_bytes: int,

@@ -24,7 +24,8 @@ from ringmaster.common.spans import SpanRecorder, now_us
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import adasum
 from ringmaster.torch.basics import context, size
-from ringmaster.torch.buckets import GradientBuckets, fusion_threshold, take_over
+from ringmaster.torch.buckets import GradientBuckets, take_over
+from ringmaster.worker.train.op_queue import fusion_threshold
 from ringmaster.torch.collectives import allreduce_
 from ringmaster.torch.compression import Compression
 from ringmaster.worker.train import flat as flat_buffers

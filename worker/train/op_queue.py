@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -28,18 +28,28 @@ from ringmaster.worker.train.negotiation import Descriptor
 from ringmaster.worker.train import flat
 from ringmaster.worker.train.errors import CollectiveMismatchError, HorovodInternalError
 
-#: Bytes of allreduces fused into one buffer at most (Horovod's HOROVOD_FUSION_THRESHOLD, 64 MB).
-DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
+#: Bytes fused into one buffer at most, by the operation queue and the optimizer's gradient
+#: buckets (Horovod's HOROVOD_FUSION_THRESHOLD, 64 MB).
+DEFAULT_FUSION_THRESHOLD_BYTES = 64 * 1024 * 1024
+#: Environment variables that set it (bytes; 0: no fusion), RINGMASTER_ first.
+#: (`ringmaster run --fusion-threshold-mb` sets RINGMASTER_FUSION_THRESHOLD for the workers.)
+FUSION_THRESHOLD_ENV = ("RINGMASTER_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD")
 
 
-def fusion_bytes() -> int:
-    """HOROVOD_FUSION_THRESHOLD when it is a whole number of bytes (0 turns fusion off)."""
-    text = os.environ.get("HOROVOD_FUSION_THRESHOLD", "")
-    try:
-        return max(0, int(text)) if text else DEFAULT_FUSION_BYTES
-    except ValueError:
-        raise ValueError(f"HOROVOD_FUSION_THRESHOLD={text!r}: give the fusion buffer's size in bytes, e.g. "
-                         f"{DEFAULT_FUSION_BYTES}") from None
+def fusion_threshold(environ: Mapping[str, str] | None = None) -> int:
+    """The fusion size in bytes from the environment (RINGMASTER_ first, then HOROVOD_)."""
+    env = os.environ if environ is None else environ
+    for name in FUSION_THRESHOLD_ENV:
+        value = env.get(name)
+        if value:
+            try:
+                threshold = int(value)
+            except ValueError:
+                raise ValueError(f"{name}={value!r} is not a number of bytes; e.g. {name}=67108864 (64 MiB)") from None
+            if threshold < 0:
+                raise ValueError(f"{name}={value!r} must be 0 (no fusion) or a positive number of bytes")
+            return threshold
+    return DEFAULT_FUSION_THRESHOLD_BYTES
 
 
 #: Called with each operation once it is settled (`hvd.start_timeline` records them).
@@ -115,7 +125,7 @@ class OpQueue:
         self._thread: threading.Thread | None = None
         self._broken: HorovodInternalError | None = None
         self._closed = False
-        self._fusion_bytes = fusion_bytes()
+        self._fusion_bytes = fusion_threshold()
 
     # ------------------------------------------------------------ the caller's side
     def submit(self, operation: Operation) -> Operation:

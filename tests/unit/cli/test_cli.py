@@ -68,7 +68,7 @@ def test_horovodrun_spellings_and_defaults() -> None:
     (["python", "t.py"], "say how many workers: -np N"),
     (["-np", "2"], "no training command given"),
     (["-np", "2", "--min-np", "4", "--max-np", "2", "python", "t.py"], "--max-np (2) must be at least --min-np (4)"),
-    (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "either -H/--hosts or --host-discovery-script"),
+    (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "give one of -H/--hosts, --hostfile and --host-discovery-script"),
     (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
     (["-np", "0", "python", "t.py"], "-np must be a positive integer, got 0"),
     (["-np", "2", "--exit-report-timeout", "-1", "python", "t.py"], "--exit-report-timeout: "),
@@ -179,3 +179,49 @@ def test_a_bad_value_names_its_flag(flag) -> None:
     args = build_parser().parse_args(["run", "--min-np", "1", "--max-np", "2", flag, "-5", "python", "x.py"])
     with pytest.raises(UsageError, match=f"^{flag}: Input should be greater than 0"):
         settings_from_args(args)
+
+
+def test_horovodruns_flags_mean_what_they_mean_to_horovodrun(tmp_path) -> None:
+    from ringmaster.rendezvous.control.worker_env import base_env
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the cluster\nnode1 slots=4\nnode2\tslots = 2\n\nnode3:1\n")
+    settings, _discovery, initial = parse("--hostfile", str(hostfile), "-np", "7", "--gloo-timeout-seconds", "45",
+                                          "--fusion-threshold-mb", "32", "python", "x.py")
+    assert initial == {"node1": 4, "node2": 2, "node3": 1}
+    assert (settings.collective_timeout_s, settings.fusion_threshold_bytes) == (45, 32 << 20)
+    env = base_env("node1/1", "node1", 0, "r:1", "s:2", settings)
+    assert env["RINGMASTER_FUSION_THRESHOLD"] == str(32 << 20)  # what the workers' fusion reads first
+    assert "RINGMASTER_FUSION_THRESHOLD" not in base_env("a/1", "a", 0, "r:1", "s:2", parse("-np", "2", "python", "x.py")[0])
+    args = build_parser().parse_args(["run", "--verbose", "--timeline-filename", "t.json", "-p", "2222", "-i", "id_key",
+                                      "--network-interfaces", "eth0", "-np", "2", "python", "x.py"])
+    assert (args.log_level, args.timeline, args.ssh_port, args.ssh_identity_file, args.network_interface) == (
+        "DEBUG", "t.json", 2222, "id_key", "eth0")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("node1 slots=4\nnode2 cores=2\n", r"--hostfile \S+ line 2: 'node2 cores=2': write 'host slots=N'"),
+    ("node1 slots=four\n", r"line 1: 'node1:four': slots 'four' is not an integer"),
+    ("node1 slots=2\nnode1 slots=2\n", r"line 2: host 'node1' is listed twice"),
+    ("bad/host slots=2\n", r"line 1: 'bad/host:2': 'bad/host' is not a valid host name"),
+    ("# nobody\n", r"names no host"),
+    (b"\xff\xfe slots=1\n", r"not UTF-8 text"),
+])
+def test_a_bad_hostfile_is_refused_naming_its_line(tmp_path, text, message) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(UsageError, match=message):
+        parse("--hostfile", str(hostfile), "python", "x.py")
+
+
+def test_host_flags_that_contradict_each_other_or_that_cannot_be_had_are_refused(tmp_path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=1\n")
+    with pytest.raises(UsageError, match="give one of -H/--hosts, --hostfile and --host-discovery-script"):
+        parse("--hostfile", str(hostfile), "-H", "a:1", "python", "x.py")
+    with pytest.raises(UsageError, match=r"--hostfile \S+missing: cannot read it"):
+        parse("--hostfile", str(tmp_path / "missing"), "python", "x.py")
+    with pytest.raises(UsageError, match="give one interface name"):
+        parse("-np", "2", "--network-interfaces", "eth0,eth1", "python", "x.py")
+    with pytest.raises(UsageError, match="--fusion-threshold-mb -1: give 0"):
+        parse("-np", "2", "--fusion-threshold-mb", "-1", "python", "x.py")

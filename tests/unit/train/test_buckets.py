@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import ringmaster.torch as hvd
-from ringmaster.torch.buckets import DEFAULT_FUSION_THRESHOLD_BYTES, fusion_threshold, plan_buckets
+from ringmaster.torch.buckets import plan_buckets
+from ringmaster.worker.train.op_queue import DEFAULT_FUSION_THRESHOLD_BYTES, fusion_threshold
 from ringmaster.worker.train import flat
 
 
