@@ -279,8 +279,11 @@ def test_killed_host_comes_back_after_its_blacklist_cooldown(run_job, tmp_path) 
 def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> None:
     import subprocess
 
-    logs_dir = tmp_path / "log"
-    job = run_job("--min-np", "1", "--max-np", "4", "-H", "hostA:2,hostB:2", *FAST, *elastic_job(logs_dir, epochs=5, samples=192))
+    logs_dir, stop = tmp_path / "log", tmp_path / "stop"
+    # Trains until told to stop: on a loaded machine the newcomers of the scale-up may take longer
+    # to warm up than a job of fixed length has left to train.
+    job = run_job("--min-np", "1", "--max-np", "4", "-H", "hostA:2,hostB:2", *FAST,
+                  *elastic_job(logs_dir, epochs=1000, samples=192), "--stop-file", stop)
     api = job.wait_api()
     job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 3, 120, "4 workers training")
 
@@ -293,10 +296,12 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
     assert scale(2).returncode == 0
     job.wait_status(lambda s: s["world_size"] == 2, 60, "the world to shrink to 2")
     assert scale(4).returncode == 0
-    job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow back to 4")
+    back = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow back to 4")
+    job.wait_status(lambda s: s["steps"] >= back["steps"] + 3, 60, "training at size 4 again")
+    stop.touch()
     assert job.wait(240) == 0, job.output
     logs = read_logs(logs_dir)
-    assert_every_sample_once(logs, 5)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)
     assert not job.events("state.rolled_back")
 
