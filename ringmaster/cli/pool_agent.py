@@ -123,6 +123,12 @@ class PoolAgent:
         return answer
 
     def apply(self, orders: list[OrderRow]) -> None:
+        if self.stop_event.is_set():
+            # The host is being taken politely (`stop_all`): its jobs' agents are draining it. An
+            # answer still in flight may no longer list a job the pool has moved off this host as
+            # it drains; stopping that job's agent now would kill its workers before their commit
+            # (and its rendezvous would count the host lost).
+            return
         wanted = {order.order: order for order in orders}
         self.done &= set(wanted)  # (remembered while the pool still lists the order)
         for ident, agent in self.agents.items():
