@@ -199,24 +199,17 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
     log = tmp_path / "log"
     executor = ElasticRayExecutor(min_workers=2, max_workers=2)
     executor.start()
-    missed: list[str] = []
-
     def interrupt_after_five_commits() -> None:
-        try:  # (the deadline counts the workers' start: minutes on a loaded machine)
-            wait_for(lambda: len(_log(log)) >= 5, 200, "five commits")
-        except AssertionError as exc:
-            missed.append(str(exc))
-        os.kill(os.getpid(), signal.SIGINT)  # either way: the run below never ends by itself
+        wait_for(lambda: len(_log(log)) >= 5, 120, "five commits")
+        os.kill(os.getpid(), signal.SIGINT)
 
     interrupt = threading.Thread(target=interrupt_after_five_commits, daemon=True)
     interrupt.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            executor.run(ray_training.train, kwargs={"log_path": str(log), "until_size": 3,  # never 3: runs on
-                                                     "max_steps": 1 << 40})
+            executor.run(ray_training.train, kwargs={"log_path": str(log), "until_size": 3})  # never 3: runs on
     finally:
         executor.shutdown()
-    assert not missed, missed
     assert executor.last_outcome is not None and executor.last_outcome.interrupted
 
     def workers() -> list:
