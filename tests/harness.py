@@ -272,10 +272,12 @@ def parse_event_line(line: str) -> dict | None:
 
 
 def read_logs(log_dir: pathlib.Path) -> dict[str, list[dict]]:
-    """Per worker: the JSON lines the workload wrote."""
+    """Per worker: the JSON lines the workload wrote, read while it writes (a line not yet ended,
+    or cut short by a worker killed as it wrote, is not a record)."""
     logs = {}
     for path in sorted(log_dir.glob("*.jsonl")):
-        logs[path.stem] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        logs[path.stem] = [json.loads(line) for line in path.read_text().splitlines(keepends=True)
+                           if line.endswith("\n") and line.strip()]
     return logs
 
 

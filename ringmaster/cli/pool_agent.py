@@ -12,6 +12,13 @@ job's key.
 When the pool cannot be reached, the jobs' agents go on (they talk to their own rendezvous), and
 this process asks again with a growing pause. SIGTERM or SIGINT: the jobs' agents drain this host
 (their workers leave at their next commit: no job loses a step), then the host leaves the pool.
+
+One thread starts and stops the jobs' agents: the main one, which also drains them and ends
+last. A thread holds the pool's answer open and only hands the orders over. The jobs' agents die
+with their parent (`die_with_parent`, so a killed host agent leaves no orphan), and the kernel's
+parent-death signal follows the *thread* that started a process, not the process: an agent
+started by the polling thread was SIGKILLed the moment that thread ended on SIGTERM, before its
+workers reached the commit they were draining to (its rendezvous counted the host lost).
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ class PoolAgent:
         self.template: tuple[AgentOptions, dict[str, str]] | None = None  # the last order's options
         self.warm_ahead = warm_ahead
         self.refused: str | None = None
+        self._orders: list[OrderRow] | None = None  # the newest answer's orders, not yet applied
+        self._wake = threading.Event()  # orders came, or stop: the main thread looks at once
 
     def report(self) -> list[str]:
         """The orders whose agents run; those that ended since are kept to be sent (with how)."""
@@ -119,8 +128,21 @@ class PoolAgent:
             elif answer.version < self.version:
                 return answer
             self.session, self.version = answer.session, answer.version
-            self.apply(answer.orders)
+            self._orders = answer.orders  # applied by the main thread (see the module's docstring)
+        self._wake.set()
         return answer
+
+    def apply_received(self) -> None:
+        """Apply the newest orders received, if any came since the last look (main thread only)."""
+        with self.lock:
+            orders, self._orders = self._orders, None
+            if orders is not None:
+                self.apply(orders)
+
+    def request_stop(self) -> None:
+        """SIGTERM, SIGINT, the pool's refusal, or stdin closed: the main thread drains and stops."""
+        self.stop_event.set()
+        self._wake.set()
 
     def apply(self, orders: list[OrderRow]) -> None:
         if self.stop_event.is_set():
@@ -172,12 +194,18 @@ class PoolAgent:
         poller = threading.Thread(target=self._poll_until_stopped, daemon=True)
         poller.start()
         try:
-            while not self.stop_event.wait(WATCH_S):
+            while True:
+                self._wake.wait(WATCH_S)
+                self._wake.clear()
+                if self.stop_event.is_set():
+                    break
+                self.apply_received()
                 with self.lock:
                     ended = any(not agent.launcher.alive() for agent in self.agents.values())
                 if ended:
                     with contextlib.suppress(ApiError):
                         self.exchange(hold=False)
+                    self.apply_received()
             if self.refused is not None:
                 raise UsageError(f"the pool refused host {self.host}: {self.refused}")
             return 0
@@ -193,7 +221,7 @@ class PoolAgent:
             except ApiError as exc:
                 if exc.status in FINAL_STATUSES:
                     self.refused = str(exc)
-                    self.stop_event.set()
+                    self.request_stop()
                     return
                 self.say(Kind.POOL_AGENT_TROUBLE, host=self.host, error=str(exc), retry_s=pause)
                 self.stop_event.wait(pause)
@@ -273,7 +301,7 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
     agent = PoolAgent(client, host, slots, say, resources, warm_ahead)
 
     def stop(signum: int, frame: object) -> None:
-        agent.stop_event.set()
+        agent.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -281,7 +309,7 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
         def wait_for_eof() -> None:
             while sys.stdin.buffer.read(4096):
                 pass
-            agent.stop_event.set()
+            agent.request_stop()
 
         threading.Thread(target=wait_for_eof, daemon=True).start()
     return agent.run()

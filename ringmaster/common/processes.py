@@ -17,7 +17,9 @@ def die_with_parent(expected_parent: int | None = None) -> None:
     """Ask the kernel to SIGKILL this process when its parent dies, so nothing is orphaned.
 
     Called in the process itself (an agent at start-up) or in a child before exec (a worker).
-    Linux only; elsewhere a no-op. If the parent is already gone, exit at once.
+    Linux only; elsewhere a no-op. If the parent is already gone, exit at once. The kernel sends
+    the signal when the parent *thread* that started this process ends, not only its process:
+    start such a process from a thread that lives as long as it should (the main thread).
     """
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -72,7 +74,7 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     gRPC's threads that can crash the child before it ever runs (seen: SIGSEGV in the child's
     after-fork handlers, reported as a worker killed by signal 11). setpriv(1) (util-linux) sets
     the death signal and execs the command instead, keeping its pid; without it, a minimal
-    isolated Python does the same.
+    isolated Python does the same. As with `die_with_parent`, the starting *thread*'s end kills it.
     """
     setpriv = shutil.which("setpriv")
     if setpriv is not None:

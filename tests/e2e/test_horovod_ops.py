@@ -78,7 +78,8 @@ def test_an_async_op_whose_peer_is_sigkilled_raises_from_synchronize(run_job, tm
 def _records(folder) -> list[dict]:
     found = []
     for path in folder.glob("*.log"):
-        found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found += [json.loads(line) for line in path.read_text().splitlines(keepends=True)
+                  if line.endswith("\n") and line.strip()]  # (a line not yet ended is read next time)
     return found
 
 

@@ -1,11 +1,20 @@
-"""What a pool's host agent does with its orders while the host is being taken politely.
+"""What a pool's host agent does with its orders, and which of its threads acts on them.
 
-A stand-in for the jobs' agents (it records `stop`): the race this covers, a poll answer still in
-flight when SIGTERM comes that no longer lists a job the pool moved off the draining host, cannot
-be timed for real; `tests/e2e/test_pool_agents.py` takes a host politely with real processes."""
+Stand-ins for the jobs' agents (they record `start`/`stop`) and for the pool (it answers polls):
+the races these cover (a poll answer still in flight when SIGTERM comes; the thread that started
+a job's agent ending before that agent drained) cannot be timed for real;
+`tests/e2e/test_pool_agents.py` takes a host politely with real processes, and
+`tests/unit/common/test_processes.py` shows the kernel's part with a real process."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import pytest
+
+from ringmaster.cli import pool_agent
+from ringmaster.cli.api_client import ApiError
 from ringmaster.cli.pool_agent import PoolAgent, _Running
 from ringmaster.rendezvous.pool.host_wire import OrderRow
 
@@ -38,3 +47,68 @@ def test_while_the_host_is_taken_politely_no_answer_stops_a_draining_jobs_agent(
     agent.stop_event.set()  # SIGTERM: `stop_all` drains every job's agent
     agent.apply([])
     assert launcher.stopped == [] and not agent.agents["o-1"].stopping
+
+
+class _RecordingLauncher:
+    """A job's agent that records which thread started and stopped it."""
+
+    started_in: list[threading.Thread] = []
+    stopped_in: list[threading.Thread] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.agents: dict = {}
+
+    def start(self, host: str) -> None:
+        self.started_in.append(threading.current_thread())
+
+    def alive(self) -> int:
+        return 1
+
+    def ended(self) -> list:
+        return []
+
+    def stop_all(self, timeout_s: float) -> None:
+        self.stopped_in.append(threading.current_thread())
+
+
+class _Pool:
+    """Answers the first poll with one order; the next (held) poll asks the host agent to stop once
+    the order was started, as SIGTERM would, then answers like a pool that is away."""
+
+    api = "http://pool.invalid"
+
+    def __init__(self) -> None:
+        self.agent: PoolAgent | None = None
+        self.polls = 0
+        self.left = False
+
+    def post(self, path: str, body: dict) -> dict:
+        if path.endswith("/leave"):
+            self.left = True
+            return {}
+        self.polls += 1
+        if self.polls == 1:
+            order = {"order": "o-1", "job": "job-1", "rendezvous": "127.0.0.1:1", "key": "0" * 64,
+                     "heartbeat_interval_s": 1.0, "stop_grace_s": 5.0}
+            return {"session": "s-1", "version": 1, "hold_s": 1.0, "timeout_s": 15.0, "orders": [order]}
+        deadline = time.monotonic() + 10
+        while not _RecordingLauncher.started_in and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.agent is not None
+        self.agent.stop_event.set()  # (what SIGTERM does; the main thread sees it within WATCH_S)
+        raise ApiError("the pool is away", None)
+
+
+def test_the_jobs_agents_are_started_and_stopped_by_the_thread_that_ends_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The jobs' agents die with the thread that started them (the kernel's parent-death signal):
+    # the polling thread ends first on a stop, so it must never be the one that starts them.
+    monkeypatch.setattr(_RecordingLauncher, "started_in", [])
+    monkeypatch.setattr(_RecordingLauncher, "stopped_in", [])
+    monkeypatch.setattr(pool_agent, "LocalLauncher", _RecordingLauncher)
+    pool = _Pool()
+    agent = PoolAgent(client=pool, host="hB", slots=1, say=lambda *a, **k: None, warm_ahead=False)  # type: ignore[arg-type]
+    pool.agent = agent
+    assert agent.run() == 0
+    main = threading.current_thread()
+    assert _RecordingLauncher.started_in == [main] and _RecordingLauncher.stopped_in == [main]
+    assert pool.left and not agent.agents
