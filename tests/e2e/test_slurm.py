@@ -37,7 +37,7 @@ def slurm(tmp_path):
 
 
 def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs: int, samples: int,
-                 step_time: float = 0.08, nodes: str = "--nodes=2") -> pathlib.Path:
+                 step_time: float = 0.08, nodes: str = "--nodes=2", workload_flags: tuple[str, ...] = ()) -> pathlib.Path:
     """An sbatch script as a user writes it (examples/slurm/ is the one to copy): `exec` so that
     Slurm's signals reach `ringmaster run` itself."""
     log = cluster.workdir / "log"
@@ -51,7 +51,7 @@ def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs:
         f"exec {sys.executable} -m ringmaster.cli run --network-interface {cluster.net.bridge} --min-np 1 "
         f"--discovery-interval 0.5 --log-format json {' '.join(run_flags)} "
         f"{sys.executable} {WORKLOADS / 'elastic_job.py'} --log-dir {log} --epochs {epochs} --samples {samples} "
-        f"--step-time {step_time} --timestamps",
+        f"--step-time {step_time} --timestamps {' '.join(workload_flags)}",
         "",
     ]))
     return script
@@ -172,8 +172,9 @@ def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled
     as a user would, runs an agent on node1 that connects to A's rendezvous: A grows to node1 at a
     commit, and when B is cancelled (Slurm's SIGTERM to its steps) node1 drains and A goes on alone."""
     port = free_port()
-    script = batch_script(slurm, "grow", ["--hosts-from-agents", "--port", str(port)], epochs=20, samples=96,
-                          nodes="--nodes=1 --nodelist=node0")
+    stop = slurm.workdir / "stop"  # trains until told to: the job lasts as long as the test needs it
+    script = batch_script(slurm, "grow", ["--hosts-from-agents", "--port", str(port)], epochs=1000, samples=96,
+                          nodes="--nodes=1 --nodelist=node0", workload_flags=("--stop-file", str(stop)))
     job_a = slurm.sbatch(script)
     log = slurm.workdir / "log"
     first_commit(log, lambda r: r["size"] == 1 and r["step"] >= 3)
@@ -198,9 +199,10 @@ def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled
     assert left and not [e for e in job_events(slurm, "grow", "host.lost") if e["host"] == "node1"], left
     drained = [e for e in job_events(slurm, "grow", "host.drained") if e["host"] == "node1"]
     assert drained and drained[0]["outcome"] == "commit", drained
+    stop.touch()
     assert wait_state(slurm, job_a, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "grow") == "COMPLETED"
     logs = read_logs(log)
-    assert_every_sample_once(logs, 20)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)
     print(f"\n[figure] Slurm: second allocation submitted -> its node's first step in the job: "
           f"{grown['time'] - submitted:.2f} s (agent connected -> step: {grown['time'] - joined['time']:.2f} s); "
