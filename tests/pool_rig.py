@@ -31,10 +31,15 @@ class Pool:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.load(answer)
 
-    def submit(self, log_dir: pathlib.Path, min_np: int, max_np: int, epochs: int, samples: int, **kw) -> str:
+    def submit(self, log_dir: pathlib.Path, min_np: int, max_np: int, epochs: int, samples: int,
+               stop: pathlib.Path | None = None, **kw) -> str:
+        """Submit `workloads/elastic_job.py`; with `stop`, it trains until that file appears (at
+        the end of that epoch), so that the job lasts as long as the test needs it, no longer."""
         log_dir.mkdir(exist_ok=True)
         command = ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log_dir), "--epochs", str(epochs),
                    "--samples", str(samples), "--step-time", "0.05", "--timestamps"]
+        if stop is not None:
+            command += ["--stop-file", str(stop)]
         return str(self.call("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, **kw})["id"])
 
     def job(self, job_id: str) -> dict:

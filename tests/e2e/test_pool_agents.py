@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harness import read_logs, wait_for
+from harness import events, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 from pool_rig import Pool
 
@@ -48,7 +48,8 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
     wait_for(lambda: {h["name"]: h["slots"] for h in pool.call("/hosts")} == {"hA": 3, "hB": 1}, 60, "both hosts joined")
     spawned: set[int] = set()
     try:
-        a = pool.submit(tmp_path / "a", 2, 4, epochs=12, samples=240)
+        a_stop = tmp_path / "a.stop"  # a trains until told to (after the host was taken)
+        a = pool.submit(tmp_path / "a", 2, 4, epochs=1000, samples=240, stop=a_stop)
         pool.wait_job(a, lambda j: j["state"] == "running" and j["size"] == 4, 60, "a on 4 slots")
         wait_for(lambda: any(r["event"] == "commit" and r["size"] == 4 for rs in read_logs(tmp_path / "a").values()
                              for r in rs), 120, "a training on 4")
@@ -81,6 +82,10 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
         wait_for(lambda: "hB" not in {h["name"] for h in pool.call("/hosts")}, 3, "hB gone from the pool")
         assert time.monotonic() - left < 3
         pool.wait_job(a, lambda j: j["hosts"] == {"hA": 3}, 60, "a on hA alone")
+        shrunk_at = time.time()
+        wait_for(lambda: any(r["event"] == "commit" and r["size"] == 3 and r["time"] > shrunk_at
+                             for rs in read_logs(tmp_path / "a").values() for r in rs), 60, "a training on 3")
+        a_stop.touch()
         pool.wait_job(a, lambda j: j["state"] == "succeeded", 300, "a to finish")
     finally:
         for pid in spawned:
@@ -97,5 +102,5 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
     redone = sum(len(steps) - len(set(steps)) for steps in ([r["step"] for r in records if r["event"] == "begin"]
                                                             for records in logs.values()))
     assert redone == 0  # shrunk for b, grown back, drained off hB: nothing trained twice
-    assert_every_sample_once(logs, 12)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)

@@ -128,10 +128,11 @@ def test_a_wrong_key_is_named_and_a_job_without_enough_hosts_fails(run_job, net_
 def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_job, net_hosts, tmp_path) -> None:
     net = net_hosts(3)
     a, b, c = (h.address for h in net.hosts)
-    marker = tmp_path / "log"
+    marker, stop = tmp_path / "log", tmp_path / "stop"  # (trains until told to)
     job = ssh_job(run_job, net, f"{a}:1,{b}:1,{c}:1", "--min-np", "2", *FAST, "--heartbeat-timeout", "3",
                   "--collective-timeout", "5", "--blacklist-cooldown-range", "3", "3",
-                  "--reconnect-timeout", "4", *elastic_job(marker, epochs=8, samples=384), "--timestamps")
+                  "--reconnect-timeout", "4", *elastic_job(marker, epochs=1000, samples=96), "--timestamps",
+                  "--stop-file", stop)
     job.wait_status(lambda s: s["world_size"] == 3 and s["steps"] >= 5, 180, "a ring of three training")
     cut_at = time.time()
     net.hosts[2].link(False)
@@ -143,6 +144,7 @@ def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_jo
     net.hosts[2].link(True)
     back = job.wait_event("generation.formed", 120, number=3)  # back after its cooldown, through a new ssh
     assert back["size"] == 3 and c in back["hosts"], back
+    stop.touch()
     assert job.wait(300) == 0, job.output
     logs = read_logs(marker)
     assert {r["size"] for r in events(logs, "synced") if r["generation"] == 2} == {2}
@@ -169,9 +171,9 @@ def test_the_network_interface_flag_and_a_loopback_rendezvous_that_remote_hosts_
 def test_a_rendezvous_cut_off_from_every_host_leaves_training_going_on(run_job, net_hosts, tmp_path) -> None:
     net = net_hosts(2)
     a, b = (h.address for h in net.hosts)
-    logs_dir = tmp_path / "log"
+    logs_dir, stop = tmp_path / "log", tmp_path / "stop"  # (trains until told to)
     job = ssh_job(run_job, net, f"{a}:1,{b}:1", "--min-np", "2", *FAST, "--heartbeat-timeout", "3",
-                  *elastic_job(logs_dir, epochs=3, samples=480), "--timestamps")
+                  *elastic_job(logs_dir, epochs=1000, samples=96), "--timestamps", "--stop-file", stop)
     job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 5, 180, "a ring of two training")
     net.cut_rendezvous(True)
     cut_at = time.time()
@@ -183,6 +185,7 @@ def test_a_rendezvous_cut_off_from_every_host_leaves_training_going_on(run_job, 
     finally:
         net.cut_rendezvous(False)
     job.wait_event("rendezvous.rejoined", 60)
+    stop.touch()
     assert job.wait(300) == 0, job.output
     assert not job.events("host.lost") and not job.events("generation.formed", number=2), job.output
 
