@@ -52,7 +52,7 @@ def _healthy(url: str) -> bool:
 
 def test_twenty_thousand_idle_connections_take_no_descriptors_the_job_needs(run_job, tmp_path) -> None:
     stop = tmp_path / "stop"  # the job trains until the flood has been measured, however long that takes
-    job = run_job("-np", "2", *FAST, *elastic_job(tmp_path / "log", epochs=1000, samples=320, step_time=0.05),
+    job = run_job("-np", "2", *FAST, *elastic_job(tmp_path / "log", epochs=1000, samples=96, step_time=0.05),
                   "--stop-file", str(stop))
     host, port = job.wait_event("rendezvous.listening")["address"].rsplit(":", 1)
     url = job.wait_api()

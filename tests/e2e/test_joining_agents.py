@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from harness import FAST, credentials, elastic_job, read_logs, wait_for
+from harness import FAST, credentials, elastic_job, events, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
@@ -20,10 +20,9 @@ def agent(run_job, address: str, host: str, *args: str):
 
 
 def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_job, tmp_path) -> None:
-    logs_dir = tmp_path / "log"
-    epochs = 14
+    logs_dir, stop = tmp_path / "log", tmp_path / "stop"  # trains until told to, once the hosts came and went
     server = run_job("--hosts-from-agents", "--min-np", "1", "--max-np", "4", "--api-port", "0", *FAST,
-                     *elastic_job(logs_dir, epochs=epochs, samples=96), "--timestamps", verb="serve")
+                     *elastic_job(logs_dir, epochs=1000, samples=96), "--timestamps", "--stop-file", stop, verb="serve")
     address = server.wait_event("rendezvous.listening")["address"]
     assert "agents that join by connecting" in server.wait_event("rendezvous.listening")["discovery"]
     a = agent(run_job, address, "hostA", "--slots", "1")
@@ -59,12 +58,13 @@ def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_jo
     server.wait_event("host.lost", 60, host="hostC")
     server.wait_status(lambda s: s["world_size"] == 1, 60, "the ring without hostC")
 
+    stop.touch()
     assert server.wait(300) == 0, server.output
     assert a.wait(30) == 0, a.output
     logs = read_logs(logs_dir)
     # A ring of 3 that reaches the end of a remainder it does not divide pads its last step, as
     # Horovod's sampler does (hostB may join a few steps before an epoch's end).
-    assert_every_sample_once(logs, epochs)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)
 
 

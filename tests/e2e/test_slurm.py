@@ -103,33 +103,37 @@ def test_an_sbatch_job_finds_its_nodes_starts_agents_as_steps_and_finishes(slurm
 
 
 def test_a_node_marked_down_leaves_the_job_which_goes_on_smaller(slurm) -> None:
-    script = batch_script(slurm, "down", [], epochs=8, samples=96)
+    stop = slurm.workdir / "stop"  # trains until told to: the job lasts as long as the test needs it
+    script = batch_script(slurm, "down", [], epochs=1000, samples=96, workload_flags=("--stop-file", str(stop)))
     job_id = slurm.sbatch(script)
     log = slurm.workdir / "log"
     first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 5)
     downed = time.time()
     slurm.scontrol("update", "nodename=node1", "state=down", "reason=ringmaster-test")
     after = first_commit(log, lambda r: r["size"] == 1 and r["time"] > downed)
+    stop.touch()
     assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "down") == "COMPLETED"
     logs = read_logs(log)
-    assert_every_sample_once(logs, 8)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)
     assert {r["size"] for r in events(logs, "done")} == {1}
     print(f"\n[figure] Slurm node marked DOWN -> first step at the smaller size: {after['time'] - downed:.2f} s")
 
 
 def test_a_node_that_dies_whole_is_a_lost_host_and_the_job_recovers(slurm) -> None:
-    script = batch_script(slurm, "dies", [], epochs=8, samples=96)
+    stop = slurm.workdir / "stop"  # trains until told to: the job lasts as long as the test needs it
+    script = batch_script(slurm, "dies", [], epochs=1000, samples=96, workload_flags=("--stop-file", str(stop)))
     job_id = slurm.sbatch(script)
     log = slurm.workdir / "log"
     first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 5)
     killed = time.time()
     assert slurm.kill_node("node1") > 0  # slurmd, the agent's step, the workers: the machine is gone
     after = first_commit(log, lambda r: r["size"] == 1 and r["time"] > killed)
+    stop.touch()
     assert wait_state(slurm, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 300, "dies") == "COMPLETED"
     assert [e for e in job_events(slurm, "dies", "host.lost") if e["host"] == "node1"]
     logs = read_logs(log)
-    assert_every_sample_once(logs, 8)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     assert_ranks_agree(logs)
     print(f"\n[figure] Slurm node killed -> first step without it: {after['time'] - killed:.2f} s")
 
