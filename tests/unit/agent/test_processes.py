@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
 from harness import wait_for
+from ringmaster.common.processes import dying_with_parent
 
 STUCK = textwrap.dedent("""
     import threading
@@ -68,6 +70,39 @@ def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
         wait_for(lambda: _gone(child), 10, "the child to die with its parent")
     finally:
         os.killpg(parent.pid, signal.SIGKILL) if parent.poll() is None else None
+
+
+_WAITS = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"]
+
+
+def _start_in(thread_ends: threading.Event, box: dict) -> None:
+    proc = subprocess.Popen(dying_with_parent(_WAITS), stdout=subprocess.PIPE, text=True, start_new_session=True)
+    box["proc"] = proc
+    box["said"] = proc.stdout.readline() if proc.stdout is not None else ""  # its death signal is set by now
+    thread_ends.wait(30)
+
+
+def test_a_process_dies_with_the_thread_that_started_it_not_only_with_its_process() -> None:
+    # The kernel's parent-death signal follows the *thread* that started the process: one that
+    # must outlive a short-lived thread (a pool host agent's jobs' agents, `cli/pool_agent.py`)
+    # is started by a thread that lives as long as it should.
+    ends, box = threading.Event(), {}
+    starter = threading.Thread(target=_start_in, args=(ends, box))
+    starter.start()
+    try:
+        while "said" not in box and starter.is_alive():
+            starter.join(0.05)
+        proc = box["proc"]
+        assert box["said"].strip() == "up"
+        assert proc.poll() is None  # alive while the thread that started it lives
+        ends.set()
+        starter.join(30)
+        assert proc.wait(30) == -signal.SIGKILL  # this process lives on; its child does not
+    finally:
+        ends.set()
+        if "proc" in box and box["proc"].poll() is None:
+            os.killpg(box["proc"].pid, signal.SIGKILL)
+            box["proc"].wait()
 
 
 # A finalizer that needs a lock a daemon thread holds: at the interpreter's finalization that

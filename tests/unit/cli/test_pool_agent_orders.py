@@ -4,7 +4,7 @@ Stand-ins for the jobs' agents (they record `start`/`stop`) and for the pool (it
 the races these cover (a poll answer still in flight when SIGTERM comes; the thread that started
 a job's agent ending before that agent drained) cannot be timed for real;
 `tests/e2e/test_pool_agents.py` takes a host politely with real processes, and
-`tests/unit/common/test_processes.py` shows the kernel's part with a real process."""
+`tests/unit/agent/test_processes.py` shows the kernel's part with a real process."""
 
 from __future__ import annotations
 
