@@ -4,4 +4,5 @@ import sys
 
 from ringmaster.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (not on an import: the documentation's build inspects every module)
+    sys.exit(main())

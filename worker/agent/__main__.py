@@ -3,4 +3,5 @@
 from ringmaster.worker.agent.command import main
 from ringmaster.common.processes import exit_now
 
-exit_now(main())
+if __name__ == "__main__":  # (not on an import: the documentation's build inspects every module)
+    exit_now(main())

@@ -36,7 +36,8 @@ EXAMPLE = ("example:\n  ringmaster agent --secret-file job.secret --rendezvous r
            "  (on node1, for a job whose rendezvous `ringmaster serve` runs on rdzv-host)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """`ringmaster agent`'s flags (the documentation's reference is generated from them too)."""
     parser = argparse.ArgumentParser(prog="ringmaster agent", description=DESCRIPTION, epilog=EXAMPLE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rendezvous", default=None, metavar="HOST:PORT",
@@ -81,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
                         help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     problem = host_name_problem(args.host)
     if problem:

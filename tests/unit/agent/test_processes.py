@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,8 @@ def test_a_process_dies_with_the_thread_that_started_it_not_only_with_its_proces
     # The kernel's parent-death signal follows the *thread* that started the process: one that
     # must outlive a short-lived thread (a pool host agent's jobs' agents, `cli/pool_agent.py`)
     # is started by a thread that lives as long as it should.
-    ends, box = threading.Event(), {}
+    ends = threading.Event()
+    box: dict[str, Any] = {}
     starter = threading.Thread(target=_start_in, args=(ends, box))
     starter.start()
     try:

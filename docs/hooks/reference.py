@@ -1,0 +1,183 @@
+"""mkdocs hook: the reference pages' tables, generated from the code at every build.
+
+A page says `<!-- reference: NAME -->` where a table goes; this hook puts it there from the
+thing itself, so the reference cannot drift from the code: `cli` (every verb of the `ringmaster`
+command and every flag, from the argument parsers), `control-api` and `pool-api` (every path of
+the job's and the pool's HTTP APIs, from their OpenAPI schemas), `settings` (every field of
+`JobSettings` and `AgentSettings`, with its default and bounds), `python-api` (every name in
+`__all__` of `ringmaster.torch`, `ringmaster.torch.elastic` and `ringmaster.ray`, with its
+signature and docstring, read by importing them). `tests/project/test_docs.py`
+builds the site strictly and checks every flag and every public name of `ringmaster.torch` is
+in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import re
+from typing import Any, Callable
+
+_MARKER = re.compile(r"<!-- reference: ([a-z-]+) -->")
+
+
+def _cell(text: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+# --------------------------------------------------------------------------- the CLI
+def _verbs() -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every verb's parser, nested ones (`pool serve`) included, `agent`'s own parser too."""
+    from ringmaster.cli.main import build_parser
+    from ringmaster.worker.agent.command import build_parser as agent_parser
+
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if f"{prefix} {name}" == "ringmaster agent":
+                        sub = agent_parser()
+                    found.append((f"{prefix} {name}", sub))
+                    walk(sub, f"{prefix} {name}")
+
+    walk(build_parser(), "ringmaster")
+    return found
+
+
+def _flag_rows(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS or isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.metavar or action.dest}`"
+        if action.option_strings and action.nargs != 0:
+            metavar = action.metavar or action.dest.upper()
+            names += f" `{' '.join(metavar) if isinstance(metavar, tuple) else metavar}`"
+        helped = (action.help or "") % {"default": action.default} if "%(default)" in (action.help or "") else action.help
+        rows.append(f"| {names} | {_cell(helped or '')} |")
+    return rows
+
+
+def cli_reference() -> str:
+    parts = []
+    for verb, parser in _verbs():
+        parts.append(f"## `{verb}`\n")
+        about = parser.description or ""
+        if about:
+            parts.append(about.strip() + "\n")
+        rows = _flag_rows(parser)
+        if rows:
+            parts.append("| flag | what it does |\n| --- | --- |\n" + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- the HTTP APIs
+class _Nothing:
+    """Stands for the running job or pool: only the routes are read, never served."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+def _api_table(schema: dict[str, Any]) -> str:
+    rows = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            said = operation.get("description") or operation.get("summary") or ""
+            rows.append(f"| `{method.upper()} {path}` | {_cell(said.split(chr(10) + chr(10))[0])} |")
+    return "| call | what it does |\n| --- | --- |\n" + "\n".join(rows) + "\n"
+
+
+def control_api_reference() -> str:
+    from ringmaster.rendezvous.server.http_api import create_app
+
+    return _api_table(create_app(view=lambda **_: None, scale_to=lambda _n: None).openapi())
+
+
+def pool_api_reference() -> str:
+    from ringmaster.rendezvous.pool.api import create_pool_app
+
+    return _api_table(create_pool_app(_Nothing(), "documentation").openapi())  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- settings
+def settings_reference() -> str:
+    from ringmaster.settings import AgentSettings, JobSettings
+
+    parts = []
+    for model in (JobSettings, AgentSettings):
+        parts.append(f"## `{model.__name__}`\n\n{(model.__doc__ or '').strip()}\n")
+        rows = []
+        for name, field in model.model_fields.items():
+            bounds = ", ".join(str(m) for m in field.metadata)
+            default = "(required)" if field.is_required() else repr(field.get_default(call_default_factory=True))
+            rows.append(f"| `{name}` | {_cell(default)} | {_cell(bounds)} | {_cell(field.description or '')} |")
+        parts.append("| field | default | bounds | what it is |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- the Python API
+#: The public modules, each documented by its `__all__`.
+PUBLIC_MODULES = ("ringmaster.torch", "ringmaster.torch.elastic", "ringmaster.ray")
+
+
+def _signature(obj: Any) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _doc(obj: Any) -> str:
+    text = inspect.getdoc(obj) or "(no docstring)"
+    return text.strip()
+
+
+def python_api_reference() -> str:
+    parts = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        parts.append(f"## `{module_name}`\n\n{_doc(module).split(chr(10) + chr(10))[0]}\n")
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj):
+                kind = "exception" if issubclass(obj, BaseException) else "class"
+                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n*{kind}* "
+                             f"`{name}{_signature(obj)}`\n\n{_doc(obj)}\n")
+                for member, value in vars(obj).items():
+                    if member.startswith("_") or not (inspect.isfunction(value) or isinstance(value, property)):
+                        continue
+                    target = value.fget if isinstance(value, property) else value
+                    shown = member if isinstance(value, property) else f"{member}{_signature(value)}"
+                    parts.append(f"- `{shown}`: {_doc(target).split(chr(10) + chr(10))[0]}")
+                parts.append("")
+            elif callable(obj):
+                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n`{name}{_signature(obj)}`\n\n"
+                             f"{_doc(obj)}\n")
+            else:
+                shown = repr(obj) if isinstance(obj, (int, float, str, bool)) else f"a `{type(obj).__name__}`"
+                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n`{name}`: {shown}\n")
+    return "\n".join(parts)
+
+
+_MAKERS: dict[str, Callable[[], str]] = {
+    "python-api": python_api_reference,
+    "cli": cli_reference,
+    "control-api": control_api_reference,
+    "pool-api": pool_api_reference,
+    "settings": settings_reference,
+}
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    def made(match: re.Match[str]) -> str:
+        maker = _MAKERS.get(match.group(1))
+        if maker is None:
+            raise ValueError(f"{page.file.src_path}: no reference called {match.group(1)!r} ({', '.join(_MAKERS)})")
+        return maker()
+
+    return _MARKER.sub(made, markdown)
