@@ -27,10 +27,10 @@ def test_scale_up_and_a_failure_leave_every_rank_identical(run_job, tmp_path, op
     survivors ran the lr callback, the newcomers loaded a commit taken before it), followed by
     the kill of a worker in the same run."""
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
-    logs_dir = tmp_path / "log"
+    logs_dir, stop = tmp_path / "log", tmp_path / "stop"  # trains until told to (it raced a fixed length under load)
     job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
-                  *elastic_job(logs_dir, epochs=5, samples=192, step_time=0.05), "--optimizer", optimizer,
-                  "--lr-callback", "--commit-every", "2", *(["--scheduler"] if scheduler else []))
+                  *elastic_job(logs_dir, epochs=1000, samples=192, step_time=0.05), "--optimizer", optimizer,
+                  "--lr-callback", "--commit-every", "2", *(["--scheduler"] if scheduler else []), "--stop-file", stop)
     job.wait_status(lambda s: s["steps"] >= 4, 120, "training on hostA")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})
     grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
@@ -38,12 +38,14 @@ def test_scale_up_and_a_failure_leave_every_rank_identical(run_job, tmp_path, op
     grown = job.wait_status(lambda s: s["steps"] >= steps + 4, 60, "training at size 4")
     victim = next(w for w in grown["workers"] if w["host"] == "hostB" and w["rank"] is not None)
     os.kill(victim["pid"], signal.SIGKILL)
-    job.wait_status(lambda s: s["generation"] >= grown["generation"] + 1, 60, "a ring without the killed worker")
+    after = job.wait_status(lambda s: s["generation"] >= grown["generation"] + 1, 60, "a ring without the killed worker")
+    job.wait_status(lambda s: s["steps"] >= after["steps"] + 4, 60, "training after the failure")
+    stop.touch()
     assert job.wait(240) == 0, job.output
 
     logs = read_logs(logs_dir)
     assert_ranks_agree(logs)
-    assert_every_sample_once(logs, 5)
+    assert_every_sample_once(logs, 1 + max(r["epoch"] for r in events(logs, "epoch")))
     for record in events(logs, "synced"):
         # the callback's value on every rank, newcomers included (the scheduler decays it per epoch)
         decay = GAMMA ** record["epoch"] if scheduler else 1.0
