@@ -251,12 +251,18 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
         # executor's answer to the KeyboardInterrupt, not the signal's way to the main thread.
         _thread.interrupt_main(signal.SIGINT)
 
+    # A driver's SIGINT handler is Python's own (KeyboardInterrupt). This test process is an xdist
+    # worker that ran other tests first: in three full runs Ctrl-C raised nothing here although the
+    # job's commits came (the job ran its 3000 steps), while the test passes alone; so the handler
+    # is set to Python's own for the test and put back after it.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupt = threading.Thread(target=interrupt_after_five_commits, daemon=True)
     interrupt.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             executor.run(ray_training.train, kwargs={"log_path": str(log), "until_size": 3})  # never 3: runs on
     finally:
+        signal.signal(signal.SIGINT, handler)
         executor.shutdown()
     assert "error" not in waited, f"the interrupt came without five commits: {waited['error']}"
     assert executor.last_outcome is not None and executor.last_outcome.interrupted
