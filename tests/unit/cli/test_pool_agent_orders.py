@@ -9,7 +9,6 @@ a job's agent ending before that agent drained) cannot be timed for real;
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -54,12 +53,14 @@ class _RecordingLauncher:
 
     started_in: list[threading.Thread] = []
     stopped_in: list[threading.Thread] = []
+    started = threading.Event()
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.agents: dict = {}
 
     def start(self, host: str) -> None:
         self.started_in.append(threading.current_thread())
+        self.started.set()
 
     def alive(self) -> int:
         return 1
@@ -91,9 +92,7 @@ class _Pool:
             order = {"order": "o-1", "job": "job-1", "rendezvous": "127.0.0.1:1", "key": "0" * 64,
                      "heartbeat_interval_s": 1.0, "stop_grace_s": 5.0}
             return {"session": "s-1", "version": 1, "hold_s": 1.0, "timeout_s": 15.0, "orders": [order]}
-        deadline = time.monotonic() + 10
-        while not _RecordingLauncher.started_in and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert _RecordingLauncher.started.wait(10), "the order was not started within 10 s"
         assert self.agent is not None
         self.agent.stop_event.set()  # (what SIGTERM does; the main thread sees it within WATCH_S)
         raise ApiError("the pool is away", None)
@@ -104,6 +103,7 @@ def test_the_jobs_agents_are_started_and_stopped_by_the_thread_that_ends_last(mo
     # the polling thread ends first on a stop, so it must never be the one that starts them.
     monkeypatch.setattr(_RecordingLauncher, "started_in", [])
     monkeypatch.setattr(_RecordingLauncher, "stopped_in", [])
+    monkeypatch.setattr(_RecordingLauncher, "started", threading.Event())
     monkeypatch.setattr(pool_agent, "LocalLauncher", _RecordingLauncher)
     pool = _Pool()
     agent = PoolAgent(client=pool, host="hB", slots=1, say=lambda *a, **k: None, warm_ahead=False)  # type: ignore[arg-type]
