@@ -397,6 +397,15 @@ class ChaosRun:
 
     def check(self, injected: list[Injected], skipped: list[str], wall_s: float, compare_loss: bool) -> Report:
         logs = read_logs(self.log_dir)
+        try:
+            return self._check(logs, injected, skipped, wall_s, compare_loss)
+        except AssertionError as error:
+            story = self.job.story() if self.job is not None else ""
+            raise AssertionError(f"seed {self.seed}: {error}\n\nthe generations, as the workers logged them:\n"
+                                 f"{generations_table(logs)}\n\nthe rendezvous' story:\n{story[-12000:]}") from None
+
+    def _check(self, logs: dict[str, list[dict]], injected: list[Injected], skipped: list[str], wall_s: float,
+               compare_loss: bool) -> Report:
         checks: dict[str, str] = {}
         done = events(logs, "done")
         epochs = done[0]["epochs"]
@@ -422,6 +431,25 @@ class ChaosRun:
         checks["no hang"] = f"every fault absorbed within {self.recovery_bound_s:g} s (slowest {slowest:.2f} s)"
         kept, computed, progress = goodput(logs)
         return Report(self.seed, self.store, injected, skipped, wall_s, kept, computed, progress, final_loss, reference, checks)
+
+
+def generations_table(logs: dict[str, list[dict]]) -> str:
+    """Each generation as its members logged it (seconds from the first record, who synced at
+    which rank and step), with the newest commit logged before it: what a failed check needs."""
+    synced = events(logs, "synced")
+    if not synced:
+        return "(no worker synced)"
+    start = min(r["time"] for records in logs.values() for r in records if "time" in r)
+    commits = sorted((r["time"], r["step"], r.get("worker", "?")) for r in events(logs, "commit"))
+    lines = []
+    for generation in sorted({r["generation"] for r in synced}):
+        members = sorted((r for r in synced if r["generation"] == generation), key=lambda r: r["rank"])
+        first = min(r["time"] for r in members)
+        before = [c for c in commits if c[0] < first]
+        newest = f"newest commit before: step {before[-1][1]} by {before[-1][2]}" if before else "no commit before"
+        who = ", ".join(f"{r.get('worker', '?')}=r{r['rank']}@{r['step']}" for r in members)
+        lines.append(f"  gen {generation:3d} at {first - start:7.2f} s size {members[0]['size']}: {who} ({newest})")
+    return "\n".join(lines)
 
 
 def assert_no_committed_step_lost(logs: dict[str, list[dict]]) -> None:

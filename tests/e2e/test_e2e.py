@@ -208,16 +208,19 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
     assert len({result["big_digest"] for result in results}) == 1  # the same bytes on every rank
     assert len({json.dumps(r["weights"]) for r in results}) == 1
     assert len({json.dumps(r["adasum_weights"]) for r in results}) == 1
-    # state sync moves only what differs, and leaves every rank with rank 0's commit
-    plans = {name: (seen["skeleton_to"], seen["tensors_to"]) for name, seen in results[0]["sync"].items()}
-    assert plans == {"all-equal": ([], []), "one-newcomer": ([2], [2]), "objects-only": ([1, 2], []),
-                     "all-differ": ([1, 2], [1, 2])}
+    # state sync moves only what differs, and leaves every rank with the newest commit (rank 0's
+    # unless another rank holds more commits)
+    plans = {name: (seen["root"], seen["skeleton_to"], seen["tensors_to"]) for name, seen in results[0]["sync"].items()}
+    assert plans == {"all-equal": (0, [], []), "one-newcomer": (0, [2], [2]), "objects-only": (0, [1, 2], []),
+                     "all-differ": (0, [1, 2], [1, 2]), "newest-not-rank-0": (1, [0, 2], [0, 2])}
     for name in plans:
         assert len({json.dumps(r["sync"][name], sort_keys=True) for r in results}) == 1, name
     assert results[2]["sync"]["one-newcomer"]["w"] == [0.0, 1.0, 2.0, 3.0]
     assert results[2]["sync"]["objects-only"]["epoch"] == 10
     assert results[1]["sync"]["all-differ"]["w"] == [0.0] * 4
     assert results[1]["sync"]["all-differ"]["optimizer"] == [0]
+    assert results[0]["sync"]["newest-not-rank-0"]["w"] == [0.0, 1.0, 2.0, 3.0]  # rank 1's, not rank 0's fives
+    assert results[0]["sync"]["newest-not-rank-0"]["epoch"] == 3
     topology = [(r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) for r in results]
     assert topology == [(0, 2, 0, 2), (1, 2, 0, 1), (0, 1, 1, 2)]
 

@@ -14,19 +14,20 @@ import ringmaster.torch as hvd
 
 
 def check_state_sync(rank: int) -> dict:
-    """Align snapshots with rank 0's in three situations; report what moved and what arrived."""
+    """Align snapshots with the newest commit (rank 0's, or the rank's with the most commits) in
+    five situations; report what moved, from where, and what arrived."""
     from ringmaster.checkpoint.memory import HostSnapshot
     from ringmaster.worker.train.state_sync import sync_snapshot
 
     comm = hvd.context().communicator()
     seen: dict = {}
 
-    def run(name: str, entries: dict) -> None:
+    def run(name: str, entries: dict, commits: int = 0) -> None:
         snapshot = HostSnapshot()
         snapshot.capture(entries)
-        plan = sync_snapshot(snapshot, comm, hvd.broadcast_object)
+        plan = sync_snapshot(snapshot, comm, hvd.broadcast_object, commits=commits)
         tree = snapshot.export()
-        seen[name] = {"skeleton_to": list(plan.skeleton_to), "tensors_to": list(plan.tensors_to),
+        seen[name] = {"skeleton_to": list(plan.skeleton_to), "tensors_to": list(plan.tensors_to), "root": plan.root,
                       "w": tree["model"]["w"].tolist(), "epoch": tree["epoch"],
                       "optimizer": sorted(tree["optimizer"]["state"])}
 
@@ -36,6 +37,10 @@ def check_state_sync(rank: int) -> dict:
     run("one-newcomer", newcomer if rank == 2 else same)
     run("objects-only", dict(same, epoch=rank + 10))  # same tensors, other objects
     run("all-differ", {"model": {"w": torch.full((4,), float(rank))}, "epoch": rank, "optimizer": {"state": {rank: torch.ones(1)}}})
+    # Rank 0 holds an old commit (a worker back from a ring it left long ago), rank 1 the newest:
+    # rank 1's goes everywhere, rank 0's is never handed out.
+    older = {"model": {"w": torch.full((4,), 5.0)}, "epoch": 1, "optimizer": {"state": {0: torch.ones(2)}}}
+    run("newest-not-rank-0", same if rank == 1 else older, commits={0: 5, 1: 9, 2: 5}[rank])
     return seen
 
 

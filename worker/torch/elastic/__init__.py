@@ -24,8 +24,9 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
     the ring is re-formed without the dead and training re-enters `func`; on a host update
     (raised at a commit) the ring is re-formed with nothing rolled back.
 
-    Each time `func` is (re-)entered, every rank holds the same state: rank 0's commit is
-    synced to whoever differs (newcomers), then every rank runs the reset callbacks when the
+    Each time `func` is (re-)entered, every rank holds the same state: the newest commit in
+    the ring (rank 0's, unless another rank holds more commits) is synced to whoever differs
+    (newcomers), then every rank runs the reset callbacks when the
     ring came out of a reset, then the replica guard proves every rank's live state equal to
     rank 0's (`State.verify_replicas`)."""
 
@@ -70,10 +71,11 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
     started = time.perf_counter()
     after_reset = reset
     sent_to: list[int] = []
+    root = 0
     if not skip_sync:
         with record_function("ringmaster.sync"):
             plan = state.sync_committed(after_reset=reset)
-            after_reset, sent_to = plan.after_reset, sorted(set(plan.skeleton_to) | set(plan.tensors_to))
+            after_reset, sent_to, root = plan.after_reset, sorted(set(plan.skeleton_to) | set(plan.tensors_to)), plan.root
     synced = time.perf_counter()
     with record_function("ringmaster.reset_callbacks"):
         if after_reset:
@@ -90,7 +92,7 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
         generation = _generation(context)
         say(Kind.RING_JOINED, generation, rank=rank, size=size, waited_ms=waited * 1e3,
             built_ms=built * 1e3, sync_ms=(synced - started) * 1e3, callbacks_ms=(checked - synced) * 1e3,
-            check_ms=(done - checked) * 1e3, synced_to=sent_to)
+            check_ms=(done - checked) * 1e3, synced_to=sent_to, root=root)
 
 
 def _generation(context: WorkerContext) -> int:

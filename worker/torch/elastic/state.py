@@ -3,8 +3,8 @@
 `commit()` copies the state into a `HostSnapshot` (host buffers allocated once and reused,
 never a second copy on the GPU) and checks for host updates; every N commits rank 0 also hands
 the commit to the durable checkpoint writer. `restore()` copies the last commit back in place.
-After the ring was re-formed, `elastic.run` aligns every rank's commit with rank 0's, moving
-only what differs (see `ringmaster.worker.train.state_sync`); a job starting with no commit anywhere resumes
+After the ring was re-formed, `elastic.run` aligns every rank's commit with the newest one in
+the ring (rank 0's unless another rank holds more commits), moving only what differs (see `ringmaster.worker.train.state_sync`); a job starting with no commit anywhere resumes
 from the newest durable checkpoint that verifies. Then every rank runs the reset callbacks on
 that same state, and the replica guard (`verify_replicas`) proves the ranks identical.
 
@@ -201,8 +201,8 @@ class State:
         self.sync_committed()
 
     def sync_committed(self, after_reset: bool = False) -> SyncPlan:
-        """Give every worker rank 0's last commit, moving only what differs, and load it where
-        it changed. Called by `elastic.run` after each reset, when every live state equals its
+        """Give every worker the ring's newest commit (the most commits; rank 0's when it holds
+        that many: `state_sync`), moving only what differs, and load it where it changed. Called by `elastic.run` after each reset, when every live state equals its
         commit. A rank 0 that never committed first looks for a durable checkpoint.
 
         `after_reset` says this rank went through a reset; the plan returned says whether any
@@ -217,7 +217,8 @@ class State:
             self._tried_disk = True
             self._resume_from_disk()
         held = self._commits
-        the_plan = sync_snapshot(self._snapshot, comm, broadcast_object, after_reset=after_reset or self._resumed)
+        the_plan = sync_snapshot(self._snapshot, comm, broadcast_object, commits=self._commits,
+                                 after_reset=after_reset or self._resumed)
         self._resumed = False
         if comm.rank in the_plan.skeleton_to:
             self._load_entries(self._snapshot)
