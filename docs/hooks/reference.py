@@ -5,8 +5,8 @@ thing itself, so the reference cannot drift from the code: `cli` (every verb of 
 command and every flag, from the argument parsers), `control-api` and `pool-api` (every path of
 the job's and the pool's HTTP APIs, from their OpenAPI schemas), `settings` (every field of
 `JobSettings` and `AgentSettings`, with its default and bounds), `python-api` (every name in
-`__all__` of `ringmaster.torch`, `ringmaster.torch.elastic` and `ringmaster.ray`, with its
-signature and docstring, read by importing them). `tests/project/test_docs.py`
+`__all__` of `ringmaster.torch`, `ringmaster.torch.elastic` and `ringmaster.ray`, rendered by
+mkdocstrings from the docstrings). `tests/project/test_docs.py`
 builds the site strictly and checks every flag and every public name of `ringmaster.torch` is
 in it.
 """
@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import pathlib
 import re
+import shutil
+import tomllib
 from typing import Any, Callable
 
 _MARKER = re.compile(r"<!-- reference: ([a-z-]+) -->")
@@ -123,44 +126,39 @@ def settings_reference() -> str:
 # --------------------------------------------------------------------------- the Python API
 #: The public modules, each documented by its `__all__`.
 PUBLIC_MODULES = ("ringmaster.torch", "ringmaster.torch.elastic", "ringmaster.ray")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: Where the installed package's layout is laid out as links, for griffe (mkdocs.yml's `paths`).
+API_LAYOUT = ROOT / "build" / "api-layout"
 
 
-def _signature(obj: Any) -> str:
-    try:
-        return str(inspect.signature(obj))
-    except (TypeError, ValueError):
-        return ""
-
-
-def _doc(obj: Any) -> str:
-    text = inspect.getdoc(obj) or "(no docstring)"
-    return text.strip()
+def lay_out_package(root: pathlib.Path = ROOT, into: pathlib.Path = API_LAYOUT) -> None:
+    """Links under `into` that give the package the layout it has once installed, from
+    pyproject's package-dir (`ringmaster.torch` is worker/torch): griffe reads the source
+    statically and finds a package only where its folders are."""
+    mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    if into.exists():
+        shutil.rmtree(into)
+    for package, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):
+        target = into.joinpath(*package.split("."))
+        if package.count(".") == 0:
+            target.mkdir(parents=True)
+            for entry in (root / folder).iterdir():
+                if entry.name != "__pycache__":
+                    (target / entry.name).symlink_to(entry)
+        else:
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            target.symlink_to(root / folder)
 
 
 def python_api_reference() -> str:
+    """mkdocstrings' directives for each public module, its members named by its `__all__`."""
     parts = []
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(module_name)
-        parts.append(f"## `{module_name}`\n\n{_doc(module).split(chr(10) + chr(10))[0]}\n")
-        for name in module.__all__:
-            obj = getattr(module, name)
-            if inspect.isclass(obj):
-                kind = "exception" if issubclass(obj, BaseException) else "class"
-                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n*{kind}* "
-                             f"`{name}{_signature(obj)}`\n\n{_doc(obj)}\n")
-                for member, value in vars(obj).items():
-                    if member.startswith("_") or not (inspect.isfunction(value) or isinstance(value, property)):
-                        continue
-                    target = value.fget if isinstance(value, property) else value
-                    shown = member if isinstance(value, property) else f"{member}{_signature(value)}"
-                    parts.append(f"- `{shown}`: {_doc(target).split(chr(10) + chr(10))[0]}")
-                parts.append("")
-            elif callable(obj):
-                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n`{name}{_signature(obj)}`\n\n"
-                             f"{_doc(obj)}\n")
-            else:
-                shown = repr(obj) if isinstance(obj, (int, float, str, bool)) else f"a `{type(obj).__name__}`"
-                parts.append(f"### `{module_name}.{name}` {{#{module_name}.{name}}}\n\n`{name}`: {shown}\n")
+        summary = (inspect.getdoc(module) or "").split("\n\n")[0]
+        parts.append(f"## `{module_name}`\n\n{summary}\n\n::: {module_name}\n    options:\n"
+                     f"      members: {list(module.__all__)!r}\n")
     return "\n".join(parts)
 
 
@@ -171,6 +169,11 @@ _MAKERS: dict[str, Callable[[], str]] = {
     "pool-api": pool_api_reference,
     "settings": settings_reference,
 }
+
+
+def on_startup(command: str, dirty: bool) -> None:
+    """Before any plugin reads its configuration: mkdocstrings takes only search paths that exist."""
+    lay_out_package()
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
