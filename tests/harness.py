@@ -285,6 +285,13 @@ def events(logs: dict[str, list[dict]], kind: str) -> list[dict]:
     return [dict(r, worker=w) for w, records in logs.items() for r in records if r["event"] == kind]
 
 
+def first_commit_at(log_dir: pathlib.Path, size: int, after: float = 0.0, worker_prefix: str = "") -> float | None:
+    """When the first step was committed at world size `size` after `after` (time.time()), by a
+    worker whose log name starts with `worker_prefix`; None while there is none (for `wait_for`)."""
+    return min((r["time"] for name, records in read_logs(log_dir).items() if name.startswith(worker_prefix)
+                for r in records if r["event"] == "commit" and r["size"] == size and r["time"] > after), default=None)
+
+
 #: Flags that keep elastic test jobs quick: discovery polled often, newcomers given time to warm up.
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20"]
 
