@@ -4,7 +4,8 @@ A page says `<!-- reference: NAME -->` where a table goes; this hook puts it the
 thing itself, so the reference cannot drift from the code: `cli` (every verb of the `ringmaster`
 command and every flag, from the argument parsers), `control-api` and `pool-api` (every path of
 the job's and the pool's HTTP APIs, from their OpenAPI schemas), `settings` (every field of
-`JobSettings` and `AgentSettings`, with its default and bounds), `python-api` (every name in
+`JobSettings` and `AgentSettings`, with its default and bounds), `readme` (README.md as the
+site's home, its links made the site's), `python-api` (every name in
 `__all__` of `ringmaster.torch`, `ringmaster.torch.elastic` and `ringmaster.ray`, rendered by
 mkdocstrings from the docstrings). `tests/project/test_docs.py`
 builds the site strictly and checks every flag and every public name of `ringmaster.torch` is
@@ -162,7 +163,17 @@ def python_api_reference() -> str:
     return "\n".join(parts)
 
 
+# --------------------------------------------------------------------------- the home page
+def home_page() -> str:
+    """README.md as the site's home (one text, not two that drift apart): its links into docs/
+    made relative to the site, the changelog (outside the site) named instead of linked."""
+    text = (ROOT / "README.md").read_text()
+    text = text.replace("](docs/", "](")
+    return re.sub(r"\[([^\]]+)\]\(CHANGELOG\.md\)", r"\1 (`CHANGELOG.md`)", text)
+
+
 _MAKERS: dict[str, Callable[[], str]] = {
+    "readme": home_page,
     "python-api": python_api_reference,
     "cli": cli_reference,
     "control-api": control_api_reference,
