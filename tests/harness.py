@@ -161,7 +161,7 @@ class Job:
 
     #: The events that tell how a job's rings went (for `story`).
     STORY_KINDS = ("generation.formed", "generation.over", "worker.failed", "worker.exited", "host.blacklisted",
-                   "host.spared", "commits.lost", "job.succeeded", "job.failed")
+                   "host.spared", "host.kept_for_commit", "commits.lost", "job.succeeded", "job.failed")
 
     def story(self) -> str:
         """How the job's rings went, one short line per event, seconds from the first event: an

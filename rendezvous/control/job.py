@@ -278,9 +278,15 @@ class Job:
         exited by itself with an error is the script's doing, blacklisted whatever is left. A worker killed
         by a signal (OOM killer, preemption, kill -9) or a lost host is spared when the job
         would otherwise fall below --min-np (`--spare-last-hosts`, the default): the job then
-        restarts there from its last commit or checkpoint instead of failing."""
+        restarts there from its last commit or checkpoint instead of failing. A host whose other
+        workers alone hold the job's last commit is never blacklisted: losing the committed
+        steps costs more than keeping a host that failed once."""
         pool = self.pool
         if pool.is_blacklisted(host, now) or self.finishing or self.outcome is not None:
+            return
+        holders = self._sole_holders_of_commit(host)
+        if holders:
+            self.emit(now, Kind.HOST_KEPT_FOR_COMMIT, host=host, why=why, workers=holders)
             return
         record = pool.hosts.get(host)
         others = sum(h.slots for h in pool.eligible_hosts(now) if h.name != host)
@@ -292,6 +298,17 @@ class Job:
         if reasons is not None:
             self.fail(f"every host is blacklisted after failures ({reasons}): one or more processes exited with "
                       "non-zero status; fix the error the workers print above", now)
+
+    def _sole_holders_of_commit(self, host: str) -> list[str]:
+        """The live workers on `host` when they alone hold the job's last commit: every live worker
+        elsewhere has reported none (newcomers whose sync has not reached them yet). Blacklisting
+        the host would retire them, and the next ring would start from the newcomers' initial
+        state. Empty when the job has no commit yet or others hold it too."""
+        live = [w for w in self.workers.values() if w.live and not w.stopping]
+        here = [w.worker_id for w in live if w.host == host and w.holds_commit]
+        if not here or any(w.holds_commit for w in live if w.host != host):
+            return []
+        return here
 
     def worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool, host_lost: bool) -> None:
         if worker.failed is not None or self.outcome is not None:

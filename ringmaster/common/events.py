@@ -30,6 +30,7 @@ class Kind(enum.StrEnum):
     HOST_LEFT = "host.left"
     HOST_BLACKLISTED = "host.blacklisted"
     HOST_SPARED = "host.spared"
+    HOST_KEPT_FOR_COMMIT = "host.kept_for_commit"
     HOST_DRAINING = "host.draining"
     HOST_DRAINED = "host.drained"
     HOST_UNDRAINED = "host.undrained"
@@ -167,6 +168,9 @@ SPECS: dict[Kind, Spec] = {
     Kind.HOST_BLACKLISTED: Spec(_W, "host {host} blacklisted {cooldown_s:cooldown} after a failure ({why})"),
     Kind.HOST_SPARED: Spec(_I, "host {host} is not blacklisted: without it fewer than --min-np {min_np} slots remain "
                                "(--spare-last-hosts)"),
+    Kind.HOST_KEPT_FOR_COMMIT: Spec(_W, "host {host} is not blacklisted after {why}: its workers {workers:list} "
+                                        "hold the job's last commit, which no other worker holds yet (newcomers "
+                                        "still receiving it); blacklisting it would have lost the committed steps"),
     Kind.HOST_DRAINING: Spec(_I, "draining host {host} ({why}): its workers leave at their next commit, within "
                                  "{deadline_s:g} s"),
     Kind.HOST_DRAINED: Spec(_I, "host {host} drained in {seconds:.2f} s: {how}"),

@@ -1015,3 +1015,49 @@ def test_members_that_reported_the_synced_commit_hold_it() -> None:
     rig = _holders_die_while_newcomers_join(newcomers_report=237)
     assert not any("lost" in w for w in rig.coordinator.summary.warnings), rig.coordinator.summary.warnings
     assert rig.coordinator.summary.steps == 237 and rig.coordinator.summary.steps_lost == 0
+
+
+def test_a_host_whose_workers_alone_hold_the_commit_is_not_blacklisted_when_its_other_worker_dies() -> None:
+    """Found by the chaos run in CI: a worker was SIGKILLed just after a ring formed with two
+    newcomers, before they had received the commit; blacklisting its host (Horovod's rule) retired
+    its host-mate, the one worker left holding the commit, and the job went on from the newcomers'
+    initial state (91 committed steps lost). The host is spared instead, and its survivor leads."""
+    rig = Rig(min_np=2, max_np=8)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    for wid in ids:
+        rig.worker_heartbeat(wid, 91, True)  # the members hold the job's 91 commits
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+        rig.worker_ready(wid, 0, "", True)
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    assert rig.coordinator.generation.number == 2  # the newcomers now receive the commit...
+    for wid in newcomers:
+        rig.worker_heartbeat(wid, 0, True)  # ...and do not hold it yet
+    rig.worker_disconnected(ids[0])
+    rig.worker_exited("a", ids[0], 0, 9, False)  # SIGKILLed mid-sync
+    assert not rig.coordinator.pool.blacklist.is_blacklisted("a", rig.now)
+    spared = [e for e in rig.coordinator.summary.events if e.kind is Kind.HOST_KEPT_FOR_COMMIT]
+    assert spared and "hold the job's last commit" in spared[-1].message, spared
+    assert not rig.coordinator.workers[ids[1]].stopping
+    gen = rig.coordinator.generation
+    assert gen.number == 3 and gen.members[0].worker_id == ids[1], gen.members
+    assert [a.worker_id for a in gen.members] == [ids[1], *newcomers]
+    assert not [e for e in rig.coordinator.summary.events if e.kind is Kind.COMMITS_LOST]
+
+
+def test_a_host_is_blacklisted_as_before_once_others_hold_the_commit_too() -> None:
+    rig = Rig(min_np=2, max_np=8)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+        rig.worker_ready(wid, 0, "", True)
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    for wid in ids + newcomers:
+        rig.worker_heartbeat(wid, 91, True)  # the sync is done: everyone holds it
+    rig.worker_disconnected(ids[0])
+    rig.worker_exited("a", ids[0], 0, 9, False)
+    assert rig.coordinator.pool.blacklist.is_blacklisted("a", rig.now)
+    assert rig.coordinator.workers[ids[1]].stopping
+    assert [a.worker_id for a in rig.coordinator.generation.members] == newcomers
