@@ -59,6 +59,13 @@ def scale_(tensor: torch.Tensor, factor: float) -> None:
         tensor.copy_((tensor.to(torch.float64) * factor).trunc())
 
 
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """`b` is `a`'s memory viewed alike (the in-place forms pass `tensor.data`, a new object each
+    time): an in-place operation, which must not copy onto itself nor read what it is writing."""
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+                      and a.dtype == b.dtype and a.device == b.device)
+
+
 def _check_tensor(tensor: Any, what: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
@@ -86,13 +93,15 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
             comm.allreduce_(buffer, OPS[op])
         scale_(buffer, postscale / comm.size if op == Average else postscale)
 
+    in_place = _same_memory(tensor, output)
+
     def run(comm: Any) -> torch.Tensor:
-        if (output is not tensor and op in (Sum, Average) and prescale == 1.0 and tensor.is_floating_point()
+        if (not in_place and op in (Sum, Average) and prescale == 1.0 and tensor.is_floating_point()
                 and output.is_contiguous() and tensor.is_contiguous()):
             # Summed straight from the input into the result (no copy first for a large tensor).
             comm.sum_into_async_(tensor.detach(), output, postscale / (comm.size if op == Average else 1)).wait()
             return output
-        if output is not tensor:
+        if not in_place:
             output.copy_(tensor)
         buffer = output if output.is_contiguous() else output.contiguous()
         reduce(comm, buffer)
@@ -185,9 +194,10 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None) -> Oper
 def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str | None) -> Operation:
     """`root`'s tensor (a rank of the ring this runs on) into `output` on every rank."""
     _check_tensor(tensor, "broadcast")
+    in_place = _same_memory(tensor, output)
 
     def run(comm: Any) -> torch.Tensor:
-        if output is not tensor:
+        if not in_place:
             output.copy_(tensor)
         buffer = output if output.is_contiguous() else output.contiguous()
         comm.broadcast_async_(buffer, root).wait()
