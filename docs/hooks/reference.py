@@ -5,7 +5,7 @@ thing itself, so the reference cannot drift from the code: `cli` (every verb of 
 command and every flag, from the argument parsers), `control-api` and `pool-api` (every path of
 the job's and the pool's HTTP APIs, from their OpenAPI schemas), `settings` (every field of
 `JobSettings` and `AgentSettings`, with its default and bounds), `readme` (README.md as the
-site's home, its links made the site's), `python-api` (every name in
+site's home, its links made the site's), `events` (every event kind, its level and wording), `python-api` (every name in
 `__all__` of `ringmaster.torch`, `ringmaster.torch.elastic` and `ringmaster.ray`, rendered by
 mkdocstrings from the docstrings). `tests/project/test_docs.py`
 builds the site strictly and checks every flag and every public name of `ringmaster.torch` is
@@ -163,6 +163,21 @@ def python_api_reference() -> str:
     return "\n".join(parts)
 
 
+# --------------------------------------------------------------------------- events
+def events_reference() -> str:
+    """Every event kind with its level and console wording (the fields in braces), from
+    `ringmaster.common.events.SPECS`."""
+    import logging
+
+    from ringmaster.common.events import SPECS, Kind
+
+    rows = ["| kind | level | what it says (fields in braces) |", "| --- | --- | --- |"]
+    for kind in Kind:
+        spec = SPECS[kind]
+        rows.append(f"| `{kind.value}` | {logging.getLevelName(spec.level)} | `` {_cell(spec.text)} `` |")  # (code: attr_list would take a closing {field} for attributes)
+    return "\n".join(rows)
+
+
 # --------------------------------------------------------------------------- the home page
 def home_page() -> str:
     """README.md as the site's home (one text, not two that drift apart): its links into docs/
@@ -174,6 +189,7 @@ def home_page() -> str:
 
 _MAKERS: dict[str, Callable[[], str]] = {
     "readme": home_page,
+    "events": events_reference,
     "python-api": python_api_reference,
     "cli": cli_reference,
     "control-api": control_api_reference,
