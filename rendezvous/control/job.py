@@ -300,13 +300,16 @@ class Job:
                       "non-zero status; fix the error the workers print above", now)
 
     def _sole_holders_of_commit(self, host: str) -> list[str]:
-        """The live workers on `host` when they alone hold the job's last commit: every live worker
-        elsewhere has reported none (newcomers whose sync has not reached them yet). Blacklisting
-        the host would retire them, and the next ring would start from the newcomers' initial
-        state. Empty when the job has no commit yet or others hold it too."""
+        """The live workers on `host` when they alone hold the job's last commit and workers
+        elsewhere would carry on without it: every live worker on other hosts has reported no
+        commit (newcomers whose sync has not reached them yet). Blacklisting the host would retire
+        the holders, and the next ring would start from the newcomers' initial state. Empty when
+        the job has no commit yet, others hold it too, or nobody else is left (then Horovod's rule
+        and --spare-last-hosts decide, as for any last host)."""
         live = [w for w in self.workers.values() if w.live and not w.stopping]
         here = [w.worker_id for w in live if w.host == host and w.holds_commit]
-        if not here or any(w.holds_commit for w in live if w.host != host):
+        elsewhere = [w for w in live if w.host != host]
+        if not here or not elsewhere or any(w.holds_commit for w in elsewhere):
             return []
         return here
 
