@@ -22,7 +22,7 @@ from typing import Iterator
 import grpc
 import pytest
 
-from harness import API_HEADERS, SECRET, WORKLOADS, credentials, wait_for
+from harness import API_HEADERS, SECRET, WORKLOADS, credentials, elastic_job, wait_for
 from ringmaster.common.grpc_auth import RendezvousAuth, secured
 from ringmaster.common.keys import key_of
 from ringmaster.common.secret import generate_secret
@@ -42,8 +42,11 @@ def _code(call) -> grpc.StatusCode:
 
 
 def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(run_job, tmp_path) -> None:
-    serve = run_job("-H", "hostX:2", "--start-timeout", "120", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
-                    verb="serve")
+    # The job trains until told to stop: a second agent that took its time to warm up must find the
+    # first one still connected (a CI run had the job end first, and the late agent was welcome).
+    stop = tmp_path / "stop"
+    serve = run_job("-H", "hostX:2", "--start-timeout", "120", *elastic_job(tmp_path / "log", epochs=100000),
+                    "--stop-file", str(stop), verb="serve")
     address = serve.wait_event("rendezvous.listening")["address"]
     serve.wait_api()
     other_job = generate_secret()
@@ -106,6 +109,7 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
         with secured(grpc.insecure_channel(address), creds) as channel:
             assert _code(lambda: pb_grpc.RendezvousStub(channel).ReportWorkerExit(
                 pb.WorkerExit(host=host, worker_id=worker, exit_code=1), timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+    stop.touch()
     assert serve.wait(180) == 0, serve.output
     code = agent.wait(60)
     assert code == 0, f"agent exited with {code}:\n{agent.output}\n--- serve:\n{serve.output}"
