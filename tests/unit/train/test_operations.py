@@ -232,7 +232,9 @@ def test_another_op_at_the_same_point_is_refused_on_every_rank() -> None:
     assert "allgather" in messages[0] and "allreduce" in messages[1]
 
 
-def test_allreduces_queued_together_are_fused_into_fewer_collectives(monkeypatch) -> None:
+def count_allreduce_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Wraps the ring's own allreduce so a test can see how many collectives a batch of queued
+    operations became and how large each was (the real allreduce still runs)."""
     calls: list[int] = []
     original = Communicator.allreduce_
 
@@ -241,18 +243,28 @@ def test_allreduces_queued_together_are_fused_into_fewer_collectives(monkeypatch
         return original(self, tensor, op)
 
     monkeypatch.setattr(Communicator, "allreduce_", counting)
+    return calls
+
+
+def submit_together(comm: Communicator, queued: list[Operation]) -> None:
+    """Queues operations while the ring's thread is held by a first one, so that they wait in
+    the queue together and the queue sees them as one batch."""
+    gate = threading.Event()
+    blocker = Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5) and c.allreduce_(torch.zeros(1)))
+    comm.ops.submit(blocker)
+    for operation in queued:
+        comm.ops.submit(operation)
+    gate.set()
+
+
+def test_allreduces_queued_together_are_fused_into_fewer_collectives(monkeypatch) -> None:
+    calls = count_allreduce_sizes(monkeypatch)
 
     def work(comm: Communicator) -> list[list[float]]:
         tensors = [torch.full((k + 1,), float(comm.rank + k), dtype=torch.float64) for k in range(20)]
         outputs = [torch.empty_like(t) for t in tensors]
         queued = [ops.allreduce(t, o, ops.Sum, 1.0, 1.0, f"t{k}") for k, (t, o) in enumerate(zip(tensors, outputs))]
-        # queued while the ring's thread is busy with a first operation: they wait together
-        gate = threading.Event()
-        blocker = Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5) and c.allreduce_(torch.zeros(1)))
-        comm.ops.submit(blocker)
-        for operation in queued:
-            comm.ops.submit(operation)
-        gate.set()
+        submit_together(comm, queued)
         return [o.outcome().tolist() for o in queued]
 
     results = on_ranks(2, work)
@@ -334,26 +346,14 @@ def test_large_tensors_queued_together_are_reduced_alone_and_small_ones_fused(mo
     (8 allreduces of 4 MB queued together: 65 ms fused, 44 ms each alone)."""
     from ringmaster.worker.train.op_queue import FUSE_TENSOR_LIMIT_BYTES
 
-    calls: list[int] = []
-    original = Communicator.allreduce_
-
-    def counting(self: Communicator, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> torch.Tensor:
-        calls.append(tensor.numel())
-        return original(self, tensor, op)
-
-    monkeypatch.setattr(Communicator, "allreduce_", counting)
+    calls = count_allreduce_sizes(monkeypatch)
     large = FUSE_TENSOR_LIMIT_BYTES // 4
 
     def work(comm: Communicator) -> list[list[float]]:
         tensors = [torch.full((large,), float(comm.rank + k)) for k in range(3)]
         tensors += [torch.full((k + 1,), float(comm.rank + k)) for k in range(3)]
         queued = [ops.allreduce(t, t, ops.Sum, 1.0, 1.0, f"t{k}") for k, t in enumerate(tensors)]
-        gate = threading.Event()
-        blocker = Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5) and c.allreduce_(torch.zeros(1)))
-        comm.ops.submit(blocker)
-        for operation in queued:
-            comm.ops.submit(operation)
-        gate.set()
+        submit_together(comm, queued)
         return [sorted(set(o.outcome().tolist())) for o in queued]
 
     results = on_ranks(2, work)
