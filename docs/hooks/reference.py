@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import pathlib
 import re
 import shutil
 import tomllib
+import uuid
 from typing import Any, Callable
 
 _MARKER = re.compile(r"<!-- reference: ([a-z-]+) -->")
@@ -135,21 +137,41 @@ API_LAYOUT = ROOT / "build" / "api-layout"
 def lay_out_package(root: pathlib.Path = ROOT, into: pathlib.Path = API_LAYOUT) -> None:
     """Links under `into` that give the package the layout it has once installed, from
     pyproject's package-dir (`ringmaster.torch` is worker/torch): griffe reads the source
-    statically and finds a package only where its folders are."""
+    statically and finds a package only where its folders are.
+
+    Brought up to date in place, never removed and remade: two builds at once (the docs tests
+    on two pytest workers) each read the layout while the other lays it out, so no link the
+    layout needs may be missing at any moment (each is replaced atomically)."""
     mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    if into.exists():
-        shutil.rmtree(into)
+    wanted: dict[pathlib.Path, pathlib.Path] = {}
     for package, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):
         target = into.joinpath(*package.split("."))
         if package.count(".") == 0:
-            target.mkdir(parents=True)
+            if target.is_symlink():
+                target.unlink(missing_ok=True)
+            target.mkdir(parents=True, exist_ok=True)
             for entry in (root / folder).iterdir():
                 if entry.name != "__pycache__":
-                    (target / entry.name).symlink_to(entry)
+                    wanted[target / entry.name] = entry
         else:
-            if target.is_symlink() or target.exists():
-                target.unlink()
-            target.symlink_to(root / folder)
+            wanted[target] = root / folder
+    for link, source in wanted.items():
+        _link_atomically(link, source)
+    for folder in {link.parent for link in wanted}:
+        for entry in folder.iterdir():
+            if entry not in wanted and entry.is_symlink() and not entry.name.startswith("."):
+                entry.unlink(missing_ok=True)  # a module since removed from the source
+
+
+def _link_atomically(link: pathlib.Path, source: pathlib.Path) -> None:
+    """`link` -> `source`, replacing whatever link was there in one rename."""
+    if link.is_symlink() and os.readlink(link) == str(source):
+        return
+    if link.exists() and not link.is_symlink():
+        shutil.rmtree(link)  # a folder left by an older layout
+    spare = link.with_name(f".{link.name}.{uuid.uuid4().hex}")
+    spare.symlink_to(source)
+    os.replace(spare, link)
 
 
 def python_api_reference() -> str:

@@ -100,3 +100,41 @@ def test_readme_is_short_and_links_into_the_docs() -> None:
     linked = {part.split(")", 1)[0] for part in readme.split("](")[1:]}
     missing = [link for link in linked if not link.startswith("http") and not (ROOT / link.split("#")[0]).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_two_builds_laying_out_the_package_at_once_never_leave_a_link_missing(tmp_path) -> None:
+    """Two docs builds at once (the docs tests on two pytest workers) each lay the package out
+    while the other reads it: a layout that was removed and remade failed the other build with
+    `No such file or directory: 'proto'` in a full run of the project tests."""
+    import threading
+
+    lay_out = _hook().lay_out_package
+    into = tmp_path / "layout"
+    lay_out(into=into)
+    expected = sorted(entry.name for entry in (into / "ringmaster").iterdir())
+    missing: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            present = {entry.name for entry in (into / "ringmaster").iterdir() if not entry.name.startswith(".")}
+            missing.extend(sorted(set(expected) - present))
+            if not (into / "ringmaster" / "torch" / "__init__.py").exists():
+                missing.append("torch/__init__.py")
+
+    def write() -> None:
+        for _ in range(40):
+            lay_out(into=into)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [threading.Thread(target=write) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=60)
+    stop.set()
+    reader.join(timeout=10)
+    assert not missing, f"a build reading the layout found these missing: {sorted(set(missing))}"
+    assert sorted(entry.name for entry in (into / "ringmaster").iterdir()) == expected
+    assert (into / "ringmaster" / "torch").resolve() == ROOT / "worker" / "torch"
