@@ -8,7 +8,7 @@ the semantics are tested on real Gloo rings of threads.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -84,34 +84,57 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
     if tensor.dtype == torch.bool and op in (Sum, Average, Product):
         raise ValueError(f"allreduce of a bool tensor with op {op!r}: use hvd.Min (and) or hvd.Max (or)")
 
-    def reduce(comm: Any, buffer: torch.Tensor) -> None:
+    def start_reduce(comm: Any, buffer: torch.Tensor) -> Callable[[], None]:
+        """Start reducing `buffer` in place; the wait that finishes it (the postscale)."""
         scale_(buffer, prescale)
+        post = postscale / comm.size if op == Average else postscale
         if op == Adasum:
             flat = buffer.reshape(-1)
             flat.copy_(adasum.reduce_slices(comm.allgather(flat.contiguous()), [flat.numel()]))
-        else:
-            comm.allreduce_(buffer, OPS[op])
-        scale_(buffer, postscale / comm.size if op == Average else postscale)
+            scale_(buffer, post)
+            return _done
+        pending = comm.allreduce_async_(buffer, OPS[op])
+
+        def wait() -> None:
+            pending.wait()
+            scale_(buffer, post)
+
+        return wait
 
     in_place = _same_memory(tensor, output)
 
-    def run(comm: Any) -> torch.Tensor:
+    def start(comm: Any) -> Callable[[], torch.Tensor]:
         if (not in_place and op in (Sum, Average) and prescale == 1.0 and tensor.is_floating_point()
                 and output.is_contiguous() and tensor.is_contiguous()):
             # Summed straight from the input into the result (no copy first for a large tensor).
-            comm.sum_into_async_(tensor.detach(), output, postscale / (comm.size if op == Average else 1)).wait()
-            return output
+            summing = comm.sum_into_async_(tensor.detach(), output, postscale / (comm.size if op == Average else 1))
+
+            def summed() -> torch.Tensor:
+                summing.wait()
+                return output
+
+            return summed
         if not in_place:
             output.copy_(tensor)
         buffer = output if output.is_contiguous() else output.contiguous()
-        reduce(comm, buffer)
-        if buffer is not output:
-            output.copy_(buffer)
-        return output
+        reduced = start_reduce(comm, buffer)
+
+        def finished() -> torch.Tensor:
+            reduced()
+            if buffer is not output:
+                output.copy_(buffer)
+            return output
+
+        return finished
 
     fuse = None if op == Adasum else FuseKey(tensor.dtype, tensor.device, op, prescale, postscale)
     return Operation(Descriptor(Kind.ALLREDUCE, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
-                                postscale=postscale), run, fuse, (tensor,), (output,), reduce, lambda: output)
+                                postscale=postscale), lambda comm: start(comm)(), fuse, (tensor,), (output,),
+                     start_reduce, lambda: output, start)
+
+
+def _done() -> None:
+    """The wait of something already finished."""
 
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], op: str, prescale: float,
@@ -131,7 +154,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], outputs: Sequence[torch.T
                     part.run(comm)
                 continue
             packed = torch.cat([p.inputs[0].detach().reshape(-1) for p in group])
-            group[0].reduce(comm, packed)
+            group[0].reduce(comm, packed)()
             offset = 0
             for part in group:
                 n = part.outputs[0].numel()
@@ -196,16 +219,22 @@ def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str |
     _check_tensor(tensor, "broadcast")
     in_place = _same_memory(tensor, output)
 
-    def run(comm: Any) -> torch.Tensor:
+    def start(comm: Any) -> Callable[[], torch.Tensor]:
         if not in_place:
             output.copy_(tensor)
         buffer = output if output.is_contiguous() else output.contiguous()
-        comm.broadcast_async_(buffer, root).wait()
-        if buffer is not output:
-            output.copy_(buffer)
-        return output
+        pending = comm.broadcast_async_(buffer, root)
 
-    return Operation(Descriptor(Kind.BROADCAST, (tensor,), root=root, name=name), run)
+        def finished() -> torch.Tensor:
+            pending.wait()
+            if buffer is not output:
+                output.copy_(buffer)
+            return output
+
+        return finished
+
+    return Operation(Descriptor(Kind.BROADCAST, (tensor,), root=root, name=name), lambda comm: start(comm)(),
+                     start=start)
 
 
 def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:

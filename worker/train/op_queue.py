@@ -91,8 +91,14 @@ class Operation:
     fuse: FuseKey | None = None
     inputs: tuple[torch.Tensor, ...] = ()
     outputs: tuple[torch.Tensor, ...] = ()
-    reduce: Callable[[Any, torch.Tensor], None] | None = None
+    #: starts reducing a fused buffer in place and returns the wait for it
+    reduce: Callable[[Any, torch.Tensor], Callable[[], None]] | None = None
     finish: Callable[[], Any] | None = None
+    #: `run` in two halves, when the operation can be left in flight: starts its collective and
+    #: returns at once with the wait that gives its output. The queue starts consecutive such
+    #: operations before waiting for the first, so they follow each other on the ring back to
+    #: back instead of each waiting for this thread to be scheduled between them.
+    start: Callable[[Any], Callable[[], Any]] | None = None
     #: each rank's first dimension, when the negotiation told it (an allgather's)
     peer_dims: list[int] | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -108,7 +114,7 @@ class Operation:
         # The closures may refer to this operation (an allgather reads its `peer_dims`): dropped
         # now, so no reference cycle keeps the result alive once the caller drops it.
         self.run = _spent
-        self.reduce = self.finish = None
+        self.reduce = self.finish = self.start = None
         self.ended_at = time.time()
         self.done.set()
         for observer in list(OBSERVERS):
@@ -254,8 +260,16 @@ class OpQueue:
             else:
                 operation.peer_dims = verdict.first_dims.get(i)
                 runnable.append(operation)
+        started: list[Callable[[], None]] = []  # the waits of groups in flight, in start order
         for group in self._fused(runnable):
-            self._run(group)
+            if len(group) == 1 and group[0].start is None:
+                self._wait_for(started)  # an operation that cannot be left in flight settles in order
+                self._run(group[0])
+            else:
+                wait = self._start(group)
+                if wait is not None:
+                    started.append(wait)
+        self._wait_for(started)
         return verdict.count
 
     def _fused(self, operations: list[Operation]) -> list[list[Operation]]:
@@ -277,22 +291,55 @@ class OpQueue:
                 size, open_group = nbytes, small
         return groups
 
-    def _run(self, group: list[Operation]) -> None:
-        if len(group) == 1:
+    @staticmethod
+    def _wait_for(started: list[Callable[[], None]]) -> None:
+        for wait in started:
+            wait()
+        started.clear()
+
+    def _run(self, operation: Operation) -> None:
+        try:
+            result = operation.run(self.comm)
+        except HorovodInternalError:
+            raise
+        except Exception as exc:  # a local error (memory, a bad tensor): this operation's alone
+            operation.settle(error=exc)
+            return
+        operation.settle(result)
+
+    def _start(self, group: list[Operation]) -> Callable[[], None] | None:
+        """Start one group's collective; the wait that settles its operations (None when the
+        operation failed before anything went out)."""
+        if len(group) == 1 and group[0].start is not None:
             operation = group[0]
             try:
-                result = operation.run(self.comm)
+                output = operation.start(self.comm)
             except HorovodInternalError:
                 raise
-            except Exception as exc:  # a local error (memory, a bad tensor): this operation's alone
+            except Exception as exc:
                 operation.settle(error=exc)
-                return
-            operation.settle(result)
-            return
-        reduce, finish = group[0].reduce, [o.finish for o in group]
-        assert reduce is not None and all(f is not None for f in finish)
+                return None
+
+            def settle_one() -> None:
+                try:
+                    result = output()
+                except HorovodInternalError:
+                    raise
+                except Exception as exc:
+                    operation.settle(error=exc)
+                    return
+                operation.settle(result)
+
+            return settle_one
+        reduce = group[0].reduce
+        assert reduce is not None and all(o.finish is not None for o in group)
         packed = flat.pack([t for o in group for t in o.inputs])
-        reduce(self.comm, packed)
-        flat.unpack(packed, [t for o in group for t in o.outputs])
-        for operation in group:
-            operation.settle(operation.finish())  # type: ignore[misc]
+        reduced = reduce(self.comm, packed)
+
+        def settle_group() -> None:
+            reduced()
+            flat.unpack(packed, [t for o in group for t in o.outputs])
+            for operation in group:
+                operation.settle(operation.finish())  # type: ignore[misc]
+
+        return settle_group
