@@ -260,16 +260,16 @@ class OpQueue:
             else:
                 operation.peer_dims = verdict.first_dims.get(i)
                 runnable.append(operation)
-        started: list[Callable[[], None]] = []  # the waits of groups in flight, in start order
+        in_flight: list[Callable[[], None]] = []  # the waits of groups started, in start order
         for group in self._fused(runnable):
             if len(group) == 1 and group[0].start is None:
-                self._wait_for(started)  # an operation that cannot be left in flight settles in order
+                self._wait_for(in_flight)  # an operation that cannot be left in flight settles in order
                 self._run(group[0])
             else:
                 wait = self._start(group)
                 if wait is not None:
-                    started.append(wait)
-        self._wait_for(started)
+                    in_flight.append(wait)
+        self._wait_for(in_flight)
         return verdict.count
 
     def _fused(self, operations: list[Operation]) -> list[list[Operation]]:
@@ -292,10 +292,10 @@ class OpQueue:
         return groups
 
     @staticmethod
-    def _wait_for(started: list[Callable[[], None]]) -> None:
-        for wait in started:
+    def _wait_for(in_flight: list[Callable[[], None]]) -> None:
+        for wait in in_flight:
             wait()
-        started.clear()
+        in_flight.clear()
 
     def _run(self, operation: Operation) -> None:
         try:
@@ -310,10 +310,11 @@ class OpQueue:
     def _start(self, group: list[Operation]) -> Callable[[], None] | None:
         """Start one group's collective; the wait that settles its operations (None when the
         operation failed before anything went out)."""
-        if len(group) == 1 and group[0].start is not None:
+        start = group[0].start
+        if len(group) == 1 and start is not None:
             operation = group[0]
             try:
-                output = operation.start(self.comm)
+                output = start(self.comm)
             except HorovodInternalError:
                 raise
             except Exception as exc:
