@@ -1,6 +1,7 @@
 """Collectives of one generation, each bounded so a dead or hung peer never hangs training.
 
-Every collective is issued with `async_op` and waited on through its future together with the
+Every collective is issued with `async_op` and waited on (after a first 2 ms in Gloo's own wait,
+where most finish) through its future together with the
 rendezvous' "generation over" signal and a deadline (`--collective-timeout`): a killed peer
 fails the collective within milliseconds ("Connection closed by peer"), a stopped one ends the
 wait when the rendezvous declares the generation over or the deadline passes. Either way the
@@ -26,6 +27,9 @@ from ringmaster.worker.train.link import RendezvousLink
 from ringmaster.worker.train.op_queue import OpQueue
 
 ReduceOp = dist.ReduceOp
+#: A Gloo collective is first waited for this long in Gloo's own wait, which cannot be woken by
+#: the generation-over signal: a ring abandoned by the rendezvous is left at most this much later.
+SHORT_WAIT = timedelta(milliseconds=2)
 #: The futures of finished collectives are dropped once this many are kept (each holds its
 #: tensors: kept for a whole generation, every result of `hvd.allreduce` would stay in memory).
 _PRUNE_AT = 32
@@ -226,11 +230,22 @@ class Communicator:
 
     # ------------------------------------------------------------ bounded wait
     def _wait(self, issue: Callable[[], dist.Work], what: str) -> None:
-        self._await(self._issue(issue, what), what)
+        self._await(*self._issue(issue, what), what)
 
-    def _issue(self, issue: Callable[[], dist.Work], what: str) -> torch.futures.Future:
-        """Start a collective (unless the generation is already over); its future."""
-        return self._issue_future(lambda: _future_of(issue()), what)
+    def _issue(self, issue: Callable[[], dist.Work], what: str) -> tuple[torch.futures.Future, dist.Work | None]:
+        """Start a collective (unless the generation is already over): its future, and its work
+        when it may first be waited for in Gloo's own wait (`_await_short`)."""
+        started: list[dist.Work] = []
+
+        def start() -> torch.futures.Future:
+            work = issue()
+            future, own = _future_of(work)
+            if own and self.cuda_pg is None:  # a Gloo collective (not Gloo's send/recv, not NCCL)
+                started.append(work)
+            return future
+
+        future = self._issue_future(start, what)
+        return future, (started[0] if started else None)
 
     def _issue_future(self, issue: Callable[[], torch.futures.Future], what: str) -> torch.futures.Future:
         if self._ops is not None and self._ops.busy and not self._ops.on_thread():
@@ -246,7 +261,7 @@ class Communicator:
         self._in_flight.append(future)
         return future
 
-    def _await(self, future: torch.futures.Future, what: str) -> None:
+    def _await(self, future: torch.futures.Future, work: dist.Work | None, what: str) -> None:
         """Wait for a started collective, together with the generation-over signal and the
         deadline; HorovodInternalError when it fails or cannot finish."""
         if self.link is None:
@@ -255,6 +270,8 @@ class Communicator:
             except RuntimeError as exc:
                 raise HorovodInternalError(f"{what} failed: {_first_line(exc)}") from exc
             self._forget(future)
+            return
+        if work is not None and self._await_short(future, work, what):
             return
         done = threading.Event()
         self.link.add_waiter(done)
@@ -272,6 +289,26 @@ class Communicator:
         except RuntimeError as exc:
             raise HorovodInternalError(f"{what} failed in generation {self.generation}: {_first_line(exc)}") from exc
         self._forget(future)
+
+    def _await_short(self, future: torch.futures.Future, work: dist.Work, what: str) -> bool:
+        """Wait up to `SHORT_WAIT` for a Gloo collective in Gloo's own wait; True when it is done.
+        Most collectives of an operation finish within it, and the wait through the future's
+        callback and an event (below) cost 100-140 us more per collective (2 ranks: a small
+        allgather 0.48 ms instead of 0.34 ms). A wait that runs out leaves the collective going
+        (c10d's Work.wait raises "Operation timed out!" and nothing else); the rest of the wait
+        is the usual one, woken at once by the generation-over signal."""
+        try:
+            work.wait(SHORT_WAIT)
+        except RuntimeError as exc:
+            if not work.is_completed():
+                return False
+            try:  # it failed, or finished just after the wait ran out
+                work.wait()
+            except RuntimeError as failed:
+                raise HorovodInternalError(
+                    f"{what} failed in generation {self.generation}: {_first_line(failed)}") from exc
+        self._forget(future)
+        return True
 
     def _forget(self, future: torch.futures.Future) -> None:
         """A collective waited for is no longer in flight: its future (which holds its tensors) is
@@ -291,14 +328,17 @@ class Communicator:
 class Pending:
     """A collective started with `Communicator.*_async_`; `wait()` once before using its tensor."""
 
-    def __init__(self, comm: Communicator, future: torch.futures.Future | None, what: str) -> None:
+    def __init__(self, comm: Communicator, started: torch.futures.Future | tuple[torch.futures.Future, Any] | None,
+                 what: str) -> None:
         self.comm = comm
-        self.future = future
+        self.future: torch.futures.Future | None
+        self.work: Any
+        self.future, self.work = started if isinstance(started, tuple) else (started, None)
         self.what = what
 
     def wait(self) -> None:
         if self.future is not None:
-            self.comm._await(self.future, self.what)
+            self.comm._await(self.future, self.work, self.what)
 
 
 def gloo_device(toward: str | None) -> object:
@@ -374,10 +414,11 @@ def build_process_group(
     raise HorovodInternalError(f"building the ring of {prefix!r} was abandoned: {reason}")
 
 
-def _future_of(work: dist.Work) -> torch.futures.Future:
-    """The work's future; Gloo's point-to-point works have none, so a helper thread waits."""
+def _future_of(work: dist.Work) -> tuple[torch.futures.Future, bool]:
+    """The work's future, and whether it is the work's own: Gloo's point-to-point works have
+    none, so a helper thread waits (their wait with a timeout fails the transfer: never waited for briefly)."""
     try:
-        return work.get_future()
+        return work.get_future(), True
     except RuntimeError:
         future: torch.futures.Future = torch.futures.Future()
 
@@ -389,7 +430,7 @@ def _future_of(work: dist.Work) -> torch.futures.Future:
                 future.set_exception(exc)
 
         threading.Thread(target=wait, name="ringmaster-p2p-wait", daemon=True).start()
-        return future
+        return future, False
 
 
 def wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
