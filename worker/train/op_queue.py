@@ -298,11 +298,17 @@ class OpQueue:
         in_flight.clear()
 
     def _run(self, operation: Operation) -> None:
+        self._settle(operation, lambda: operation.run(self.comm))
+
+    @staticmethod
+    def _settle(operation: Operation, outcome: Callable[[], Any]) -> None:
+        """Settle `operation` with `outcome()`, or with its error when that failed locally
+        (memory, a bad tensor: this operation's alone). A broken ring raises on, failing the round."""
         try:
-            result = operation.run(self.comm)
+            result = outcome()
         except HorovodInternalError:
             raise
-        except Exception as exc:  # a local error (memory, a bad tensor): this operation's alone
+        except Exception as exc:
             operation.settle(error=exc)
             return
         operation.settle(result)
@@ -317,21 +323,10 @@ class OpQueue:
                 output = start(self.comm)
             except HorovodInternalError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # nothing went out: this operation's error alone
                 operation.settle(error=exc)
                 return None
-
-            def settle_one() -> None:
-                try:
-                    result = output()
-                except HorovodInternalError:
-                    raise
-                except Exception as exc:
-                    operation.settle(error=exc)
-                    return
-                operation.settle(result)
-
-            return settle_one
+            return lambda: self._settle(operation, output)
         reduce = group[0].reduce
         assert reduce is not None and all(o.finish is not None for o in group)
         packed = flat.pack([t for o in group for t in o.inputs])

@@ -6,7 +6,6 @@ pure negotiation."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -250,16 +249,17 @@ def count_allreduce_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def submit_together(comm: Communicator, queued: list[Operation]) -> None:
     """Queues operations while the ring's thread is held by a first one, so that they wait in
     the queue together and the queue sees them as one batch."""
-    gate = threading.Event()
-    blocker = Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5) and c.allreduce_(torch.zeros(1)))
-    comm.ops.submit(blocker)
+    gate, taken = threading.Event(), threading.Event()
+
+    def block(c: Communicator) -> Any:
+        taken.set()
+        return gate.wait(5) and c.allreduce_(torch.zeros(1))
+
+    comm.ops.submit(Operation(Descriptor(Kind.BARRIER, ()), block))
     # The thread must have taken the blocker as a round of its own before the rest is queued: a
     # thread slow to wake took the blocker with the first few, split the batch, and one rank's
     # round ended between two of the small tensors (1 run in 3 of `pytest -q`).
-    deadline = time.monotonic() + 10
-    while not blocker.started_at:
-        assert time.monotonic() < deadline, "the queue's thread never took the first operation"
-        time.sleep(0.001)
+    assert taken.wait(10), "the queue's thread never took the first operation"
     for operation in queued:
         comm.ops.submit(operation)
     gate.set()
