@@ -259,6 +259,8 @@ class Demo:
                     host = event["host"]
                     change = 1 if kind == "spare.ready" else -1 if event.get("warm") is True else 0
                     p.warm_spares[host] = max(0, p.warm_spares.get(host, 0) + change)
+                elif kind in ("host.lost", "agent.launching") and isinstance(event.get("host"), str):
+                    p.warm_spares[event["host"]] = 0  # (its agent's spares died with it, or it has none yet)
                 if kind in _SHOWN:
                     self.say(str(event.get("message", kind)), mark="  ")
             self.lock.notify_all()
