@@ -22,7 +22,8 @@ with identical parameters (checked for every way). Then Horovod's other collecti
 torch.distributed's on the same processes (`hvd.allgather` / `all_gather_into_tensor`,
 `hvd.reducescatter` / `reduce_scatter_tensor`, `hvd.alltoall` / `all_to_all_single`; 1, 16 and
 64 MB per rank), and how much of 8 allreduces of 4 MB started before some compute it hides
-(`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` + `wait`).
+(`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` + `wait`), and
+small operations (8 values per rank: what a script averages or gathers each step) of each kind.
 `--spares 0`: a warm spare importing torch beside the job would take a core from it for a few seconds.
 
 Run: python bench/datapath.py [--steps 60] [--models mlp-1.3m,mlp-25m,resnet-18]
@@ -202,16 +203,17 @@ def _allreduce(out: str) -> None:
         for kind in runs:
             seconds[kind][mb] = statistics.median(samples[kind])
     seconds.update(_other_collectives())
+    seconds["small"] = _small_operations()
     seconds["overlap"] = _overlap()
     if hvd.rank() == 0:
         pathlib.Path(out).write_text(json.dumps(seconds))
 
 
-def _alternating(runs: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
-    """Seconds of each run, REPEATS times after one warm-up, in alternating order (so each sees
+def _alternating(runs: dict[str, Callable[[], Any]], repeats: int = REPEATS) -> dict[str, list[float]]:
+    """Seconds of each run, `repeats` times after one warm-up, in alternating order (so each sees
     the machine at the same moments)."""
     samples: dict[str, list[float]] = {kind: [] for kind in runs}
-    for repeat in range(1 + REPEATS):
+    for repeat in range(1 + repeats):
         for kind, run in (runs.items() if repeat % 2 else reversed(runs.items())):
             started = time.perf_counter()
             run()
@@ -246,6 +248,38 @@ def _other_collectives() -> dict[str, dict[int, float]]:
         for kind in runs:
             seconds.setdefault(kind, {})[mb] = statistics.median(samples[kind])
     return seconds
+
+
+#: The small operations timed (`_small_operations`): per rank, 8 float32 values (a metric or two).
+SMALL_ELEMENTS = 8
+
+
+def _small_operations() -> dict[str, float]:
+    """Median seconds of small operations (what a script averages each step: a loss, a count),
+    Horovod's call (carried in its negotiation round) against torch.distributed's, alternating.
+    torch.distributed's write into tensors made once; Horovod's give new ones, as Horovod does."""
+    import torch
+    import torch.distributed as dist
+
+    import ringmaster.torch as hvd
+
+    n = hvd.size()
+    part = torch.ones(SMALL_ELEMENTS)
+    gathered, swapped, root = torch.empty(n * SMALL_ELEMENTS), torch.empty(SMALL_ELEMENTS), torch.ones(SMALL_ELEMENTS)
+    runs = {
+        "dist_allreduce": lambda: dist.all_reduce(part),
+        "hvd_allreduce": lambda: hvd.allreduce(part),
+        "dist_allgather": lambda: dist.all_gather_into_tensor(gathered, part),
+        "hvd_allgather": lambda: hvd.allgather(part),
+        "dist_broadcast": lambda: dist.broadcast(root, 0),
+        "hvd_broadcast": lambda: hvd.broadcast(root, 0),
+        "dist_alltoall": lambda: dist.all_to_all_single(swapped, part),
+        "hvd_alltoall": lambda: hvd.alltoall(part),
+        "dist_barrier": lambda: dist.barrier(),
+        "hvd_barrier": lambda: hvd.barrier(),
+    }
+    samples = _alternating(runs, repeats=10 * REPEATS)
+    return {kind: statistics.median(samples[kind]) for kind in runs}
 
 
 def _overlap() -> dict[str, float]:
@@ -336,6 +370,12 @@ def main() -> None:
             ours_s, theirs_s = ours[f"hvd_{op}"][str(mb)], ours[f"dist_{op}"][str(mb)]
             compared.append(f"{op} {theirs_s * 1e3:7.2f} | {ours_s * 1e3:7.2f} ({ours_s / theirs_s:4.2f}x)")
         print(f"{mb:>3} MB  " + "   ".join(compared))
+    small = ours["small"]
+    print(f"\nsmall operations ({SMALL_ELEMENTS} float32 per rank), median ms: torch.distributed | Horovod's call here "
+          "(time ratio)")
+    print("  " + "   ".join(f"{op} {small[f'dist_{op}'] * 1e3:5.3f} | {small[f'hvd_{op}'] * 1e3:5.3f} "
+                            f"({small[f'hvd_{op}'] / small[f'dist_{op}']:4.2f}x)"
+                            for op in ("allreduce", "allgather", "broadcast", "alltoall", "barrier")))
     o = ours["overlap"]
     hidden = {k: (o["compute"] + o[f"{k}_comm"] - o[f"{k}_both"]) / min(o["compute"], o[f"{k}_comm"]) for k in ("dist", "hvd")}
     print(f"\noverlap, 8 allreduces of 4 MB started before {o['compute'] * 1e3:.1f} ms of compute: torch.distributed "

@@ -66,6 +66,39 @@ def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
                       and a.dtype == b.dtype and a.device == b.device)
 
 
+def _bytes_of(tensor: torch.Tensor, budget: int) -> torch.Tensor | None:
+    """`tensor`'s bytes (1-D uint8) to carry in a negotiation round, when it is on the CPU and
+    they fit `budget`; None otherwise (the operation runs as a collective)."""
+    if tensor.device.type != "cpu" or tensor.numel() * tensor.element_size() > budget:
+        return None
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _from_bytes(payload: torch.Tensor, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+    """A fresh tensor of `dtype` and `shape` from a rank's bytes (ValueError when they do not
+    make one: a peer's message says otherwise than its row)."""
+    expected = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
+    if payload.numel() != expected:
+        raise ValueError(f"a rank sent {payload.numel()} bytes for a {dtype} tensor of shape {tuple(shape)} "
+                         f"({expected} bytes)")
+    return payload.clone().view(dtype).reshape(tuple(shape))
+
+
+def _reduce_parts(parts: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Every rank's part reduced in rank order, into the first (the same result on every rank)."""
+    total = parts[0]
+    for part in parts[1:]:
+        if op in (Sum, Average):
+            total.add_(part)
+        elif op == Product:
+            total.mul_(part)
+        elif total.dtype == torch.bool:
+            (torch.logical_and if op == Min else torch.logical_or)(total, part, out=total)
+        else:
+            (torch.minimum if op == Min else torch.maximum)(total, part, out=total)
+    return total
+
+
 def _check_tensor(tensor: Any, what: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
@@ -127,10 +160,21 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
 
         return finished
 
+    def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
+        parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
+        for part in parts:
+            scale_(part, prescale)
+        total = _reduce_parts(parts, op)
+        scale_(total, postscale / comm.size if op == Average else postscale)
+        output.copy_(total)
+        return output
+
     fuse = None if op == Adasum else FuseKey(tensor.dtype, tensor.device, op, prescale, postscale)
     return Operation(Descriptor(Kind.ALLREDUCE, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
                                 postscale=postscale), lambda comm: start(comm)(), fuse, (tensor,), (output,),
-                     start_reduce, lambda: output, start)
+                     start_reduce, lambda: output, start,
+                     inline=None if op == Adasum else lambda comm, budget: _bytes_of(tensor, budget),
+                     complete=complete)
 
 
 def _done() -> None:
@@ -198,7 +242,12 @@ def allgather(tensor: torch.Tensor, name: str | None) -> Operation:
         dims = operation.peer_dims if operation.peer_dims is not None else [d[0] for d in _first_dims(comm, [rows])]
         return _gather_rows(comm, rows, dims)
 
-    operation = Operation(Descriptor(Kind.ALLGATHER, (rows,), name=name), run)
+    def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
+        dims = operation.peer_dims or [rows.shape[0]] * comm.size
+        return torch.cat([_from_bytes(p, rows.dtype, (d, *rows.shape[1:])) for p, d in zip(payloads, dims)])
+
+    operation = Operation(Descriptor(Kind.ALLGATHER, (rows,), name=name), run,
+                          inline=lambda comm, budget: _bytes_of(rows, budget), complete=complete)
     return operation
 
 
@@ -233,8 +282,16 @@ def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str |
 
         return finished
 
+    def inline(comm: Any, budget: int) -> torch.Tensor | None:
+        carried = _bytes_of(tensor, budget)  # (every rank's tensor has the root's shape: the rows agree)
+        return carried if carried is None or comm.rank == root else carried[:0]
+
+    def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
+        output.copy_(_from_bytes(payloads[root], tensor.dtype, tensor.shape))
+        return output
+
     return Operation(Descriptor(Kind.BROADCAST, (tensor,), root=root, name=name), lambda comm: start(comm)(),
-                     start=start)
+                     start=start, inline=inline, complete=complete)
 
 
 def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:
@@ -273,7 +330,28 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
         comm.alltoall_async(out, source, recv, send).wait()
         return out, received.to(torch.int32)
 
-    operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run)
+    row_shape = tuple(tensor.shape[1:])
+
+    def inline(comm: Any, budget: int) -> torch.Tensor | None:
+        counts = torch.tensor(send, dtype=torch.int64).view(torch.uint8)
+        rows_sent = _bytes_of(tensor[: sum(send)], budget - counts.numel())
+        return None if rows_sent is None else torch.cat([counts, rows_sent])
+
+    def complete(comm: Any, payloads: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each rank's payload: its `send` counts (int64), then its rows in rank order."""
+        head = 8 * comm.size
+        parts, received = [], []
+        for payload in payloads:
+            counts = _from_bytes(payload[:head], torch.int64, (comm.size,)).tolist()
+            if any(c < 0 for c in counts):
+                raise ValueError(f"a rank sent negative alltoall counts {counts}")
+            rows = _from_bytes(payload[head:], tensor.dtype, (sum(counts), *row_shape))
+            first = sum(counts[: comm.rank])
+            parts.append(rows[first: first + counts[comm.rank]])
+            received.append(counts[comm.rank])
+        return torch.cat(parts), torch.tensor(received, dtype=torch.int32)
+
+    operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run, inline=inline, complete=complete)
     return operation
 
 
@@ -316,9 +394,21 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
     _check_scatter_op(op, "reducescatter")
     if tensor.dim() == 0:
         raise ValueError("reducescatter takes a tensor of at least one dimension (its rows are scattered)")
+    def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
+        parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
+        for part in parts:
+            scale_(part, prescale)
+        total = _reduce_parts(parts, op)
+        rows, n = tensor.shape[0], comm.size
+        first = sum(scatter_rows(rows, n, r) for r in range(comm.rank))
+        out = total[first: first + scatter_rows(rows, n, comm.rank)].clone()
+        scale_(out, postscale / n if op == Average else postscale)
+        return out
+
     return Operation(Descriptor(Kind.REDUCESCATTER, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
                                 postscale=postscale),
-                     lambda comm: _reduce_scatter_one(comm, tensor, op, prescale, postscale))
+                     lambda comm: _reduce_scatter_one(comm, tensor, op, prescale, postscale),
+                     inline=lambda comm, budget: _bytes_of(tensor, budget), complete=complete)
 
 
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], op: str, prescale: float, postscale: float,
@@ -339,4 +429,7 @@ def barrier() -> Operation:
     def run(comm: Any) -> None:
         comm.allreduce_(torch.zeros(1))
 
-    return Operation(Descriptor(Kind.BARRIER, ()), run)
+    # Inline, a barrier is its negotiation round alone: every rank has called it once the round's
+    # allgather completes anywhere.
+    return Operation(Descriptor(Kind.BARRIER, ()), run, inline=lambda comm, budget: torch.empty(0, dtype=torch.uint8),
+                     complete=lambda comm, payloads: None)

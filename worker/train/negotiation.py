@@ -8,6 +8,13 @@ allgathered (one small collective), and each rank decides the same thing from th
 how many operations all ranks have queued (the common prefix), and which of those disagree.
 Those fail on every rank with a message naming the difference; the others run, and the ring
 stays in step because no rank sends bytes another does not expect.
+
+Small operations ride in the round itself: each message ends in a fixed area of
+`INLINE_AREA_BYTES` where a rank puts the bytes of its small operations (a metric to average, a
+few sizes to gather, a barrier's nothing), each row saying how many (`inline`, -1 for none). An
+operation that every rank inlined and that all agree on is done from the gathered bytes alone
+(`Verdict.inline`): one collective instead of two, as fast as the collective itself. The area's
+size is fixed, so every rank's message has the same size whatever it inlines.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ import torch
 
 #: Operations described per negotiation round (more wait for the next round).
 BATCH = 32
+#: Bytes at the end of every rank's message for the small operations' own bytes (a multiple of 8).
+#: Measured on 2 ranks: an allgather of the 3 KB message without it and of 7 KB with it take the
+#: same time (0.28 ms); 19 KB takes 0.30 ms.
+INLINE_AREA_BYTES = 4096
 
 
 class Kind(IntEnum):
@@ -37,8 +48,11 @@ class Kind(IntEnum):
 
 
 #: Fields of one operation's row, in order.
-FIELDS = ("kind", "dtype", "device", "op", "root", "ndim", "dim0", "shape", "name", "prescale", "postscale", "count")
+FIELDS = ("kind", "dtype", "device", "op", "root", "ndim", "dim0", "shape", "name", "prescale", "postscale", "count",
+          "inline")
 WIDTH = len(FIELDS)
+#: The message: how many operations it describes, `BATCH` rows, the inline area.
+MESSAGE_WORDS = 1 + BATCH * WIDTH + INLINE_AREA_BYTES // 8
 #: Kinds whose tensors may differ in their first dimension between ranks.
 FIRST_DIM_FREE = {Kind.ALLGATHER, Kind.ALLTOALL, Kind.GROUPED_ALLGATHER}
 
@@ -69,7 +83,8 @@ class Descriptor:
     prescale: float = 1.0
     postscale: float = 1.0
 
-    def row(self) -> list[int]:
+    def row(self, inline: int = -1) -> list[int]:
+        """The operation's integers; `inline`: how many of its bytes the message carries (-1: none)."""
         first = self.tensors[0] if self.tensors else None
         free = self.kind in FIRST_DIM_FREE
         shapes = ";".join(f"{t.dtype}:{tuple(t.shape[1:]) if free else tuple(t.shape)}" for t in self.tensors)
@@ -86,16 +101,30 @@ class Descriptor:
             _float_bits(self.prescale),
             _float_bits(self.postscale),
             len(self.tensors),
+            inline,
         ]
 
 
-def encode(descriptors: Sequence[Descriptor]) -> torch.Tensor:
-    """A rank's message: how many it describes, then `BATCH` rows (unused ones zero)."""
+def encode(descriptors: Sequence[Descriptor], inline: Sequence[torch.Tensor | None] = ()) -> torch.Tensor:
+    """A rank's message: how many it describes, then `BATCH` rows (unused ones zero), then the
+    inline area with the bytes of each operation that has a tensor in `inline` (1-D uint8,
+    in order; together at most `INLINE_AREA_BYTES`)."""
     assert len(descriptors) <= BATCH
-    message = torch.zeros(1 + BATCH * WIDTH, dtype=torch.int64)
+    message = torch.zeros(MESSAGE_WORDS, dtype=torch.int64)
     message[0] = len(descriptors)
+    area = message[1 + BATCH * WIDTH:].view(torch.uint8)
+    rows, used = [], 0
     for i, d in enumerate(descriptors):
-        message[1 + i * WIDTH: 1 + (i + 1) * WIDTH] = torch.tensor(d.row(), dtype=torch.int64)
+        payload = inline[i] if i < len(inline) else None
+        if payload is None:
+            rows.append(d.row())
+            continue
+        assert used + payload.numel() <= INLINE_AREA_BYTES
+        area[used: used + payload.numel()] = payload
+        used += payload.numel()
+        rows.append(d.row(payload.numel()))
+    if rows:
+        message[1: 1 + len(rows) * WIDTH] = torch.tensor(rows, dtype=torch.int64).reshape(-1)
     return message
 
 
@@ -104,11 +133,13 @@ class Verdict:
     """What every rank decided from the same rows: the first `count` queued operations go now;
     those in `refused` (index -> why) fail on every rank instead of running. `first_dims` gives,
     for operations whose first dimension may differ, each rank's (an allgather needs no round
-    of its own to learn them)."""
+    of its own to learn them). `inline` gives, for operations that every rank carried in its
+    message, each rank's bytes of it (uint8, rank order): they are done without a collective."""
 
     count: int
     refused: dict[int, str]
     first_dims: dict[int, list[int]] = field(default_factory=dict)
+    inline: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
 
 def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], rank: int) -> Verdict:
@@ -120,14 +151,23 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
     count = min(counts)
     refused: dict[int, str] = {}
     first_dims: dict[int, list[int]] = {}
+    inline: dict[int, list[torch.Tensor]] = {}
+    table = [m[1: 1 + BATCH * WIDTH].view(BATCH, WIDTH).tolist() for m in messages]
+    areas = [m[1 + BATCH * WIDTH:].view(torch.uint8) for m in messages]
+    offsets = [0] * len(messages)  # where each rank's next inline bytes begin
+    at = FIELDS.index("inline")
     for i in range(count):
-        rows = [m[1 + i * WIDTH: 1 + (i + 1) * WIDTH].tolist() for m in messages]
+        rows = [t[i] for t in table]
         why = _disagreement(rows, descriptors[i], rank)
         if why:
             refused[i] = why
         elif descriptors[i].kind in FIRST_DIM_FREE:
             first_dims[i] = [row[FIELDS.index("dim0")] for row in rows]
-    return Verdict(count, refused, first_dims)
+        sizes = [row[at] for row in rows]
+        if not why and all(0 <= n <= INLINE_AREA_BYTES - o for n, o in zip(sizes, offsets)):
+            inline[i] = [area[o: o + n] for area, o, n in zip(areas, offsets, sizes)]
+        offsets = [o + max(n, 0) for o, n in zip(offsets, sizes)]
+    return Verdict(count, refused, first_dims, inline)
 
 
 def _disagreement(rows: list[list[int]], mine: Descriptor, rank: int) -> str:
@@ -143,6 +183,8 @@ def _disagreement(rows: list[list[int]], mine: Descriptor, rank: int) -> str:
 
 
 def _may_differ(field: str, kind: Kind, ours: list[int], row: list[int]) -> bool:
+    if field == "inline":  # (each rank carries what it can; `decide` looks at all of them)
+        return True
     if field == "dim0":
         return kind in FIRST_DIM_FREE
     if field == "name":  # an unnamed operation matches any name (Horovod names those itself)

@@ -5,8 +5,9 @@ once, `synchronize` waits for it, and operations issued together are fused into 
 Here each ring (the generation's, or a process set's) has an `OpQueue`: the caller queues an
 `Operation` and gets it back as the handle; the queue's thread agrees with the other ranks on
 what runs next (`negotiation`: one small allgather per round, so disagreeing ranks get an
-error, not a broken ring), fuses consecutive allreduces of one kind into one flat buffer, and
-runs them on the ring with the ring's bounded waits (a dead or hung peer fails the operation
+error, not a broken ring; a small operation rides in that round and is done from every rank's
+bytes, with no collective of its own), fuses consecutive allreduces of one kind into one flat
+buffer, and runs them on the ring with the ring's bounded waits (a dead or hung peer fails the operation
 with `HorovodInternalError`, never hangs it).
 
 Collectives issued on the ring directly (the optimizer's buckets, state syncs, object
@@ -60,6 +61,27 @@ def fusion_threshold(environ: Mapping[str, str] | None = None) -> int:
     return DEFAULT_FUSION_THRESHOLD_BYTES
 
 
+#: Environment variable with the most bytes of small operations a rank carries in a negotiation
+#: round (0: none; at most negotiation.INLINE_AREA_BYTES, the default). Ranks may differ: an
+#: operation is done inline only where every rank carried it.
+INLINE_BYTES_ENV = "RINGMASTER_INLINE_BYTES"
+
+
+def inline_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The inline budget from the environment (`INLINE_BYTES_ENV`), within the message's area."""
+    value = (os.environ if environ is None else environ).get(INLINE_BYTES_ENV)
+    if not value:
+        return negotiation.INLINE_AREA_BYTES
+    try:
+        budget = int(value)
+    except ValueError:
+        raise ValueError(f"{INLINE_BYTES_ENV}={value!r} is not a number of bytes; e.g. {INLINE_BYTES_ENV}=0 (none "
+                         f"inline) or {negotiation.INLINE_AREA_BYTES}") from None
+    if budget < 0:
+        raise ValueError(f"{INLINE_BYTES_ENV}={value!r} must be 0 (none inline) or a positive number of bytes")
+    return min(budget, negotiation.INLINE_AREA_BYTES)
+
+
 #: Called with each operation once it is settled (`hvd.start_timeline` records them).
 OBSERVERS: list[Callable[["Operation"], None]] = []
 
@@ -99,6 +121,11 @@ class Operation:
     #: operations before waiting for the first, so they follow each other on the ring back to
     #: back instead of each waiting for this thread to be scheduled between them.
     start: Callable[[Any], Callable[[], Any]] | None = None
+    #: the operation done inside the negotiation round, for a small one: `inline(comm, budget)`
+    #: gives this rank's bytes for it (1-D uint8, at most `budget`; None when they do not fit) and
+    #: `complete(comm, every_ranks_bytes)` its output from every rank's (`negotiation.Verdict.inline`)
+    inline: Callable[[Any, int], torch.Tensor | None] | None = None
+    complete: Callable[[Any, list[torch.Tensor]], Any] | None = None
     #: each rank's first dimension, when the negotiation told it (an allgather's)
     peer_dims: list[int] | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -114,7 +141,7 @@ class Operation:
         # The closures may refer to this operation (an allgather reads its `peer_dims`): dropped
         # now, so no reference cycle keeps the result alive once the caller drops it.
         self.run = _spent
-        self.reduce = self.finish = self.start = None
+        self.reduce = self.finish = self.start = self.inline = self.complete = None
         self.ended_at = time.time()
         self.done.set()
         for observer in list(OBSERVERS):
@@ -140,6 +167,7 @@ class OpQueue:
         self._broken: HorovodInternalError | None = None
         self._closed = False
         self._fusion_bytes = fusion_threshold()
+        self.inline_bytes = inline_bytes()
 
     # ------------------------------------------------------------ the caller's side
     def submit(self, operation: Operation) -> Operation:
@@ -250,15 +278,20 @@ class OpQueue:
         if self.comm.size == 1:
             verdict = negotiation.Verdict(len(batch), {})
         else:
-            messages = self.comm.allgather(negotiation.encode(descriptors))
+            messages = self.comm.allgather(negotiation.encode(descriptors, self._inline(batch)))
             verdict = negotiation.decide(messages, descriptors, self.comm.rank)
         agreed = batch[: verdict.count]
         runnable = []
         for i, operation in enumerate(agreed):
             if i in verdict.refused:
                 operation.settle(error=CollectiveMismatchError(verdict.refused[i]))
+                continue
+            operation.peer_dims = verdict.first_dims.get(i)
+            complete = operation.complete
+            if i in verdict.inline and complete is not None:  # done: every rank's bytes came with the round
+                payloads = verdict.inline[i]
+                self._settle(operation, lambda: complete(self.comm, payloads))
             else:
-                operation.peer_dims = verdict.first_dims.get(i)
                 runnable.append(operation)
         in_flight: list[Callable[[], None]] = []  # the waits of groups started, in start order
         for group in self._fused(runnable):
@@ -271,6 +304,24 @@ class OpQueue:
                     in_flight.append(wait)
         self._wait_for(in_flight)
         return verdict.count
+
+    def _inline(self, batch: list[Operation]) -> list[torch.Tensor | None]:
+        """This rank's bytes of each small operation of `batch` that fits what is left of the
+        budget (None for the others, which run as collectives). An operation whose bytes cannot
+        be taken (a local error) is left to run, where the error is its own."""
+        left = self.inline_bytes
+        carried: list[torch.Tensor | None] = []
+        for operation in batch:
+            payload = None
+            if operation.inline is not None and operation.complete is not None and left >= 0:
+                try:
+                    payload = operation.inline(self.comm, left)
+                except Exception:
+                    payload = None
+            if payload is not None:
+                left -= payload.numel()
+            carried.append(payload)
+        return carried
 
     def _fused(self, operations: list[Operation]) -> list[list[Operation]]:
         """Consecutive allreduces of one kind, up to the fusion threshold, as one group each;
