@@ -152,7 +152,7 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
     refused: dict[int, str] = {}
     first_dims: dict[int, list[int]] = {}
     inline: dict[int, list[torch.Tensor]] = {}
-    table = [m[1: 1 + BATCH * WIDTH].view(BATCH, WIDTH).tolist() for m in messages]
+    table = [m[1: 1 + count * WIDTH].view(count, WIDTH).tolist() for m in messages]  # (the rows all agreed on)
     areas = [m[1 + BATCH * WIDTH:].view(torch.uint8) for m in messages]
     offsets = [0] * len(messages)  # where each rank's next inline bytes begin
     at = FIELDS.index("inline")
