@@ -394,6 +394,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
     _check_scatter_op(op, "reducescatter")
     if tensor.dim() == 0:
         raise ValueError("reducescatter takes a tensor of at least one dimension (its rows are scattered)")
+
     def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
         parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
         for part in parts:

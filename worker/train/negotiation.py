@@ -148,7 +148,7 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
     `messages` are every rank's `encode` output in rank order; `descriptors` this rank's own
     (for the words of an error: the others are known only by their rows)."""
     counts = [int(m[0]) for m in messages]
-    count = min(counts)
+    count = max(0, min(min(counts), BATCH))  # (a message never describes more than BATCH)
     refused: dict[int, str] = {}
     first_dims: dict[int, list[int]] = {}
     inline: dict[int, list[torch.Tensor]] = {}
