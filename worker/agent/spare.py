@@ -1,8 +1,7 @@
 """A warm spare: a worker process started before it is needed.
 
 It imports what every worker imports and that takes seconds (`PRELOADED`: torch, the
-Ringmaster library), at the lowest CPU priority (`warm_up`: the host's workers, starting or
-training, come first on a busy host), then waits, running nothing else, for one assignment on stdin: the
+Ringmaster library), then waits, running nothing else, for one assignment on stdin: the
 training command, its environment and working directory (one JSON line from its agent). It
 then becomes that worker as a fresh interpreter would: stdin from /dev/null, the working
 directory and environment replaced, `sys.argv` and `sys.path[0]` set as `python script.py` or
@@ -21,7 +20,6 @@ import json
 import os
 import runpy
 import sys
-import threading
 import types
 from importlib.machinery import SourceFileLoader
 from dataclasses import dataclass
@@ -35,8 +33,6 @@ MAX_ASSIGNMENT_BYTES = 1 << 20
 SPARE_FAILED = 3
 #: The descriptor on which a spare says it is warm (one byte, then closed); from its agent.
 READY_FD_ENV = "RINGMASTER_SPARE_READY_FD"
-#: The niceness of the thread that imports `PRELOADED` (the lowest CPU priority).
-WARM_UP_NICENESS = 19
 
 
 @dataclass(frozen=True)
@@ -105,38 +101,12 @@ def run_script(target: str) -> None:
     exec(code, main_module.__dict__)
 
 
-def warm_up(names: tuple[str, ...] = PRELOADED) -> str:
-    """Import `names` on a thread of their own at niceness `WARM_UP_NICENESS`; "" or what failed.
-
-    Why a thread: Linux gives each thread its own niceness, and a process can raise its own but
-    not lower it back. The main thread, which later runs the worker, keeps the niceness it was
-    started with; only the warm-up yields, so a spare warming beside a worker's start-up (or on a
-    host whose cores the workers fill) takes what they leave instead of a share of their CPU.
-    (A native thread that torch starts during its import inherits the niceness; it idles.)"""
-    failed: list[str] = []
-
-    def imports() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WARM_UP_NICENESS)
-        except OSError:
-            pass  # (no such call here: the imports run at the spare's own priority)
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception as exc:  # an environment without torch: the agent starts workers fresh
-                failed.append(f"cannot import {name}: {exc}")
-                return
-
-    thread = threading.Thread(target=imports, name="spare-warm-up", daemon=True)
-    thread.start()
-    thread.join()
-    return failed[0] if failed else ""
-
-
 def main() -> int:
-    failure = warm_up()
-    if failure:
-        print(f"warm spare: {failure}", file=sys.stderr)
+    try:
+        for name in PRELOADED:
+            importlib.import_module(name)
+    except Exception as exc:  # an environment without torch: the agent starts workers fresh
+        print(f"warm spare: cannot import {name}: {exc}", file=sys.stderr)
         return SPARE_FAILED
     ready_fd = os.environ.pop(READY_FD_ENV, None)
     if ready_fd is not None and ready_fd.isdigit():

@@ -9,11 +9,10 @@ told from a fresh process by the script:
   worker (`proto/environment.py`, its key, the CA), which nothing reads at import time.
 Otherwise the worker starts fresh, as without spares. Spares run no user code before they are
 assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
-that grows past it is stopped). They never take CPU from a worker's start-up or training: a
-spare imports at the lowest CPU priority (`spare.warm_up`: on a busy host it gets what the
-workers leave, however long their start-up takes), spares are started `fresh_hold_s` after the
-agent last started a worker fresh (its imports take seconds of CPU; an agent's first workers are
-always fresh), and a used one is replaced `replace_after_s` after its use. Spares that die before use three
+that grows past it is stopped). They never share the CPU with a worker's start-up: spares are
+started `fresh_hold_s` after the agent last started a worker fresh (its imports take seconds of
+CPU; an agent's first workers are always fresh), and a used one is replaced `replace_after_s`
+after its use. Spares that die before use three
 times in a row (an environment without torch) turn spares off for this agent, said once.
 """
 

@@ -14,7 +14,7 @@ import pytest
 
 from harness import wait_for
 from ringmaster.common.events import Kind
-from ringmaster.worker.agent.spare import MAX_ASSIGNMENT_BYTES, WARM_UP_NICENESS, parse_assignment
+from ringmaster.worker.agent.spare import MAX_ASSIGNMENT_BYTES, parse_assignment
 from ringmaster.worker.agent.spares import SparePool, rss_bytes, spare_assignment
 
 PY = sys.executable
@@ -201,25 +201,6 @@ def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(poo
         assert as_spare[key] == as_fresh[key], key
     for key in ("__name__", "__file__", "__package__"):
         assert as_spare["globals"][key] == as_fresh["globals"][key], key
-
-
-def test_a_spares_imports_run_at_the_lowest_priority_and_its_worker_at_the_spares_own(tmp_path) -> None:
-    """The warm-up yields the CPU to the host's workers; the worker the spare becomes does not."""
-    (tmp_path / "heavy_module.py").write_text(
-        "import os, threading\nIMPORTED_AT = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n")
-    probe = textwrap.dedent("""
-        import os, sys
-        from ringmaster.worker.agent.spare import warm_up
-        failure = warm_up(("heavy_module",))
-        print(sys.modules["heavy_module"].IMPORTED_AT, os.getpriority(os.PRIO_PROCESS, 0), repr(failure))
-        print(repr(warm_up(("no_such_module_here",))))
-    """)
-    done = subprocess.run([PY, "-c", probe], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    imported_at, main_after, failure, missing = done.stdout.split(maxsplit=3)
-    assert int(imported_at) == WARM_UP_NICENESS and int(main_after) == os.getpriority(os.PRIO_PROCESS, 0)
-    assert failure == "''" and "cannot import no_such_module_here" in missing
 
 
 def test_a_used_spare_is_replaced_and_an_unfit_worker_leaves_the_spare_idle(pool_of, tmp_path) -> None:
