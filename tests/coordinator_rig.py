@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
-from ringmaster.rendezvous.control.effects import RunWorkers, StopAgent, WorkerEffect, WorkerLaunch
+from ringmaster.rendezvous.control.effects import (
+    LaunchAgent, PoolEffect, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect, WorkerLaunch,
+)
 from ringmaster.rendezvous.control.records import Generation, JobOutcome
 from ringmaster.rendezvous.state import job_record
 from ringmaster.settings import JobSettings
@@ -23,6 +25,7 @@ class Rig:
         self.now = 0.0
         self.agents: dict[str, RunWorkers | StopAgent] = {}
         self.worker_events: dict[str, list[WorkerEffect]] = {}
+        self.launches: list[PoolEffect] = []  # agents to start and stop (where the server launches them)
         self.snapshots = job_record.Snapshots()  # as the journal keeps them: records rebuilt where changed
 
     def _plain_store(self, generation: int) -> tuple[str, int]:
@@ -38,6 +41,8 @@ class Rig:
             for effect in self.coordinator.drain():
                 if isinstance(effect, (RunWorkers, StopAgent)):
                     self.agents[effect.host] = effect
+                elif isinstance(effect, (LaunchAgent, StopLaunchedAgent)):
+                    self.launches.append(effect)
                 else:
                     self.worker_events.setdefault(effect.worker_id, []).append(effect)
             return result

@@ -176,11 +176,13 @@ class HostPool:
 
     def agent_process_ended(self, host: str, how: str, now: float) -> None:
         """A launcher says the agent it started for `host` ended (`how`, with what it printed).
-        One that never connected means the host cannot be reached."""
+        One that never connected means the host cannot be reached, unless it was asked to stop
+        (its host left before it connected, or before it was even started)."""
         connected = self._launched.pop(host, False)
+        stopped = host in self._stopping
         self._stopping.discard(host)
         record = self.hosts.get(host)
-        if not connected and record is not None and not record.agent_connected:
+        if not connected and not stopped and record is not None and not record.agent_connected:
             self.agent_launch_failed(host, how, now)
 
     def agent_heartbeat(self, host: str, now: float) -> None:

@@ -263,7 +263,8 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
         try:
             session, version = board.poll(host, request.session, request.slots, list(request.running),
                                           [(e.order, e.how) for e in request.ended], time.time(),
-                                          {k: float(v) for k, v in request.resources.items()}, request.pid)
+                                          {k: float(v) for k, v in request.resources.items()}, request.pid,
+                                          request.applied)
         except BoardRefusal as exc:
             raise HTTPException(status_code=exc.status, detail=str(exc)) from None
         deadline = time.monotonic() + board.hold_s

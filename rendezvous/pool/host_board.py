@@ -78,6 +78,7 @@ class _Joined:
     given: dict[str, str] = field(default_factory=dict)  # ident -> run, of orders given and not yet ended
     running: set[str] = field(default_factory=set)  # order idents its agent says run
     version: int = 0
+    withdrawn: dict[str, int] = field(default_factory=dict)  # ident -> version its order left the board at
 
 
 class HostBoard:
@@ -105,10 +106,18 @@ class HostBoard:
 
     # ------------------------------------------------------------ what a host's agent says
     def poll(self, host: str, session: str | None, slots: int, running: list[str], ended: list[tuple[str, str]],
-             now: float, resources: Mapping[str, float] | None = None, pid: int | None = None) -> tuple[str, int]:
+             now: float, resources: Mapping[str, float] | None = None, pid: int | None = None,
+             applied: int = -1) -> tuple[str, int]:
         """A host's agent reports in: its session (None: it joins now), its slots and `resources`
-        (GPUs, CPUs), the orders whose agents run and those that ended with how. Returns its
-        session and the version of its orders."""
+        (GPUs, CPUs), the orders whose agents run and those that ended with how, and `applied`,
+        the version of the orders it has acted on. Returns its session and the version of its orders.
+
+        Each order given ends exactly once for its job (`take_ended`), or the job's launcher would
+        wait forever to launch on the host again: when the host says its agent ended, when the
+        host leaves, or, for an order withdrawn before the host's agent started it, when the host
+        has acted on orders without it and does not run it. A report that does not list an order
+        as running is not its end: two polls of one host cross (one held open, one saying an agent
+        ended), and the one without the order may arrive first."""
         problem = host_name_problem(host)
         if problem:
             raise BoardRefusal(f"host name {host[:80]!r}: {problem}")
@@ -123,6 +132,7 @@ class HostBoard:
             raise BoardRefusal(f"host {host}: reports more than {MAX_REPORTED} job agents at once")
         with self._lock:
             joined = self._hosts.get(host)
+            known = joined is not None and session == joined.session  # (`applied` speaks of its orders)
             if joined is not None and session != joined.session:
                 if now - joined.seen <= self.timeout_s:
                     raise BoardRefusal(f"host {host} has joined the pool already, from another `pool agent`: stop that "
@@ -144,8 +154,14 @@ class HostBoard:
                 if run is not None:
                     self._ended.setdefault(run, []).append((host, how[:2000]))
             joined.running = {ident for ident in running if ident in joined.given}
-            ordered = {order.ident for order in joined.orders.values()}
-            joined.given = {i: j for i, j in joined.given.items() if i in joined.running or i in ordered}
+            if known:
+                for ident, at in list(joined.withdrawn.items()):
+                    run = joined.given.get(ident)
+                    if run is not None and at <= applied and ident not in joined.running:
+                        del joined.given[ident]
+                        self._ended.setdefault(run, []).append(
+                            (host, f"host {host}'s pool agent never started it: the order was withdrawn first"))
+            joined.withdrawn = {i: at for i, at in joined.withdrawn.items() if i in joined.given}
             return joined.session, joined.version
 
     @property
@@ -207,25 +223,34 @@ class HostBoard:
             if joined is None:  # it may be joining (again) now: the order waits for it, for a while
                 self._pending.setdefault(host, {})[order.run] = (order, time.monotonic())
                 return
-            if joined.orders.get(order.run) != order:
+            before = joined.orders.get(order.run)
+            if before != order:
                 joined.orders[order.run] = order
                 joined.given[order.ident] = order.run
                 joined.version += 1
+                if before is not None and before.ident != order.ident:
+                    joined.withdrawn[before.ident] = joined.version
 
     def withdraw(self, host: str, run: str) -> None:
         with self._lock:
             self._pending.get(host, {}).pop(run, None)
             joined = self._hosts.get(host)
-            if joined is not None and joined.orders.pop(run, None) is not None:
-                joined.version += 1
+            if joined is not None:
+                self._withdraw(joined, run)
 
     def withdraw_all(self, run: str) -> None:
         with self._lock:
             for waiting in self._pending.values():
                 waiting.pop(run, None)
             for joined in self._hosts.values():
-                if joined.orders.pop(run, None) is not None:
-                    joined.version += 1
+                self._withdraw(joined, run)
+
+    @staticmethod
+    def _withdraw(joined: _Joined, run: str) -> None:
+        order = joined.orders.pop(run, None)
+        if order is not None:
+            joined.version += 1
+            joined.withdrawn[order.ident] = joined.version
 
     def take_ended(self, run: str) -> list[tuple[str, str]]:
         with self._lock:
@@ -238,6 +263,7 @@ class HostBoard:
             for joined in self._hosts.values():
                 joined.given = {i: r for i, r in joined.given.items() if r != run}
                 joined.running = {i for i in joined.running if i in joined.given}
+                joined.withdrawn = {i: at for i, at in joined.withdrawn.items() if i in joined.given}
 
     def running(self, run: str) -> int:
         """Hosts whose agent says it runs the run's agent (ordered or on its way out)."""

@@ -27,6 +27,7 @@ class PollRequest(BaseModel):
     session: Optional[StrictStr] = Field(None, max_length=64, description="as the last answer gave it; none to join")
     slots: StrictInt = Field(ge=1, le=MAX_SLOTS_PER_HOST, description="workers this host runs at once")
     version: StrictInt = Field(-1, ge=-1, le=2**62, description="of the orders it holds; the answer waits for another")
+    applied: StrictInt = Field(-1, ge=-1, le=2**62, description="the version of the orders it has acted on")
     running: list[StrictStr] = Field(default_factory=list, max_length=MAX_ITEMS,
                                      description="orders whose job agent runs here")
     ended: list[EndedAgent] = Field(default_factory=list, max_length=MAX_ITEMS)

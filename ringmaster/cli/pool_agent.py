@@ -78,18 +78,22 @@ class PoolAgent:
         self.agents: dict[str, _Running] = {}  # order -> its job's agent
         self.done: set[str] = set()  # orders whose agent ran and ended (each order runs once)
         self.unsent: list[dict[str, str]] = []  # agents that ended, not yet said to the pool
+        self.saying: set[str] = set()  # orders whose end was sent, the pool's answer not yet in
+        self.applied = -1  # the version of the orders acted on (of this session)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.ready: ReadyLauncher | None = None  # a job's agent started ahead of its order, warming
         self.template: tuple[AgentOptions, dict[str, str]] | None = None  # the last order's options
         self.warm_ahead = warm_ahead
         self.refused: str | None = None
-        self._orders: list[OrderRow] | None = None  # the newest answer's orders, not yet applied
+        self._orders: tuple[int, list[OrderRow]] | None = None  # the newest answer's, not yet applied
         self._wake = threading.Event()  # orders came, or stop: the main thread looks at once
 
     def report(self) -> list[str]:
-        """The orders whose agents run; those that ended since are kept to be sent (with how)."""
-        running = []
+        """The orders whose agents run; those that ended since are kept to be sent (with how).
+        An order whose end is on its way to the pool is still said to run: the pool counts an
+        order's end only once it heard it, and another poll may overtake the one that says it."""
+        running = sorted(self.saying)
         for ident, agent in list(self.agents.items()):
             alive = agent.launcher.alive()
             for _, how in agent.launcher.ended():
@@ -108,8 +112,10 @@ class PoolAgent:
         with self.lock:
             running = self.report()
             sent, self.unsent = self.unsent, []
+            self.saying.update(entry["order"] for entry in sent)
             body = {"session": self.session, "slots": self.slots, "version": self.version if hold else -1,
-                    "running": running, "ended": sent, "resources": self.resources, "pid": os.getpid()}
+                    "applied": self.applied, "running": running, "ended": sent, "resources": self.resources,
+                    "pid": os.getpid()}
         try:
             raw: Any = self.client.post(f"/hosts/{self.host}/poll", body)
             answer = PollAnswer.model_validate(raw)
@@ -123,21 +129,25 @@ class PoolAgent:
                 self.unsent = sent + self.unsent  # said again with the next poll
             raise
         with self.lock:
+            self.saying.difference_update(entry["order"] for entry in sent)  # (the pool has heard them)
             if answer.session != self.session:
                 self.say(Kind.POOL_AGENT_JOINED, host=self.host, pool=self.client.api, slots=self.slots)
+                self.applied = -1  # (versions count anew in a new session)
             elif answer.version < self.version:
                 return answer
             self.session, self.version = answer.session, answer.version
-            self._orders = answer.orders  # applied by the main thread (see the module's docstring)
+            self._orders = (answer.version, answer.orders)  # applied by the main thread (see the module's docstring)
         self._wake.set()
         return answer
 
     def apply_received(self) -> None:
         """Apply the newest orders received, if any came since the last look (main thread only)."""
         with self.lock:
-            orders, self._orders = self._orders, None
-            if orders is not None:
+            received, self._orders = self._orders, None
+            if received is not None:
+                version, orders = received
                 self.apply(orders)
+                self.applied = version
 
     def request_stop(self) -> None:
         """SIGTERM, SIGINT, the pool's refusal, or stdin closed: the main thread drains and stops."""

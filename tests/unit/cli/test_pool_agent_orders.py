@@ -112,3 +112,65 @@ def test_the_jobs_agents_are_started_and_stopped_by_the_thread_that_ends_last(mo
     main = threading.current_thread()
     assert _RecordingLauncher.started_in == [main] and _RecordingLauncher.stopped_in == [main]
     assert pool.left and not agent.agents
+
+
+class _EndedLauncher:
+    """A job's agent that has ended (and says so once)."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def alive(self) -> int:
+        return 0
+
+    def ended(self) -> list:
+        if self.said:
+            return []
+        self.said = True
+        return [("hB", "exited with code 0")]
+
+
+class _CrossingPool:
+    """Answers polls; while the poll saying an agent ended is in flight, the other thread's held
+    poll goes out too (two polls of one host cross, and either may reach the pool first)."""
+
+    api = "http://pool.invalid"
+
+    def __init__(self) -> None:
+        self.agent: PoolAgent | None = None
+        self.bodies: list[dict] = []
+
+    def post(self, path: str, body: dict) -> dict:
+        self.bodies.append(body)
+        if body["ended"] and len(self.bodies) == 1:
+            assert self.agent is not None
+            self.agent.exchange(hold=True)  # the crossing poll, made while this one is out
+        return {"session": "s-1", "version": 3, "hold_s": 1.0, "timeout_s": 15.0, "orders": []}
+
+
+def test_a_poll_made_while_an_agents_end_is_on_its_way_still_lists_it_as_running() -> None:
+    # The pool counts an order's end only when it hears it: a poll that overtook the one saying
+    # it must not look like "never ran" (the job would then wait for an end that never comes).
+    pool = _CrossingPool()
+    agent, _ = _agent_running_one_job()
+    agent.client = pool  # type: ignore[assignment]
+    pool.agent = agent
+    agent.agents["o-1"].launcher = _EndedLauncher()  # type: ignore[assignment]
+    agent.exchange(hold=False)
+    saying, crossing = pool.bodies[0], pool.bodies[1]
+    assert saying["ended"] == [{"order": "o-1", "how": "exited with code 0"}]
+    assert crossing["ended"] == [] and crossing["running"] == ["o-1"]
+    agent.exchange(hold=True)  # once the pool has answered the poll that said it, it is gone
+    assert pool.bodies[2]["running"] == [] and "o-1" in agent.done
+
+
+def test_a_poll_says_which_version_of_the_orders_the_host_acted_on() -> None:
+    pool = _CrossingPool()
+    agent = PoolAgent(client=pool, host="hB", slots=1, say=lambda *a, **k: None, warm_ahead=False)  # type: ignore[arg-type]
+    agent.exchange(hold=True)
+    assert pool.bodies[0]["applied"] == -1
+    agent.exchange(hold=True)  # the answer (version 3) is not acted on yet
+    assert pool.bodies[1]["applied"] == -1
+    agent.apply_received()
+    agent.exchange(hold=True)
+    assert pool.bodies[2]["applied"] == 3

@@ -219,3 +219,49 @@ def test_what_a_host_says_of_one_run_of_a_job_never_reaches_the_next_run() -> No
     resumed.start("h1")
     board.poll("h1", session, 2, [], [(order.ident, "exited with code 0")], now=0.2)  # late word of the first run
     assert resumed.ended() == [] and first.ended() == []
+
+
+def test_an_agents_end_said_in_a_poll_overtaken_by_another_still_reaches_its_job() -> None:
+    """Two polls of one host cross: the held one, built after the agent ended, does not list it as
+    running and arrives first; the one saying it ended arrives next. The job must hear the end,
+    or it waits forever to launch its agent on that host again (a CI run's job never grew back)."""
+    board = HostBoard(timeout_s=10)
+    session, _ = board.poll("h1", None, 2, [], [], now=0.0)
+    launcher = BoardLauncher(board, "job-1", OPTIONS, "job-secret-job-secret-0")
+    launcher.start("h1")
+    version, (order,) = board.orders("h1", session, now=0.1)
+    board.poll("h1", session, 2, [order.ident], [], now=0.2, applied=version)
+    launcher.stop("h1")  # the job shrank off h1
+    withdrawn, _ = board.orders("h1", session, now=0.3)
+    board.poll("h1", session, 2, [], [], now=0.4)  # the overtaking poll (built before it applied the withdrawal)
+    assert launcher.ended() == []
+    board.poll("h1", session, 2, [order.ident], [(order.ident, "exited with code 0")], now=0.5, applied=withdrawn)
+    assert launcher.ended() == [("h1", "exited with code 0")]
+    launcher.start("h1")  # it grows back onto h1: a new order
+    _, (again,) = board.orders("h1", session, now=0.6)
+    assert again.attempt == 2
+
+
+def test_an_order_withdrawn_before_the_hosts_agent_started_it_ends_once_the_host_acted_without_it() -> None:
+    board = HostBoard(timeout_s=10)
+    session, _ = board.poll("h1", None, 2, [], [], now=0.0)
+    launcher = BoardLauncher(board, "job-1", OPTIONS, "job-secret-job-secret-0")
+    launcher.start("h1")
+    given, (order,) = board.orders("h1", session, now=0.1)
+    launcher.stop("h1")  # withdrawn before the host's agent saw it
+    withdrawn, _ = board.orders("h1", session, now=0.2)
+    board.poll("h1", session, 2, [], [], now=0.3, applied=given)  # it has acted on the order, not yet on its withdrawal
+    assert launcher.ended() == []
+    board.poll("h1", session, 2, [order.ident], [], now=0.4, applied=withdrawn)  # it runs it: its end will come
+    assert launcher.ended() == []
+    board.poll("h1", session, 2, [], [(order.ident, "exited with code 0")], now=0.5, applied=withdrawn)
+    assert launcher.ended() == [("h1", "exited with code 0")]
+    launcher.start("h1")
+    _, (second,) = board.orders("h1", session, now=0.6)
+    launcher.stop("h1")
+    after, _ = board.orders("h1", session, now=0.7)
+    board.poll("h1", session, 2, [], [], now=0.8, applied=after)  # acted on orders without it, never ran it
+    ((host, how),) = launcher.ended()
+    assert host == "h1" and "never started it" in how
+    board.poll("h1", session, 2, [], [(second.ident, "late")], now=0.9, applied=after)
+    assert launcher.ended() == []  # each order ends once
