@@ -84,6 +84,15 @@ def _from_bytes(payload: torch.Tensor, dtype: torch.dtype, shape: Sequence[int])
     return payload.clone().view(dtype).reshape(tuple(shape))
 
 
+def _reduced_bytes(payloads: list[torch.Tensor], tensor: torch.Tensor, op: str, prescale: float) -> torch.Tensor:
+    """Every rank's bytes of `tensor` (its dtype and shape) prescaled and reduced by `op` in rank
+    order: the same sum on every rank (before any postscale), as a fresh tensor."""
+    parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
+    for part in parts:
+        scale_(part, prescale)
+    return _reduce_parts(parts, op)
+
+
 def _reduce_parts(parts: list[torch.Tensor], op: str) -> torch.Tensor:
     """Every rank's part reduced in rank order, into the first (the same result on every rank)."""
     total = parts[0]
@@ -161,10 +170,7 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
         return finished
 
     def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
-        parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
-        for part in parts:
-            scale_(part, prescale)
-        total = _reduce_parts(parts, op)
+        total = _reduced_bytes(payloads, tensor, op, prescale)
         scale_(total, postscale / comm.size if op == Average else postscale)
         output.copy_(total)
         return output
@@ -396,10 +402,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
         raise ValueError("reducescatter takes a tensor of at least one dimension (its rows are scattered)")
 
     def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
-        parts = [_from_bytes(p, tensor.dtype, tensor.shape) for p in payloads]
-        for part in parts:
-            scale_(part, prescale)
-        total = _reduce_parts(parts, op)
+        total = _reduced_bytes(payloads, tensor, op, prescale)
         rows, n = tensor.shape[0], comm.size
         first = sum(scatter_rows(rows, n, r) for r in range(comm.rank))
         out = total[first: first + scatter_rows(rows, n, comm.rank)].clone()

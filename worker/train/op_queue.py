@@ -308,7 +308,8 @@ class OpQueue:
     def _inline(self, batch: list[Operation]) -> list[torch.Tensor | None]:
         """This rank's bytes of each small operation of `batch` that fits what is left of the
         budget (None for the others, which run as collectives). An operation whose bytes cannot
-        be taken (a local error) is left to run, where the error is its own."""
+        be taken (torch refuses a tensor's byte view, or a bad split: a local error) is left to
+        run as a collective, where the error is its own."""
         left = self.inline_bytes
         carried: list[torch.Tensor | None] = []
         for operation in batch:
@@ -316,7 +317,7 @@ class OpQueue:
             if operation.inline is not None and operation.complete is not None and left >= 0:
                 try:
                     payload = operation.inline(self.comm, left)
-                except Exception:
+                except (RuntimeError, ValueError, TypeError, IndexError):
                     payload = None
             if payload is not None:
                 left -= payload.numel()
