@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import os
+import pathlib
 import resource
 import time
 from typing import Any, cast
@@ -122,7 +123,8 @@ def main() -> None:
     parser.add_argument("--head-first", action="store_true", help="declare the output layer first (see HeadFirst)")
     parser.add_argument("--die-in-backward-at", type=int, default=None, metavar="STEP",
                         help="the last rank of generation 1 exits (code 1) inside backward at this step, after the "
-                             "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD)")
+                             "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD) and "
+                             "once every other rank is inside that step's backward too")
     parser.add_argument("--newcomer-delay", type=float, default=0.0, metavar="S",
                         help="a worker started as a newcomer (to join a running job) waits this long first (a slow model build)")
     parser.add_argument("--busy-start", type=float, default=0.0, metavar="S",
@@ -194,14 +196,38 @@ def main() -> None:
     state.register_reset_callbacks([on_reset])
 
     if args.die_in_backward_at is not None:
-        def die_mid_backward(param: torch.Tensor) -> None:  # the first layer's gradient comes last
-            generation = hvd.context().assignment.generation
-            if generation == 1 and hvd.rank() == hvd.size() - 1 and state.step + 1 == args.die_in_backward_at:
+        def dying_step() -> bool:
+            return hvd.context().assignment.generation == 1 and state.step + 1 == args.die_in_backward_at
+
+        def in_backward(rank: int) -> pathlib.Path:
+            return pathlib.Path(args.log_dir) / f"in-backward-{rank}"
+
+        def say_in_backward(param: torch.Tensor) -> None:
+            # The other ranks say they are inside the dying step's backward (their buckets going
+            # out): a rank still finishing the step before would fail there instead, with that
+            # step's gradients reduced whole, and the test would not see a step dropped mid-flight.
+            if dying_step() and hvd.rank() != hvd.size() - 1:
+                in_backward(hvd.rank()).touch()
+
+        def die_mid_backward(grad: torch.Tensor) -> None:  # the first layer's gradient comes last
+            if dying_step() and hvd.rank() == hvd.size() - 1:
+                others = [in_backward(r) for r in range(hvd.size() - 1)]
+                deadline = time.monotonic() + 60
+                while not all(p.exists() for p in others) and time.monotonic() < deadline:
+                    time.sleep(0.01)  # (polling the others' word, with a deadline)
                 log(event="dying", step=state.step + 1, in_flight=getattr(optimizer, "_hvd_buckets").in_flight,
-                    ring_sum=hvd.context().communicator()._ring_sum is not None)
+                    ring_sum=hvd.context().communicator()._ring_sum is not None,
+                    others_in_backward=all(p.exists() for p in others))
                 os._exit(1)
         first_layer: Any = model.body if isinstance(model, HeadFirst) else cast(torch.nn.Sequential, model)[0]
-        first_layer.weight.register_post_accumulate_grad_hook(die_mid_backward)
+        for param in model.parameters():
+            if param is not first_layer.weight:
+                param.register_post_accumulate_grad_hook(say_in_backward)
+        # A hook on the gradient itself runs before it is accumulated, so before the optimizer
+        # hears it is ready: this rank never starts the first layer's bucket, and the others'
+        # allreduce of it cannot complete (hooked after accumulation, it ran after the bucket
+        # had gone out, and the whole step could complete on every rank before the exit).
+        first_layer.weight.register_hook(die_mid_backward)
 
     def full_loss() -> float:
         with torch.no_grad():
