@@ -58,10 +58,12 @@ def test_a_notice_script_that_flips_to_drain_drains_that_host(run_job, tmp_path)
     script = tmp_path / "notice.sh"
     script.write_text(f'#!/bin/sh\n[ "$RINGMASTER_HOST" = hostB ] && cat {notice}\nexit 0\n')
     script.chmod(0o755)
-    log = tmp_path / "log"
+    log, stop = tmp_path / "log", tmp_path / "stop"
+    # Trains until told to stop: hostB's newcomer may start in a spare still importing torch
+    # (13 s beside a CPU hog), longer than a job of fixed length had left to train.
     job = run_job("-H", "hostA:1,hostB:1", "--min-np", "1", "--preemption-notice-script", script,
-                  "--notice-interval", "0.2", *FAST, *elastic_job(log, epochs=3, samples=240, step_time=0.05),
-                  "--timestamps")
+                  "--notice-interval", "0.2", *FAST, *elastic_job(log, epochs=1000, samples=240, step_time=0.05),
+                  "--timestamps", "--stop-file", stop)
     job.wait_status(lambda s: s["steps"] >= 5, 120, "training")
     notice.write_text("drain 10\n")
     job.wait_event("host.draining", 30, host="hostB")
@@ -69,7 +71,9 @@ def test_a_notice_script_that_flips_to_drain_drains_that_host(run_job, tmp_path)
     assert host_state(job, "hostB") == "drained"
     notice.write_text("")  # withdrawn: the host takes workers again
     job.wait_event("host.undrained", 30, host="hostB")
-    job.wait_status(lambda s: s["world_size"] == 2, 120, "hostB back in the ring")
+    back = job.wait_status(lambda s: s["world_size"] == 2, 120, "hostB back in the ring")
+    job.wait_status(lambda s: s["steps"] >= back["steps"] + 3, 60, "training with hostB again")
+    stop.touch()
     assert job.wait(240) == 0, job.output[-3000:]
     assert redone(read_logs(log)) == 0
     assert not job.events("host.blacklisted") and not job.events("worker.failed")
