@@ -21,7 +21,7 @@ faults), where `hvd.allreduce` sums from the input straight into a pooled result
 with identical parameters (checked for every way). Then Horovod's other collectives against
 torch.distributed's on the same processes (`hvd.allgather` / `all_gather_into_tensor`,
 `hvd.reducescatter` / `reduce_scatter_tensor`, `hvd.alltoall` / `all_to_all_single`; 1, 16 and
-64 MB per rank), and how much of 8 allreduces of 4 MB started before some compute it hides
+64 MB per rank; at 1 MB also Horovod's call with its data sent only after its round), and how much of 8 allreduces of 4 MB started before some compute it hides
 (`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` + `wait`), and
 small operations (8 values per rank: what a script averages or gathers each step) of each kind.
 `--spares 0`: a warm spare importing torch beside the job would take a core from it for a few seconds.
@@ -229,6 +229,19 @@ def _other_collectives() -> dict[str, dict[int, float]]:
     import torch.distributed as dist
 
     import ringmaster.torch as hvd
+    from ringmaster.torch.process_sets import ring_of
+
+    queue = ring_of(None).ops
+
+    def after_round(run: Callable[[], Any]) -> Callable[[], Any]:
+        """`run` with its data sent only once its round agreed (as before early data)."""
+        def late() -> Any:
+            queue.sends_early = False
+            try:
+                return run()
+            finally:
+                queue.sends_early = True
+        return late
 
     n = hvd.size()
     seconds: dict[str, dict[int, float]] = {}
@@ -244,6 +257,9 @@ def _other_collectives() -> dict[str, dict[int, float]]:
             "dist_alltoall": lambda: dist.all_to_all_single(swapped, part),
             "hvd_alltoall": lambda: hvd.alltoall(part),
         }
+        if mb == 1:  # (larger ones send after their round anyway)
+            runs.update({f"late_{op}": after_round(runs[f"hvd_{op}"]) for op in ("allgather", "reducescatter",
+                                                                                 "alltoall")})
         samples = _alternating(runs)
         for kind in runs:
             seconds.setdefault(kind, {})[mb] = statistics.median(samples[kind])
@@ -370,6 +386,9 @@ def main() -> None:
             ours_s, theirs_s = ours[f"hvd_{op}"][str(mb)], ours[f"dist_{op}"][str(mb)]
             compared.append(f"{op} {theirs_s * 1e3:7.2f} | {ours_s * 1e3:7.2f} ({ours_s / theirs_s:4.2f}x)")
         print(f"{mb:>3} MB  " + "   ".join(compared))
+    late = {op: ours[f"late_{op}"]["1"] / ours[f"dist_{op}"]["1"] for op in ("allgather", "reducescatter", "alltoall")}
+    print("  (1 MB with the data sent only after the round agreed, RINGMASTER_EARLY_DATA=0: "
+          + ", ".join(f"{op} {ratio:4.2f}x" for op, ratio in late.items()) + ")")
     small = ours["small"]
     print(f"\nsmall operations ({SMALL_ELEMENTS} float32 per rank), median ms: torch.distributed | Horovod's call here "
           "(time ratio)")

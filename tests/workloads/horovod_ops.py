@@ -1,7 +1,7 @@
 """Horovod's op API on a real job, as a Horovod user calls it; each rank writes what it saw.
 
     horovod_ops.py api OUT        every op name, async handles, process sets, errors, re-init
-    horovod_ops.py async-kill OUT rank 1 dies while the others' async allreduce is in flight
+    horovod_ops.py async-kill OUT rank 1 dies while the others' async allgather and allreduce are in flight
     horovod_ops.py sets OUT STEPS an elastic loop using two process sets through resets (until
                                   STEPS, or until OUT/stop exists)
 """
@@ -151,13 +151,17 @@ def async_kill(out: pathlib.Path) -> None:
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     started = time.monotonic()
-    handle = hvd.allreduce_async(torch.ones(1000), name="in.flight")
-    try:
-        hvd.synchronize(handle)
-        outcome = "no error"
-    except Exception as exc:  # the type is the result
-        outcome = type(exc).__name__
-    _write(out, str(rank), {"outcome": outcome, "seconds": time.monotonic() - started})
+    # an allgather past the round's inline bytes (its data goes out during its round), then an allreduce
+    handles = [hvd.allgather_async(torch.ones(4096), name="early.in.flight"),
+               hvd.allreduce_async(torch.ones(1000), name="in.flight")]
+    outcomes = []
+    for handle in handles:
+        try:
+            hvd.synchronize(handle)
+            outcomes.append("no error")
+        except Exception as exc:  # the type is the result
+            outcomes.append(type(exc).__name__)
+    _write(out, str(rank), {"outcomes": outcomes, "seconds": time.monotonic() - started})
 
 
 def sets(out: pathlib.Path, steps: int) -> None:

@@ -17,6 +17,7 @@ from ringmaster.torch import adasum
 from ringmaster.torch.result_pool import ResultPool
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.op_queue import FuseKey, Operation
+from ringmaster.worker.train.speculation import Speculation
 
 # Reduction ops, as Horovod names them (its `hvd.Average` and the rest are these strings).
 Average = "average"
@@ -28,7 +29,7 @@ Adasum = "adasum"  # see ringmaster.torch.adasum
 OPS: dict[str, Any] = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN,
                        Max: dist.ReduceOp.MAX, Product: dist.ReduceOp.PRODUCT, Adasum: None}
 _OP_CODES = {name: i + 1 for i, name in enumerate(OPS)}
-#: Memory for new results of 8 MB and more, reused once the caller dropped them (fresh memory's
+#: Memory for new results of 256 KB and more, reused once the caller dropped them (fresh memory's
 #: page faults would cost more than the collective itself).
 RESULTS = ResultPool()
 
@@ -82,6 +83,38 @@ def _from_bytes(payload: torch.Tensor, dtype: torch.dtype, shape: Sequence[int])
         raise ValueError(f"a rank sent {payload.numel()} bytes for a {dtype} tensor of shape {tuple(shape)} "
                          f"({expected} bytes)")
     return payload.clone().view(dtype).reshape(tuple(shape))
+
+
+def _byte_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's memory as 1-D uint8 (no copy): what early data is sent from and
+    received into."""
+    return tensor.reshape(-1).view(torch.uint8)
+
+
+def _row_bytes(tensor: torch.Tensor) -> int:
+    return int(torch.Size(tensor.shape[1:]).numel()) * tensor.element_size()
+
+
+def _owned_as(payload: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """A buffer of this rank's own (early bytes received) viewed as a tensor like `like`, without
+    a copy (ValueError when its size is not `like`'s)."""
+    expected = like.numel() * like.element_size()
+    if payload is None or payload.numel() != expected:
+        raise ValueError(f"a rank sent {0 if payload is None else payload.numel()} bytes for a {like.dtype} tensor of "
+                         f"shape {tuple(like.shape)} ({expected} bytes)")
+    return payload.view(like.dtype).reshape(like.shape)
+
+
+def _rows_from(payload: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """Whole rows of `like`'s dtype and row shape from a rank's early bytes (ValueError when they
+    are not whole rows)."""
+    if payload is None:
+        raise ValueError("a rank sent nothing early where every rank said it did")
+    row = _row_bytes(like)
+    if payload.numel() % row:
+        raise ValueError(f"a rank sent {payload.numel()} bytes, not whole rows of {row} bytes "
+                         f"({like.dtype}, rows of shape {tuple(like.shape[1:])})")
+    return _from_bytes(payload, like.dtype, (payload.numel() // row, *like.shape[1:]))
 
 
 def _reduced_bytes(payloads: list[torch.Tensor], tensor: torch.Tensor, op: str, prescale: float) -> torch.Tensor:
@@ -252,8 +285,28 @@ def allgather(tensor: torch.Tensor, name: str | None) -> Operation:
         dims = operation.peer_dims or [rows.shape[0]] * comm.size
         return torch.cat([_from_bytes(p, rows.dtype, (d, *rows.shape[1:])) for p, d in zip(payloads, dims)])
 
+    def speculate(comm: Any) -> Speculation | None:
+        """Send this rank's rows to every peer; expect as many from each, straight into the output."""
+        if rows.device.type != "cpu" or _row_bytes(rows) == 0:
+            return None
+        source, first = rows.contiguous(), rows.shape[0]
+        out = RESULTS.empty((comm.size * first, *rows.shape[1:]), rows.dtype, rows.device)
+        parts = [out[r * first: (r + 1) * first] for r in range(comm.size)]
+        parts[comm.rank].copy_(source)
+        mine = _byte_view(source)
+
+        targets = [None if r == comm.rank else _byte_view(p) for r, p in enumerate(parts)]
+
+        def finish(payloads: list[torch.Tensor | None] | None) -> torch.Tensor:
+            if payloads is None and all(d == first for d in operation.peer_dims or ()):
+                return out
+            got = payloads or targets
+            return torch.cat([source if r == comm.rank else _rows_from(got[r], rows) for r in range(comm.size)])
+
+        return Speculation([None if r == comm.rank else mine for r in range(comm.size)], targets, finish)
+
     operation = Operation(Descriptor(Kind.ALLGATHER, (rows,), name=name), run,
-                          inline=lambda comm, budget: _bytes_of(rows, budget), complete=complete)
+                          inline=lambda comm, budget: _bytes_of(rows, budget), complete=complete, speculate=speculate)
     return operation
 
 
@@ -357,7 +410,29 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
             received.append(counts[comm.rank])
         return torch.cat(parts), torch.tensor(received, dtype=torch.int32)
 
-    operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run, inline=inline, complete=complete)
+    def speculate(comm: Any) -> Speculation | None:
+        """Send each peer its rows; expect from each as many as this rank sends it (equal parts
+        without splits; a guess with them), straight into the output."""
+        if tensor.device.type != "cpu" or _row_bytes(tensor) == 0:
+            return None
+        source = tensor.detach()[: sum(send)].contiguous()
+        starts = [sum(send[:r]) for r in range(comm.size)]
+        chunks = [source[start: start + count] for start, count in zip(starts, send)]
+        out = RESULTS.empty((sum(send), *row_shape), tensor.dtype, tensor.device)
+        parts = [out[start: start + count] for start, count in zip(starts, send)]
+        parts[comm.rank].copy_(chunks[comm.rank])
+
+        def finish(payloads: list[torch.Tensor | None] | None) -> tuple[torch.Tensor, torch.Tensor]:
+            if payloads is None:
+                return out, torch.tensor(send, dtype=torch.int32)
+            got = [chunks[r] if r == comm.rank else _rows_from(payloads[r], tensor) for r in range(comm.size)]
+            return torch.cat(got), torch.tensor([g.shape[0] for g in got], dtype=torch.int32)
+
+        return Speculation([None if r == comm.rank else _byte_view(c) for r, c in enumerate(chunks)],
+                           [None if r == comm.rank else _byte_view(p) for r, p in enumerate(parts)], finish)
+
+    operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run, inline=inline, complete=complete,
+                          speculate=speculate)
     return operation
 
 
@@ -409,10 +484,36 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
         scale_(out, postscale / n if op == Average else postscale)
         return out
 
+    def speculate(comm: Any) -> Speculation | None:
+        """Send each peer its rows of this rank's (prescaled) tensor; expect this rank's rows
+        from each, into buffers of their own, reduced once all are in."""
+        if tensor.device.type != "cpu" or _row_bytes(tensor) == 0:
+            return None
+        source = tensor.detach().clone() if prescale != 1.0 else tensor.detach().contiguous()
+        scale_(source, prescale)
+        n, rows = comm.size, tensor.shape[0]
+        counts = [scatter_rows(rows, n, r) for r in range(n)]
+        starts = [sum(counts[:r]) for r in range(n)]
+        chunks = [source[start: start + count] for start, count in zip(starts, counts)]
+        mine = chunks[comm.rank]
+        targets = [None if r == comm.rank else torch.empty(mine.numel() * mine.element_size(), dtype=torch.uint8)
+                   for r in range(n)]
+
+        def finish(payloads: list[torch.Tensor | None] | None) -> torch.Tensor:
+            got = targets if payloads is None else payloads
+            # The peers' bytes are in this rank's own buffers: reduced in place, in rank order,
+            # into the first (this rank's rows are copied only when they come first).
+            parts = [mine.clone() if r == comm.rank else _owned_as(b, mine) for r, b in enumerate(got)]
+            out = _reduce_parts(parts, op)
+            scale_(out, postscale / n if op == Average else postscale)
+            return out
+
+        return Speculation([None if r == comm.rank else _byte_view(c) for r, c in enumerate(chunks)], targets, finish)
+
     return Operation(Descriptor(Kind.REDUCESCATTER, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
                                 postscale=postscale),
                      lambda comm: _reduce_scatter_one(comm, tensor, op, prescale, postscale),
-                     inline=lambda comm, budget: _bytes_of(tensor, budget), complete=complete)
+                     inline=lambda comm, budget: _bytes_of(tensor, budget), complete=complete, speculate=speculate)
 
 
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], op: str, prescale: float, postscale: float,

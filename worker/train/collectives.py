@@ -196,11 +196,17 @@ class Communicator:
 
     def allgather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Same-shaped tensors from every rank, in rank order."""
-        if self.size == 1:
-            return [tensor.clone()]
-        outputs = [torch.empty_like(tensor) for _ in range(self.size)]
-        self._wait(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather")
+        outputs, pending = self.allgather_async(tensor)
+        pending.wait()
         return outputs
+
+    def allgather_async(self, tensor: torch.Tensor) -> tuple[list[torch.Tensor], "Pending"]:
+        """Start `allgather`: the outputs (rank order), filled once the pending collective is waited for."""
+        if self.size == 1:
+            return [tensor.clone()], Pending(self, None, "allgather")
+        outputs = [torch.empty_like(tensor) for _ in range(self.size)]
+        return outputs, Pending(self, self._issue(lambda: self._ring(tensor).allgather([outputs], [tensor]),
+                                                  "allgather"), "allgather")
 
     def send(self, tensor: torch.Tensor, dst_rank: int) -> None:
         """Point-to-point: hand `tensor` to `dst_rank` (which calls `recv_`)."""

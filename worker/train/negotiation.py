@@ -15,6 +15,10 @@ few sizes to gather, a barrier's nothing), each row saying how many (`inline`, -
 operation that every rank inlined and that all agree on is done from the gathered bytes alone
 (`Verdict.inline`): one collective instead of two, as fast as the collective itself. The area's
 size is fixed, so every rank's message has the same size whatever it inlines.
+
+Between the rows and the inline area, each message says what its first operation sent early
+(`speculation.Announcement`: the bytes sent to and expected from each rank), so that every rank
+can complete every transfer of the round (`early_data`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from enum import IntEnum
 from typing import Sequence
 
 import torch
+
+from ringmaster.worker.train import speculation
+from ringmaster.worker.train.speculation import Announcement
 
 #: Operations described per negotiation round (more wait for the next round).
 BATCH = 32
@@ -51,8 +58,13 @@ class Kind(IntEnum):
 FIELDS = ("kind", "dtype", "device", "op", "root", "ndim", "dim0", "shape", "name", "prescale", "postscale", "count",
           "inline")
 WIDTH = len(FIELDS)
-#: The message: how many operations it describes, `BATCH` rows, the inline area.
-MESSAGE_WORDS = 1 + BATCH * WIDTH + INLINE_AREA_BYTES // 8
+#: Words saying what the round's first operation sent early (`speculation.Announcement`).
+EARLY_WORDS = 2 * speculation.ANNOUNCED_RANKS
+#: Where the inline area begins.
+_AREA_AT = 1 + BATCH * WIDTH + EARLY_WORDS
+#: The message: how many operations it describes, `BATCH` rows, the early data's announcement,
+#: the inline area.
+MESSAGE_WORDS = _AREA_AT + INLINE_AREA_BYTES // 8
 #: Kinds whose tensors may differ in their first dimension between ranks.
 FIRST_DIM_FREE = {Kind.ALLGATHER, Kind.ALLTOALL, Kind.GROUPED_ALLGATHER}
 
@@ -105,14 +117,18 @@ class Descriptor:
         ]
 
 
-def encode(descriptors: Sequence[Descriptor], inline: Sequence[torch.Tensor | None] = ()) -> torch.Tensor:
-    """A rank's message: how many it describes, then `BATCH` rows (unused ones zero), then the
-    inline area with the bytes of each operation that has a tensor in `inline` (1-D uint8,
-    in order; together at most `INLINE_AREA_BYTES`)."""
+def encode(descriptors: Sequence[Descriptor], inline: Sequence[torch.Tensor | None] = (),
+           early: Announcement | None = None) -> torch.Tensor:
+    """A rank's message: how many it describes, then `BATCH` rows (unused ones zero), then what
+    the first operation sent early (`early`; none when None), then the inline area with the bytes
+    of each operation that has a tensor in `inline` (1-D uint8, in order; together at most
+    `INLINE_AREA_BYTES`)."""
     assert len(descriptors) <= BATCH
     message = torch.zeros(MESSAGE_WORDS, dtype=torch.int64)
     message[0] = len(descriptors)
-    area = message[1 + BATCH * WIDTH:].view(torch.uint8)
+    words = (early or Announcement.silent(0)).words()
+    message[1 + BATCH * WIDTH: _AREA_AT] = torch.tensor(words, dtype=torch.int64)
+    area = message[_AREA_AT:].view(torch.uint8)
     rows, used = [], 0
     for i, d in enumerate(descriptors):
         payload = inline[i] if i < len(inline) else None
@@ -153,7 +169,7 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
     first_dims: dict[int, list[int]] = {}
     inline: dict[int, list[torch.Tensor]] = {}
     table = [m[1: 1 + count * WIDTH].view(count, WIDTH).tolist() for m in messages]  # (the rows all agreed on)
-    areas = [m[1 + BATCH * WIDTH:].view(torch.uint8) for m in messages]
+    areas = [m[_AREA_AT:].view(torch.uint8) for m in messages]
     offsets = [0] * len(messages)  # where each rank's next inline bytes begin
     at = FIELDS.index("inline")
     for i in range(count):
@@ -168,6 +184,14 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
             inline[i] = [area[o: o + n] for area, o, n in zip(areas, offsets, sizes)]
         offsets = [o + max(n, 0) for o, n in zip(offsets, sizes)]
     return Verdict(count, refused, first_dims, inline)
+
+
+def announcements(messages: Sequence[torch.Tensor]) -> list[Announcement]:
+    """What each rank's message (rank order) says its first operation sent early, checked
+    (ValueError naming the rank whose message is impossible)."""
+    size = len(messages)
+    return [Announcement.from_words(m[1 + BATCH * WIDTH: _AREA_AT].tolist(), size, rank)
+            for rank, m in enumerate(messages)]
 
 
 def _disagreement(rows: list[list[int]], mine: Descriptor, rank: int) -> str:

@@ -7,65 +7,35 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from gloo_rings import count_collectives, on_ranks, run
 from ringmaster.torch import operations as ops
 from ringmaster.worker.train import negotiation
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.errors import CollectiveMismatchError
-from ringmaster.worker.train.op_queue import INLINE_BYTES_ENV, Operation
+from ringmaster.worker.train.op_queue import EARLY_DATA_ENV, INLINE_BYTES_ENV, Operation
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
           torch.uint8]
 
 
-@pytest.fixture(params=["inline", "collective"])
+@pytest.fixture(params=["inline", "early", "collective"])
 def either_path(request, monkeypatch) -> str:
-    """Each semantics test twice: small operations carried in the negotiation round and done
-    from every rank's bytes (the default), and every operation as a collective of its own."""
-    if request.param == "collective":
+    """Each semantics test three times: small operations carried in the negotiation round and
+    done from every rank's bytes (the default); nothing carried, an allgather's, alltoall's or
+    reducescatter's data sent during its round (the default for larger ones); and every
+    operation as a collective of its own after its round."""
+    if request.param != "inline":
         monkeypatch.setenv(INLINE_BYTES_ENV, "0")
+    if request.param == "collective":
+        monkeypatch.setenv(EARLY_DATA_ENV, "0")
     return request.param
-
-
-def on_ranks(n: int, work: Callable[[Communicator], Any], timeout_s: float = 20) -> list[Any]:
-    """`work(comm)` on each rank of a real Gloo ring of `n` threads; process sets get rings of
-    their own under the same store (as the worker's context makes them)."""
-    store = dist.HashStore()
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def rank_main(rank: int) -> None:
-        try:
-            pg = dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), rank, n, timedelta(seconds=timeout_s))
-
-            def subring(ranks: tuple[int, ...]) -> tuple[Any, None]:
-                prefix = f"ring/set-{'-'.join(map(str, ranks))}/"
-                return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), ranks.index(rank), len(ranks),
-                                             timedelta(seconds=timeout_s)), None
-
-            comm = Communicator(pg, rank, n, generation=1, link=None, timeout_s=timeout_s, make_subring=subring)
-            results[rank] = work(comm)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
-    assert not errors, errors
-    return results
-
-
-def run(comm: Communicator, operation: Operation) -> Any:
-    return comm.ops.submit(operation).outcome()
 
 
 def _input(rank: int, dtype: torch.dtype, shape=(5, 3)) -> torch.Tensor:
@@ -162,8 +132,9 @@ def test_broadcast_gives_every_rank_the_roots_tensor(dtype: torch.dtype) -> None
 @pytest.mark.usefixtures("either_path")
 def test_alltoall_sends_each_rank_its_rows_and_says_how_many_came_from_whom() -> None:
     n = 3
-    # rank r sends (j + r) % 3 rows to rank j, each row naming (sender, receiver)
-    splits = {r: [(j + r) % 3 for j in range(n)] for r in range(n)}
+    # rank r sends (2j + r) % 3 rows to rank j, each row naming (sender, receiver): mostly not as
+    # many as it receives from j (early data guesses as many, and is corrected)
+    splits = {r: [(2 * j + r) % 3 for j in range(n)] for r in range(n)}
 
     def work(comm: Communicator) -> tuple[torch.Tensor, torch.Tensor]:
         rows = [[comm.rank, j] for j in range(n) for _ in range(splits[comm.rank][j])]
@@ -325,8 +296,14 @@ def test_queued_operations_fail_when_the_ring_is_retired() -> None:
     store = dist.HashStore()
     pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))
     comm = Communicator(pg, 0, 1, generation=4, link=None, timeout_s=5)
-    gate = threading.Event()
-    comm.ops.submit(Operation(Descriptor(Kind.BARRIER, ()), lambda c: gate.wait(5)))
+    gate, running = threading.Event(), threading.Event()
+
+    def hold(comm: Communicator) -> bool:
+        running.set()
+        return gate.wait(5)
+
+    comm.ops.submit(Operation(Descriptor(Kind.BARRIER, ()), hold))
+    assert running.wait(5)  # (queued before the first round began, the barrier would be in it)
     waiting = comm.ops.submit(ops.barrier())
     comm.close("a peer died")
     gate.set()
@@ -437,19 +414,6 @@ def test_operations_queued_together_go_out_back_to_back_and_settle_in_order(monk
     assert events[6:] == [("start", large + 3), ("wait", large + 3)], events
 
 
-def count_collectives(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names each collective the rings start (every one goes through `_issue_future`)."""
-    started: list[str] = []
-    original = Communicator._issue_future
-
-    def counting(self: Communicator, issue: Callable[[], Any], what: str) -> Any:
-        started.append(what)
-        return original(self, issue, what)
-
-    monkeypatch.setattr(Communicator, "_issue_future", counting)
-    return started
-
-
 def _every_kind(comm: Communicator) -> list[Operation]:
     """One small operation of each kind that can ride in the negotiation round, on 3 ranks."""
     r = comm.rank
@@ -483,7 +447,7 @@ def test_small_operations_are_done_in_the_negotiation_round_alone_with_the_colle
     def work(comm: Communicator) -> tuple[list[Any], list[Any]]:
         inline = [_as_lists(run(comm, operation)) for operation in _every_kind(comm)]
         comm.ops.drain()
-        comm.ops.inline_bytes = 0  # the same operations, each a collective of its own
+        comm.ops.inline_bytes, comm.ops.sends_early = 0, False  # the same operations, each a collective of its own
         collective = [_as_lists(run(comm, operation)) for operation in _every_kind(comm)]
         return inline, collective
 
@@ -491,7 +455,7 @@ def test_small_operations_are_done_in_the_negotiation_round_alone_with_the_colle
     kinds = len(results[0][0])
     inline_rounds = started[: 3 * kinds]
     assert inline_rounds == ["allgather"] * (3 * kinds), started  # each: the round's allgather, nothing more
-    assert len(started) > 6 * kinds, "every operation without inline bytes is a round and a collective"
+    assert len(started) >= 3 * kinds + 3 * (2 * kinds - 1), "each but the barrier is a round and a collective"
     for inline, collective in results:
         assert inline == collective
     (first, _), (second, _), (third, _) = results
