@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -56,6 +57,21 @@ def say(**record: object) -> None:
         print(json.dumps({**record, "time": round(time.time(), 3)}), flush=True)
 
 
+#: Longest wait before the last epoch (`--wait-before-last-epoch`), in half-second rounds.
+WAIT_ROUNDS = 600
+
+
+def wait_for_file(path: str, state: hvd.elastic.TorchState) -> None:
+    """Wait until `path` exists on any worker (all decide together: an allreduce of what each
+    sees), committing each round: a commit is where workers waiting to join come in."""
+    for _ in range(WAIT_ROUNDS):
+        seen = hvd.allreduce(torch.tensor([float(os.path.exists(path))]), op=hvd.Max)
+        if seen.item() > 0:
+            return
+        state.commit()
+        time.sleep(0.5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=12)
@@ -64,6 +80,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hold", type=float, default=0.0,
                         help="seconds to stay up after training (so the job's dashboard can still be opened)")
+    parser.add_argument("--wait-before-last-epoch", metavar="FILE", default=None,
+                        help="before the last epoch, wait until FILE exists (at most 300 s), committing every half "
+                             "second so that workers joining meanwhile join the last epoch (`ringmaster demo` "
+                             "creates it after its last act)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # several workers share this machine's cores
@@ -81,6 +101,8 @@ def main() -> int:
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> float:
         while state.epoch < args.epochs:
+            if args.wait_before_last_epoch and state.epoch == args.epochs - 1:
+                wait_for_file(args.wait_before_last_epoch, state)
             for batch_idx, (data, target) in enumerate(loader):
                 optimizer.zero_grad()
                 loss = nn.functional.cross_entropy(model(data), target)

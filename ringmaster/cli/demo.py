@@ -83,6 +83,9 @@ class Demo:
         self.progress = Progress()
         self.lock = threading.Condition()
         self.hosts_file = out_dir / "hosts.txt"
+        # Created after the last act: the job waits for it before its last epoch, so that on a busy
+        # machine it cannot end before the acts are done (newcomers that warm up slowly).
+        self.acts_done = out_dir / "acts-done"
         self.acts: list[tuple[str, float]] = []  # (what, when: seconds since the epoch)
         self._log: TextIO | None = None  # the job's log, events.jsonl, while the job runs
         self._tty = console.isatty()
@@ -127,11 +130,13 @@ class Demo:
         script.chmod(0o755)
         secret_file = self.out_dir / "secret"
         secret_file.unlink(missing_ok=True)
+        self.acts_done.unlink(missing_ok=True)
         command = [sys.executable, "-m", "ringmaster.cli", "run", "--host-discovery-script", str(script),
                    "--launcher", "local", "--spares", str(SPARES), "--min-np", "2", "--max-np", "4", "--discovery-interval", "0.5",
                    "--blacklist-cooldown-range", "1", "1", "--log-format", "json",
                    "--timeline", str(self.out_dir / "timeline.json"), "--secret-file", str(secret_file),
-                   *self.training_args(), "--hold", str(self.pace.hold_s)]
+                   *self.training_args(), "--hold", str(self.pace.hold_s),
+                   "--wait-before-last-epoch", str(self.acts_done)]
         self.say("now the elastic job: hostA and hostB, 2 workers each, --min-np 2 --max-np 4")
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
@@ -185,6 +190,7 @@ class Demo:
         self.act("scaling up to 4 workers: new workers join at the next commit")
         client.post("/scale", {"np": 4})
         self.wait(lambda p: p.size == 4, "the job at 4 workers")
+        self.acts_done.touch()
         self.say("nothing more to do: the job trains to its last epoch")
         self.doing = "the job trains to its last epoch"
 

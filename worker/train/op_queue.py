@@ -319,7 +319,8 @@ class OpQueue:
                 try:
                     announced = negotiation.announcements(messages)
                 except ValueError as exc:
-                    raise HorovodInternalError(f"the operations' round in generation {self.comm.generation}: {exc}")
+                    raise HorovodInternalError(
+                        f"the operations' round in generation {self.comm.generation}: {exc}") from exc
                 early_done, early_bytes = early.complete(announced)
         agreed = batch[: verdict.count]
         runnable = []
