@@ -63,7 +63,9 @@ WAIT_ROUNDS = 600
 
 def wait_for_file(path: str, state: hvd.elastic.TorchState) -> None:
     """Wait until `path` exists on any worker (all decide together: an allreduce of what each
-    sees), committing each round: a commit is where workers waiting to join come in."""
+    sees), committing each round: a commit is where workers waiting to join come in. Says it
+    waits (a `waiting` record), so that whoever waits for epochs to pass knows none will."""
+    say(step=state.step, epoch=state.epoch, waiting=True)
     for _ in range(WAIT_ROUNDS):
         seen = hvd.allreduce(torch.tensor([float(os.path.exists(path))]), op=hvd.Max)
         if seen.item() > 0:

@@ -71,6 +71,7 @@ class Progress:
     api_url: str = ""
     kinds: list[str] = dataclasses.field(default_factory=list)
     warm_spares: dict[str, int] = dataclasses.field(default_factory=dict)  # host -> spares ready and unused
+    holding: bool = False  # the job waits before its last epoch for the acts to end: no epoch passes
     ended: bool = False
 
 
@@ -160,7 +161,8 @@ class Demo:
         client = ApiClient(api, secret_file.read_text().strip() if secret_file.exists() else None)
         pace = self.pace
 
-        self.wait(lambda p: p.size == 4 and p.epoch >= pace.kill_at and p.steps_in_epoch >= 5, "training on 4 workers")
+        self.wait(lambda p: p.size == 4 and (p.epoch >= pace.kill_at and p.steps_in_epoch >= 5 or p.holding),
+                  "training on 4 workers")
         self.act(f"killing {VICTIM} now (SIGKILL to its agent and workers): watch the survivors roll back to "
                  "their last commit and go on with 2 workers")
         pid = next(h["agent_pid"] for h in client.get("/status")["hosts"] if h["name"] == VICTIM)
@@ -169,7 +171,7 @@ class Demo:
         self.wait(lambda p: "job.recovered" in p.kinds, "the job to recover")
 
         start = self.progress.epoch
-        self.wait(lambda p: p.epoch >= start + pace.gap, "training on 2 workers")
+        self.wait(lambda p: p.epoch >= start + pace.gap or p.holding, "training on 2 workers")
         self.act(f"{VICTIM} is back: the discovery script lists it again. Its agent starts, its workers warm "
                  "up, and they join at the next commit, with no rollback")
         self.write_hosts(HOSTS)
@@ -177,7 +179,7 @@ class Demo:
         self.wait(lambda p: p.size == 4 and p.generation > before, f"{VICTIM}'s workers to join")
 
         start = self.progress.epoch
-        self.wait(lambda p: p.epoch >= start + pace.gap, "training on 4 workers again")
+        self.wait(lambda p: p.epoch >= start + pace.gap or p.holding, "training on 4 workers again")
         # (each agent keeps warm spares, torch imported: the scale-up below starts its workers in them)
         self.wait(lambda p: p.warm_spares.get(VICTIM, 0) >= SPARES, f"{VICTIM}'s agent to warm {SPARES} spare workers")
         self.act("scaling down to 2 workers through the control API (POST /scale): two workers leave at the "
@@ -186,7 +188,7 @@ class Demo:
         self.wait(lambda p: p.size == 2, "the job at 2 workers")
 
         start = self.progress.epoch
-        self.wait(lambda p: p.epoch >= start + pace.gap, "training on 2 workers")
+        self.wait(lambda p: p.epoch >= start + pace.gap or p.holding, "training on 2 workers")
         self.act("scaling up to 4 workers: new workers join at the next commit")
         client.post("/scale", {"np": 4})
         self.wait(lambda p: p.size == 4, "the job at 4 workers")
@@ -246,7 +248,9 @@ class Demo:
             p = self.progress
             p.lines = [*p.lines[-2:], line]
             if figure is not None:
-                if "loss" in figure:
+                if figure.get("waiting") is True:
+                    p.holding = True
+                elif "loss" in figure:
                     epoch = int(figure.get("epoch", 0))
                     p.steps_in_epoch = p.steps_in_epoch + 1 if epoch == p.epoch else 1
                     p.epoch = max(p.epoch, epoch)
