@@ -91,6 +91,18 @@ def _byte_view(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.reshape(-1).view(torch.uint8)
 
 
+def _to_peers(parts: Sequence[torch.Tensor], rank: int) -> list[torch.Tensor | None]:
+    """Each part's bytes, by rank, with this rank's own left out (early data's sends or targets)."""
+    return [None if r == rank else _byte_view(p) for r, p in enumerate(parts)]
+
+
+def _prescaled(tensor: torch.Tensor, prescale: float) -> torch.Tensor:
+    """`tensor` as it is reduced: a scaled copy when `prescale` is not 1, else itself (contiguous)."""
+    source = tensor.detach().clone() if prescale != 1.0 else tensor.detach().contiguous()
+    scale_(source, prescale)
+    return source
+
+
 def _row_bytes(tensor: torch.Tensor) -> int:
     return int(torch.Size(tensor.shape[1:]).numel()) * tensor.element_size()
 
@@ -295,7 +307,7 @@ def allgather(tensor: torch.Tensor, name: str | None) -> Operation:
         parts[comm.rank].copy_(source)
         mine = _byte_view(source)
 
-        targets = [None if r == comm.rank else _byte_view(p) for r, p in enumerate(parts)]
+        targets = _to_peers(parts, comm.rank)
 
         def finish(payloads: list[torch.Tensor | None] | None) -> torch.Tensor:
             if payloads is None and all(d == first for d in operation.peer_dims or ()):
@@ -428,8 +440,8 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
             got = [chunks[r] if r == comm.rank else _rows_from(payloads[r], tensor) for r in range(comm.size)]
             return torch.cat(got), torch.tensor([g.shape[0] for g in got], dtype=torch.int32)
 
-        return Speculation([None if r == comm.rank else _byte_view(c) for r, c in enumerate(chunks)],
-                           [None if r == comm.rank else _byte_view(p) for r, p in enumerate(parts)], finish)
+        return Speculation(_to_peers(chunks, comm.rank),
+                           _to_peers(parts, comm.rank), finish)
 
     operation = Operation(Descriptor(Kind.ALLTOALL, (tensor,), name=name), run, inline=inline, complete=complete,
                           speculate=speculate)
@@ -442,8 +454,7 @@ def scatter_rows(rows: int, size: int, rank: int) -> int:
 
 
 def _reduce_scatter_one(comm: Any, tensor: torch.Tensor, op: str, prescale: float, postscale: float) -> torch.Tensor:
-    source = tensor.detach().clone() if prescale != 1.0 else tensor.detach().contiguous()
-    scale_(source, prescale)
+    source = _prescaled(tensor, prescale)
     rows, n = source.shape[0], comm.size
     tail = tuple(source.shape[1:])
     longest = rows // n + (1 if rows % n else 0)
@@ -489,8 +500,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
         from each, into buffers of their own, reduced once all are in."""
         if tensor.device.type != "cpu" or _row_bytes(tensor) == 0:
             return None
-        source = tensor.detach().clone() if prescale != 1.0 else tensor.detach().contiguous()
-        scale_(source, prescale)
+        source = _prescaled(tensor, prescale)
         n, rows = comm.size, tensor.shape[0]
         counts = [scatter_rows(rows, n, r) for r in range(n)]
         starts = [sum(counts[:r]) for r in range(n)]
@@ -508,7 +518,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
             scale_(out, postscale / n if op == Average else postscale)
             return out
 
-        return Speculation([None if r == comm.rank else _byte_view(c) for r, c in enumerate(chunks)], targets, finish)
+        return Speculation(_to_peers(chunks, comm.rank), targets, finish)
 
     return Operation(Descriptor(Kind.REDUCESCATTER, (tensor,), _OP_CODES[op], name=name, prescale=prescale,
                                 postscale=postscale),

@@ -355,7 +355,7 @@ class OpQueue:
         sends early). The first operation's data goes out now when it can: not carried inline,
         every transfer within `speculation.MAX_BYTES`. An operation whose data cannot be taken (a
         local error) sends nothing early and runs as a collective, where the error is its own."""
-        if self.comm.size > min(speculation.MAX_RANKS, speculation.ANNOUNCED_RANKS):
+        if not speculation.ring_sends_early(self.comm.size):
             return None
         self._rounds += 1
         early = None

@@ -31,8 +31,14 @@ import torch
 
 #: Ranks a round's message can announce early data for (its layout: `Announcement.words`).
 ANNOUNCED_RANKS = 8
-#: Ranks a ring may have for its operations' data to be sent early (each rank sends to each peer).
+#: Ranks a ring may have for its operations' data to be sent early (each rank sends to each peer;
+#: at most ANNOUNCED_RANKS).
 MAX_RANKS = ANNOUNCED_RANKS
+
+
+def ring_sends_early(size: int) -> bool:
+    """Can a ring of `size` ranks send data early (every rank's transfers fit a message)?"""
+    return size <= min(MAX_RANKS, ANNOUNCED_RANKS)
 #: Bytes per peer below which an operation's data is sent early (also the tags one round spans).
 MAX_BYTES = 1 << 22
 #: Rounds whose tags differ before they are used again (a round's transfers all end within it).
@@ -69,7 +75,7 @@ class Speculation:
 
     def fits(self, size: int) -> bool:
         """Can it go early on a ring of `size`: every transfer within `MAX_BYTES`."""
-        return (size <= min(MAX_RANKS, ANNOUNCED_RANKS) and len(self.sends) == len(self.targets) == size
+        return (ring_sends_early(size) and len(self.sends) == len(self.targets) == size
                 and all(t is None or t.numel() < MAX_BYTES for t in (*self.sends, *self.targets)))
 
 
