@@ -45,10 +45,39 @@ def credentials(host: str, worker: str | None = None, secret: str | None = None)
     return Credentials(identity, key_of(secret or SECRET, identity))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Ports the tests choose come from a band below the kernel's ephemeral range (where every port
+#: bound to 0 by the product, etcd or gRPC lands), one slice of it per pytest-xdist worker: a
+#: port the kernel picked for one test was once handed to a test in the other worker between its
+#: choice and its bind, and gRPC's SO_REUSEPORT let both servers listen on it. (Below 20000 lie
+#: Ray's worker ports, 10002-19999 by default.)
+PORT_BAND = (20000, 32768)
+_next_port: list[int] = []
+
+
+def _port_slice() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    width = (PORT_BAND[1] - PORT_BAND[0]) // count
+    return PORT_BAND[0] + index * width, PORT_BAND[0] + (index + 1) * width
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port nobody holds now on `address` (loopback unless said), from this worker's slice of `PORT_BAND`, taken in turn
+    (a port just given up is not handed out again at once)."""
+    low, high = _port_slice()
+    if not _next_port:
+        _next_port.append(low + (os.getpid() * 7919) % (high - low))  # (a process of its own: elsewhere)
+    for _ in range(high - low):
+        port = _next_port[0]
+        _next_port[0] = low + (port + 1 - low) % (high - low)
+        with socket.socket() as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {address} in {low}..{high - 1}")
 
 
 #: The jobs started since the current test began (`conftest` empties it between tests): a wait

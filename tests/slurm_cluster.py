@@ -17,11 +17,10 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
-from harness import wait_for
+from harness import free_port, wait_for
 from netns import NetHost, NetworkHosts
 from netns import skip_reason as netns_skip_reason
 
@@ -43,12 +42,6 @@ def skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root (CAP_NET_ADMIN); CI runs as root"
     return netns_skip_reason(need_sshd=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:
@@ -102,7 +95,7 @@ class SlurmCluster:
         (w / "ctld").mkdir()
         lines = [
             "ClusterName=rmtest", f"SlurmctldHost={CONTROLLER}({self.net.gateway})",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port('0.0.0.0')}", f"SlurmdPort={free_port('0.0.0.0')}",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
             # cred_expire: also how long a requeued job waits before it may start again (Slurm default 120 s)
             f"AuthInfo=socket={self.munge_socket},cred_expire=10",

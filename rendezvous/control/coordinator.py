@@ -485,8 +485,11 @@ class Coordinator:
         timeout = self.pace.worker_timeout_s
         for worker in [] if liveness.isolated else list(job.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
+                host = self.pool.hosts.get(worker.host)
+                agent_silent = now - host.last_heartbeat if host is not None and host.agent_connected else None
                 silence = judge_silence(now - worker.last_heartbeat, now - worker.busy_at if worker.busy_at else None,
-                                        timeout, self.settings.busy_timeout_s, self.pace.agent_s)
+                                        timeout, self.settings.busy_timeout_s, self.pace.agent_s,
+                                        agent_silent, self.pace.agent_timeout_s)
                 if silence.failed:  # (a busy worker is never its host's fault)
                     job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
         self._reconcile(now)

@@ -3,10 +3,13 @@
 A worker's heartbeats come from a thread of its training process, so they stop when the
 interpreter is busy (imports on a loaded host, a C call holding the GIL) as when it is stopped
 or dead. Its agent says at each of its own heartbeats which of its workers' processes the kernel
-shows busy (`worker/agent/process_watch.py`). A silent worker its agent vouched for within the
-last two of the agent's heartbeat intervals is busy: it has `--busy-timeout` before it counts as
-hung, and its host is not blamed (a slow start is no fault of the host). Any other silence counts
-after `--heartbeat-timeout`, as before: a SIGSTOPped, zombie or vanished worker is found then.
+shows busy (`worker/agent/process_watch.py`). A silent worker is busy when its agent vouched for
+it within the last two of the agent's heartbeat intervals, or when the agent's latest word named
+it and the agent has not spoken since (a loaded host delays its agent's beats as it delays its
+workers': a late beat must not turn busy workers into dead ones, and it was one beside a CPU hog).
+A busy worker has `--busy-timeout` before it counts as hung, and its host is not blamed (a slow
+start is no fault of the host). Any other silence counts after `--heartbeat-timeout`, as before:
+a SIGSTOPped, zombie or vanished worker is found at the agent's next beat that does not name it.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ class Silence(NamedTuple):
 
 
 def judge_silence(silent_s: float, vouched_s: float | None, timeout_s: float, busy_timeout_s: float,
-                  agent_beat_s: float) -> Silence:
+                  agent_beat_s: float, agent_silent_s: float | None = None,
+                  agent_timeout_s: float = 0.0) -> Silence:
     """`silent_s`: seconds since the worker's last heartbeat; `vouched_s`: seconds since its agent
-    last said its process was busy (None: never)."""
+    last said its process was busy (None: never); `agent_silent_s`: seconds since its agent last
+    spoke at all (None: not connected), its word standing until `agent_timeout_s`."""
     if silent_s <= timeout_s:
         return Silence(False, False, "")
-    busy = vouched_s is not None and vouched_s <= VOUCH_INTERVALS * agent_beat_s
+    recent = vouched_s is not None and vouched_s <= VOUCH_INTERVALS * agent_beat_s
+    latest_word = (vouched_s is not None and agent_silent_s is not None and vouched_s <= agent_silent_s
+                   and agent_silent_s <= agent_timeout_s)
+    busy = recent or latest_word
     if not busy:
         return Silence(True, False, f"sent no heartbeat for {silent_s:.1f} s (hung or stopped)")
     limit = max(timeout_s, busy_timeout_s)

@@ -14,6 +14,9 @@ import pytest
 
 from harness import ROOT
 
+# Both tests on one pytest-xdist worker, so the wheel (4-5 s of pip) is built once.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

@@ -103,6 +103,44 @@ def test_a_silent_worker_is_judged_by_its_agents_word(silent, vouched, failed, b
     assert bool(verdict.reason) == failed
 
 
+@pytest.mark.parametrize("vouched, agent_silent, failed", [
+    (3.0, 3.0, False),  # the agent's latest beat (3 s ago, late on a loaded host) named it: still busy
+    (3.0, 2.0, True),  # the agent spoke since without naming it (stopped since): found as before
+    (3.0, None, True),  # the agent is gone: its word is gone with it
+    (6.5, 6.5, True),  # the agent itself is past its own heartbeat timeout (6 s)
+])
+def test_an_agents_latest_word_stands_until_it_speaks_again(vouched, agent_silent, failed) -> None:
+    """Beside a CPU hog an agent's beat came 2 s late and two busy workers were counted dead."""
+    verdict = judge_silence(4.0, vouched, timeout_s=2.0, busy_timeout_s=120.0, agent_beat_s=1.0,
+                            agent_silent_s=agent_silent, agent_timeout_s=6.0)
+    assert (verdict.failed, verdict.busy) == (failed, not failed)
+
+
+def test_a_late_agent_beat_keeps_its_busy_workers_alive() -> None:
+    rig = Rig(min_np=1, max_np=2, heartbeat_timeout_s=3, busy_timeout_s=30, elastic=True)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    start = rig.now
+    rig.now = start + 1.0
+    rig.agent_heartbeat("a")
+    rig.agent_heartbeat("b")
+    rig.workers_busy("b", [ids[1]])  # b's worker went silent at the start: busy
+    for t in (2.0, 3.0, 3.5, 3.9):  # b's agent is 2.9 s late (within its own 3 s timeout)
+        rig.now = start + t
+        rig.agent_heartbeat("a")
+        rig.worker_heartbeat(ids[0], int(t), True)
+        rig.tick()
+    assert rig.coordinator.workers[ids[1]].failed is None
+    rig.now = start + 4.0
+    rig.agent_heartbeat("b")  # b speaks again and does not name it: SIGSTOPped meanwhile
+    for _ in range(3):
+        rig.now += 1.0
+        rig.agent_heartbeat("a")
+        rig.agent_heartbeat("b")
+        rig.worker_heartbeat(ids[0], int(rig.now), True)
+        rig.tick()
+    assert "hung or stopped" in (rig.coordinator.workers[ids[1]].failed or "")
+
+
 def test_a_busy_worker_outlives_its_heartbeat_timeout_and_is_never_its_hosts_fault() -> None:
     rig = Rig(min_np=1, max_np=2, heartbeat_timeout_s=2, busy_timeout_s=10, elastic=True)
     ids = rig.start_elastic({"a": 1, "b": 1})
