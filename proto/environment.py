@@ -31,6 +31,11 @@ AGENT_STOPS = "RINGMASTER_AGENT_STOPS"
 # (ringmaster/common/beat_relay.py).
 AGENT_BEATS = "RINGMASTER_AGENT_BEATS"
 
+# The workers' intra-op threads where the user did not set them (worker/agent/threads.py), and the
+# flag a launcher sets in an agent whose host is emulated on a machine other agents share.
+THREADS = "OMP_NUM_THREADS"
+SHARED_MACHINE = "RINGMASTER_SHARED_MACHINE"
+
 GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface Gloo rings use (--network-interface)
 NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"  # the interface NCCL bootstraps on (--network-interface)
 

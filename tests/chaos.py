@@ -42,7 +42,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness import API_HEADERS, ROOT, WORKLOADS, Job, discovery_script, events, free_port, read_logs, wait_for, write_hosts
+from harness import API_HEADERS, PRODUCT_SPARES, ROOT, WORKLOADS, Job, discovery_script, events, free_port, read_logs, wait_for, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 MEMORY_KINDS = ("kill_worker", "kill_host", "stop_worker", "add_host", "remove_host", "scale_down", "scale_up")
@@ -194,7 +194,7 @@ class ChaosRun:
 
     def start(self) -> None:
         if self.store == "memory":
-            self.job = self._spawn(Job(self.flags() + self.workload()))
+            self.job = self._spawn(Job(self.flags() + self.workload(), env=PRODUCT_SPARES))
             return
         from etcd_server import EtcdCluster
 
@@ -202,7 +202,7 @@ class ChaosRun:
         port = free_port()
         self.serve_args = ["--port", str(port), "--store", f"etcd://{','.join(m.address for m in self.etcd.members)}/chaos",
                            *self.flags(), *self.workload()]
-        self.job = self._spawn(Job(self.serve_args, verb="serve"))
+        self.job = self._spawn(Job(self.serve_args, verb="serve", env=PRODUCT_SPARES))
         self.job.wait_event("rendezvous.listening")
         self.rendezvous = f"127.0.0.1:{port}"
         for host in self.in_discovery:
@@ -214,7 +214,7 @@ class ChaosRun:
 
     def _start_agent(self, host: str) -> None:
         self._spawn(Job(["--rendezvous", self.rendezvous, "--host", host, "--stop-grace", "1", "--reconnect-timeout", "60"],
-                        verb="agent"))
+                        verb="agent", env=PRODUCT_SPARES))
 
     def status(self) -> dict:
         assert self.job is not None
@@ -298,7 +298,7 @@ class ChaosRun:
             os.killpg(self.job.proc.pid, signal.SIGKILL)
             self.job.proc.wait()
             time.sleep(self.rng.uniform(0.5, 2.0))  # the outage itself, not a wait for a condition
-            self.job = self._spawn(Job(self.serve_args, verb="serve"))
+            self.job = self._spawn(Job(self.serve_args, verb="serve", env=PRODUCT_SPARES))
             return fault("serve")
         if kind == "kill_etcd_member" and self.store == "etcd":
             member = self.etcd.members[0] if self.rng.random() < 0.5 else self.etcd.raft_leader()

@@ -24,6 +24,7 @@ from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
 from ringmaster.common.secret import SECRET_ENV, generate_secret
 from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV
+from ringmaster.settings import SPARES_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
@@ -33,6 +34,12 @@ os.environ.setdefault(SECRET_ENV, generate_secret())
 SECRET = os.environ[SECRET_ENV]
 # Hosts in most tests are names emulated on this machine; the SSH tests give --launcher ssh.
 os.environ.setdefault(LAUNCHER_ENV, "local")
+# No warm spares unless a test asks: each is an interpreter importing torch (about 3 s of CPU) per
+# emulated host, and a run of the suite warmed 120 and used 41, on two cores its jobs shared. The
+# tests of spares, the chaos schedule and the demo run with the product's own default.
+os.environ.setdefault(SPARES_ENV, "0")
+#: A job's environment with the product's own spares (unset: `--spares`' default).
+PRODUCT_SPARES: dict[str, str | None] = {SPARES_ENV: None}
 #: Headers of a control API change (`POST /scale`).
 API_HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"}
 T = TypeVar("T")

@@ -40,6 +40,7 @@ from ringmaster.common.keys import agent_key
 from ringmaster.common.network import is_this_machine, this_machine_names
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.common.secret import SECRET_ENV
+from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.server.launch_plan import (
     SRUN_OPTIONS_ENV, SshOptions, agent_command, forwarded_environment, srun_command, ssh_command,
 )
@@ -148,6 +149,14 @@ class LocalLauncher(Launcher):
                              reconnect_timeout_s=o.reconnect_timeout_s, spares=o.spares, drain_grace_s=o.drain_grace_s,
                              notice_script=o.notice_script, notice_interval_s=o.notice_interval_s)
 
+    _names: set[str] | None = None
+
+    def _machine_names(self) -> set[str]:
+        """This machine's names, looked up once (a lookup of its own name can take a while)."""
+        if self._names is None:
+            self._names = this_machine_names()
+        return self._names
+
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
@@ -162,7 +171,10 @@ class LocalLauncher(Launcher):
         if host in self.agents:
             return
         self._on_event(host, "on this machine")
-        proc = subprocess.Popen(self._argv(host, remote=False), start_new_session=True, env=self._environment(),
+        env = self._environment()
+        if not is_this_machine(host, self._machine_names()):  # an emulated host: its cores are every agent's here
+            env[env_names.SHARED_MACHINE] = "1"
+        proc = subprocess.Popen(self._argv(host, remote=False), start_new_session=True, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         launched = self.agents[host] = _Launched(proc, remote=False)
         launched.relays = [_relay_thread(proc.stdout, sys.stdout, launched.output),

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from harness import ROOT
+from ringmaster.settings import SPARES_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +47,7 @@ def reaped():
 def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, reaped) -> None:
     out = tmp_path / "demo"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the fault-free run is made, not cached
+    env.pop(SPARES_ENV, None)  # the demo as a user sees it: warm spares on
     done = subprocess.run([sys.executable, "-m", "ringmaster.cli", "demo", "--quick", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

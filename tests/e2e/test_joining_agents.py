@@ -9,14 +9,14 @@ import signal
 
 import pytest
 
-from harness import FAST, credentials, elastic_job, events, first_commit_at, read_logs, wait_for
+from harness import FAST, PRODUCT_SPARES, credentials, elastic_job, events, first_commit_at, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
 
 
 def agent(run_job, address: str, host: str, *args: str):
-    return run_job("--rendezvous", address, "--host", host, *args, verb="agent")
+    return run_job("--rendezvous", address, "--host", host, *args, verb="agent", env=PRODUCT_SPARES)  # warm spares on
 
 
 def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_job, tmp_path) -> None:

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harness import events, first_commit_at, read_logs, wait_for
+from harness import PRODUCT_SPARES, events, first_commit_at, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 from pool_rig import Pool
 
@@ -36,7 +36,7 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
 
     def pool_agent(host: str, slots: int, secret_file: str = str(join)):
         return run_job("agent", "--pool", pool.url, "--host", host, "--slots", str(slots), "--secret-file", secret_file,
-                       verb="pool")
+                       verb="pool", env=PRODUCT_SPARES)  # its jobs' agents keep warm spares
 
     stranger = tmp_path / "other.secret"
     stranger.write_text("another-secret-another-secret-0\n")

@@ -15,7 +15,7 @@ def test_a_newcomer_on_a_running_host_becomes_its_warm_spare(run_job, tmp_path) 
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "1", "--max-np", "3", "--host-discovery-script", script, "--spares", "1", *FAST,
-                  *elastic_job(logs_dir, epochs=4, samples=192))
+                  *elastic_job(logs_dir, epochs=4, samples=192), env={"OMP_NUM_THREADS": None})
     job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 120, "a ring of two training")
     ready = job.wait_event("spare.ready", 120, host="hostA")  # started once the first workers' start-up was over
     started = job.events("process.started", host="hostA")
@@ -28,6 +28,9 @@ def test_a_newcomer_on_a_running_host_becomes_its_warm_spare(run_job, tmp_path) 
     assert not job.events("spare.unfit")
     logs = read_logs(logs_dir)
     assert {r["size"] for r in events(logs, "synced") if r["generation"] >= 2} == {3}
+    # Emulated hosts share this machine: one intra-op thread a worker, the spare-born one too
+    # (its OpenMP had read an environment without OMP_NUM_THREADS).
+    assert {r["threads"] for r in events(logs, "synced")} == {1}, job.output
     assert_every_sample_once(logs, 4)
     assert_ranks_agree(logs)
 
@@ -36,7 +39,8 @@ def test_no_spares_when_told_and_a_job_ending_while_newcomers_start_does_not_wai
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "1", "--max-np", "4", "--host-discovery-script", script, "--spares", "0", *FAST,
-                  *elastic_job(logs_dir, epochs=2, samples=96), "--newcomer-delay", "120")
+                  *elastic_job(logs_dir, epochs=2, samples=96), "--newcomer-delay", "120",
+                  env={"OMP_NUM_THREADS": "2"})  # the user's own thread count stands
     job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 120, "a ring of two training")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})  # newcomers that take 120 s to build their model
     job.wait_event("process.started", 60, host="hostB")
@@ -49,3 +53,4 @@ def test_no_spares_when_told_and_a_job_ending_while_newcomers_start_does_not_wai
     assert len(stopped) == 2 and max(stopped) < 10, stopped  # stopped as the job finished, not waited for
     assert not job.events("spare.used")
     assert {r["size"] for r in events(read_logs(logs_dir), "done")} == {2}
+    assert {r["threads"] for r in events(read_logs(logs_dir), "synced")} == {2}

@@ -7,9 +7,10 @@ per epoch and kept in the state (`--scheduler`); `ElasticSampler`; a commit ever
 `--commit-every` steps; plain attributes.
 
 Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
-  {"event": "synced", "generation", "rank", "size", "step", "epoch", "left", "checksum", "digest", "lr"}
+  {"event": "synced", "generation", "rank", "size", "step", "epoch", "left", "checksum", "digest", "lr",
+   "threads"}
       each time training (re-)enters, after the sync and the reset callbacks (`left`: samples of
-      the epoch still to deal out)
+      the epoch still to deal out; `threads`: torch's intra-op threads in this worker)
   {"event": "commit", "generation", "rank", "size", "step"}              after each commit
   {"event": "epoch", "epoch", "min", "max", "total", "samples"}  rank 0, at the end of each epoch:
       how often each sample of the epoch reached the committed model (exactly once means
@@ -237,7 +238,8 @@ def main() -> None:
     def train(state) -> None:
         generation = hvd.context().assignment.generation
         log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, epoch=state.epoch,
-            left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"])
+            left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"],
+            threads=torch.get_num_threads())
         while state.epoch < state.last_epoch:
             for batch_idx, (index, x, y) in enumerate(loader):
                 if args.timestamps:

@@ -56,6 +56,7 @@ from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
 from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.spares import SparePool
+from ringmaster.worker.agent.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
@@ -431,7 +432,7 @@ class Agent:
             if worker_id not in self._started:
                 self._started.add(worker_id)
                 try:
-                    self.children[worker_id] = _Child(spec, self._spawn(spec))
+                    self.children[worker_id] = _Child(spec, self._spawn(spec, len(wanted)))
                     self._track_children()
                 except OSError as exc:
                     error = str(exc)
@@ -446,6 +447,7 @@ class Agent:
         env = dict(os.environ)
         env.update(spec_env)
         env.pop(SECRET_ENV, None)
+        env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (threads.py), not the worker's
         env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
         if self.key is not None and worker_id is not None:
             env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
@@ -462,8 +464,12 @@ class Agent:
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         return env
 
-    def _spawn(self, spec: pb.WorkerSpec) -> subprocess.Popen:
+    def _spawn(self, spec: pb.WorkerSpec, workers_here: int) -> subprocess.Popen:
+        """Start worker `spec`, one of `workers_here` this agent runs now (their share of the cores)."""
         env = self._worker_env(spec.env, spec.worker_id)
+        threads = worker_threads({**os.environ, **spec.env}, workers_here, usable_cpus())
+        if threads is not None:
+            env[THREADS_ENV] = threads
         say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
         program = spec.argv[0] if spec.argv else ""
         if not program or shutil.which(program, path=env.get("PATH")) is None:

@@ -24,6 +24,8 @@ import types
 from importlib.machinery import SourceFileLoader
 from dataclasses import dataclass
 
+from ringmaster.worker.agent.threads import THREADS_ENV, applicable_threads
+
 #: Modules imported ahead of need (the interpreter-level heavy ones; never the user's).
 #: torch._dynamo is imported by the first optimizer a script makes (about 1.3 s here).
 PRELOADED = ("torch", "torch.distributed", "torch._dynamo", "ringmaster.torch")
@@ -77,6 +79,9 @@ def become(assignment: Assignment) -> None:
     os.chdir(assignment.cwd)
     os.environ.clear()
     os.environ.update(assignment.env)  # (putenv too: C libraries see the worker's environment)
+    threads = applicable_threads(assignment.env.get(THREADS_ENV))
+    if threads is not None and "torch" in sys.modules:  # OpenMP read the variable when this spare started
+        sys.modules["torch"].set_num_threads(threads)
     if assignment.kind == "script":
         sys.argv = [assignment.target, *assignment.args]
         sys.path[0] = os.path.dirname(os.path.realpath(assignment.target))  # as `python script.py`

@@ -6,7 +6,8 @@ told from a fresh process by the script:
 - the command is `PYTHON script.py ...` or `PYTHON -m module ...` with the very interpreter the
   spare runs (no interpreter options: `-u`, `-X`, `-W` start a worker fresh);
 - its environment differs from the spare's only in the variables Ringmaster itself sets for a
-  worker (`proto/environment.py`, its key, the CA), which nothing reads at import time.
+  worker (`proto/environment.py`, its key, the CA), which nothing reads at import time, and
+  the agent's thread count (OMP_NUM_THREADS, `threads.py`), which the spare applies itself.
 Otherwise the worker starts fresh, as without spares. Spares run no user code before they are
 assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
 that grows past it is stopped). They never share the CPU with a worker's start-up: spares are
@@ -45,7 +46,7 @@ MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
 WORKER_VARIABLES = frozenset(
     {value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str)}
-    | {WORKER_KEY_ENV, TLS_CA_ENV}
+    | {WORKER_KEY_ENV, TLS_CA_ENV}  # (and the thread count, env_names.THREADS: the spare applies it, spare.become)
 )
 
 

@@ -82,12 +82,16 @@ def test_commands_a_spare_cannot_be_start_fresh(tmp_path, argv, reason) -> None:
 
 
 def test_an_environment_that_differs_beyond_the_worker_variables_starts_fresh(tmp_path) -> None:
-    """PYTHONPATH, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES... may have shaped the spare's imports."""
+    """PYTHONPATH, CUDA_VISIBLE_DEVICES, MKL_NUM_THREADS... may have shaped the spare's imports.
+    OMP_NUM_THREADS, the agent's thread count, is a worker variable: the spare applies it."""
     (tmp_path / "train.py").write_text("pass\n")
-    spare_env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "2"}
-    for worker_env in ({**spare_env, "OMP_NUM_THREADS": "1"}, {**spare_env, "PYTHONPATH": "/x"}, {"PATH": os.environ["PATH"]}):
+    spare_env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0"}
+    for worker_env in ({**spare_env, "CUDA_VISIBLE_DEVICES": "1"}, {**spare_env, "PYTHONPATH": "/x"},
+                       {**spare_env, "MKL_NUM_THREADS": "1"}, {"PATH": os.environ["PATH"]}):
         assignment, why = spare_assignment([PY, "train.py"], worker_env, str(tmp_path), spare_env, PY)
         assert assignment is None and "differs from the spare's in" in why
+    assignment, _ = spare_assignment([PY, "train.py"], {**spare_env, "OMP_NUM_THREADS": "1"}, str(tmp_path), spare_env, PY)
+    assert assignment is not None and assignment.env["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.mark.parametrize("line, problem", [
@@ -179,6 +183,19 @@ def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of
     assert as_spare["argv"] == ["probe.py", "--epochs", "3"] and as_spare["env"]["RANK"] == "1"
     assert [kind for kind, _ in said] == [Kind.SPARE_READY, Kind.SPARE_USED]
     assert said[-1][1]["pid"] == proc.pid and said[-1][1]["warm"] is True
+
+
+def test_a_spare_given_a_thread_count_runs_with_it(pool_of, tmp_path) -> None:
+    """The spare's OpenMP read an environment without OMP_NUM_THREADS (torch's default: a thread
+    a core); the worker it becomes runs with the agent's count, as a fresh process given it would."""
+    (tmp_path / "threads.py").write_text("import torch; print('threads', torch.get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    pool, output, _ = pool_of(1, env=env)
+    warm(pool)
+    proc = pool.take([PY, "threads.py"], {**env, "OMP_NUM_THREADS": "3"}, "w1")
+    assert proc is not None and proc.wait(60) == 0
+    wait_for(lambda: not any(t.is_alive() for t in output.threads), 10, "the spare's output")
+    assert "[w1] threads 3\n" in output.lines, output.lines
 
 
 def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(pool_of, tmp_path) -> None:
