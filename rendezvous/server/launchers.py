@@ -259,7 +259,7 @@ class SshLauncher(LocalLauncher):
         return [h for h in hosts if not is_this_machine(h, names)]
 
     def start(self, host: str) -> None:
-        if is_this_machine(host, self._names):
+        if is_this_machine(host, self._machine_names()):
             super().start(host)
             return
         if host in self.agents:
