@@ -250,7 +250,6 @@ class SshLauncher(LocalLauncher):
                  on_event: Callable[[str, str], None] = lambda host, how: None) -> None:
         super().__init__(options, secret, on_event)
         self._ssh = ssh
-        self._names = this_machine_names()
         self._on_loopback = is_this_machine(options.rendezvous.rsplit(":", 1)[0], {"localhost"})
 
     @classmethod
