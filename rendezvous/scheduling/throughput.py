@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import scipy.optimize
 
 #: The bounds of `overlap`: 1 (compute then sync) to 10 (as good as their maximum).
 OVERLAP_RANGE = (1.0, 10.0)
@@ -147,6 +146,10 @@ def fit(samples: Sequence[StepSample], start: PerfParams | None = None) -> PerfP
     lower = np.array([math.log(_FLOOR_S)] * 6 + [OVERLAP_RANGE[0]])
     upper = np.array([math.log(1e4)] * 6 + [OVERLAP_RANGE[1]])
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
+    # (imported here: scipy.optimize costs every `ringmaster` command 0.5-1.2 s of CPU at start,
+    # and only a job whose size is chosen by its fitted throughput ever fits)
+    import scipy.optimize
+
     result = scipy.optimize.least_squares(residuals, x0, bounds=(lower, upper), method="trf", max_nfev=200,
                                           x_scale=1.0)
     return PerfParams(*[float(v) for v in unpack(result.x)])

@@ -65,6 +65,9 @@ class JobHistory:
     t0: float = 0.0  # wall-clock time of the first record (seconds since the epoch)
     events: list[dict[str, Any]] = field(default_factory=list)  # with "at": seconds since t0
     points: list[Point] = field(default_factory=list)
+    # When the script said it waits on purpose (a `waiting` record: `examples/digits.py` holds
+    # before its last epoch until `ringmaster demo` has done its acts): no step is lost to a change then.
+    waits: list[float] = field(default_factory=list)
     skipped: int = 0  # lines that were neither an event nor a figure nor plain worker output
 
     def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
@@ -131,7 +134,10 @@ class JobHistory:
         if not after:
             return None
         times = ([before[-1]] if before else []) + [p.at for p in steps if at < p.at <= after[0].at]
-        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+        gaps = [(a, b) for a, b in zip(times, times[1:])]
+        # (a gap in which the script waited on purpose is its own choice, not what the change cost)
+        paused = [b - a for a, b in gaps if not any(a <= w <= b for w in self.waits)]
+        return max(paused) if paused else (None if gaps else 0.0)
 
     def _redone(self, at: float, until: float, counted: set[int]) -> int:
         """Steps trained between `at` and `until` that had been trained before `at` (and not
@@ -159,6 +165,8 @@ def read_history(lines: Iterable[str]) -> JobHistory:
             point = _point(worker.group(2))
             if point is not None:
                 records.append((point.at, point))
+            elif (waited := _waiting(worker.group(2))) is not None:
+                records.append((waited, {"waiting": True}))
             continue
         event = _event(line)
         if event is None:
@@ -172,6 +180,8 @@ def read_history(lines: Iterable[str]) -> JobHistory:
     for t, record in sorted(records, key=lambda r: r[0]):
         if isinstance(record, Point):
             history.points.append(Point(t - history.t0, record.step, record.loss, record.accuracy, record.size))
+        elif "kind" not in record:  # (a `waiting` record: events have a kind)
+            history.waits.append(t - history.t0)
         else:
             history.events.append({**record, "at": t - history.t0})
     return history
@@ -204,6 +214,17 @@ def _point(text: str) -> Point | None:
         return None
     size = record.get("size")
     return Point(float(record["time"]), record["step"], _float(loss), _float(acc), size if isinstance(size, int) else None)
+
+
+def _waiting(text: str) -> float | None:
+    """The time of a record saying the script waits on purpose (`{"waiting": true, "time": ...}`)."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(record, dict) and record.get("waiting") is True and _finite(record.get("time")):
+        return float(record["time"])
+    return None
 
 
 def _finite(value: object) -> bool:

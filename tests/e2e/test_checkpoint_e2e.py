@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 
@@ -21,7 +22,7 @@ from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import STATE_NAME
 from harness import events, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_seen_once_or_padded
-from harness import FAST, elastic_job
+from harness import FAST, Job, elastic_job
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +66,32 @@ def test_job_whose_workers_all_die_resumes_from_its_last_checkpoint(run_job, tmp
     assert {r["size"] for r in events(logs, "done")} == {2}
 
 
+@pytest.fixture(scope="module")
+def killed_first_run(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A job of 3 workers that saved two checkpoints, then killed whole (launcher, agents,
+    workers): its folder holds `ckpt` and its workers' `log1`. Each damage case starts again
+    from a copy of them: one first run for the three cases, not one each."""
+    folder = tmp_path_factory.mktemp("first-run")
+    ckpt = folder / "ckpt"
+    first = Job([str(a) for a in ("-np", "3", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "3",
+                                  *elastic_job(folder / "log1", epochs=2))])
+    try:
+        first.wait_status(lambda s: len(CheckpointDirectory(ckpt).checkpoints()) >= 2 and s["steps"] >= 10, 120,
+                          "two checkpoints")
+    finally:
+        first.kill()
+        first.save_output(folder / "job-first-run.out")
+    return folder
+
+
+# (one xdist worker for the three: the first run is made once)
+@pytest.mark.xdist_group("checkpoint-first-run")
 @pytest.mark.parametrize("damage", ["intact", "truncated", "flipped-byte"])
-def test_job_started_again_at_another_size_resumes_from_the_newest_good_checkpoint(run_job, tmp_path, damage) -> None:
+def test_job_started_again_at_another_size_resumes_from_the_newest_good_checkpoint(run_job, tmp_path, damage,
+                                                                                   killed_first_run) -> None:
     ckpt = tmp_path / "ckpt"
-    first = run_job("-np", "3", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "3",
-                    *elastic_job(tmp_path / "log1", epochs=2))
-    first.wait_status(lambda s: len(CheckpointDirectory(ckpt).checkpoints()) >= 2 and s["steps"] >= 10, 120, "two checkpoints")
-    first.kill()  # the whole job: launcher, agents, workers
+    shutil.copytree(killed_first_run / "ckpt", ckpt)
+    shutil.copytree(killed_first_run / "log1", tmp_path / "log1")
     folders = CheckpointDirectory(ckpt).checkpoints()
     newest, before = folders[0], folders[1]
     state_file = newest / STATE_NAME

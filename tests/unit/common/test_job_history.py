@@ -75,3 +75,19 @@ def test_a_log_is_input_bad_lines_cost_only_themselves() -> None:
     assert history.skipped == 6
     assert len(history.disruptions()) == 3
     assert read_history([]).generations == [] and read_history([]).final_accuracy() is None
+
+
+def test_a_gap_in_which_the_script_waited_on_purpose_is_no_pause_of_the_change() -> None:
+    """`examples/digits.py` holds before its last epoch (a `waiting` record) while `ringmaster demo`
+    scales the job: the hold is the script's, so the scale's pause is not measured from it."""
+    lines = [event(0.0, "generation.formed", number=1, size=4, cause="job start", causes=[])]
+    lines += [figure(0.1 * i, i, loss=1.0) for i in range(1, 6)]
+    lines.append(figure(0.55, 5, epoch=1, waiting=True))
+    lines.append(event(2.0, "scale.requested", np=2))
+    lines.append(event(2.1, "generation.formed", number=2, size=2, cause="scaled to 2", causes=["scale"]))
+    lines += [figure(7.0 + 0.1 * i, 6 + i, loss=1.0) for i in range(3)]  # the hold ended at 7.0 s
+    history = read_history(lines)
+    assert [round(w, 3) for w in history.waits] == [0.55]
+    (scale,) = history.disruptions()
+    assert scale.pause_s is None, scale  # without the record: 6.5 s, the hold's length
+    assert abs(read_history([line for line in lines if "waiting" not in line]).disruptions()[0].pause_s - 6.5) < 1e-6
