@@ -14,8 +14,9 @@ import pytest
 
 from harness import ROOT
 
-# Both tests on one pytest-xdist worker, so the wheel (4-5 s of pip) is built once.
-pytestmark = pytest.mark.xdist_group("wheel")
+# Both tests on one pytest-xdist worker, so the wheel (4-5 s of pip) is built once. Marked slow:
+# building, installing and importing it is 10-17 s of the fast suite's 90; the whole suite (CI) runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 
 @pytest.fixture(scope="module")

@@ -185,6 +185,7 @@ def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of
     assert said[-1][1]["pid"] == proc.pid and said[-1][1]["warm"] is True
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_given_a_thread_count_runs_with_it(pool_of, tmp_path) -> None:
     """The spare's OpenMP read an environment without OMP_NUM_THREADS (torch's default: a thread
     a core); the worker it becomes runs with the agent's count, as a fresh process given it would."""
@@ -198,6 +199,7 @@ def test_a_spare_given_a_thread_count_runs_with_it(pool_of, tmp_path) -> None:
     assert "[w1] threads 3\n" in output.lines, output.lines
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(pool_of, tmp_path) -> None:
     package = tmp_path / "pkg"
     package.mkdir()
@@ -252,6 +254,7 @@ def test_a_joining_host_warms_a_spare_per_slot_then_keeps_its_usual_count(pool_o
     assert first.wait(60) == 0 and second.wait(60) == 0
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_spares_are_stopped_when_retired_or_grown_too_big(pool_of) -> None:
     pool, _, said = pool_of(2, max_rss_bytes=1 << 20)  # 1 MiB: any Python is past it
     pool.hold()
