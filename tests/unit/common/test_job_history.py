@@ -91,3 +91,24 @@ def test_a_gap_in_which_the_script_waited_on_purpose_is_no_pause_of_the_change()
     (scale,) = history.disruptions()
     assert scale.pause_s is None, scale  # without the record: 6.5 s, the hold's length
     assert abs(read_history([line for line in lines if "waiting" not in line]).disruptions()[0].pause_s - 6.5) < 1e-6
+
+
+def test_a_log_of_many_waits_and_steps_is_read_in_time_linear_in_its_length() -> None:
+    """A log is input (`ringmaster plot` reads any): 20,000 steps and as many `waiting` records
+    between them, then a scale whose pause spans them all. Each gap is looked up, not scanned
+    (a scan of every wait for every gap: 4 x 10^8 comparisons, minutes)."""
+    import time
+
+    n = 20_000
+    lines = [event(0.0, "generation.formed", number=1, size=4, cause="job start", causes=[])]
+    lines.append(event(0.001, "scale.requested", np=2))
+    for i in range(1, n + 1):
+        lines.append(figure(0.01 * i, i, loss=1.0))
+        lines.append(figure(0.01 * i + 0.005, i, waiting=True))
+    lines.append(event(0.01 * n + 1, "generation.formed", number=2, size=2, cause="scaled to 2", causes=["scale"]))
+    lines.append(figure(0.01 * n + 2, n + 1, loss=1.0))
+    history = read_history(lines)
+    started = time.process_time()
+    (scale,) = history.disruptions()
+    assert scale.pause_s is None  # every gap holds a wait
+    assert time.process_time() - started < 2
