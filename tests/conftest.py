@@ -26,6 +26,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from failure_report import Watchdog, job_sections  # noqa: E402
 from harness import WATCHED_JOBS, Job  # noqa: E402
+from xdist_groups import group_items  # noqa: E402
 
 _JOBS = pytest.StashKey[list]()
 _WATCHDOG = pytest.StashKey[Watchdog]()
@@ -43,7 +44,9 @@ def _limit_s(item: pytest.Item) -> float:
 FAST_TEST_LIMIT_S = 60
 
 
+@pytest.hookimpl(trylast=True)  # (after pytest-xdist's, whose group marks `group_items` mends)
 def pytest_collection_modifyitems(config, items) -> None:
+    group_items(config, items)
     for item in items:
         if item.get_closest_marker("slow") is None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(FAST_TEST_LIMIT_S))
