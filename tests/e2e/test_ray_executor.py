@@ -64,7 +64,10 @@ def _start_cluster() -> tuple[Cluster, list]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(etcd):
+    """The module's cluster. It asks for the session's etcd so that the store starts (if this
+    worker has not started it yet) before the cluster: the teardown kills the processes the
+    cluster left, and only those (an etcd started first is not one of them)."""
     own = psutil.Process()
     with open(CLUSTER_LOCK, "a") as lock:
         deadline = time.monotonic() + CLUSTER_LOCK_WAIT_S
@@ -77,16 +80,17 @@ def cluster():
                     pytest.fail(f"another test process kept its Ray cluster (lock {CLUSTER_LOCK}) for "
                                 f"{CLUSTER_LOCK_WAIT_S} s")
                 time.sleep(0.5)  # (polling a lock another process holds: no event to wait on)
+        before = {process.pid for process in own.children(recursive=True)}
         made, nodes = _start_cluster()
         try:
             ray.init(address=made.address, logging_level="WARNING")
             made.wait_for_nodes()
             yield made, nodes
         finally:
-            descendants = own.children(recursive=True)
+            descendants = [process for process in own.children(recursive=True) if process.pid not in before]
             ray.shutdown()
             made.shutdown()
-            for process in descendants:  # whatever Ray's shutdown left (actors, agents, workers)
+            for process in descendants:  # whatever Ray's shutdown left (actors, agents, workers), not etcd
                 try:
                     process.kill()
                 except psutil.NoSuchProcess:
