@@ -268,7 +268,17 @@ def _first_dims(comm: Any, tensors: Sequence[torch.Tensor]) -> list[list[int]]:
 
 
 def _gather_rows(comm: Any, tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    """Every rank's `tensor` (first dimension `dims[rank]`) one after another along dimension 0."""
+    """Every rank's `tensor` (first dimension `dims[rank]`) one after another along dimension 0.
+    On the CPU each peer's rows come straight into the output (`Communicator.exchange_async`);
+    CUDA tensors go to NCCL's allgather, padded to the longest."""
+    if not tensor.is_cuda:
+        source = tensor.contiguous()
+        out = RESULTS.empty((sum(dims), *tensor.shape[1:]), tensor.dtype, tensor.device)
+        parts = list(out.split(dims))
+        pending = comm.exchange_async([source] * comm.size, parts, "allgather")
+        parts[comm.rank].copy_(source)  # (while the peers' rows are on the wire)
+        pending.wait()
+        return out
     longest = max(dims)
     if all(d == longest for d in dims):
         out = RESULTS.empty((comm.size * longest, *tensor.shape[1:]), tensor.dtype, tensor.device)
@@ -398,7 +408,13 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
         recv = [int(v) for v in received.tolist()]
         source = tensor.detach()[: sum(send)].contiguous()
         out = RESULTS.empty((sum(recv), *tensor.shape[1:]), tensor.dtype, tensor.device)
-        comm.alltoall_async(out, source, recv, send).wait()
+        if tensor.is_cuda:
+            comm.alltoall_async(out, source, recv, send).wait()
+        else:  # each peer's rows straight from and into place (`Communicator.exchange_async`)
+            chunks, parts = list(source.split(send)), list(out.split(recv))
+            pending = comm.exchange_async(chunks, parts, "alltoall")
+            parts[comm.rank].copy_(chunks[comm.rank])  # (while the peers' rows are on the wire)
+            pending.wait()
         return out, received.to(torch.int32)
 
     row_shape = tuple(tensor.shape[1:])

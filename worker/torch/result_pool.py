@@ -13,6 +13,7 @@ or any view of it, is never overwritten. Bounded in count and bytes.
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import torch
@@ -42,6 +43,10 @@ class ResultPool:
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor] = []  # oldest first
         self._users = _storage_users()
+        # Rings run their operations on threads of their own (a process set's beside the
+        # generation's): a free buffer is looked for and handed out under the lock, or two
+        # threads could both find it free and write into one result.
+        self._lock = threading.Lock()
 
     def empty_like(self, source: torch.Tensor) -> torch.Tensor:
         """An uninitialized contiguous tensor shaped like `source`: a free pooled buffer, or a new one."""
@@ -55,14 +60,15 @@ class ResultPool:
         nbytes = numel * torch.empty(0, dtype=dtype).element_size()
         if self._users is None or torch.device(device).type != "cpu" or nbytes < MIN_BYTES or nbytes > MAX_BYTES:
             return torch.empty(shape, dtype=dtype, device=device)
-        for i, buffer in enumerate(self._buffers):
-            if buffer.dtype == dtype and buffer.numel() == numel and self._free(buffer):
-                self._buffers.append(self._buffers.pop(i))  # by position: tensors compare elementwise
-                return buffer.view(shape)
-        buffer = torch.empty(numel, dtype=dtype, device=device)
-        self._buffers.append(buffer)
-        self._trim()
-        return buffer.view(shape)
+        with self._lock:
+            for i, buffer in enumerate(self._buffers):
+                if buffer.dtype == dtype and buffer.numel() == numel and self._free(buffer):
+                    self._buffers.append(self._buffers.pop(i))  # by position: tensors compare elementwise
+                    return buffer.view(shape)  # (the view counts as a user before the lock is let go)
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers.append(buffer)
+            self._trim()
+            return buffer.view(shape)
 
     def _free(self, buffer: torch.Tensor) -> bool:
         assert self._users is not None

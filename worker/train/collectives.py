@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ringmaster.common.network import NetworkError, interface_names, route_address
 from ringmaster.proto import environment as env_names
-from ringmaster.worker.train import ring_sum
+from ringmaster.worker.train import exchange, ring_sum
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 from ringmaster.worker.train.op_queue import OpQueue
@@ -183,6 +183,17 @@ class Communicator:
         return Pending(self, self._issue(
             lambda: self._ring(tensor).alltoall_base(out, tensor, out_splits, in_splits, options), "alltoall"),
             "alltoall")
+
+    def exchange_async(self, sends: list[torch.Tensor | None], receives: list[torch.Tensor | None],
+                       what: str) -> "Pending":
+        """`sends[j]` to rank j and rank j's bytes into `receives[j]` (CPU, contiguous; this
+        rank's own entries are left alone), one point-to-point transfer each, all at once
+        (`exchange`): an alltoall or an allgather whose sizes every rank knows."""
+        if self.size == 1:
+            return Pending(self, None, what)
+        tag = self._ring_sums().take_tags(1)
+        return Pending(self, self._issue_future(
+            lambda: exchange.start(self.pg, self.rank, sends, receives, tag, self.timeout_s), what), what)
 
     def reduce_scatter_async(self, out: torch.Tensor, tensor: torch.Tensor, op: Any = ReduceOp.SUM) -> "Pending":
         """Reduce `tensor` (size x `out`'s elements, contiguous) and leave this rank's part in `out`."""

@@ -121,7 +121,7 @@ class RingSum:
         futures, and one holding its tensor would keep a result the caller dropped (the result
         pool could not hand its buffer out again)."""
         span = _chunks(flat, self.size)  # tags per transfer: one per chunk
-        first_tag = self._take_tags(1 + 2 * (self.size - 1) * span)
+        first_tag = self.take_tags(1 + 2 * (self.size - 1) * span)
         future: torch.futures.Future = torch.futures.Future()
 
         def reduction() -> None:
@@ -154,9 +154,10 @@ class RingSum:
                 f"reduces {int(theirs[0])} of {theirs_dtype} at the same point: every rank must reduce tensors of "
                 "the same shape and dtype, in the same order")
 
-    def _take_tags(self, count: int) -> int:
+    def take_tags(self, count: int) -> int:
         """The first of `count` consecutive tags, taken in start order: the same on every rank,
-        since reductions are started in the same order with the same sizes."""
+        since reductions (and the ring's exchanges, `exchange`) are started in the same order
+        with the same sizes."""
         if self._next_tag + count > _TAG_SPACE:
             self._next_tag = 0
         first = _TAG_BASE + self._next_tag

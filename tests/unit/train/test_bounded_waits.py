@@ -99,3 +99,44 @@ def test_a_collective_whose_peer_never_comes_ends_when_the_generation_is_over() 
     (message, took_s), _ = on_two_ranks(work)
     assert "generation 3 is over (h/1 stopped)" in message
     assert took_s < 10, f"the wait ended {took_s:.1f} s after it began, not at the rendezvous' word (0.3 s)"
+
+
+def test_an_exchange_whose_peer_never_comes_ends_when_the_generation_is_over() -> None:
+    """An alltoall or allgather's point-to-point transfers (`exchange`) wait on a thread of their
+    own; the caller's wait still ends at the rendezvous' word, not the 30 s timeout."""
+
+    def work(rank: int, pg: Any, link: RendezvousLink) -> tuple[str, float]:
+        if rank == 1:
+            time.sleep(1.0)  # never posts its transfers
+            return "", 0.0
+        comm = Communicator(pg, rank, 2, GENERATION, link, timeout_s=30)
+        started = time.monotonic()
+        threading.Timer(0.3, lambda: link._on_event(pb.WorkerEvent(
+            generation_over=pb.GenerationOver(generation=GENERATION, reason="h/1 stopped", rejoin=True)))).start()
+        with pytest.raises(HorovodInternalError) as caught:
+            comm.exchange_async([None, torch.ones(3)], [None, torch.empty(3)], "alltoall").wait()
+        return str(caught.value), time.monotonic() - started
+
+    (message, took_s), _ = on_two_ranks(work)
+    assert "alltoall aborted: generation 3 is over (h/1 stopped)" in message
+    assert took_s < 10, f"the wait ended {took_s:.1f} s after it began, not at the rendezvous' word (0.3 s)"
+
+
+def test_an_exchange_whose_peer_is_gone_fails_at_once() -> None:
+    """A peer whose ring goes away while the exchange waits for it (its thread ends and drops its
+    only reference to its ring: the connections close, as a killed process' do) fails the
+    exchange's transfers at once, long before the collective timeout."""
+
+    def work(rank: int, pg: Any, link: RendezvousLink) -> tuple[str, float]:
+        if rank == 1:
+            time.sleep(0.3)  # then this thread ends, and with it this rank's ring
+            return "", 0.0
+        comm = Communicator(pg, rank, 2, GENERATION, link, timeout_s=30)
+        started = time.monotonic()
+        with pytest.raises(HorovodInternalError) as caught:
+            comm.exchange_async([None, torch.ones(1 << 20)], [None, torch.empty(1 << 20)], "allgather").wait()
+        return str(caught.value), time.monotonic() - started
+
+    (message, took_s), _ = on_two_ranks(work)
+    assert "allgather failed in generation 3" in message and "Connection closed by peer" in message
+    assert took_s < 10, f"a gone peer failed the exchange after {took_s:.1f} s, not at once"

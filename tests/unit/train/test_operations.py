@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from gloo_rings import count_collectives, on_ranks, run
 from ringmaster.torch import operations as ops
-from ringmaster.worker.train import negotiation
+from ringmaster.worker.train import exchange, negotiation
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.errors import CollectiveMismatchError
@@ -160,6 +160,38 @@ def test_alltoall_without_splits_divides_equally_and_refuses_rows_that_do_not_di
         ops.alltoall(torch.arange(5), [3, 3], 2, None)
     with pytest.raises(ValueError, match="give 2"):
         ops.alltoall(torch.arange(5), [1, 1, 1], 2, None)
+
+
+def test_allgather_and_alltoall_past_the_early_data_limit_move_each_peers_rows_straight_into_place(monkeypatch) -> None:
+    """Over `speculation.MAX_BYTES` per peer an operation's data goes after its round, one
+    transfer to and from each peer (`exchange`): first dimensions that differ by rank, splits
+    that differ by peer, rows of 1 MB, on 3 ranks."""
+    n, row = 3, 1 << 18  # float32 rows of 1 MB
+    splits = {r: [(2 * j + r) % 3 + 4 for j in range(n)] for r in range(n)}  # 4 to 6 MB to each peer
+
+    def rows_of(rank: int, count: int, salt: int) -> torch.Tensor:
+        return torch.arange(count, dtype=torch.float32).unsqueeze(1) + torch.zeros(count, row) + 100 * rank + salt
+
+    def work(comm: Communicator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gathered = run(comm, ops.allgather(rows_of(comm.rank, comm.rank + 5, 0), None))
+        mine = torch.cat([rows_of(comm.rank, splits[comm.rank][j], 10 * j) for j in range(n)])
+        out, received = run(comm, ops.alltoall(mine, splits[comm.rank], n, None))
+        return gathered, out, received
+
+    exchanges: list[int] = []
+    original = exchange.start
+    def counted(*args: Any) -> Any:
+        exchanges.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(exchange, "start", counted)
+    expected_gather = torch.cat([rows_of(r, r + 5, 0) for r in range(n)])
+    results = on_ranks(n, work)
+    assert len(exchanges) == 2 * n  # (one allgather, one alltoall on each rank)
+    for me, (gathered, out, received) in enumerate(results):
+        assert torch.equal(gathered, expected_gather)
+        assert received.tolist() == [splits[r][me] for r in range(n)]
+        assert torch.equal(out, torch.cat([rows_of(r, splits[r][me], 10 * me) for r in range(n)]))
 
 
 @pytest.mark.usefixtures("either_path")

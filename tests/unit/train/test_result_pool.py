@@ -74,3 +74,43 @@ def test_a_dropped_allgather_or_alltoall_result_of_a_megabyte_is_reused(alone) -
     more = torch.empty(1 << 18)
     assert hvd.alltoall(part).data_ptr() == address
     assert other.data_ptr() != address and more.data_ptr() != address
+
+
+def test_threads_asking_at_once_never_get_one_buffer() -> None:
+    """Rings run their operations on threads of their own: two asking at once were both handed
+    the one free buffer (seen as a wrong alltoall result on a ring of three threads). Here the
+    first thread stops right after finding the free buffer, until the second has been given
+    one (or for 0.5 s, when the second is held back as it must be)."""
+    import threading
+
+    from ringmaster.torch.result_pool import ResultPool
+
+    pool = ResultPool()
+    del_me = pool.empty((1 << 16,), torch.float32, torch.device("cpu"))
+    del del_me  # one free buffer in the pool
+    found, second_given = threading.Event(), threading.Event()
+    free = pool._free
+
+    def free_then_pause(buffer: torch.Tensor) -> bool:
+        is_free = free(buffer)
+        if is_free and threading.current_thread().name == "first":
+            found.set()
+            second_given.wait(0.5)
+        return is_free
+
+    pool._free = free_then_pause  # type: ignore[method-assign]
+    got: dict[str, torch.Tensor] = {}
+
+    def ask(name: str) -> None:
+        got[name] = pool.empty((1 << 16,), torch.float32, torch.device("cpu"))
+        if name == "second":
+            second_given.set()
+
+    first = threading.Thread(target=ask, args=("first",), name="first")
+    first.start()
+    assert found.wait(10)
+    second = threading.Thread(target=ask, args=("second",), name="second")
+    second.start()
+    for thread in (first, second):
+        thread.join(10)
+    assert got["first"].data_ptr() != got["second"].data_ptr(), "one buffer was handed to both threads"
