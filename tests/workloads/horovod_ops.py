@@ -46,7 +46,10 @@ def api(out: pathlib.Path) -> None:
     r["min_int8"] = hvd.allreduce(torch.tensor([rank - 1], dtype=torch.int8), op=hvd.Min).tolist()
     # async: several in flight at once, polled, then synchronized out of order
     handles = [hvd.allreduce_async(torch.full((3,), float(rank + k)), name=f"grad.{k}", op=hvd.Sum) for k in range(8)]
-    r["duplicate_name"] = _error(lambda: [hvd.allreduce_async(torch.ones(1), name="grad.0") for _ in range(3)])
+    # a name issued again while its first operation is in flight: the second is refused. (Not
+    # "grad.0": whether that one is still in flight here differs by rank, and a rank that queued
+    # the duplicate would issue one collective more than the others.)
+    r["duplicate_name"] = _error(lambda: [hvd.allreduce_async(torch.ones(1), name="twice") for _ in range(3)])
     r["async"] = [hvd.synchronize(h).tolist() for h in reversed(handles)]
     r["poll_after"] = _error(lambda: hvd.poll(handles[0]))
     h = hvd.allreduce_async_(torch.ones(2) * rank, op=hvd.Max)
