@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ringmaster.torch import adasum
 from ringmaster.torch.result_pool import ResultPool
+from ringmaster.worker.train.exchange import byte_view
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.op_queue import FuseKey, Operation
 from ringmaster.worker.train.speculation import Speculation
@@ -85,15 +86,9 @@ def _from_bytes(payload: torch.Tensor, dtype: torch.dtype, shape: Sequence[int])
     return payload.clone().view(dtype).reshape(tuple(shape))
 
 
-def _byte_view(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous tensor's memory as 1-D uint8 (no copy): what early data is sent from and
-    received into."""
-    return tensor.reshape(-1).view(torch.uint8)
-
-
 def _to_peers(parts: Sequence[torch.Tensor], rank: int) -> list[torch.Tensor | None]:
     """Each part's bytes, by rank, with this rank's own left out (early data's sends or targets)."""
-    return [None if r == rank else _byte_view(p) for r, p in enumerate(parts)]
+    return [None if r == rank else byte_view(p) for r, p in enumerate(parts)]
 
 
 def _prescaled(tensor: torch.Tensor, prescale: float) -> torch.Tensor:
@@ -315,7 +310,7 @@ def allgather(tensor: torch.Tensor, name: str | None) -> Operation:
         out = RESULTS.empty((comm.size * first, *rows.shape[1:]), rows.dtype, rows.device)
         parts = [out[r * first: (r + 1) * first] for r in range(comm.size)]
         parts[comm.rank].copy_(source)
-        mine = _byte_view(source)
+        mine = byte_view(source)
 
         targets = _to_peers(parts, comm.rank)
 

@@ -19,14 +19,29 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
+from ringmaster.worker.train import ring_sum
 
-def _bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous tensor's memory as 1-D uint8 (no copy): what Gloo moves."""
+
+def byte_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's memory as 1-D uint8 (no copy): what Gloo's transfers move."""
     return tensor.reshape(-1).view(torch.uint8)
+
+
+def _wait_every(works: list[Any], timeout: timedelta) -> None:
+    """Wait for every transfer (a failed one does not leave the others pending on the ring),
+    then raise the first failure: the exchange's."""
+    error: Exception | None = None
+    for work in works:
+        try:
+            work.wait(timeout)
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def start(pg: Any, rank: int, sends: Sequence[torch.Tensor | None], receives: Sequence[torch.Tensor | None],
@@ -39,31 +54,17 @@ def start(pg: Any, rank: int, sends: Sequence[torch.Tensor | None], receives: Se
         for peer, part in enumerate(parts):
             if part is not None and not part.is_contiguous():
                 raise ValueError(f"an exchange's {what} for rank {peer} must be contiguous")
-    works = [pg.recv([_bytes(part)], peer, tag) for peer, part in enumerate(receives)
+    works = [pg.recv([byte_view(part)], peer, tag) for peer, part in enumerate(receives)
              if peer != rank and part is not None and part.numel()]
-    works += [pg.send([_bytes(part)], peer, tag) for peer, part in enumerate(sends)
+    works += [pg.send([byte_view(part)], peer, tag) for peer, part in enumerate(sends)
               if peer != rank and part is not None and part.numel()]
     future: torch.futures.Future = torch.futures.Future()
     if not works:
         future.set_result(None)
         return future
     timeout = timedelta(seconds=timeout_s)
-
-    def wait_all(pending: list[Callable[[], None]]) -> None:
-        error: Exception | None = None
-        for wait in pending:
-            try:
-                wait()
-            except Exception as exc:  # the first failure is the exchange's; the rest still end
-                error = error or exc
-        pending.clear()
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
-
-    # (The thread gets the waits in a list it empties: a thread's args stay referenced until it
-    # ends, after the future is settled, and would hold the tensors a moment after `wait()`.)
-    threading.Thread(target=wait_all, args=([lambda w=w: w.wait(timeout) for w in works],),
+    # (The thread is handed its waits in a list it empties: a thread's args stay referenced until
+    # it ends, after the future is settled, and would hold the tensors a moment after `wait()`.)
+    threading.Thread(target=ring_sum.run_then_settle, args=([lambda: _wait_every(works, timeout)], future),
                      name="ringmaster-exchange", daemon=True).start()
     return future

@@ -66,9 +66,10 @@ def takes_into(source: torch.Tensor, size: int) -> bool:
             and source.numel() * source.element_size() >= least)
 
 
-def _run_then_settle(pending: list[Callable[[], None]], future: torch.futures.Future) -> None:
-    """Run the one reduction in `pending`, drop it (and with it every tensor it holds), then
-    settle `future`: a caller that drops its result after `wait()` returns really frees it."""
+def run_then_settle(pending: list[Callable[[], None]], future: torch.futures.Future) -> None:
+    """Run the one callable in `pending` (a reduction, an exchange's waits), drop it (and with it
+    every tensor it holds), then settle `future`: a caller that drops its result after `wait()`
+    returns really frees it."""
     error: Exception | None = None
     try:
         pending.pop()()
@@ -131,7 +132,7 @@ class RingSum:
         # The thread gets the reduction in a list it empties, not as its target: a target (and
         # its args) stays referenced until the thread ends, after the future is settled, and
         # would hold `flat` for a moment after `wait()` returned.
-        threading.Thread(target=_run_then_settle, args=([reduction], future), name="ringmaster-ring-sum",
+        threading.Thread(target=run_then_settle, args=([reduction], future), name="ringmaster-ring-sum",
                          daemon=True).start()
         return future
 
