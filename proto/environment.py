@@ -23,6 +23,7 @@ CHECKPOINT_INTERVAL = "RINGMASTER_CHECKPOINT_INTERVAL"  # or every T seconds
 CHECKPOINT_KEEP = "RINGMASTER_CHECKPOINT_KEEP"  # checkpoints kept on disk
 CHECKPOINT_TRUSTED = "RINGMASTER_CHECKPOINT_TRUSTED"  # "1": load checkpoints as full pickles (trusted folder)
 TIMELINE_SPANS = "RINGMASTER_TIMELINE_SPANS"  # "1": record timeline spans, sent with heartbeats (--timeline)
+GROUP_SIZE = "RINGMASTER_GROUP_SIZE"  # workers per replica group (--group-size); ranks gK..gK+K-1 are group g
 FUSION_THRESHOLD = "RINGMASTER_FUSION_THRESHOLD"  # bytes fused into one buffer (--fusion-threshold-mb)
 # A folder of the agent's where it marks a worker (a file named by its pid) before it sends that
 # worker SIGTERM itself; an unmarked SIGTERM came to the whole host (a drain): see host_signals.py.

@@ -80,6 +80,10 @@ DEFAULT_CHECKPOINT_KEEP = 3
 DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 
 
+#: The most workers one replica group may have (`--group-size`).
+MAX_GROUP_SIZE = 4096
+
+
 class JobSettings(BaseModel):
     """What `ringmaster run` / `ringmaster serve` were asked to do."""
 
@@ -88,6 +92,9 @@ class JobSettings(BaseModel):
     command: list[str] = Field(default_factory=list, description="the training command each worker runs")
     min_np: int = Field(1, ge=1, description="fewest workers the job trains with")
     max_np: Optional[int] = Field(None, ge=1, description="most workers; None means all discovered slots")
+    group_size: int = Field(1, ge=1, le=MAX_GROUP_SIZE,
+                            description="workers per replica group: the job grows and shrinks by whole groups of "
+                                        "consecutive ranks, and a worker lost takes its group out (1: no groups)")
     elastic_timeout_s: float = Field(DEFAULT_ELASTIC_TIMEOUT_S, gt=0)
     reset_limit: Optional[int] = Field(None, ge=0, description="most resets before the job fails; None: no limit")
     max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, le=1_000_000,
@@ -160,6 +167,11 @@ class JobSettings(BaseModel):
     def _check(self) -> "JobSettings":
         if self.max_np is not None and self.max_np < self.min_np:
             raise ValueError(f"--max-np ({self.max_np}) must be at least --min-np ({self.min_np})")
+        for flag, count in (("--min-np", self.min_np), ("--max-np", self.max_np)):
+            if count is not None and count % self.group_size:
+                below, above = count - count % self.group_size, count - count % self.group_size + self.group_size
+                raise ValueError(f"{flag} {count} is not a whole number of groups of --group-size {self.group_size}: "
+                                 f"give {' or '.join(str(n) for n in (below, above) if n > 0)}")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError(
                 f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "

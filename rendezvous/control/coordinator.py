@@ -320,6 +320,9 @@ class Coordinator:
             raise Refused(f"cannot scale to {np} workers: --min-np is {self.settings.min_np}")
         if self.settings.max_np is not None and np > self.settings.max_np:
             raise Refused(f"cannot scale to {np} workers: --max-np is {self.settings.max_np}")
+        if np % self.settings.group_size:
+            raise Refused(f"cannot scale to {np} workers: the job trains in groups of {self.settings.group_size} "
+                          "(--group-size); ask for a multiple of it")
         self.job.target_np = np
         self.job.emit(now, Kind.SCALE_REQUESTED, np=np)
         self.job.causes.add(f"scaled to {np}", ResetCause.SCALE)

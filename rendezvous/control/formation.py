@@ -25,6 +25,7 @@ from typing import Callable
 
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
+from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
 from ringmaster.rendezvous.control.effects import AnnounceHosts, RunWorkers, UpdateHosts, WorkerLaunch
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.listing import listed
@@ -229,26 +230,38 @@ class Formation:
                 job.note_lost_commits(now)
                 self._plan_generation(now)  # nothing can rejoin in place: restart everything
             return
-        if len(survivors) + len(newcomers) < job.settings.min_np:
+        slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
+        group_size = job.settings.group_size
+        if group_size > 1:  # whole groups only: a member lost takes its group out (`groups.arrange`)
+            placed = arrange(slots[: len(survivors)], gen.member_ids, slots[len(survivors):], group_size,
+                             job.limit).placed
+        else:
+            placed = slots
+        if len(placed) < job.settings.min_np:
             return  # wait for newcomers to warm up, or for --elastic-timeout
         if self._awaited_newcomers(now):
             return  # the members reset for the newcomers announced: form with them
         if job.exceeds_reset_limit(now):
             return
-        if not any(w.holds_commit for w in survivors):
+        chosen = {slot.worker_id for slot in placed}
+        if not any(w.holds_commit for w in survivors if w.worker_id in chosen):
             # newcomers alone, or with members of a generation whose sync was cut off before it
             # gave them the commit (all who held it died passing it on): nobody holds it
             job.note_lost_commits(now)
-        slots = [WorkerSlot(w.worker_id, w.host) for w in (*survivors, *newcomers)]
-        members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], job.limit)
+        if group_size > 1:
+            members = assign_ranks(placed, [], None)
+        else:
+            members = assign_ranks(slots[: len(survivors)], slots[len(survivors):], job.limit)
         new = job.new_generation(members, now)
         for a in members:
             worker = job.workers[a.worker_id]
             worker.phase, worker.generation = Phase.MEMBER, new.number
             job.send_assignment(worker)
+        at_limit = job.limit is not None and len(members) >= job.limit
         for worker in (*survivors, *newcomers):
-            if worker.worker_id not in new.member_set:
+            if worker.worker_id not in new.member_set and (group_size == 1 or at_limit):
                 job.retire(worker, f"the job is limited to {job.limit} workers", now)
+            # (otherwise, in groups: it waits for a whole group to join with; a survivor asks again)
 
     def _candidate(self, worker: Worker, eligible: set[str]) -> bool:
         """Can join the next generation: alive, waiting for it (or sure to), not leaving, on a usable host."""
@@ -263,13 +276,16 @@ class Formation:
         slots: list[WorkerSlot] = []
         pending: list[Worker] = []
         limit = job.limit
-        for host in self.pool.eligible_hosts(now):
-            for slot in range(host.slots):
-                if limit is not None and len(slots) >= limit:
-                    break
-                worker = self.make_worker(host.name, slot)
-                slots.append(WorkerSlot(worker.worker_id, host.name))
-                pending.append(worker)
+        places = [(host.name, slot) for host in self.pool.eligible_hosts(now) for slot in range(host.slots)]
+        if job.settings.group_size > 1:  # whole groups, each on as few hosts as it can be
+            grouped = pack([WorkerSlot(str(i), host) for i, (host, _) in enumerate(places)], job.settings.group_size)
+            places = [places[int(s.worker_id)] for group in grouped for s in group]
+        for host_name, slot in places:
+            if limit is not None and len(slots) >= limit:
+                break
+            worker = self.make_worker(host_name, slot)
+            slots.append(WorkerSlot(worker.worker_id, host_name))
+            pending.append(worker)
         if len(slots) < job.settings.min_np:
             return
         members = assign_ranks([], slots, limit)
@@ -319,7 +335,7 @@ class Formation:
         if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < job.settings.warmup_grace_s:
             ready_newcomers = []  # let the others finish warming up and join in the same reset
         kinds = set()
-        if ready_newcomers and room > 0:
+        if len(ready_newcomers) >= job.settings.group_size and room >= job.settings.group_size:  # (whole groups)
             reasons.append("new worker(s) ready: " + listed(w.worker_id for w in ready_newcomers[:room]))
             kinds.add(ResetCause.HOST_ADDED)
         leaving = [w for w in members if w.live and w.host not in eligible]
@@ -462,19 +478,16 @@ class Formation:
         for w in live:
             used_slots.setdefault(w.host, set()).add(w.slot)
         undecided = job.awaiting_exits(now)  # may be blacklisted in a moment: do not refill yet
-        for host in self.pool.eligible_hosts(now):
-            if host.name in undecided:
-                continue
-            used = used_slots.get(host.name, set())
-            for slot in range(host.slots):
-                if len(started) >= room:
-                    break
-                if slot in used:
-                    continue
-                worker = self.make_worker(host.name, slot)
-                job.workers[worker.worker_id] = worker
-                job.emit(now, Kind.WORKER_STARTING, worker=worker.worker_id, host=host.name)
-                started.append(worker)
+        free = [(host.name, slot) for host in self.pool.eligible_hosts(now) if host.name not in undecided
+                for slot in range(host.slots) if slot not in used_slots.get(host.name, set())][:max(room, 0)]
+        if job.settings.group_size > 1:  # only what completes whole groups with the workers waiting
+            waiting = sum(1 for w in live if w.worker_id not in gen.member_set)
+            free = free[: max(whole_groups(waiting + len(free), job.settings.group_size) - waiting, 0)]
+        for host_name, slot in free:
+            worker = self.make_worker(host_name, slot)
+            job.workers[worker.worker_id] = worker
+            job.emit(now, Kind.WORKER_STARTING, worker=worker.worker_id, host=host_name)
+            started.append(worker)
         if started:
             members = [job.workers[i] for i in gen.member_ids]
             if all(w.elastic for w in members if w.live):

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment, order_keys
+from ringmaster.rendezvous.control.groups import whole_groups
 from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
@@ -68,9 +69,10 @@ class Job:
     # ------------------------------------------------------------------ reading
     @property
     def limit(self) -> int | None:
-        """The most workers the job may have now: --max-np, or the scale target if lower."""
+        """The most workers the job may have now: --max-np, or the scale target if lower (whole
+        groups of --group-size: a target restored from an older store may be another number)."""
         caps = [c for c in (self.settings.max_np, self.target_np) if c is not None]
-        return min(caps) if caps else None
+        return whole_groups(min(caps), self.settings.group_size) if caps else None
 
     def live_workers(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.live]
@@ -87,7 +89,8 @@ class Job:
         return gen is not None and worker.worker_id in gen.member_set
 
     def capacity(self, now: float) -> int:
-        return self.pool.capacity(now, self.limit)
+        """The workers the job can run now: its hosts' slots up to its limit, in whole groups."""
+        return whole_groups(self.pool.capacity(now, self.limit), self.settings.group_size)
 
     def counters(self) -> JobCounters:
         return JobCounters(next_id=self.next_id, hosts_sequence=self.hosts_sequence, target_np=self.target_np,

@@ -23,6 +23,8 @@ def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, 
         env_names.HOROVOD_HOSTNAME: host,
         env_names.HOROVOD_LOCAL_RANK: str(slot),
     }
+    if settings.group_size > 1:
+        env[env_names.GROUP_SIZE] = str(settings.group_size)
     if settings.timeline:
         env[env_names.TIMELINE_SPANS] = "1"
     if settings.fusion_threshold_bytes is not None:

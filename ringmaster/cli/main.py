@@ -56,6 +56,11 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None, metavar="N",
                         help="most workers (default: all slots with a discovery script or with -H and --min-np, as "
                              "horovodrun's elastic mode; else -np)")
+    parser.add_argument("--group-size", type=int, default=1, metavar="K",
+                        help="workers per replica group, for models sharded inside a group (FSDP2 on the group's mesh: "
+                             "hvd.elastic.replica_group()) and replicated across groups: the job grows and shrinks by "
+                             "whole groups of K consecutive ranks, and a worker lost takes its whole group out of the "
+                             "next ring; --min-np and --max-np count workers, whole groups of them (default: 1, no groups)")
     parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...", help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
     parser.add_argument("--hostfile", default=None, metavar="FILE",
                         help="fixed hosts from a file, one 'host slots=N' (horovodrun's and MPI's form) or 'host:N' per "
@@ -314,9 +319,13 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
                          "(several names, as horovodrun takes them, are not supported)")
     if args.fusion_threshold_mb is not None and not 0 <= args.fusion_threshold_mb <= 1 << 20:
         raise UsageError(f"--fusion-threshold-mb {args.fusion_threshold_mb:g}: give 0 (no fusion) to 1048576 megabytes")
-    for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np)):
+    for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np),
+                        ("--group-size", args.group_size)):
         if value is not None and value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
+    if args.np is not None and args.np % args.group_size:
+        raise UsageError(f"-np {args.np} is not a whole number of groups of --group-size {args.group_size}: give a "
+                         f"multiple of {args.group_size}")
     if args.slots_per_host is not None and args.slots_per_host <= 0:
         raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
     discovery: HostDiscovery
@@ -333,7 +342,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
             raise UsageError("say how many workers: -np N (runs N workers on this machine)")
         discovery = StaticDiscovery({"localhost": args.np or args.max_np or args.min_np})
     initial = discovery.find_hosts()  # a bad script refuses to start here
-    min_np = args.min_np or args.np or 1
+    min_np = args.min_np or args.np or args.group_size
     max_np = args.max_np
     elastic_hosts = bool(args.hosts) and args.min_np is not None  # horovodrun: -H with --min-np is elastic
     if max_np is None and not args.host_discovery_script and not elastic_hosts and args.np is not None:
@@ -344,7 +353,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
                or (max_np is not None and min_np < max_np))
     try:
         settings = JobSettings(
-            command=command, min_np=min_np, max_np=max_np, elastic_timeout_s=args.elastic_timeout,
+            command=command, min_np=min_np, max_np=max_np, group_size=args.group_size, elastic_timeout_s=args.elastic_timeout,
             reset_limit=args.reset_limit, max_restarts=args.max_restarts, discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
             heartbeat_timeout_s=args.heartbeat_timeout, heartbeat_relay=args.heartbeat_relay,

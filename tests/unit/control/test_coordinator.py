@@ -614,7 +614,68 @@ def test_unknown_worker_is_refused() -> None:
         rig.worker_ready("ghost/1", 0, "", True)
 
 
+def test_in_groups_a_killed_worker_takes_its_group_out_and_its_partner_waits_for_the_refill() -> None:
+    """--group-size 2, one host of 4 (a kill spares the last host): the survivors' whole group
+    goes on at once; the killed worker's partner is not retired but waits; once the refilled
+    slot's worker is ready the ring grows back by a whole group, at the survivors' next commit."""
+    rig = Rig(min_np=2, max_np=4, group_size=2)
+    ids = rig.start_elastic({"h": 4})
+    assert all(spec.env["RINGMASTER_GROUP_SIZE"] == "2" for spec in rig.specs("h").values())
+    rig.worker_disconnected(ids[3])
+    rig.worker_exited("h", ids[3], 0, 9, False)
+    gen = rig.gen()
+    assert gen.number == 2 and [a.worker_id for a in gen.members] == ids[:2]  # placed unasked, at once
+    assert Retire not in rig.kinds(ids[2])
+    rig.worker_ready(ids[2], 1, "peer died", True)  # rolled back; it asks, and waits
+    refill = [w for w in rig.specs("h") if w not in ids]
+    assert len(refill) == 1
+    rig.worker_connected(refill[0], 3)
+    assert not any(UpdateHosts in rig.kinds(w) for w in ids[:2])
+    rig.worker_ready(refill[0], 0, "", True)
+    assert "new worker(s) ready" in rig.last(ids[0], UpdateHosts).reason
+    for wid in ids[:2]:
+        rig.worker_ready(wid, 2, "", True)
+    assert [a.worker_id for a in rig.gen().members] == [*ids[:3], refill[0]]
+
+
+def test_in_groups_newcomers_start_and_join_as_whole_groups() -> None:
+    rig = Rig(min_np=2, max_np=6, group_size=2)
+    ids = rig.start_elastic({"a": 2})
+    rig.set_hosts({"a": 2, "b": 1})  # one slot more: no whole group, so nobody is started there
+    rig.agent_connected("b", 13)
+    assert rig.specs("b") == {}
+    rig.set_hosts({"a": 2, "b": 1, "c": 1})  # a second: one group over b and c
+    rig.agent_connected("c", 14)
+    assert len(rig.specs("b")) == len(rig.specs("c")) == 1
+    newcomers = [*rig.specs("b"), *rig.specs("c")]
+    rig.worker_connected(newcomers[0], 2)
+    rig.worker_ready(newcomers[0], 0, "", True)
+    rig.now += 60
+    rig.tick()
+    assert not any(UpdateHosts in rig.kinds(w) for w in ids) and rig.gen().number == 1  # half a group ready
+    rig.worker_connected(newcomers[1], 3)
+    rig.worker_ready(newcomers[1], 0, "", True)
+    assert "new worker(s) ready" in rig.last(ids[0], UpdateHosts).reason
+    for wid in ids:
+        rig.worker_ready(wid, 1, "", True)
+    assert [a.worker_id for a in rig.gen().members] == [*ids, *newcomers]
+
+
+def test_in_groups_the_first_generation_and_a_scale_request_are_whole_groups() -> None:
+    rig = Rig(min_np=2, group_size=2)
+    ids = rig.start_elastic({"a": 3, "b": 3})
+    gen = rig.gen()
+    assert len(gen.members) == 6
+    assert [a.host for a in gen.members] == ["a", "a", "b", "b", "a", "b"]  # the pair that must span two hosts last
+    with pytest.raises(Refused, match="groups of 2"):
+        rig.scale(3)
+    rig.scale(4)
+    assert ids
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"min_np": 3, "group_size": 2}, "--min-np 3 is not a whole number of groups of --group-size 2: give 2 or 4"),
+    ({"min_np": 2, "max_np": 5, "group_size": 2}, "--max-np 5 is not a whole number of groups of --group-size 2"),
     ({"min_np": 4, "max_np": 2}, "--max-np (2) must be at least --min-np (4)"),
     ({"heartbeat_interval_s": 5, "heartbeat_timeout_s": 2}, "must exceed the heartbeat interval"),
 ])

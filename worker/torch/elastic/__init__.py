@@ -13,6 +13,7 @@ from ringmaster.torch.basics import init
 from ringmaster.worker.train.context import WorkerContext
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
+from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import ObjectState, State, TorchState
 
@@ -99,4 +100,5 @@ def _generation(context: WorkerContext) -> int:
     return context.assignment.generation if context.assignment else 0
 
 
-__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
+__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "ReplicaGroup", "State",
+           "TorchState", "replica_group", "run"]
