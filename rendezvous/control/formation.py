@@ -259,9 +259,14 @@ class Formation:
             job.send_assignment(worker)
         at_limit = job.limit is not None and len(members) >= job.limit
         for worker in (*survivors, *newcomers):
-            if worker.worker_id not in new.member_set and (group_size == 1 or at_limit):
+            if worker.worker_id in new.member_set:
+                continue
+            if group_size == 1 or at_limit:
                 job.retire(worker, f"the job is limited to {job.limit} workers", now)
-            # (otherwise, in groups: it waits for a whole group to join with; a survivor asks again)
+            elif worker.phase is Phase.MEMBER:
+                # In groups, left over: it waits for a whole group to join with. A survivor told to
+                # rejoin does not ask (it was promised a place): it is ready as it stands.
+                worker.phase, worker.ready_at = Phase.READY, now
 
     def _candidate(self, worker: Worker, eligible: set[str]) -> bool:
         """Can join the next generation: alive, waiting for it (or sure to), not leaving, on a usable host."""

@@ -273,6 +273,20 @@ class RendezvousLink:
                 return "the worker is leaving the job"
             return self._over.get(generation)
 
+    def wait_generation_over(self, generation: int, timeout_s: float) -> str | None:
+        """Why `generation` ended, waited for up to `timeout_s`; None if it still stands then."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                if self._retired is not None or self._ended is not None:
+                    return "the worker is leaving the job"
+                if generation in self._over:
+                    return self._over[generation]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
     def hosts_sequence(self) -> int:
         with self._cond:
             return self._hosts_sequence

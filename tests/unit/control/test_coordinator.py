@@ -626,7 +626,8 @@ def test_in_groups_a_killed_worker_takes_its_group_out_and_its_partner_waits_for
     gen = rig.gen()
     assert gen.number == 2 and [a.worker_id for a in gen.members] == ids[:2]  # placed unasked, at once
     assert Retire not in rig.kinds(ids[2])
-    rig.worker_ready(ids[2], 1, "peer died", True)  # rolled back; it asks, and waits
+    assert rig.last(ids[2], EndGeneration).rejoin  # told it is placed unasked, so it never asks: it waits
+    assert rig.coordinator.workers[ids[2]].phase is Phase.READY
     refill = [w for w in rig.specs("h") if w not in ids]
     assert len(refill) == 1
     rig.worker_connected(refill[0], 3)

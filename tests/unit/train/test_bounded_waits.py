@@ -83,7 +83,7 @@ def test_a_collective_longer_than_the_short_wait_completes_through_the_usual_wai
 
 #: Each way a rank waits on a peer: a Gloo collective (its short wait, then the usual one), and
 #: an alltoall's point-to-point transfers (`exchange`), waited for on a thread of their own.
-WAITS: dict[str, Callable[[Communicator], None]] = {
+WAITS: dict[str, Callable[[Communicator], Any]] = {
     "allreduce": lambda comm: comm.allreduce_(torch.ones(3)),
     "alltoall": lambda comm: comm.exchange_async([None, torch.ones(3)], [None, torch.empty(3)], "alltoall").wait(),
 }

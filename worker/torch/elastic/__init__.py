@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
+import traceback
 from typing import Callable, TypeVar
 
+import torch.distributed as dist
 from torch.profiler import record_function
 
 from ringmaster.torch.basics import context as current_context
@@ -14,10 +17,19 @@ from ringmaster.worker.train.context import WorkerContext
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
 from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
+from ringmaster.torch.elastic.generation_mesh import mesh
+from ringmaster.torch.elastic.generation_mesh import release as release_mesh
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import ObjectState, State, TorchState
 
 T = TypeVar("T")
+
+#: torch.distributed's errors of a transport: a peer's failure, whatever the rendezvous says.
+PEER_FAILURES: tuple[type[Exception], ...] = (dist.DistBackendError, dist.DistNetworkError)
+#: How long another error raised inside torch.distributed (Gloo's "Connection reset by peer" is
+#: a plain RuntimeError) waits for the rendezvous' word that the generation is over, which makes
+#: it a peer's failure too. It comes within milliseconds of a peer's death (its session closes).
+MESH_FAILURE_WAIT_S = 10.0
 
 
 def run(func: Callable[..., T]) -> Callable[..., T]:
@@ -42,22 +54,26 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
         state.save()  # the live state as it enters training (it may have changed since construction)
         while True:
             if reset:
+                release_mesh()  # (its peers' collectives on it fail at once, not at their timeout)
                 with record_function("ringmaster.rejoin"):
                     context.rejoin(failure)
             try:
                 _enter_generation(state, context, reset, skip_sync)
                 result = func(state, *args, **kwargs)
-            except HorovodInternalError as exc:
-                failure = str(exc)
-                with record_function("ringmaster.restore"):
-                    state.restore()
-                say(Kind.ROLLED_BACK, _generation(context), commit=state.commit_count, failure=failure)
-                skip_sync = False
             except HostsUpdatedInterrupt as exc:
                 failure = ""
                 skip_sync = exc.skip_sync
                 if not exc.committed:
                     state.save()  # raised outside a commit: the ring goes on from the live state
+            except RuntimeError as exc:
+                reason = _rollback_reason(exc, context)
+                if reason is None:
+                    raise
+                failure = reason
+                with record_function("ringmaster.restore"):
+                    state.restore()
+                say(Kind.ROLLED_BACK, _generation(context), commit=state.commit_count, failure=failure)
+                skip_sync = False
             else:
                 context.report_done(state.finish())
                 return result
@@ -96,9 +112,31 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
             check_ms=(done - checked) * 1e3, synced_to=sent_to, root=root)
 
 
+def _rollback_reason(exc: RuntimeError, context: WorkerContext) -> str | None:
+    """Why `exc` rolls training back to its last commit, or None when it is the script's own
+    error (it is raised). Ringmaster's collectives say it with `HorovodInternalError`; torch's own
+    on the generation's mesh (`hvd.elastic.mesh`, FSDP2's collectives) fail with errors of their
+    own, which are a peer's failure when they are a transport's or the generation ended."""
+    if isinstance(exc, HorovodInternalError):
+        return str(exc)
+    if not _raised_in_torch_distributed(exc):
+        return None
+    lines = str(exc).strip().splitlines()
+    reason = f"{type(exc).__name__} on the generation's mesh: {lines[0][:300] if lines else 'no message'}"
+    if isinstance(exc, PEER_FAILURES):
+        return reason
+    over = context.link.wait_generation_over(_generation(context), MESH_FAILURE_WAIT_S) if context.link else None
+    return f"{reason} (generation over: {over})" if over else None
+
+
+def _raised_in_torch_distributed(exc: BaseException) -> bool:
+    marker = os.path.join("torch", "distributed", "")
+    return any(marker in frame.f_code.co_filename for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
 def _generation(context: WorkerContext) -> int:
     return context.assignment.generation if context.assignment else 0
 
 
 __all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "ReplicaGroup", "State",
-           "TorchState", "replica_group", "run"]
+           "TorchState", "mesh", "replica_group", "run"]

@@ -10,14 +10,15 @@ or at the top of the training function), as `hvd.rank()`.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from ringmaster.proto import environment as env_names
 from ringmaster.settings import MAX_GROUP_SIZE
 from ringmaster.torch.basics import rank, size
 
 
-class ReplicaGroup(NamedTuple):
+@dataclass(frozen=True)
+class ReplicaGroup:
     """This worker's group: `index` of `count` groups, `rank` of `size` workers inside it, and
     `ranks`, the ring ranks of its members."""
 

@@ -1,0 +1,91 @@
+"""What `hvd.elastic.run` makes of torch.distributed's own errors (the generation's mesh, FSDP2's
+collectives): a real Gloo failure inside torch.distributed while the generation ended is a
+rollback, the script's own error is raised; and the replica group's numbers."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.torch import elastic
+from ringmaster.torch.elastic import groups
+from ringmaster.worker.train.link import RendezvousLink
+
+GENERATION = 4
+
+
+def _gloo_error_after_the_peer_left() -> RuntimeError:
+    """A real error of torch.distributed's `all_reduce`: rank 0's peer ends (its thread drops
+    its only reference to its ring, which closes its connections, as a killed process' do)."""
+    store = dist.HashStore()
+    pgs: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda r=r: pgs.__setitem__(
+        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=20)))) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    ring = pgs.pop(0)
+    pgs.clear()  # rank 1 is gone
+    with pytest.raises(RuntimeError) as caught:
+        dist.all_reduce(torch.ones(4), group=ring)
+    return caught.value
+
+
+def _context(over: str | None) -> Any:
+    """What `_rollback_reason` reads of a worker's context: its link and its assignment."""
+    link = RendezvousLink("127.0.0.1:1", "h/0", "h")
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=GENERATION, rank=0, size=2)))
+    if over:
+        link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=GENERATION, reason=over)))
+    return SimpleNamespace(link=link, assignment=SimpleNamespace(generation=GENERATION))
+
+
+def test_a_gloo_error_inside_torch_distributed_is_a_rollback_once_the_generation_is_over(monkeypatch) -> None:
+    error = _gloo_error_after_the_peer_left()
+    assert "Connection closed by peer" in str(error) or "Connection reset" in str(error)
+    reason = elastic._rollback_reason(error, _context("worker h/1 failed"))
+    assert reason is not None and reason.startswith("RuntimeError on the generation's mesh: ")
+    assert "(generation over: worker h/1 failed)" in reason and "\n" not in reason
+    # the generation still stands after the wait: the script's own error, raised
+    monkeypatch.setattr(elastic, "MESH_FAILURE_WAIT_S", 0.2)
+    assert elastic._rollback_reason(error, _context(None)) is None
+
+
+def test_the_scripts_own_runtime_error_is_never_a_rollback() -> None:
+    assert elastic._rollback_reason(RuntimeError("shape mismatch in my model"), _context("worker h/1 failed")) is None
+    try:
+        torch.ones(2) @ torch.ones(3)
+    except RuntimeError as own:
+        assert elastic._rollback_reason(own, _context("worker h/1 failed")) is None
+
+
+def test_the_generation_over_is_waited_for_and_wakes_the_wait_at_once() -> None:
+    context = _context(None)
+    threading.Timer(0.1, lambda: context.link._on_event(pb.WorkerEvent(
+        generation_over=pb.GenerationOver(generation=GENERATION, reason="h/1 lost")))).start()
+    assert context.link.wait_generation_over(GENERATION, 20) == "h/1 lost"
+    assert context.link.wait_generation_over(GENERATION + 1, 0.05) is None
+
+
+def test_a_replica_group_is_consecutive_ranks_and_its_peers_hold_the_same_shard(monkeypatch) -> None:
+    monkeypatch.setattr(groups, "rank", lambda: 5)
+    monkeypatch.setattr(groups, "size", lambda: 6)
+    monkeypatch.setenv("RINGMASTER_GROUP_SIZE", "2")
+    group = groups.replica_group()
+    assert group == groups.ReplicaGroup(index=2, count=3, rank=1, size=2)
+    assert group.ranks == [4, 5] and group.peers() == [1, 3, 5]
+    monkeypatch.setenv("RINGMASTER_GROUP_SIZE", "4")
+    with pytest.raises(RuntimeError, match="6 workers, not a whole number of groups of 4"):
+        groups.replica_group()
+    for bad in ("0", "x", "99999"):
+        with pytest.raises(ValueError, match="RINGMASTER_GROUP_SIZE"):
+            groups.group_size({"RINGMASTER_GROUP_SIZE": bad})
+    assert groups.group_size({}) == 1

@@ -1,0 +1,99 @@
+"""Workload for the replica-group tests: HSDP with PyTorch's own FSDP2 on the generation's mesh.
+
+Run with `ringmaster run --group-size K`. In each generation the model is built again (from one
+seed) and sharded with `fully_shard` on `hvd.elastic.mesh()` (("replicate", "shard"): inside a
+group its parameters are sharded, across groups FSDP2 averages the gradients), then trained with
+a commit each step until rank 0 sees `--stop-file` (the ranks agree on it through an allreduce,
+so they stop at the same step). A group's members train on the same samples, the groups on
+different ones (drawn from the step and the group's index).
+
+Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
+  {"event": "mesh", "generation", "rank", "size", "group", "groups", "group_rank", "shape", "dims", "step"}
+      each time training (re-)enters, once the mesh is built (`step`: the committed step it resumes at)
+  {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
+      is a SHA-256 of the model's full parameters (gathered from their shards): equal digests
+      across groups mean the replicas are identical
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import time
+
+import torch
+import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
+
+import ringmaster.torch as hvd
+
+
+def build(mesh) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def digest(model: nn.Module) -> str:
+    full = [(name, value.full_tensor()) for name, value in sorted(model.state_dict().items())]
+    sha = hashlib.sha256()
+    for name, tensor in full:
+        sha.update(name.encode())
+        sha.update(tensor.detach().contiguous().numpy().tobytes())
+    return sha.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--log-dir", type=pathlib.Path, required=True)
+    parser.add_argument("--stop-file", type=pathlib.Path, required=True)
+    parser.add_argument("--step-time", type=float, default=0.02)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    hvd.init()
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(args.log_dir / f"{os.environ['RINGMASTER_WORKER_ID'].replace('/', '_')}.jsonl", "a", buffering=1)
+
+    def write(event: str, **fields) -> None:
+        log.write(json.dumps({"event": event, **fields}) + "\n")
+
+    state = hvd.elastic.ObjectState(step=0)
+
+    @hvd.elastic.run
+    def train(state) -> str:
+        mesh = hvd.elastic.mesh()
+        group = hvd.elastic.replica_group()
+        model = build(mesh)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        write("mesh", generation=hvd.context().assignment.generation if hvd.context().assignment else 0,
+              rank=hvd.rank(), size=hvd.size(), group=group.index, groups=group.count, group_rank=group.rank,
+              shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step)
+        while True:
+            stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
+            if hvd.allreduce(stop, op=hvd.Max).item():
+                return digest(model)
+            generator = torch.Generator().manual_seed(1000 * state.step + group.index)
+            x = torch.randn(16, 32, generator=generator)
+            loss = model(x).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            time.sleep(args.step_time)
+            state.step += 1
+            hvd.report(loss=loss)
+            state.commit()
+
+    final = train(state)
+    group = hvd.elastic.replica_group()
+    write("done", rank=hvd.rank(), size=hvd.size(), group=group.index, step=state.step, digest=final)
+
+
+if __name__ == "__main__":
+    main()

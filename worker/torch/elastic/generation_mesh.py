@@ -1,0 +1,97 @@
+"""`hvd.elastic.mesh()`: the generation's `DeviceMesh` of ("replicate", "shard"), for FSDP2.
+
+A job in replica groups (`--group-size K`) shards its model inside each group and replicates it
+across groups: PyTorch's HSDP, on a mesh of shape (groups, K). FSDP2 (`fully_shard`) and
+DTensor take their mesh from torch's default process group, so each generation gets one of its
+own: built on the rings' store under the generation's prefix (every member meets there, as on
+the ring itself), with its rank and size, and destroyed when the next generation's is built.
+A module sharded on one generation's mesh cannot move to the next one's: build the model (and
+its optimizer) again in each generation, inside `hvd.elastic.run`, and load the committed state
+into it, as TorchTitan does after a restart.
+
+Collectives on this mesh are torch's own, not Ringmaster's bounded ones: a peer killed fails
+them at once (its connections close), which `hvd.elastic.run` turns into a rollback (an error
+raised inside torch.distributed while the generation ended is a peer's failure there). A peer
+that left a collective without dying (it failed in another one and rolled back) holds the
+others in it for the collective timeout (`--collective-timeout`): its process groups cannot be
+closed at once while FSDP2's modules sharded on them stay referenced from torch's own caches
+(`release`).
+"""
+
+from __future__ import annotations
+
+import gc
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from ringmaster.torch.basics import context
+from ringmaster.torch.elastic.groups import replica_group
+
+#: The mesh's dimensions, as TorchTitan and torchft name them.
+MESH_DIMS = ("replicate", "shard")
+
+_built: dict[str, Any] = {}  # "generation": the generation whose mesh is built, "mesh": it
+
+
+def mesh() -> DeviceMesh:
+    """The current generation's mesh of ("replicate", "shard"): shape (groups, group size),
+    rank r at (r // K, r % K). Built on the first call in a generation (every member must call
+    it: its construction is collective) and the same object after. RuntimeError when the
+    script set up torch's default process group itself (the mesh needs it: use one or the
+    other)."""
+    ctx = context()
+    assignment = ctx.assignment
+    generation = assignment.generation if assignment is not None else 0
+    if _built.get("generation") == generation and _built.get("mesh") is not None:
+        return _built["mesh"]
+    group = replica_group()
+    release()
+    if dist.is_initialized():
+        raise RuntimeError("hvd.elastic.mesh() builds torch's default process group for each generation, but the "
+                           "script already initialized one (torch.distributed.init_process_group): let the mesh "
+                           "make it, or build your own mesh without hvd.elastic.mesh()")
+    rank, world = group.index * group.size + group.rank, group.count * group.size
+    if assignment is not None and ctx.store is not None:
+        store: dist.Store = dist.PrefixStore(f"{assignment.store_prefix}torch-world/", ctx.store)
+    else:  # a worker on its own (no rendezvous): a world of one
+        store = dist.HashStore()
+    device_type = "cuda" if ctx.backend == "nccl" else "cpu"
+    timeout = timedelta(seconds=ctx.timeout_s)
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank, world_size=world,
+                            timeout=timeout)
+    built = _hsdp_mesh(device_type, group.count, group.size, timeout)
+    _built.update(generation=generation, mesh=built)
+    return built
+
+
+def _hsdp_mesh(device_type: str, groups: int, group_size: int, timeout: timedelta) -> DeviceMesh:
+    """The (groups, group_size) mesh over the default group, its dimensions' groups made here
+    with the collective timeout (`init_device_mesh` gives them torch's default, 30 minutes for
+    Gloo: a collective whose peer left it would hold this rank that long). Every rank makes
+    every group, in the same order, as `new_group` requires."""
+    replicas = [[g * group_size + i for g in range(groups)] for i in range(group_size)]
+    shards = [[g * group_size + i for i in range(group_size)] for g in range(groups)]
+    replicate, _ = dist.new_subgroups_by_enumeration(replicas, timeout=timeout)
+    shard, _ = dist.new_subgroups_by_enumeration(shards, timeout=timeout)
+    layout = torch.arange(groups * group_size, dtype=torch.int).reshape(groups, group_size)
+    return DeviceMesh.from_group([replicate, shard], device_type, mesh=layout, mesh_dim_names=MESH_DIMS)
+
+
+def release() -> None:
+    """Destroy the mesh's process groups and close their connections (`hvd.elastic.run` does it
+    at every reset, before this worker waits for its next ring); nothing when there are none.
+
+    Closing them is what frees a peer still inside one of their collectives: Gloo's `abort()`
+    and `shutdown()` leave a collective blocked on this rank (measured, torch 2.13), and only
+    freeing the process group closes its sockets, which fails the peer's collective at once
+    ("Connection closed by peer") instead of after the collective timeout. So every reference is
+    dropped here (torch's registry, the mesh) and the cycles of modules sharded on it collected:
+    a script that keeps its model beyond the training function keeps the groups open."""
+    if _built.pop("mesh", None) is not None and dist.is_initialized():
+        dist.destroy_process_group()
+        gc.collect()
+    _built.pop("generation", None)
