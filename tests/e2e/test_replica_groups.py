@@ -17,11 +17,11 @@ pytestmark = pytest.mark.slow
 def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_group_comes_back(
         run_job, tmp_path) -> None:
     logs_dir, stop = tmp_path / "log", tmp_path / "stop"
-    # (--collective-timeout 5: a survivor inside an FSDP2 collective with the killed worker's
+    # (--collective-timeout 10: a survivor inside an FSDP2 collective with the killed worker's
     # partner, which left it to roll back, waits that long; `worker/torch/elastic/generation_mesh.py`)
     job = run_job("--min-np", "2", "--max-np", "4", "-H", "localhost:4", "--group-size", "2", "--spares", "0",
-                  "--collective-timeout", "5", *FAST, "python", str(WORKLOADS / "replica_groups.py"), "--log-dir", str(logs_dir),
-                  "--stop-file", str(stop))
+                  "--collective-timeout", "10", *FAST, "python", str(WORKLOADS / "replica_groups.py"),
+                  "--log-dir", str(logs_dir), "--stop-file", str(stop))
     first = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "training in two groups")
     victim = next(w for w in first["workers"] if w["rank"] == 3)
     os.kill(victim["pid"], signal.SIGKILL)
