@@ -49,7 +49,10 @@ class Pool:
         def check() -> dict | None:
             if self.proc.proc.poll() is not None:
                 raise AssertionError(f"the pool exited ({self.proc.proc.returncode}):\n{self.proc.output[-5000:]}")
-            job = self.job(job_id)
+            try:
+                job = self.job(job_id)
+            except OSError:  # a reply slower than the call's 10 s on a loaded machine: asked again,
+                return None  # as `Job.wait_status` does (the deadline and the pool's exit still end the wait)
             if job["state"] in ("failed", "cancelled") and "fail" not in what and "cancel" not in what:
                 raise AssertionError(f"job {job_id} {job['state']}: {job['message']}\n{self.proc.output[-5000:]}")
             return job if predicate(job) else None
