@@ -167,8 +167,13 @@ def test_a_standby_pool_takes_the_jobs_over_through_etcd_when_the_leader_dies(ru
              120, "40 commits (durable checkpoints every second)")
     standby = Pool(run_job, tmp_path, *flags, leads=False)
     standby.proc.wait_event("leader.standing_by", 60)
-    crashed = time.time()
+    old_job = psutil.Process(first.proc.proc.pid).children(recursive=True)  # its agents (own sessions) and workers
     os.killpg(first.proc.proc.pid, signal.SIGKILL)  # the leading pool dies, and its jobs' agents and workers with it
+    first.proc.proc.wait(30)
+    _, alive = psutil.wait_procs(old_job, timeout=30)  # each follows its parent (PR_SET_PDEATHSIG), a hop at a time
+    assert not alive, f"the dead pool's processes still run: {alive}"
+    crashed = time.time()  # only once all are gone: an old worker ending an epoch in between (seen in CI) is not
+    #                        the resumed job's
     standby.listening(60)
     taken = standby.proc.wait_event("pool.taken_up", 10)
     assert taken["jobs"] == 2 and taken["live"] == 2
@@ -182,5 +187,9 @@ def test_a_standby_pool_takes_the_jobs_over_through_etcd_when_the_leader_dies(ru
     start = min(r["step"] for r in events(logs, "synced") if r["time"] > crashed)
     assert last - 60 <= start <= last, (start, last)  # from a checkpoint at most about a second old
     after = sorted((r for r in events(logs, "epoch") if r["time"] > crashed), key=lambda r: r["epoch"])
-    assert [r["epoch"] for r in after] == list(range(after[0]["epoch"], 6))
+    resumed = sorted((r for r in events(logs, "synced") if r["time"] > crashed), key=lambda r: r["time"])
+    assert [r["epoch"] for r in after] == list(range(after[0]["epoch"], 6)), (
+        "epochs ended after the crash, each once: "
+        f"{[(r['epoch'], r['worker'], r['time'] - crashed) for r in after]}; syncs after it: "
+        f"{[(r['generation'], r['worker'], r['step'], r['time'] - crashed) for r in resumed]}")
     assert_seen_once_or_padded(logs, after)  # each sample once per epoch (or the padding), across the crash
