@@ -276,16 +276,13 @@ class RendezvousLink:
     def wait_generation_over(self, generation: int, timeout_s: float) -> str | None:
         """Why `generation` ended, waited for up to `timeout_s`; None if it still stands then."""
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                if self._retired is not None or self._ended is not None:
-                    return "the worker is leaving the job"
-                if generation in self._over:
-                    return self._over[generation]
+        with self._cond:  # (a re-entrant lock: `generation_over` takes it again)
+            while (why := self.generation_over(generation)) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._cond.wait(remaining)
+            return why
 
     def hosts_sequence(self) -> int:
         with self._cond:
