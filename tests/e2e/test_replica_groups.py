@@ -44,11 +44,26 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     assert all(r["shape"] == [1, 2] and r["dims"] == ["replicate", "shard"] and r["groups"] == 1 for r in alone)
     original = {r["worker"]: r["rank"] for r in by_generation[first["generation"]]}
     assert {original[r["worker"]] for r in alone} == {0, 1}, "the group without the killed worker went on"
-    # they resume at a committed step (one commit a step: at most the step in flight is lost)
+    # they resume at a committed step (one commit a step: at most the step in flight is lost),
+    # with their own shards of the model and the optimizer exactly as that commit took them
     assert all(r["step"] >= first["steps"] for r in alone)
+    for r in alone:
+        committed = {(c["step"], c["shard"]) for c in logs[r["worker"]] if c["event"] == "committing"}
+        assert (r["step"], r["shard"]) in committed, f"{r['worker']} resumed from a state it never committed"
     grown = max(by_generation)
     assert sorted(r["rank"] for r in by_generation[grown]) == [0, 1, 2, 3]
     assert all(r["shape"] == [2, 2] for r in by_generation[grown])
+    # the new group got each shard from the member of the old group at its index before its first
+    # step: every replica of a shard bit-identical, all at the old group's committed step
+    assert len({r["step"] for r in by_generation[grown]}) == 1
+    for index in (0, 1):
+        assert len({r["shard"] for r in by_generation[grown] if r["group_rank"] == index}) == 1, by_generation[grown]
+    kept = {r["worker"] for r in alone}
+    joining = [r for r in by_generation[grown] if r["worker"] not in kept]
+    assert len(joining) == 2 and any(r["worker"] not in original for r in joining), by_generation[grown]
+    assert all(r["step"] >= max(a["step"] for a in alone) for r in joining)  # not the model's initial state
+    joined = [e for e in job.events("ring.joined") if e.get("generation") == grown]
+    assert sorted(r for e in joined for r in e.get("synced_to", [])) != [], joined  # shards went to the new group
     # every rank of a group holds the same ring ranks' group; HSDP left every replica identical
     done = events(logs, "done")
     assert sorted(r["rank"] for r in done) == [0, 1, 2, 3] and len({r["step"] for r in done}) == 1

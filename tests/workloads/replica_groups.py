@@ -1,15 +1,20 @@
 """Workload for the replica-group tests: HSDP with PyTorch's own FSDP2 on the generation's mesh.
 
-Run with `ringmaster run --group-size K`. In each generation the model is built again (from one
-seed) and sharded with `fully_shard` on `hvd.elastic.mesh()` (("replicate", "shard"): inside a
-group its parameters are sharded, across groups FSDP2 averages the gradients), then trained with
-a commit each step until rank 0 sees `--stop-file` (the ranks agree on it through an allreduce,
-so they stop at the same step). A group's members train on the same samples, the groups on
-different ones (drawn from the step and the group's index).
+Run with `ringmaster run --group-size K`. The state is a `hvd.elastic.ShardedState`: in each
+generation it builds the model and its Adam optimizer on `hvd.elastic.mesh()` (("replicate",
+"shard"): inside a group the parameters are sharded with `fully_shard`, across groups FSDP2
+averages the gradients) and loads the committed shards into them, the newest commit the ring
+holds whole. The script trains with a commit each step until rank 0 sees `--stop-file` (the
+ranks agree on it through an allreduce, so they stop at the same step). A group's members train
+on the same samples, the groups on different ones (drawn from the step and the group's index).
 
 Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
-  {"event": "mesh", "generation", "rank", "size", "group", "groups", "group_rank", "shape", "dims", "step"}
-      each time training (re-)enters, once the mesh is built (`step`: the committed step it resumes at)
+  {"event": "mesh", "generation", "rank", "size", "group", "groups", "group_rank", "shape", "dims", "step",
+   "shard"}
+      each time training (re-)enters, once the state is synced (`step`: the committed step it
+      resumes at; `shard`: a SHA-256 of this worker's shards of the model and the optimizer state)
+  {"event": "committing", "generation", "group_rank", "step", "shard"}   the state each commit takes,
+      just before it (a commit's own collective may fail, so it is logged before)
   {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
       is a SHA-256 of the model's full parameters (gathered from their shards): equal digests
       across groups mean the replicas are identical
@@ -27,18 +32,38 @@ import time
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 import ringmaster.torch as hvd
 
 
-def build(mesh) -> nn.Module:
+def build(mesh) -> dict:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    return model
+    return {"model": model, "optimizer": torch.optim.Adam(model.parameters(), lr=0.01)}
+
+
+def local(value):
+    return value.to_local() if isinstance(value, DTensor) else value
+
+
+def shard_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
+    """SHA-256 of this worker's own shards: the model's and the optimizer state's local tensors
+    (computed here, independently of Ringmaster)."""
+    sha = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        sha.update(name.encode())
+        sha.update(local(value).detach().contiguous().numpy().tobytes())
+    for index, entries in sorted(optimizer.state_dict()["state"].items()):
+        for key, value in sorted(entries.items()):
+            sha.update(f"{index}.{key}".encode())
+            if isinstance(value, torch.Tensor):
+                sha.update(local(value).detach().contiguous().numpy().tobytes())
+    return sha.hexdigest()
 
 
 def digest(model: nn.Module) -> str:
@@ -64,17 +89,17 @@ def main() -> None:
     def write(event: str, **fields) -> None:
         log.write(json.dumps({"event": event, **fields}) + "\n")
 
-    state = hvd.elastic.ObjectState(step=0)
+    state = hvd.elastic.ShardedState(build, step=0)
 
     @hvd.elastic.run
     def train(state) -> str:
         mesh = hvd.elastic.mesh()
         group = hvd.elastic.replica_group()
-        model = build(mesh)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        write("mesh", generation=hvd.context().assignment.generation if hvd.context().assignment else 0,
-              rank=hvd.rank(), size=hvd.size(), group=group.index, groups=group.count, group_rank=group.rank,
-              shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step)
+        model, optimizer = state.model, state.optimizer
+        generation = hvd.context().assignment.generation if hvd.context().assignment else 0
+        write("mesh", generation=generation, rank=hvd.rank(), size=hvd.size(), group=group.index, groups=group.count,
+              group_rank=group.rank, shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step,
+              shard=shard_digest(model, optimizer))
         while True:
             stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
             if hvd.allreduce(stop, op=hvd.Max).item():
@@ -88,6 +113,8 @@ def main() -> None:
             time.sleep(args.step_time)
             state.step += 1
             hvd.report(loss=loss)
+            write("committing", generation=generation, group_rank=group.rank, step=state.step,
+                  shard=shard_digest(model, optimizer))
             state.commit()
 
     final = train(state)

@@ -20,6 +20,7 @@ from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
 from ringmaster.torch.elastic.generation_mesh import mesh
 from ringmaster.torch.elastic.generation_mesh import release as release_mesh
 from ringmaster.torch.elastic.sampler import ElasticSampler
+from ringmaster.torch.elastic.sharded_state import ShardedState
 from ringmaster.torch.elastic.state import ObjectState, State, TorchState
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
         state.save()  # the live state as it enters training (it may have changed since construction)
         while True:
             if reset:
+                state.leave_generation()  # (a ShardedState lets go of the objects sharded on the mesh)
                 release_mesh()  # (its peers' collectives on it fail at once, not at their timeout)
                 with record_function("ringmaster.rejoin"):
                     context.rejoin(failure)
@@ -138,5 +140,5 @@ def _generation(context: WorkerContext) -> int:
     return context.assignment.generation if context.assignment else 0
 
 
-__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "ReplicaGroup", "State",
-           "TorchState", "mesh", "replica_group", "run"]
+__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "ReplicaGroup",
+           "ShardedState", "State", "TorchState", "mesh", "replica_group", "run"]

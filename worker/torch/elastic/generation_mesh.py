@@ -5,9 +5,9 @@ across groups: PyTorch's HSDP, on a mesh of shape (groups, K). FSDP2 (`fully_sha
 DTensor take their mesh from torch's default process group, so each generation gets one of its
 own: built on the rings' store under the generation's prefix (every member meets there, as on
 the ring itself), with its rank and size, and destroyed when the next generation's is built.
-A module sharded on one generation's mesh cannot move to the next one's: build the model (and
-its optimizer) again in each generation, inside `hvd.elastic.run`, and load the committed state
-into it, as TorchTitan does after a restart.
+A module sharded on one generation's mesh cannot move to the next one's: the model and its
+optimizer are built again in each generation and the committed shards loaded into them, as
+TorchTitan does after a restart (`ShardedState` does both).
 
 Collectives on this mesh are torch's own, not Ringmaster's bounded ones: a peer killed fails
 them at once (its connections close), which `hvd.elastic.run` turns into a rollback (an error

@@ -72,6 +72,10 @@ class State:
     def reset(self) -> None:
         """Re-align objects with the current ring (TorchState re-deals its samplers)."""
 
+    def leave_generation(self) -> None:
+        """This worker leaves its generation's ring to join the next one, its live state equal to
+        its commit (`ShardedState` lets go of the objects built on the generation's mesh)."""
+
     def commit(self) -> None:
         """Snapshot the state, then raise HostsUpdatedInterrupt if the ring must change."""
         ctx = context()
@@ -236,7 +240,7 @@ class State:
         `ReplicasDivergedError`."""
         ctx = context()
         comm = ctx.communicator()
-        found = compare_live_state(self._entries(), comm)
+        found = self._live_differences(comm)
         if not found:
             return
         generation = ctx.assignment.generation if ctx.assignment else 0
@@ -244,7 +248,7 @@ class State:
             say(Kind.REPLICAS_DIVERGED, generation, differences=describe(found), ranks=sorted(found))
         self.save()
         self.sync_committed()
-        still = compare_live_state(self._entries(), comm)
+        still = self._live_differences(comm)
         if still:
             raise ReplicasDivergedError(
                 f"in generation {generation} the live state still differs from rank 0's after a second sync "
@@ -253,6 +257,11 @@ class State:
             )
         if comm.rank == 0 or comm.rank in found:
             say(Kind.REPLICAS_HEALED, generation)
+
+    def _live_differences(self, comm) -> dict[int, tuple[str, ...]]:
+        """The replica guard's comparison: which ranks' live state differs from rank 0's, and in
+        which entries (the same verdict on every rank)."""
+        return compare_live_state(self._entries(), comm)
 
     def finish(self) -> str:
         """Training returned: make the last commit durable (rank 0, when checkpoints are on).

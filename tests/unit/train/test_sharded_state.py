@@ -1,0 +1,105 @@
+"""`ShardedState`'s pieces on real FSDP2 modules: a commit of the local shards loaded into a fresh
+model and optimizer (built again, as in every generation) continues training bit for bit; a
+model built differently is refused by name; bad `build` functions and `--checkpoint-dir` are
+refused with what to do. One process, torch's default group of one over a HashStore."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.proto import environment as env_names
+from ringmaster.torch.elastic import ShardedState
+from ringmaster.torch.elastic.sharded_state import _handler_for
+from ringmaster.worker.train.errors import CheckpointMismatchError
+
+
+@pytest.fixture()
+def mesh():
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1, 1), mesh_dim_names=("replicate", "shard"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _build(mesh, hidden: int = 16) -> dict:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 4))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return {"model": model, "optimizer": torch.optim.Adam(model.parameters(), lr=0.01)}
+
+
+def _train(objects: dict, steps: range) -> None:
+    for step in steps:
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+        objects["model"](x).square().mean().backward()
+        objects["optimizer"].step()
+        objects["optimizer"].zero_grad()
+
+
+def _params(model: nn.Module) -> list[torch.Tensor]:
+    return [p.to_local().detach().clone() if isinstance(p, DTensor) else p.detach().clone() for p in model.parameters()]
+
+
+def _commit(objects: dict) -> tuple[HostSnapshot, dict]:
+    handlers = {name: _handler_for(name, value) for name, value in objects.items()}
+    snapshot = HostSnapshot()
+    snapshot.capture({name: h.state_dict() for name, h in handlers.items()})
+    return snapshot, handlers
+
+
+def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_for_bit(mesh) -> None:
+    first = _build(mesh)
+    _train(first, range(3))
+    snapshot, _ = _commit(first)
+    _train(first, range(3, 6))
+    expected = _params(first["model"])
+
+    again = _build(mesh)  # a new generation: new objects, the optimizer without state
+    assert not again["optimizer"].state
+    for name, handler in {n: _handler_for(n, v) for n, v in again.items()}.items():
+        handler.load(snapshot, name)
+    moments = next(iter(again["optimizer"].state.values()))
+    assert isinstance(moments["exp_avg"], DTensor), "the optimizer's state is sharded as its parameters"
+    _train(again, range(3, 6))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+def test_a_rollback_loads_the_commit_in_place_into_the_live_objects(mesh) -> None:
+    objects = _build(mesh)
+    _train(objects, range(2))
+    snapshot, handlers = _commit(objects)
+    committed = _params(objects["model"])
+    live_param = objects["model"][0].weight
+    _train(objects, range(2, 4))
+    for name, handler in handlers.items():
+        handler.load(snapshot, name)
+    assert objects["model"][0].weight is live_param
+    assert all(torch.equal(a, b) for a, b in zip(_params(objects["model"]), committed))
+
+
+def test_shards_of_another_model_are_refused_naming_the_entry(mesh) -> None:
+    snapshot, _ = _commit(_build(mesh))
+    other = _build(mesh, hidden=32)
+    with pytest.raises(CheckpointMismatchError, match="'model' do not fit .*build\\(mesh\\) must make the same model"):
+        _handler_for("model", other["model"]).load(snapshot, "model")
+
+
+def test_bad_builds_and_checkpoint_dirs_are_refused_with_what_to_do(monkeypatch, tmp_path) -> None:
+    with pytest.raises(TypeError, match="takes a function build\\(mesh\\) first"):
+        ShardedState(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="returned sampler=list: give modules, optimizers and learning-rate"):
+        _handler_for("sampler", [1, 2])
+    monkeypatch.setenv(env_names.CHECKPOINT_DIR, str(tmp_path))
+    with pytest.raises(ValueError, match="does not write durable checkpoints yet.*without --checkpoint-dir"):
+        ShardedState(_build, step=0)

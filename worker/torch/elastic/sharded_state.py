@@ -1,0 +1,283 @@
+"""`hvd.elastic.ShardedState`: elastic state of a model sharded inside replica groups (FSDP2).
+
+A job in replica groups (`--group-size K`) shards its model inside each group with PyTorch's
+own `fully_shard` on `hvd.elastic.mesh()`. A module sharded on one generation's mesh cannot
+move to the next one's, so the state holds a `build(mesh)` function instead of the objects:
+in every generation it builds them on the new mesh and loads the committed shards into them,
+and the training function takes them from the state (`state.model`, `state.optimizer`).
+
+Each worker commits only its own shards (the local tensors of the DTensors of the module's and
+the optimizer's state dicts) in host memory, with the script's plain attributes. It keeps its
+last two commits, so that after a failure the ring can always go on from one commit that every
+shard index holds (`shard_plan`: no rank is more than one commit ahead of another). After each
+reset, every rank says which shard index its commits belong to and which counts it holds; the
+ring takes the newest commit held at every index; a rank that holds it only as its previous
+commit goes back to that one, and each rank now at a shard index that does not hold the commit
+there (a new group, a lost member's partner placed at another index) gets it from the lowest
+rank that does, point to point (no disk). Survivors of a failure hold it already and nothing
+moves. The replica guard compares the shards among the ranks of each shard index and the plain
+attributes across the ring.
+
+Durable checkpoints of sharded state are not written yet: with `--checkpoint-dir` it refuses
+to start (save with `torch.distributed.checkpoint` from the script meanwhile).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any, Callable, Mapping
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.torch.basics import Max, context
+from ringmaster.torch.collectives import allreduce_
+from ringmaster.torch.elastic.generation_mesh import mesh
+from ringmaster.torch.elastic.groups import replica_group
+from ringmaster.torch.elastic.shard_plan import NONE, Holding, consistent_commit, transfers
+from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SchedulerHandler
+from ringmaster.worker.train.collectives import Communicator
+from ringmaster.worker.train.errors import CheckpointMismatchError
+from ringmaster.worker.train.replica_guard import compare_live_state
+from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
+
+#: The largest pickled skeleton (objects and tensor layout) one rank takes from another.
+MAX_SKELETON_BYTES = 64 << 20
+
+
+def _local(tree: Any) -> Any:
+    """`tree` with every DTensor replaced by its local shard (a view: writing it writes the shard)."""
+    if isinstance(tree, DTensor):
+        return tree.to_local()
+    if isinstance(tree, dict):
+        return {k: _local(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_local(v) for v in tree]
+    return tree
+
+
+class _ShardedModule:
+    """A module sharded with FSDP2: its committed tree is its state dict's local shards."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def state_dict(self) -> Any:
+        return _local(self.value.state_dict())
+
+    def load(self, snapshot: HostSnapshot, name: str) -> None:
+        if not snapshot.copy_into(name, self.state_dict()):
+            raise CheckpointMismatchError(
+                f"the committed shards of {name!r} do not fit the {type(self.value).__name__} that build() made in "
+                "this generation: build(mesh) must make the same model, sharded the same way, every time")
+
+
+class _ShardedOptimizer(_ShardedModule):
+    """An optimizer of sharded parameters: a fresh one (no state yet) gets its committed state
+    as DTensors placed as its parameters are."""
+
+    def load(self, snapshot: HostSnapshot, name: str) -> None:
+        optimizer: torch.optim.Optimizer = self.value
+        if optimizer.state and snapshot.copy_into(name, self.state_dict()):
+            for group, committed in zip(optimizer.param_groups, snapshot.plain(name)["param_groups"]):
+                group.update({k: v for k, v in committed.items() if k != "params"})
+            return
+        saved = snapshot.materialize(name)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for index, entries in saved.get("state", {}).items():
+            if not isinstance(index, int) or not 0 <= index < len(params):
+                raise CheckpointMismatchError(f"the committed state of {name!r} names parameter {index!r}, which the "
+                                              f"optimizer build() made does not have ({len(params)} parameters)")
+            param = params[index]
+            if not isinstance(param, DTensor):
+                continue
+            for key, value in list(entries.items()):
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == param.to_local().shape:
+                    entries[key] = DTensor.from_local(value, param.device_mesh, param.placements, run_check=False,
+                                                      shape=param.shape, stride=param.stride())
+        optimizer.load_state_dict(saved)
+
+
+def _handler_for(name: str, value: Any):
+    if isinstance(value, torch.nn.Module):
+        return _ShardedModule(value)
+    if isinstance(value, torch.optim.Optimizer):
+        return _ShardedOptimizer(value)
+    if isinstance(value, _SCHEDULERS):
+        return _SchedulerHandler(value)
+    raise TypeError(f"build(mesh) returned {name}={type(value).__name__}: give modules, optimizers and "
+                    "learning-rate schedulers there, and plain values to ShardedState(...) itself")
+
+
+class ShardedState(ObjectState):
+    """State of a job whose model is sharded inside replica groups:
+    `ShardedState(build, step=0)`, where `build(mesh)` returns `{"model": ..., "optimizer": ...}`
+    (modules sharded with `fully_shard(..., mesh=mesh)`, their optimizers, schedulers) and the
+    other keywords are plain attributes, as in `ObjectState`."""
+
+    def __init__(self, build: Callable[[Any], Mapping[str, Any]], **kwargs: Any) -> None:
+        if not callable(build):
+            raise TypeError(f"ShardedState(build, ...) takes a function build(mesh) first, got {type(build).__name__}")
+        self._build = build
+        self._handlers: dict[str, Any] = {}
+        self._built_generation: int | None = None
+        self._previous = HostSnapshot()  # the commit before the last
+        self._previous_commits = NONE
+        self._committed_index = 0  # the shard index (rank in its group) the commits were made at
+        super().__init__(**kwargs)
+        if self._durable is not None:
+            raise ValueError("ShardedState does not write durable checkpoints yet, and --checkpoint-dir asks for "
+                             "them: start the job without --checkpoint-dir (and save with torch.distributed.checkpoint "
+                             "from the script meanwhile), or use TorchState for a model that is not sharded")
+
+    # ------------------------------------------------------------ the generation's objects
+    def _ensure_built(self) -> bool:
+        """Build the objects on this generation's mesh (collective: every rank calls it in the
+        same generation). True when they were (re)built, so the commit must be loaded into them."""
+        ctx = context()
+        generation = ctx.assignment.generation if ctx.assignment is not None else 0
+        if self._built_generation == generation and self._handlers:
+            return False
+        self._drop_objects()
+        built = self._build(mesh())
+        if not isinstance(built, Mapping):
+            raise TypeError(f"build(mesh) must return a dict of named objects ({{'model': ..., 'optimizer': ...}}), "
+                            f"got {type(built).__name__}")
+        handlers = {}
+        for name, value in built.items():
+            if not isinstance(name, str) or not name.isidentifier() or name in self._object_names:
+                raise ValueError(f"build(mesh) returned the name {name!r}: give each object a name of its own, "
+                                 "a Python identifier not used by ShardedState's other attributes")
+            handlers[name] = _handler_for(name, value)
+        self._handlers = handlers
+        for name, handler in handlers.items():
+            object.__setattr__(self, name, handler.value)
+        self._built_generation = generation
+        return True
+
+    def _drop_objects(self) -> None:
+        """Forget the objects built on an old mesh, so that releasing it can free its groups."""
+        for name in self._handlers:
+            object.__setattr__(self, name, None)
+        self._handlers = {}
+        self._built_generation = None
+
+    # ------------------------------------------------------------ what a commit holds
+    def _entries(self) -> dict[str, Any]:
+        entries = super()._entries()
+        entries.update({name: handler.state_dict() for name, handler in self._handlers.items()})
+        return entries
+
+    def _load_entries(self, snapshot: HostSnapshot) -> None:
+        for name, handler in self._handlers.items():
+            if name in snapshot.skeleton:
+                handler.load(snapshot, name)
+        super()._load_entries(snapshot)
+
+    def commit(self) -> None:
+        """Commit into the older of the two snapshots, so the one before stays held."""
+        self._previous_commits = self._commits
+        self._snapshot, self._previous = self._previous, self._snapshot
+        self._committed_index = replica_group().rank
+        super().commit()
+
+    def restore(self) -> None:
+        """Go back to the last commit: the plain attributes now; the sharded objects are built
+        again on the next generation's mesh, and the commit loaded into them there."""
+        self._drop_objects()
+        super().restore()
+
+    def leave_generation(self) -> None:
+        self._drop_objects()
+
+    # ------------------------------------------------------------ after a reset
+    def _sync_committed(self, after_reset: bool) -> SyncPlan:
+        started = time.perf_counter()
+        ctx = context()
+        comm = ctx.communicator()
+        group = replica_group()
+        rebuilt = self._ensure_built()
+        if not any(name in self._snapshot.skeleton for name in self._handlers):  # never committed with them
+            self._snapshot.capture(self._entries())
+            self._committed_index = group.rank
+        held = self._commits
+        rows = comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits, self._previous_commits,
+                                            int(after_reset)], dtype=torch.int64))
+        holdings = [Holding(*(int(x) for x in row[:4].tolist())) for row in rows]
+        any_reset = any(int(row[4]) for row in rows)
+        count = consistent_commit(holdings, group.size)
+        if count is None:
+            raise RuntimeError(
+                "no commit is held whole by the workers left: every worker that held some shard's latest commits "
+                "is gone. Restart the job (from a checkpoint written with torch.distributed.checkpoint, if any)")
+        went_back = self._commits != count and self._previous_commits == count
+        if went_back:  # a commit ahead of what the ring holds whole: back to the previous one (it may send it)
+            self._snapshot, self._previous = self._previous, self._snapshot
+            self._commits = count
+        sums = comm.allgather(torch.tensor(fingerprint(self._snapshot), dtype=torch.int64))
+        plan = transfers(holdings, [tuple(int(x) for x in s.tolist()) for s in sums], count, group.size)
+        received = _move_shards(self._snapshot, comm, plan)
+        if received:
+            self._commits = count
+        self._previous_commits = NONE
+        self._committed_index = group.rank
+        if rebuilt or received or went_back:
+            self._load_entries(self._snapshot)
+        ctx.note_commit(self._commits, received=self._commits != held or received)
+        ctx.figures.sync(time.perf_counter() - started)
+        sent_to = tuple(sorted(r for t in plan for r in t.to))
+        return SyncPlan(sent_to, sent_to, any_reset, plan[0].root if plan else 0)
+
+    def _live_differences(self, comm: Communicator) -> dict[int, tuple[str, ...]]:
+        """The replica guard's comparison: the plain attributes across the ring, the shards among
+        the ranks of each shard index; the same verdict (whether any differ) on every rank."""
+        entries = self._entries()
+        plain = {name: value for name, value in entries.items() if name not in self._handlers}
+        found = dict(compare_live_state(plain, comm))
+        group = replica_group()
+        ranks = tuple(g * group.size + group.rank for g in range(group.count))
+        sub = comm.subgroup(ranks)
+        sharded = {name: entries[name] for name in self._handlers}
+        for sub_rank, names in compare_live_state(sharded, sub).items():
+            found[ranks[sub_rank]] = tuple(sorted(set(found.get(ranks[sub_rank], ())) | set(names)))
+        anywhere = torch.tensor([1 if found else 0], dtype=torch.int64)
+        allreduce_(anywhere, op=Max)
+        if int(anywhere.item()) and not found:
+            found = {-1: ("another shard index's replicas",)}
+        return found
+
+
+def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> bool:
+    """Carry out `plan` (`shard_plan.transfers`) on this rank, in the plan's order on every
+    rank (so sends and receives pair up). A receiver takes the commit only once all of it
+    arrived: a sender that dies halfway leaves it its own last commit, whole. True when this
+    rank received one."""
+    staged: HostSnapshot | None = None
+    for transfer in plan:
+        if comm.rank == transfer.root:
+            payload = io.BytesIO()
+            torch.save(snapshot.skeleton, payload)
+            data = torch.frombuffer(bytearray(payload.getvalue()), dtype=torch.uint8)
+            for dst in transfer.to:
+                comm.send(torch.tensor([data.numel()], dtype=torch.int64), dst)
+                comm.send(data, dst)
+                for buffer in snapshot.buffers:
+                    comm.send(buffer, dst)
+        elif comm.rank in transfer.to:
+            length = comm.recv_(torch.zeros(1, dtype=torch.int64), transfer.root)
+            size = int(length.item())
+            if not 0 < size <= MAX_SKELETON_BYTES:
+                raise RuntimeError(f"rank {transfer.root} announced a commit skeleton of {size} bytes (at most "
+                                   f"{MAX_SKELETON_BYTES}): its commit cannot be taken")
+            data = comm.recv_(torch.empty(size, dtype=torch.uint8), transfer.root)
+            skeleton = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
+            staged = snapshot.incoming(skeleton)
+            for buffer in staged.buffers:
+                comm.recv_(buffer, transfer.root)
+    if staged is None:
+        return False
+    snapshot.replace(staged)
+    return True
