@@ -1,11 +1,18 @@
 """Replica groups (`--group-size`): real workers training with PyTorch's FSDP2 on each
 generation's ("replicate", "shard") mesh, on real Gloo groups; a worker SIGKILLed takes its
-whole group out, the other group trains on at once, and the job grows back by a whole group."""
+whole group out, the other group trains on at once from its own commit, and the job grows back
+by a whole group healed from its peers; a DCP checkpoint restarts the job with another group
+size and loads into plain torchrun + FSDP2."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +77,49 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     assert len({r["digest"] for r in done}) == 1, done
     assert {r["group"] for r in done} == {0, 1}
     assert job.events("state.rolled_back")
+
+
+def test_a_dcp_checkpoint_restarts_the_job_with_another_group_size_and_loads_into_plain_fsdp2(
+        run_job, tmp_path) -> None:
+    folder = tmp_path / "ck"
+    common = ("--spares", "0", "--checkpoint-dir", str(folder), "--checkpoint-every", "5", *FAST, "python",
+              str(WORKLOADS / "replica_groups.py"))
+    first_logs, first_stop = tmp_path / "first", tmp_path / "first-stop"
+    first = run_job("-np", "4", "-H", "localhost:4", "--group-size", "2", *common,
+                    "--log-dir", str(first_logs), "--stop-file", str(first_stop))
+    first.wait_status(lambda s: s["steps"] >= 12, 120, "two groups of two past two checkpoints")
+    first_stop.touch()
+    assert first.wait(120) == 0, first.story()
+    done = events(read_logs(first_logs), "done")
+    assert len(done) == 4 and len({(r["step"], r["digest"]) for r in done}) == 1, done
+    step, model = done[0]["step"], done[0]["digest"]
+    final = folder / f"sharded-step-{step:012d}"
+    assert final.is_dir() and not list(folder.glob("*.partial")), sorted(p.name for p in folder.iterdir())
+
+    # users can leave: plain torchrun + FSDP2 (no Ringmaster) on another mesh loads it and trains on
+    out = tmp_path / "plain.json"
+    plain = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                              str(WORKLOADS / "plain_fsdp2_load.py"), str(final), str(out)],
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = plain.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(plain.pid, signal.SIGKILL)
+    assert plain.returncode == 0, output[-3000:]
+    loaded = json.loads(out.read_text())
+    assert loaded["digest"] == model and loaded["adam_steps"] == step
+    assert math.isfinite(loaded["loss_after"]) and loaded["loss_after"] < loaded["loss_before"]
+
+    # the job started again as one group of three: resharded from the checkpoint, not from scratch
+    again_logs, again_stop = tmp_path / "again", tmp_path / "again-stop"
+    again = run_job("-np", "3", "-H", "localhost:3", "--group-size", "3", *common,
+                    "--log-dir", str(again_logs), "--stop-file", str(again_stop))
+    again.wait_status(lambda s: s["steps"] >= step + 2, 120, "the restarted job training on")
+    again_stop.touch()
+    assert again.wait(120) == 0, again.story()
+    entered = [r for r in events(read_logs(again_logs), "mesh") if r["generation"] == min(
+        m["generation"] for m in events(read_logs(again_logs), "mesh"))]
+    assert len(entered) == 3 and all(r["shape"] == [1, 3] for r in entered), entered
+    assert {(r["step"], r["full"]) for r in entered} == {(step, model)}, entered
+    assert again.events("checkpoint.resumed")

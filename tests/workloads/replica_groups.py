@@ -12,7 +12,8 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "mesh", "generation", "rank", "size", "group", "groups", "group_rank", "shape", "dims", "step",
    "shard"}
       each time training (re-)enters, once the state is synced (`step`: the committed step it
-      resumes at; `shard`: a SHA-256 of this worker's shards of the model and the optimizer state)
+      resumes at; `shard`: a SHA-256 of this worker's shards of the model and the optimizer state;
+      `full`: of the whole model, gathered from its shards)
   {"event": "committing", "generation", "group_rank", "step", "shard"}   the state each commit takes,
       just before it (a commit's own collective may fail, so it is logged before)
   {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
@@ -31,20 +32,10 @@ import time
 
 import torch
 import torch.nn as nn
-from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import ringmaster.torch as hvd
-
-
-def build(mesh) -> dict:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return {"model": model, "optimizer": torch.optim.Adam(model.parameters(), lr=0.01)}
+from sharded_model import build, digest
 
 
 def local(value):
@@ -63,15 +54,6 @@ def shard_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
             sha.update(f"{index}.{key}".encode())
             if isinstance(value, torch.Tensor):
                 sha.update(local(value).detach().contiguous().numpy().tobytes())
-    return sha.hexdigest()
-
-
-def digest(model: nn.Module) -> str:
-    full = [(name, value.full_tensor()) for name, value in sorted(model.state_dict().items())]
-    sha = hashlib.sha256()
-    for name, tensor in full:
-        sha.update(name.encode())
-        sha.update(tensor.detach().contiguous().numpy().tobytes())
     return sha.hexdigest()
 
 
@@ -99,7 +81,7 @@ def main() -> None:
         generation = hvd.context().assignment.generation if hvd.context().assignment else 0
         write("mesh", generation=generation, rank=hvd.rank(), size=hvd.size(), group=group.index, groups=group.count,
               group_rank=group.rank, shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step,
-              shard=shard_digest(model, optimizer))
+              shard=shard_digest(model, optimizer), full=digest(model))
         while True:
             stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
             if hvd.allreduce(stop, op=hvd.Max).item():

@@ -1,9 +1,13 @@
 """`ShardedState`'s pieces on real FSDP2 modules: a commit of the local shards loaded into a fresh
 model and optimizer (built again, as in every generation) continues training bit for bit; a
-model built differently is refused by name; bad `build` functions and `--checkpoint-dir` are
-refused with what to do. One process, torch's default group of one over a HashStore."""
+model built differently is refused by name; bad `build` functions are refused with what to do;
+DCP checkpoints written and loaded back into rebuilt objects, listed only when whole, refused
+when they do not fit or hold planted code. One process, torch's default group of one over a
+HashStore."""
 
 from __future__ import annotations
+
+import pickle
 
 import pytest
 import torch
@@ -13,9 +17,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.proto import environment as env_names
+from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.torch.elastic import ShardedState
+from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.torch.elastic.sharded_state import _handler_for
 from ringmaster.worker.train.errors import CheckpointMismatchError
 
@@ -95,11 +101,67 @@ def test_shards_of_another_model_are_refused_naming_the_entry(mesh) -> None:
         _handler_for("model", other["model"]).load(snapshot, "model")
 
 
-def test_bad_builds_and_checkpoint_dirs_are_refused_with_what_to_do(monkeypatch, tmp_path) -> None:
+def test_bad_builds_are_refused_with_what_to_do() -> None:
     with pytest.raises(TypeError, match="takes a function build\\(mesh\\) first"):
         ShardedState(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="returned sampler=list: give modules, optimizers and learning-rate"):
         _handler_for("sampler", [1, 2])
-    monkeypatch.setenv(env_names.CHECKPOINT_DIR, str(tmp_path))
-    with pytest.raises(ValueError, match="does not write durable checkpoints yet.*without --checkpoint-dir"):
-        ShardedState(_build, step=0)
+
+
+def _folder(tmp_path, keep: int = 3) -> ShardedCheckpoints:
+    return ShardedCheckpoints(tmp_path / "ck", CheckpointPolicy(every=1), keep, trusted=False)
+
+
+def test_a_dcp_checkpoint_loads_into_objects_built_again_and_training_goes_on_bit_for_bit(mesh, tmp_path) -> None:
+    first = _build(mesh)
+    _train(first, range(3))
+    folder = _folder(tmp_path)
+    folder.write(first, {"step": 3, "note": "three"}, 3, 0, {"world_size": 1, "group_size": 1, "generation": 2})
+    _train(first, range(3, 5))
+    expected = _params(first["model"])
+    again = _build(mesh)
+    [path] = folder.checkpoints()
+    assert path.name == "sharded-step-000000000003"
+    values = folder.load(path, again, {"step": 0, "note": ""})
+    assert values == {"step": 3, "note": "three",
+                      "ringmaster": {"commits": 3, "world_size": 1, "group_size": 1, "generation": 2}}
+    assert isinstance(next(iter(again["optimizer"].state.values()))["exp_avg"], DTensor)
+    _train(again, range(3, 5))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+def test_only_whole_checkpoints_are_listed_and_the_oldest_beyond_keep_go(mesh, tmp_path) -> None:
+    objects = _build(mesh)
+    folder = _folder(tmp_path, keep=2)
+    for commits in (1, 2, 3):
+        folder.write(objects, {}, commits, 0, {})
+    (folder.path / "sharded-step-000000000009.partial").mkdir()  # a crash halfway through a write
+    (folder.path / "sharded-step-000000000008").mkdir()  # no .metadata: DCP never finished it
+    assert [p.name for p in folder.checkpoints()] == ["sharded-step-000000000003", "sharded-step-000000000002"]
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_it(mesh, tmp_path) -> None:
+    folder = _folder(tmp_path)
+    folder.write(_build(mesh), {}, 1, 0, {})
+    with pytest.raises(CheckpointMismatchError, match="sharded-step-000000000001 does not fit this model"):
+        folder.load(folder.checkpoints()[0], _build(mesh, hidden=32), {})
+
+
+class Planted:
+    """An object whose unpickling would run code (any class outside plain data)."""
+
+    def __reduce__(self):
+        return (print, ("planted code ran",))
+
+
+def test_planted_code_in_the_metadata_or_the_values_is_refused_unless_trusted(mesh, tmp_path, capsys) -> None:
+    folder = _folder(tmp_path)
+    folder.write(_build(mesh), {"extra": Planted()}, 1, 0, {})
+    path = folder.checkpoints()[0]
+    with pytest.raises(UntrustedCheckpointError, match="'extra' holds objects other than tensors.*--checkpoint-trusted"):
+        folder.load(path, _build(mesh), {"extra": None})
+    assert "planted code ran" not in capsys.readouterr().out
+    (path / ".metadata").write_bytes(pickle.dumps(Planted()))
+    with pytest.raises(UntrustedCheckpointError, match="holds an object of builtins.print.*--checkpoint-trusted"):
+        folder.load(path, _build(mesh), {})
+    assert "planted code ran" not in capsys.readouterr().out

@@ -18,32 +18,41 @@ rank that does, point to point (no disk). Survivors of a failure hold it already
 moves. The replica guard compares the shards among the ranks of each shard index and the plain
 attributes across the ring.
 
-Durable checkpoints of sharded state are not written yet: with `--checkpoint-dir` it refuses
-to start (save with `torch.distributed.checkpoint` from the script meanwhile).
+With `--checkpoint-dir`, durable checkpoints are written in DCP's format by every rank, each its
+own shards (`sharded_checkpoint`), at the commits the ranks agree on in the commit's own
+allreduce; a job in which no rank holds a commit (its first start, a restart after every
+worker died) loads the newest, resharded onto its mesh, whatever group size wrote it.
 """
 
 from __future__ import annotations
 
 import io
+import pathlib
 import time
 from typing import Any, Callable, Mapping
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import Max, context
-from ringmaster.torch.collectives import allreduce_
+from ringmaster.torch.collectives import allreduce_, broadcast_object
+from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.torch.elastic.generation_mesh import mesh
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.shard_plan import NONE, Holding, consistent_commit, transfers
 from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SchedulerHandler
 from ringmaster.worker.train.collectives import Communicator
-from ringmaster.worker.train.errors import CheckpointMismatchError
+from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError
+from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.replica_guard import compare_live_state
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
 
+#: How long a durable checkpoint that failed (not on the disk) waits for the rendezvous' word that
+#: the generation is over, which makes it a peer's failure (as `elastic.MESH_FAILURE_WAIT_S`).
+PEER_FAILURE_WAIT_S = 10.0
 #: The largest pickled skeleton (objects and tensor layout) one rank takes from another.
 MAX_SKELETON_BYTES = 64 << 20
 
@@ -128,10 +137,10 @@ class ShardedState(ObjectState):
         self._previous_commits = NONE
         self._committed_index = 0  # the shard index (rank in its group) the commits were made at
         super().__init__(**kwargs)
-        if self._durable is not None:
-            raise ValueError("ShardedState does not write durable checkpoints yet, and --checkpoint-dir asks for "
-                             "them: start the job without --checkpoint-dir (and save with torch.distributed.checkpoint "
-                             "from the script meanwhile), or use TorchState for a model that is not sharded")
+        settings, self._durable = self._durable, None  # (rank 0's writer of whole states does not apply)
+        self._dcp = None if settings is None else ShardedCheckpoints(
+            settings.directory.path, settings.policy, settings.directory.keep, settings.trusted)
+        self._dcp_failing = ""  # why the last durable checkpoint failed; "" after one was written
 
     # ------------------------------------------------------------ the generation's objects
     def _ensure_built(self) -> bool:
@@ -193,6 +202,80 @@ class ShardedState(ObjectState):
     def leave_generation(self) -> None:
         self._drop_objects()
 
+    # ------------------------------------------------------------ durable checkpoints (DCP)
+    def _objects(self) -> dict[str, Any]:
+        return {name: handler.value for name, handler in self._handlers.items()}
+
+    def _plain(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._object_names}
+
+    def _durable_vote(self) -> bool:
+        return self._dcp is not None and context().topology()[0] == 0 and self._dcp.due(self._commits)
+
+    def _durable_agreed(self, due: bool) -> None:
+        if due:
+            self._write_durable()
+
+    def _make_durable(self, ctx) -> None:
+        """A drain leaves too few workers: this commit is written now, whatever the policy."""
+        if self._dcp is not None:
+            self._write_durable()
+
+    def finish(self) -> str:
+        """Training returned (on every rank at the same commit): write the last commit unless it is."""
+        if self._dcp is None or self._commits == 0 or (self._dcp.written and self._dcp.written[-1] >= self._commits):
+            return ""
+        return self._write_durable()
+
+    def _write_durable(self) -> str:
+        """Every rank writes its shards of this commit (collective). A failure of the disk is
+        reported and training goes on with in-memory commits; a peer's failure in DCP's own
+        collectives is the generation's (HorovodInternalError). Returns the failure, or ""."""
+        assert self._dcp is not None
+        ctx = context()
+        rank, size = ctx.topology()[:2]
+        generation = ctx.assignment.generation if ctx.assignment is not None else 0
+        written_by = {"world_size": size, "group_size": replica_group().size, "generation": generation}
+        try:
+            seconds = self._dcp.write(self._objects(), self._plain(), self._commits, rank, written_by)
+        except (Exception, CheckpointException) as exc:
+            cause = first_failure(exc)
+            if not isinstance(cause, OSError) and ctx.link is not None \
+                    and ctx.link.wait_generation_over(generation, PEER_FAILURE_WAIT_S):
+                raise HorovodInternalError(f"a durable checkpoint's collective failed: {cause}") from None
+            failure = (f"the sharded checkpoint of commit {self._commits} was not written to {self._dcp.path} "
+                       f"({type(cause).__name__}: {str(cause).strip()[:300]}); training goes on with in-memory commits")
+            if rank == 0 and failure != self._dcp_failing:
+                say(Kind.CHECKPOINT_WRITE_FAILED, error=failure)
+            self._dcp_failing = failure
+            return failure
+        if rank == 0 and (len(self._dcp.written) == 1 or self._dcp_failing):
+            say(Kind.CHECKPOINT_WRITTEN, detail=f"wrote the sharded checkpoint of commit {self._commits} to "
+                                               f"{self._dcp.path} in {seconds:.2f} s (DCP: every rank its shards)")
+        self._dcp_failing = ""
+        return ""
+
+    def _resume_from_checkpoint(self) -> bool:
+        """No rank holds a commit (the job's first start, or a restart after every worker died):
+        load the newest whole checkpoint into every rank's objects, resharded onto this mesh."""
+        assert self._dcp is not None
+        ctx = context()
+        newest = self._dcp.checkpoints()[:1] if ctx.topology()[0] == 0 else []
+        chosen = broadcast_object(str(newest[0]) if newest else None, 0)
+        if chosen is None:
+            return False
+        values = self._dcp.load(pathlib.Path(chosen), self._objects(), self._plain())
+        ours = values.pop(RINGMASTER_ENTRY)
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._commits = ours["commits"]
+        self._snapshot.capture(self._entries())
+        self._committed_index, self._previous_commits = replica_group().rank, NONE
+        if ctx.topology()[0] == 0:
+            say(Kind.CHECKPOINT_RESUMED, step=self._commits, directory=str(self._dcp.path),
+                world_size=ours.get("world_size", "?"), written_in=ours.get("generation", "?"))
+        return True
+
     # ------------------------------------------------------------ after a reset
     def _sync_committed(self, after_reset: bool) -> SyncPlan:
         started = time.perf_counter()
@@ -204,10 +287,20 @@ class ShardedState(ObjectState):
             self._snapshot.capture(self._entries())
             self._committed_index = group.rank
         held = self._commits
-        rows = comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits, self._previous_commits,
-                                            int(after_reset)], dtype=torch.int64))
+
+        def gather() -> list[torch.Tensor]:
+            return comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits,
+                                                self._previous_commits, int(after_reset)], dtype=torch.int64))
+
+        rows = gather()
+        resumed = False
+        if self._dcp is not None and not self._tried_disk and all(int(row[2]) == 0 for row in rows):
+            self._tried_disk = True
+            resumed = self._resume_from_checkpoint()
+            if resumed:
+                rows = gather()
         holdings = [Holding(*(int(x) for x in row[:4].tolist())) for row in rows]
-        any_reset = any(int(row[4]) for row in rows)
+        any_reset = resumed or any(int(row[4]) for row in rows)
         count = consistent_commit(holdings, group.size)
         if count is None:
             raise RuntimeError(
@@ -224,7 +317,7 @@ class ShardedState(ObjectState):
             self._commits = count
         self._previous_commits = NONE
         self._committed_index = group.rank
-        if rebuilt or received or went_back:
+        if (rebuilt and not resumed) or received or went_back:
             self._load_entries(self._snapshot)
         ctx.note_commit(self._commits, received=self._commits != held or received)
         ctx.figures.sync(time.perf_counter() - started)

@@ -152,18 +152,29 @@ class State:
         """Every rank raises at the same step: the newest update any rank has seen wins."""
         ctx = context()
         if ctx.link is None:  # a job of one, outside `ringmaster run`
+            self._durable_agreed(self._durable_vote())
             return
         updated = ctx.link.hosts_sequence()
-        seen = torch.tensor([max(updated, ctx.link.claimed_sequence()), ctx.link.checkpoint_sequence()],
-                            dtype=torch.int64)
+        seen = torch.tensor([max(updated, ctx.link.claimed_sequence()), ctx.link.checkpoint_sequence(),
+                             self._durable_vote()], dtype=torch.int64)
         allreduce_(seen, op=Max)
-        newest, checkpoint = (int(v) for v in seen.tolist())
+        newest, checkpoint, durable = (int(v) for v in seen.tolist())
+        self._durable_agreed(bool(durable))
         if newest > ctx.hosts_sequence_baseline():
             if checkpoint > ctx.hosts_sequence_baseline():
                 self._make_durable(ctx)
             if newest > updated:  # an announcement a script awaited, before its update came: say so
                 ctx.link.awaits_hosts(newest)
             raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def _durable_vote(self) -> bool:
+        """Whether this rank asks the ring for a collective durable checkpoint at this commit
+        (`ShardedState`'s; rank 0's writer of whole states needs no agreement)."""
+        return False
+
+    def _durable_agreed(self, due: bool) -> None:
+        """Some rank asked for a collective durable checkpoint at this commit (`due`), every
+        rank hears it in the same commit."""
 
     def _make_durable(self, ctx) -> None:
         """A drain leaves too few workers: rank 0 writes this commit to --checkpoint-dir and waits
