@@ -6,7 +6,8 @@ generation it builds the model and its Adam optimizer on `hvd.elastic.mesh()` ((
 averages the gradients) and loads the committed shards into them, the newest commit the ring
 holds whole. The script trains with a commit each step until rank 0 sees `--stop-file` (the
 ranks agree on it through an allreduce, so they stop at the same step). A group's members train
-on the same samples, the groups on different ones (drawn from the step and the group's index).
+on the same samples, the groups on different ones: an `ElasticSampler(by="group")` in the state
+deals each epoch's samples to the groups, across failures and resizes.
 
 Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "mesh", "generation", "rank", "size", "group", "groups", "group_rank", "shape", "dims", "step",
@@ -16,6 +17,9 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
       `full`: of the whole model, gathered from its shards)
   {"event": "committing", "generation", "group_rank", "step", "shard"}   the state each commit takes,
       just before it (a commit's own collective may fail, so it is logged before)
+  {"event": "epoch", "epoch", "min", "max"}   rank 0, at the end of each epoch: how often each
+      sample reached the committed model (once a group); written before the commit that ends
+      the epoch, so a rollback to its last step writes it again
   {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
       is a SHA-256 of the model's full parameters (gathered from their shards): equal digests
       across groups mean the replicas are identical
@@ -36,6 +40,10 @@ from torch.distributed.tensor import DTensor
 
 import ringmaster.torch as hvd
 from sharded_model import build, digest
+
+
+#: Samples per group and step (each group's members train on the same ones: `by="group"`).
+BATCH = 4
 
 
 def local(value):
@@ -62,6 +70,7 @@ def main() -> None:
     parser.add_argument("--log-dir", type=pathlib.Path, required=True)
     parser.add_argument("--stop-file", type=pathlib.Path, required=True)
     parser.add_argument("--step-time", type=float, default=0.02)
+    parser.add_argument("--samples", type=int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(1)
     hvd.init()
@@ -71,7 +80,10 @@ def main() -> None:
     def write(event: str, **fields) -> None:
         log.write(json.dumps({"event": event, **fields}) + "\n")
 
-    state = hvd.elastic.ShardedState(build, step=0)
+    features = torch.randn(args.samples, 32, generator=torch.Generator().manual_seed(0))
+    dataset = torch.utils.data.TensorDataset(torch.arange(args.samples), features)
+    sampler = hvd.elastic.ElasticSampler(dataset, by="group")
+    state = hvd.elastic.ShardedState(build, step=0, epoch=0, sampler=sampler, seen=torch.zeros(args.samples))
 
     @hvd.elastic.run
     def train(state) -> str:
@@ -82,21 +94,32 @@ def main() -> None:
         write("mesh", generation=generation, rank=hvd.rank(), size=hvd.size(), group=group.index, groups=group.count,
               group_rank=group.rank, shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step,
               shard=shard_digest(model, optimizer), full=digest(model))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=state.sampler)
         while True:
-            stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
-            if hvd.allreduce(stop, op=hvd.Max).item():
-                return digest(model)
-            generator = torch.Generator().manual_seed(1000 * state.step + group.index)
-            x = torch.randn(16, 32, generator=generator)
-            loss = model(x).square().mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            time.sleep(args.step_time)
-            state.step += 1
-            hvd.report(loss=loss)
-            write("committing", generation=generation, group_rank=group.rank, step=state.step,
-                  shard=shard_digest(model, optimizer))
+            for batch_idx, (index, x) in enumerate(loader):
+                stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
+                if hvd.allreduce(stop, op=hvd.Max).item():
+                    return digest(model)
+                loss = model(x).square().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                counts = torch.zeros(args.samples)
+                if group.rank == 0:  # (a group's members all train on its samples: counted once a group)
+                    counts[index] += 1
+                state.seen += hvd.allreduce(counts, op=hvd.Sum)
+                time.sleep(args.step_time)
+                state.step += 1
+                state.sampler.record_batch(batch_idx, BATCH)
+                hvd.report(loss=loss)
+                write("committing", generation=generation, group_rank=group.rank, step=state.step,
+                      shard=shard_digest(model, optimizer))
+                state.commit()
+            if hvd.rank() == 0:
+                write("epoch", epoch=state.epoch, min=float(state.seen.min()), max=float(state.seen.max()))
+            state.epoch += 1
+            state.seen = torch.zeros(args.samples)
+            state.sampler.set_epoch(state.epoch)
             state.commit()
 
     final = train(state)

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor
 from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.torch.elastic import ShardedState
+from ringmaster.torch.elastic import ElasticSampler, ShardedState
 from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.torch.elastic.sharded_state import _handler_for
 from ringmaster.worker.train.errors import CheckpointMismatchError
@@ -165,3 +165,9 @@ def test_planted_code_in_the_metadata_or_the_values_is_refused_unless_trusted(me
     with pytest.raises(UntrustedCheckpointError, match="holds an object of builtins.print.*--checkpoint-trusted"):
         folder.load(path, _build(mesh), {})
     assert "planted code ran" not in capsys.readouterr().out
+
+
+def test_a_sampler_deals_by_rank_or_by_group_and_says_so() -> None:
+    assert ElasticSampler(range(8)).by == "rank" and ElasticSampler(range(8), by="group").by == "group"
+    with pytest.raises(ValueError, match="ElasticSampler\\(by='host'\\): deal by 'rank' or 'group'"):
+        ElasticSampler(range(8), by="host")

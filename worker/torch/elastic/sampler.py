@@ -8,7 +8,11 @@ import torch
 import torch.utils.data
 
 from ringmaster.torch.basics import is_initialized, rank, size
+from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.worker.train import sampling
+
+#: How a sampler deals an epoch: to every rank, or to every replica group.
+DEALS = ("rank", "group")
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -18,9 +22,18 @@ class ElasticSampler(torch.utils.data.Sampler):
     keep the sampler in a `TorchState`: a commit then holds the set of samples the committed
     model has seen, a restore goes back to it, and after a reset (new world size) iteration
     resumes with only the samples not yet processed, split over the new ring.
+
+    `by="rank"` gives every rank its own samples, as data parallelism and HSDP deal them (in a
+    job of replica groups, every rank of every group: TorchTitan's rule for FSDP).
+    `by="group"` deals them to the replica groups (`--group-size`) instead: every member of a
+    group gets the group's samples, as parallelism that splits one batch's work inside the
+    group (tensor parallelism) needs.
     """
 
-    def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0) -> None:
+    def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0, by: str = "rank") -> None:
+        if by not in DEALS:
+            raise ValueError(f"ElasticSampler(by={by!r}): deal by {' or '.join(map(repr, DEALS))}")
+        self.by = by
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
@@ -46,7 +59,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        """Mark batch `batch_idx` (of this iteration, `batch_size` per rank) of every rank as processed."""
+        """Mark batch `batch_idx` (of this iteration, `batch_size` per rank, or per group with
+        `by="group"`) of every rank (group) as processed."""
         self.record_indices(sampling.batch_of_all_ranks(self.remaining_indices, self.num_replicas, batch_idx, batch_size))
 
     def record_indices(self, indices) -> None:
@@ -83,7 +97,11 @@ class ElasticSampler(torch.utils.data.Sampler):
     def reset(self) -> None:
         """Re-deal what is left of the epoch to the current ring (after a sync or resize)."""
         if is_initialized():
-            self.rank, self.num_replicas = rank(), size()
+            if self.by == "group":
+                group = replica_group()
+                self.rank, self.num_replicas = group.index, group.count
+            else:
+                self.rank, self.num_replicas = rank(), size()
         order = sampling.epoch_order(len(self.dataset), self.epoch, self.seed, self.shuffle)
         self.remaining_indices = sampling.remaining(order, self.processed_indices)
         self.indices = sampling.rank_share(self.remaining_indices, self.rank, self.num_replicas)

@@ -43,7 +43,8 @@ from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, Sharde
 from ringmaster.torch.elastic.generation_mesh import mesh
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.shard_plan import NONE, Holding, consistent_commit, transfers
-from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SchedulerHandler
+from ringmaster.torch.elastic.sampler import ElasticSampler
+from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError
 from ringmaster.worker.train.say import Kind, say
@@ -125,7 +126,8 @@ class ShardedState(ObjectState):
     """State of a job whose model is sharded inside replica groups:
     `ShardedState(build, step=0)`, where `build(mesh)` returns `{"model": ..., "optimizer": ...}`
     (modules sharded with `fully_shard(..., mesh=mesh)`, their optimizers, schedulers) and the
-    other keywords are plain attributes, as in `ObjectState`."""
+    other keywords are plain attributes, as in `ObjectState`, but for `ElasticSampler`s, which
+    are kept across generations and re-dealt at every reset, as in `TorchState`."""
 
     def __init__(self, build: Callable[[Any], Mapping[str, Any]], **kwargs: Any) -> None:
         if not callable(build):
@@ -136,6 +138,12 @@ class ShardedState(ObjectState):
         self._previous = HostSnapshot()  # the commit before the last
         self._previous_commits = NONE
         self._committed_index = 0  # the shard index (rank in its group) the commits were made at
+        # Samplers are kept across generations (nothing of them is sharded): committed, restored,
+        # re-dealt at every reset, written in durable checkpoints, as in TorchState.
+        self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items() if isinstance(value, ElasticSampler)}
+        for name, handler in self._kept.items():
+            del kwargs[name]
+            object.__setattr__(self, name, handler.value)
         super().__init__(**kwargs)
         settings, self._durable = self._durable, None  # (rank 0's writer of whole states does not apply)
         self._dcp = None if settings is None else ShardedCheckpoints(
@@ -157,7 +165,7 @@ class ShardedState(ObjectState):
                             f"got {type(built).__name__}")
         handlers = {}
         for name, value in built.items():
-            if not isinstance(name, str) or not name.isidentifier() or name in self._object_names:
+            if not isinstance(name, str) or not name.isidentifier() or name in self._object_names or name in self._kept:
                 raise ValueError(f"build(mesh) returned the name {name!r}: give each object a name of its own, "
                                  "a Python identifier not used by ShardedState's other attributes")
             handlers[name] = _handler_for(name, value)
@@ -177,14 +185,20 @@ class ShardedState(ObjectState):
     # ------------------------------------------------------------ what a commit holds
     def _entries(self) -> dict[str, Any]:
         entries = super()._entries()
+        entries.update({name: handler.state_dict() for name, handler in self._kept.items()})
         entries.update({name: handler.state_dict() for name, handler in self._handlers.items()})
         return entries
 
     def _load_entries(self, snapshot: HostSnapshot) -> None:
-        for name, handler in self._handlers.items():
+        for name, handler in {**self._kept, **self._handlers}.items():
             if name in snapshot.skeleton:
                 handler.load(snapshot, name)
         super()._load_entries(snapshot)
+
+    def reset(self) -> None:
+        """Re-deal the samplers to the current ring."""
+        for handler in self._kept.values():
+            handler.on_reset()
 
     def commit(self) -> None:
         """Commit into the older of the two snapshots, so the one before stays held."""
@@ -204,7 +218,7 @@ class ShardedState(ObjectState):
 
     # ------------------------------------------------------------ durable checkpoints (DCP)
     def _objects(self) -> dict[str, Any]:
-        return {name: handler.value for name, handler in self._handlers.items()}
+        return {name: handler.value for name, handler in {**self._handlers, **self._kept}.items()}
 
     def _plain(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._object_names}
