@@ -1,10 +1,12 @@
 """What `hvd.elastic.run` makes of torch.distributed's own errors (the generation's mesh, FSDP2's
 collectives): a real Gloo failure inside torch.distributed while the generation ended is a
-rollback, the script's own error is raised; and the replica group's numbers."""
+rollback, the script's own error is raised; a real Gloo collective its peer left is cut short
+when the generation ends (its connections shut down); and the replica group's numbers."""
 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -15,7 +17,7 @@ import torch.distributed as dist
 
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import elastic
-from ringmaster.torch.elastic import groups
+from ringmaster.torch.elastic import groups, mesh_sockets
 from ringmaster.worker.train.link import RendezvousLink
 
 GENERATION = 4
@@ -89,3 +91,52 @@ def test_a_replica_group_is_consecutive_ranks_and_its_peers_hold_the_same_shard(
         with pytest.raises(ValueError, match="RINGMASTER_GROUP_SIZE"):
             groups.group_size({"RINGMASTER_GROUP_SIZE": bad})
     assert groups.group_size({}) == 1
+
+
+def _ring_of_two() -> tuple[dict[int, Any], dict[str, int]]:
+    """Two ranks of a real Gloo group in this process, and the sockets their making opened."""
+    store = dist.HashStore()
+    before = mesh_sockets.open_sockets()
+    pgs: dict[int, Any] = {}
+    threads = [threading.Thread(target=lambda r=r: pgs.__setitem__(
+        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=60)))) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return pgs, mesh_sockets.opened_since(before)
+
+
+def test_a_collective_its_peer_left_fails_at_once_when_the_generation_ends_not_at_its_timeout() -> None:
+    pgs, sockets = _ring_of_two()
+    assert sockets, "the group's connections were seen being opened"
+    failed: list[BaseException] = []
+
+    def alone() -> None:  # rank 0 in an allreduce that rank 1 (alive, elsewhere) never joins
+        try:
+            pgs[0].allreduce([torch.ones(4)]).wait()
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    waiting = threading.Thread(target=alone)
+    waiting.start()
+    context = _context(None)
+    released = threading.Event()
+    mesh_sockets.cut_when_over(context.link, GENERATION, sockets, released)
+    waiting.join(0.5)
+    assert waiting.is_alive(), "the allreduce waits while the generation stands"
+    started = time.monotonic()
+    context.link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=GENERATION, reason="h/1 lost")))
+    waiting.join(20)
+    assert not waiting.is_alive() and failed, "the generation's end cut the connections"
+    assert time.monotonic() - started < 10, "well before the group's 60 s timeout"
+    assert "closed by peer" in str(failed[0]) or "reset by peer" in str(failed[0])
+    # this process lives on (Gloo's listeners were left alone) and a cut socket is not cut twice
+    assert mesh_sockets.cut(sockets) == 0
+
+
+def test_only_sockets_still_open_and_the_same_are_cut() -> None:
+    pgs, sockets = _ring_of_two()
+    assert mesh_sockets.cut({"socket:[1]": max(sockets.values())}) == 0  # the number reused by another socket
+    assert mesh_sockets.cut({inode: 10_000 for inode in sockets}) == 0  # closed
+    assert mesh_sockets.cut(sockets) >= 1

@@ -12,15 +12,17 @@ TorchTitan does after a restart (`ShardedState` does both).
 Collectives on this mesh are torch's own, not Ringmaster's bounded ones: a peer killed fails
 them at once (its connections close), which `hvd.elastic.run` turns into a rollback (an error
 raised inside torch.distributed while the generation ended is a peer's failure there). A peer
-that left a collective without dying (it failed in another one and rolled back) holds the
-others in it for the collective timeout (`--collective-timeout`): its process groups cannot be
-closed at once while FSDP2's modules sharded on them stay referenced from torch's own caches
-(`release`).
+that left a collective without dying (it failed in another one and rolled back) would hold the
+others in it for the collective timeout: its process groups cannot be closed at once while
+FSDP2's modules sharded on them stay referenced from torch's own caches. So the mesh's Gloo
+connections are shut down when the generation is over and when the mesh is released
+(`mesh_sockets`): every collective on it then fails at once, on every rank.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from ringmaster.torch.basics import context
+from ringmaster.torch.elastic import mesh_sockets
 from ringmaster.torch.elastic.groups import replica_group
 
 #: The mesh's dimensions, as TorchTitan and torchft name them.
@@ -61,10 +64,15 @@ def mesh() -> DeviceMesh:
         store = dist.HashStore()
     device_type = "cuda" if ctx.backend == "nccl" else "cpu"
     timeout = timedelta(seconds=ctx.timeout_s)
+    before = mesh_sockets.open_sockets()
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank, world_size=world,
                             timeout=timeout)
     built = _hsdp_mesh(device_type, group.count, group.size, timeout)
-    _built.update(generation=generation, mesh=built)
+    sockets = mesh_sockets.opened_since(before) if device_type == "cpu" else {}
+    released = threading.Event()
+    if ctx.link is not None and sockets:
+        mesh_sockets.cut_when_over(ctx.link, generation, sockets, released)
+    _built.update(generation=generation, mesh=built, sockets=sockets, released=released)
     return built
 
 
@@ -91,6 +99,10 @@ def release() -> None:
     ("Connection closed by peer") instead of after the collective timeout. So every reference is
     dropped here (torch's registry, the mesh) and the cycles of modules sharded on it collected:
     a script that keeps its model beyond the training function keeps the groups open."""
+    released = _built.pop("released", None)
+    if released is not None:
+        released.set()
+    mesh_sockets.cut(_built.pop("sockets", {}))  # (a peer blocked on this rank fails now, freed or not)
     if _built.pop("mesh", None) is not None and dist.is_initialized():
         dist.destroy_process_group()
         gc.collect()

@@ -138,6 +138,8 @@ class ShardedState(ObjectState):
         self._previous = HostSnapshot()  # the commit before the last
         self._previous_commits = NONE
         self._committed_index = 0  # the shard index (rank in its group) the commits were made at
+        #: Bytes this worker received at its last sync: its commit healed from a peer (0: none).
+        self.healed_bytes = 0
         # Samplers are kept across generations (nothing of them is sharded): committed, restored,
         # re-dealt at every reset, written in durable checkpoints, as in TorchState.
         self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items() if isinstance(value, ElasticSampler)}
@@ -326,7 +328,8 @@ class ShardedState(ObjectState):
             self._commits = count
         sums = comm.allgather(torch.tensor(fingerprint(self._snapshot), dtype=torch.int64))
         plan = transfers(holdings, [tuple(int(x) for x in s.tolist()) for s in sums], count, group.size)
-        received = _move_shards(self._snapshot, comm, plan)
+        self.healed_bytes = _move_shards(self._snapshot, comm, plan)
+        received = self.healed_bytes > 0
         if received:
             self._commits = count
         self._previous_commits = NONE
@@ -357,12 +360,13 @@ class ShardedState(ObjectState):
         return found
 
 
-def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> bool:
+def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> int:
     """Carry out `plan` (`shard_plan.transfers`) on this rank, in the plan's order on every
     rank (so sends and receives pair up). A receiver takes the commit only once all of it
-    arrived: a sender that dies halfway leaves it its own last commit, whole. True when this
-    rank received one."""
+    arrived: a sender that dies halfway leaves it its own last commit, whole. Returns the bytes
+    this rank received (0: none)."""
     staged: HostSnapshot | None = None
+    skeleton_bytes = 0
     for transfer in plan:
         if comm.rank == transfer.root:
             payload = io.BytesIO()
@@ -380,11 +384,12 @@ def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> bool:
                 raise RuntimeError(f"rank {transfer.root} announced a commit skeleton of {size} bytes (at most "
                                    f"{MAX_SKELETON_BYTES}): its commit cannot be taken")
             data = comm.recv_(torch.empty(size, dtype=torch.uint8), transfer.root)
+            skeleton_bytes = size
             skeleton = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
             staged = snapshot.incoming(skeleton)
             for buffer in staged.buffers:
                 comm.recv_(buffer, transfer.root)
     if staged is None:
-        return False
+        return 0
     snapshot.replace(staged)
-    return True
+    return snapshot.nbytes + skeleton_bytes
