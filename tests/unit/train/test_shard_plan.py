@@ -78,7 +78,7 @@ def lineages(draw):
 
 
 @given(lineages())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_every_rank_ends_holding_its_index_of_the_chosen_commit(case) -> None:
     k, holdings = case
     count = consistent_commit(holdings, k)
