@@ -23,17 +23,24 @@ from ringmaster.worker.train.link import RendezvousLink
 GENERATION = 4
 
 
-def _gloo_error_after_the_peer_left() -> RuntimeError:
-    """A real error of torch.distributed's `all_reduce`: rank 0's peer ends (its thread drops
-    its only reference to its ring, which closes its connections, as a killed process' do)."""
+def _ring_of_two() -> tuple[dict[int, Any], dict[str, int]]:
+    """Two ranks of a real Gloo group in this process, and the sockets their making opened."""
     store = dist.HashStore()
-    pgs: dict[int, object] = {}
+    before = mesh_sockets.open_sockets()
+    pgs: dict[int, Any] = {}
     threads = [threading.Thread(target=lambda r=r: pgs.__setitem__(
-        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=20)))) for r in range(2)]
+        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=60)))) for r in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
+    return pgs, mesh_sockets.opened_since(before)
+
+
+def _gloo_error_after_the_peer_left() -> RuntimeError:
+    """A real error of torch.distributed's `all_reduce`: rank 0's peer ends (its thread drops
+    its only reference to its ring, which closes its connections, as a killed process' do)."""
+    pgs, _ = _ring_of_two()
     ring = pgs.pop(0)
     pgs.clear()  # rank 1 is gone
     with pytest.raises(RuntimeError) as caught:
@@ -91,20 +98,6 @@ def test_a_replica_group_is_consecutive_ranks_and_its_peers_hold_the_same_shard(
         with pytest.raises(ValueError, match="RINGMASTER_GROUP_SIZE"):
             groups.group_size({"RINGMASTER_GROUP_SIZE": bad})
     assert groups.group_size({}) == 1
-
-
-def _ring_of_two() -> tuple[dict[int, Any], dict[str, int]]:
-    """Two ranks of a real Gloo group in this process, and the sockets their making opened."""
-    store = dist.HashStore()
-    before = mesh_sockets.open_sockets()
-    pgs: dict[int, Any] = {}
-    threads = [threading.Thread(target=lambda r=r: pgs.__setitem__(
-        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=60)))) for r in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return pgs, mesh_sockets.opened_since(before)
 
 
 def test_a_collective_its_peer_left_fails_at_once_when_the_generation_ends_not_at_its_timeout() -> None:

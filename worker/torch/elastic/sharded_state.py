@@ -248,6 +248,8 @@ class ShardedState(ObjectState):
         reported and training goes on with in-memory commits; a peer's failure in DCP's own
         collectives is the generation's (HorovodInternalError). Returns the failure, or ""."""
         assert self._dcp is not None
+        if self._dcp.written and self._dcp.written[-1] == self._commits:
+            return ""  # (a drain's and the policy's checkpoint at the same commit: written once)
         ctx = context()
         rank, size = ctx.topology()[:2]
         generation = ctx.assignment.generation if ctx.assignment is not None else 0
