@@ -171,3 +171,18 @@ def test_a_sampler_deals_by_rank_or_by_group_and_says_so() -> None:
     assert ElasticSampler(range(8)).by == "rank" and ElasticSampler(range(8), by="group").by == "group"
     with pytest.raises(ValueError, match="ElasticSampler\\(by='host'\\): deal by 'rank' or 'group'"):
         ElasticSampler(range(8), by="host")
+
+
+def test_a_truncated_newest_checkpoint_is_reported_and_the_one_before_used(mesh, tmp_path) -> None:
+    folder = _folder(tmp_path)
+    objects = _build(mesh)
+    for commits in (1, 2):
+        folder.write(objects, {}, commits, 0, {})
+    newest = folder.checkpoints()[0]
+    (newest / ".metadata").write_bytes((newest / ".metadata").read_bytes()[:20])  # cut short
+    said: list[str] = []
+    assert folder.newest(said.append) == folder.checkpoints()[1]
+    assert len(said) == 1 and "sharded-step-000000000002/.metadata cannot be read as DCP metadata" in said[0]
+    (folder.checkpoints()[1] / ".metadata").write_bytes(pickle.dumps(Planted()))
+    with pytest.raises(UntrustedCheckpointError, match="builtins.print"):
+        folder.newest(said.append)  # planted code is refused, never skipped for an older one

@@ -29,7 +29,7 @@ import pickle
 import re
 import shutil
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -178,6 +178,19 @@ class ShardedCheckpoints:
             return []
         found = [p for p in self.path.iterdir() if _NAME.match(p.name) and (p / ".metadata").is_file()]
         return sorted(found, key=lambda p: p.name, reverse=True)
+
+    def newest(self, report: Callable[[str], None]) -> pathlib.Path | None:
+        """The newest whole checkpoint whose metadata reads (rank 0 asks, before the collective
+        load): one truncated or emptied is reported and the one before it used, as for whole
+        states; one holding planted code is refused (`UntrustedCheckpointError`), never skipped."""
+        for path in self.checkpoints():
+            try:
+                _CheckedReader(path, self.trusted).read_metadata()
+            except CheckpointMismatchError as exc:
+                report(f"{exc}; trying the checkpoint before it")
+                continue
+            return path
+        return None
 
     def load(self, path: pathlib.Path, objects: Mapping[str, Any], plain: Mapping[str, Any]) -> dict[str, Any]:
         """Load the checkpoint at `path` into the live objects (resharded onto their mesh);

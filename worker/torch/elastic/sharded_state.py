@@ -278,8 +278,9 @@ class ShardedState(ObjectState):
         load the newest whole checkpoint into every rank's objects, resharded onto this mesh."""
         assert self._dcp is not None
         ctx = context()
-        newest = self._dcp.checkpoints()[:1] if ctx.topology()[0] == 0 else []
-        chosen = broadcast_object(str(newest[0]) if newest else None, 0)
+        newest = self._dcp.newest(lambda message: say(Kind.CHECKPOINT_SKIPPED, reason=message)) \
+            if ctx.topology()[0] == 0 else None
+        chosen = broadcast_object(str(newest) if newest is not None else None, 0)
         if chosen is None:
             return False
         values = self._dcp.load(pathlib.Path(chosen), self._objects(), self._plain())
