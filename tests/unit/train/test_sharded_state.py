@@ -8,6 +8,7 @@ HashStore."""
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 import torch
@@ -147,11 +148,24 @@ def test_a_checkpoint_of_another_model_is_refused_naming_it(mesh, tmp_path) -> N
         folder.load(folder.checkpoints()[0], _build(mesh, hidden=32), {})
 
 
+def planted_payload(note: str) -> None:
+    """What a planted checkpoint would run when unpickled: the tests see it in the captured output.
+
+    A function of this module's, not ``print``: pickle names a function by where it is found now,
+    and Ray (imported by other tests in the same xdist worker) replaces ``builtins.print`` with its
+    own, so ``print`` was pickled as ``ray.experimental.tqdm_ray.safe_print`` in CI.
+    """
+    print(note)
+
+
+PLANTED_NAME = re.escape(f"{planted_payload.__module__}.{planted_payload.__qualname__}")
+
+
 class Planted:
     """An object whose unpickling would run code (any class outside plain data)."""
 
     def __reduce__(self):
-        return (print, ("planted code ran",))
+        return (planted_payload, ("planted code ran",))
 
 
 def test_planted_code_in_the_metadata_or_the_values_is_refused_unless_trusted(mesh, tmp_path, capsys) -> None:
@@ -162,7 +176,7 @@ def test_planted_code_in_the_metadata_or_the_values_is_refused_unless_trusted(me
         folder.load(path, _build(mesh), {"extra": None})
     assert "planted code ran" not in capsys.readouterr().out
     (path / ".metadata").write_bytes(pickle.dumps(Planted()))
-    with pytest.raises(UntrustedCheckpointError, match="holds an object of builtins.print.*--checkpoint-trusted"):
+    with pytest.raises(UntrustedCheckpointError, match=f"holds an object of {PLANTED_NAME}.*--checkpoint-trusted"):
         folder.load(path, _build(mesh), {})
     assert "planted code ran" not in capsys.readouterr().out
 
@@ -184,5 +198,5 @@ def test_a_truncated_newest_checkpoint_is_reported_and_the_one_before_used(mesh,
     assert folder.newest(said.append) == folder.checkpoints()[1]
     assert len(said) == 1 and "sharded-step-000000000002/.metadata cannot be read as DCP metadata" in said[0]
     (folder.checkpoints()[1] / ".metadata").write_bytes(pickle.dumps(Planted()))
-    with pytest.raises(UntrustedCheckpointError, match="builtins.print"):
+    with pytest.raises(UntrustedCheckpointError, match=PLANTED_NAME):
         folder.newest(said.append)  # planted code is refused, never skipped for an older one
