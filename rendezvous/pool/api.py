@@ -30,6 +30,7 @@ from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, MAX_STATUS_PAGE, STATUS_PAGE, EventPage, JobStatus,
                                                    event_page, is_loopback, job_status, serve_pages)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ringmaster.settings import MAX_GROUP_SIZE
 
 #: Seconds between two looks at a held poll's orders.
 HOLD_STEP_S = 0.05
@@ -46,6 +47,9 @@ class SubmitRequest(BaseModel):
     priority: StrictInt = Field(0, ge=-10**9, le=10**9, description="higher runs first under --policy priority")
     gpus_per_worker: Union[StrictInt, StrictFloat] = Field(0, ge=0, le=1e6, description="GPUs each worker takes")
     cpus_per_worker: Union[StrictInt, StrictFloat] = Field(0, ge=0, le=1e6, description="CPUs each worker takes")
+    group_size: StrictInt = Field(1, ge=1, le=MAX_GROUP_SIZE,
+                                  description="workers per replica group (FSDP2 inside a group): the job is sized in "
+                                              "whole groups, min_np and max_np count them whole (default: 1, no groups)")
 
 
 class ScaleRequest(BaseModel):
@@ -73,6 +77,7 @@ class JobRow(BaseModel):
     api_url: Optional[str] = Field(description="the job's own control API and dashboard while it runs")
     sizes: list[tuple[float, int]] = Field(description="(time, size) at each change: its size over time")
     demand: dict[str, float] = Field(description="what each worker takes besides its slot (gpu, cpu)")
+    group_size: int = Field(1, description="workers per replica group: its size changes by whole groups")
     measured: list[dict[str, float]] = Field(
         default_factory=list, description="its mean step at each (hosts, workers) it ran: step_s, and compute_s (the "
                                           "part not spent waiting for the ring); what --policy goodput fits")
@@ -136,7 +141,7 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                       message=job.message, submitted=job.submitted, started_at=job.started_at, ended_at=job.ended_at,
                       resumes=job.resumes, steps_per_second=metrics.steps_per_second() if metrics is not None else None,
                       api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:],
-                      demand=dict(job.demand), measured=pool.measured(job.id))
+                      demand=dict(job.demand), measured=pool.measured(job.id), group_size=job.group_size)
 
     def known(job_id: str, caller: Caller) -> str:
         try:
@@ -159,7 +164,7 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
         try:
             job = pool.submit(list(request.command), request.min_np, request.max_np, request.name, request.queue,
                               request.priority, {"gpu": float(request.gpus_per_worker),
-                                                 "cpu": float(request.cpus_per_worker)})
+                                                 "cpu": float(request.cpus_per_worker)}, request.group_size)
         except TooMany as exc:
             raise HTTPException(status_code=429, detail=str(exc)) from None
         except Refused as exc:

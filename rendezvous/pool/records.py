@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from ringmaster.rendezvous.pool.table import ENDED, LIVE, MAX_COMMAND_ARGS, MAX_DEMAND, PoolJob
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
+from ringmaster.settings import MAX_GROUP_SIZE
 
 #: Sizes over time kept per job in its record.
 SIZES_KEPT = 200
@@ -39,6 +40,7 @@ class JobRecord(BaseModel):
     resumes: StrictInt = Field(0, ge=0)
     sizes: list[tuple[StrictFloat, StrictInt]] = Field(default_factory=list, max_length=SIZES_KEPT)
     demand: dict[StrictStr, StrictFloat] = Field(default_factory=dict, max_length=len(RESOURCES))
+    group_size: StrictInt = Field(1, ge=1, le=MAX_GROUP_SIZE)  # (records from before replica groups have none: 1)
 
 
 def job_key(prefix: str, job_id: str) -> str:
@@ -50,7 +52,8 @@ def to_record(job: PoolJob) -> dict[str, Any]:
                      max_np=job.max_np, submitted_max_np=job.submitted_max_np or job.max_np, command=job.command,
                      submitted=float(job.submitted), state=job.state, placement=dict(job.placement), message=job.message,
                      started_at=job.started_at, ended_at=job.ended_at, resumes=job.resumes,
-                     sizes=[(float(t), int(n)) for t, n in job.sizes[-SIZES_KEPT:]], demand=dict(job.demand)).model_dump()
+                     sizes=[(float(t), int(n)) for t, n in job.sizes[-SIZES_KEPT:]], demand=dict(job.demand),
+                     group_size=job.group_size).model_dump()
 
 
 def from_record(value: Any) -> PoolJob:
@@ -65,13 +68,17 @@ def from_record(value: Any) -> PoolJob:
         raise ValueError(f"state {record.state[:40]!r} is not a job's state")
     if not record.min_np <= record.max_np <= record.submitted_max_np:
         raise ValueError(f"min_np {record.min_np}, max_np {record.max_np}, submitted_max_np {record.submitted_max_np}")
+    if any(n % record.group_size for n in (record.min_np, record.max_np, record.submitted_max_np)):
+        raise ValueError(f"min_np {record.min_np}, max_np {record.max_np}, submitted_max_np {record.submitted_max_np}: "
+                         f"not whole groups of group_size {record.group_size}")
     if any(name not in RESOURCES or not 0 < amount <= MAX_DEMAND for name, amount in record.demand.items()):
         raise ValueError(f"demand {dict(list(record.demand.items())[:4])}: resources {', '.join(RESOURCES)}, each more "
                          f"than 0 and at most {MAX_DEMAND:g}")
     job = PoolJob(record.id, record.name, record.queue, record.priority, record.min_np, record.max_np,
                   list(record.command), record.submitted, message=record.message, started_at=record.started_at,
                   ended_at=record.ended_at, resumes=record.resumes, submitted_max_np=record.submitted_max_np,
-                  sizes=[tuple(s) for s in record.sizes], demand=dict(record.demand))  # type: ignore[misc]
+                  sizes=[tuple(s) for s in record.sizes], demand=dict(record.demand),  # type: ignore[misc]
+                  group_size=record.group_size)
     if record.state in ("running", "suspending", "suspended"):
         job.state, job.reason = "suspended", "the pool started again: it resumes from its last checkpoint"
     elif record.state == "cancelling":

@@ -144,7 +144,7 @@ class PoolService:
         return {h: n for h, n in self.hosts.items() if self.blacklisted.get(h, 0) <= now}
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
-               priority: int, demand: Mapping[str, float] | None = None) -> PoolJob:
+               priority: int, demand: Mapping[str, float] | None = None, group_size: int = 1) -> PoolJob:
         if command and self.launcher == "local" and not self.joining and command[0] not in ("python", "python3") \
                 and shutil.which(command[0]) is None:
             raise Refused(f"command {command[0][:200]!r} is not found on this machine, where the pool's hosts run it: "
@@ -157,7 +157,7 @@ class PoolService:
         totals = self.resource_totals() if not self.joining and every_host_joined else None
         job = self.table.submit(command, min_np, max_np, now, capacity, name, queue, priority,
                                 taken=lambda job_id: (self.checkpoint_root / job_id).exists(), demand=demand,
-                                totals=totals)
+                                totals=totals, group_size=group_size)
         self.dirty.add(job.id)
         self.say(Kind.POOL_JOB_SUBMITTED, job=job.id, queue=job.queue, priority=job.priority, min_np=job.min_np,
                  max_np=job.max_np)
@@ -495,6 +495,7 @@ class PoolService:
         resuming = job.state == "suspended"
         command = [sys.executable, *job.command[1:]] if job.command[0] in ("python", "python3") else job.command
         settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np, elastic=True,  # (resized at will)
+                               group_size=job.group_size,
                                checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
         board = self.board

@@ -18,6 +18,7 @@ from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
 from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
+from ringmaster.settings import MAX_GROUP_SIZE
 
 #: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
@@ -35,6 +36,13 @@ MAX_COMMAND_ARGS, MAX_COMMAND_CHARS = 1000, 64 * 1024
 #: Most of one resource a worker may ask for.
 MAX_DEMAND = 1e6
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+def whole_groups_refusal(flag: str, count: int, group_size: int, who: str = "the job trains in") -> str:
+    """Why `count` workers cannot be: not a whole number of replica groups; the nearest that are."""
+    below, above = count - count % group_size, count - count % group_size + group_size
+    return (f"{flag} {count} is not a whole number of groups: {who} groups of {group_size} (--group-size); give "
+            f"{' or '.join(str(n) for n in (below, above) if n > 0)}")
+
 
 class TooMany(Refused):
     """A submission refused for the pool's bounds on jobs and submissions (HTTP 429)."""
@@ -69,6 +77,7 @@ class PoolJob:
     last_view: Any = None  # its rendezvous' last JobView once that has stopped (its events, for `logs`)
     last_view_wall: float = 0.0  # seconds since the epoch at that view's time
     demand: dict[str, float] = field(default_factory=dict)  # per worker, besides its slot (gpu, cpu)
+    group_size: int = 1  # workers per replica group (--group-size): it is sized in whole groups
 
     @property
     def size(self) -> int:
@@ -90,7 +99,7 @@ class PoolJob:
         """The job as the policy sees it (`scaling`: as measured, for `goodput`)."""
         return JobAsk(self.id, self.min_np, self.max_np, self.submitted, self.queue, self.priority,
                       dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent,
-                      dict(self.demand), attained_s=self.attained(now), scaling=scaling)
+                      dict(self.demand), attained_s=self.attained(now), scaling=scaling, group_size=self.group_size)
 
 
 class JobTable:
@@ -104,12 +113,14 @@ class JobTable:
 
     def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int, name: str | None = None,
                queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False,
-               demand: Mapping[str, float] | None = None, totals: Mapping[str, float] | None = None) -> PoolJob:
+               demand: Mapping[str, float] | None = None, totals: Mapping[str, float] | None = None,
+               group_size: int = 1) -> PoolJob:
         """A new queued job, or `Refused` naming what was wrong. `capacity`: the most slots the
         pool has (a job whose minimum exceeds it could never start); `taken(id)`: whether an id
         was used before this table (its checkpoints are on disk: a new job must not resume them);
         `demand`: what each worker takes besides its slot, out of the pool's `totals` (None: the
-        hosts are not known yet, nothing is checked against them)."""
+        hosts are not known yet, nothing is checked against them); `group_size`: workers per replica
+        group (--group-size), which --min-np and --max-np must count whole."""
         max_np = max_np if max_np is not None else min_np
         demand = {name_: float(amount) for name_, amount in (demand or {}).items() if amount}
         for resource, amount in demand.items():
@@ -129,6 +140,11 @@ class JobTable:
             raise Refused("the command holds a NUL character")
         if not 1 <= min_np <= max_np:
             raise Refused(f"--min-np {min_np} and --max-np {max_np}: need 1 <= min-np <= max-np")
+        if not 1 <= group_size <= MAX_GROUP_SIZE:
+            raise Refused(f"--group-size {group_size}: give 1 (no groups) to {MAX_GROUP_SIZE} workers per replica group")
+        for flag, count in (("--min-np", min_np), ("--max-np", max_np)):
+            if count % group_size:
+                raise Refused(whole_groups_refusal(flag, count, group_size))
         if min_np > capacity:
             raise Refused(f"--min-np {min_np} is more than the pool's {capacity} slots: the job could never start "
                           "(its workers start together or not at all)")
@@ -151,7 +167,7 @@ class JobTable:
             self._count += 1
         job_id = f"{name or 'job'}-{self._count}"
         job = PoolJob(job_id, name or job_id, queue, priority, min_np, max_np, list(command), now,
-                      submitted_max_np=max_np, demand=demand)
+                      submitted_max_np=max_np, demand=demand, group_size=group_size)
         self.jobs[job_id] = job
         self._forget_old()
         return job
@@ -192,6 +208,8 @@ class JobTable:
         if not job.min_np <= np <= job.submitted_max_np:
             raise Refused(f"-np {np}: job {job_id} takes {job.min_np} to {job.submitted_max_np} workers (its --min-np "
                           "and --max-np)")
+        if np % job.group_size:
+            raise Refused(whole_groups_refusal("-np", np, job.group_size, f"job {job_id} trains in"))
         job.max_np = np
         return job
 

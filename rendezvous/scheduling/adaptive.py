@@ -55,7 +55,7 @@ def trusted_size(job: JobAsk, settings: Settings) -> int:
     `explore_factor` times what it has been measured at (its current size where it has no
     measurement yet)."""
     explored = job.scaling.explored if job.scaling is not None else max(job.size, job.min_np)
-    return max(job.min_np, min(job.max_np, math.ceil(settings.explore_factor * explored)))
+    return max(job.min_np, job.whole(min(job.max_np, math.ceil(settings.explore_factor * explored))))
 
 
 def value_curve(job: JobAsk, most: int, settings: Settings) -> np.ndarray:
@@ -78,15 +78,16 @@ def value_curve(job: JobAsk, most: int, settings: Settings) -> np.ndarray:
     return values
 
 
-def _best_step(values: np.ndarray, size: int, room: int) -> tuple[float, int]:
-    """The best gain per slot from `size` to any larger size within `room` more, and that size."""
+def _best_step(values: np.ndarray, size: int, room: int, group: int = 1) -> tuple[float, int]:
+    """The best gain per slot from `size` to any larger size within `room` more, and that size
+    (sizes `group` apart: a job of replica groups grows by whole groups)."""
     top = min(len(values) - 1, size + room)
-    if top <= size:
+    if top < size + group:
         return -math.inf, size
-    ahead = values[size + 1:top + 1]
-    gains = (ahead - values[size]) / np.arange(1, len(ahead) + 1)
+    more = np.arange(group, top - size + 1, group)
+    gains = (values[size + more] - values[size]) / more
     best = int(np.argmax(gains))
-    return float(gains[best]), size + 1 + best
+    return float(gains[best]), size + int(more[best])
 
 
 def goodput(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Settings) -> Sizes:
@@ -101,7 +102,7 @@ def goodput(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: 
     while growing:
         best_gain, best_job, best_size = _NO_GAIN, None, 0
         for job in growing:
-            gain, size = _best_step(curves[job.id], sizes[job.id], left.room(job.demand))
+            gain, size = _best_step(curves[job.id], sizes[job.id], left.room(job.demand), job.group_size)
             if gain > best_gain:
                 best_gain, best_job, best_size = gain, job, size
         if best_job is None:

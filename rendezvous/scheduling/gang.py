@@ -1,5 +1,5 @@
 """The steps every sizer shares: start from the sizes held fixed, admit whole minimums (gang), grow
-with what is left. Pure."""
+with what is left, in whole replica groups (`JobAsk.group_size`). Pure."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def grow_in_order(ordered: Iterable[JobAsk], sizes: Sizes, fixed: Mapping[str, i
     for job in ordered:
         if job.id in fixed or sizes[job.id] == 0:
             continue
-        more = min(job.max_np - sizes[job.id], left.room(job.demand))
+        more = job.whole(min(job.max_np - sizes[job.id], left.room(job.demand)))
         if more > 0:
             sizes[job.id] += more
             left.take(job.demand, more)

@@ -41,11 +41,17 @@ class JobAsk:
     scaling: Scaling | None = None
     #: Seconds its workers pause when it is resized (measured; None: the pool's default).
     resize_cost_s: float | None = None
+    #: Workers per replica group (`--group-size`): every size it is given is a whole number of
+    #: groups (its model is sharded inside a group, so a part of one is no use to it).
+    group_size: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_np <= self.max_np:
             raise ValueError(f"job {self.id}: min_np {self.min_np} and max_np {self.max_np} must satisfy "
                              "1 <= min_np <= max_np")
+        if self.group_size < 1 or self.min_np % self.group_size or self.max_np % self.group_size:
+            raise ValueError(f"job {self.id}: min_np {self.min_np} and max_np {self.max_np} must be whole numbers of "
+                             f"groups of {self.group_size}")
         if any(not 0 <= amount < float("inf") for amount in self.demand.values()):
             raise ValueError(f"job {self.id}: a demand is a finite amount, 0 or more, not {dict(self.demand)}")
         if any(n <= 0 for n in self.placement.values()):
@@ -58,6 +64,10 @@ class JobAsk:
     @property
     def size(self) -> int:
         return sum(self.placement.values())
+
+    def whole(self, workers: int) -> int:
+        """`workers` rounded down to whole groups: the most of them this job can use."""
+        return max(workers, 0) - max(workers, 0) % self.group_size
 
     def pause_s(self, default: float) -> float:
         """Seconds a resize pauses it: as measured, else `default` (the pool's --resize-cost)."""

@@ -13,7 +13,10 @@ rings crossing hosts they need not (a job shrunk from 9 workers on 7 hosts to 4 
 hosts for the rest of its run, half as fast as on one). A job the caller names in `repack` is
 packed again at the size it has too (the caller judged that fewer hosts pay for the pause). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
 workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit, and
-two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0).
+two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0). A job of
+replica groups (`--group-size K`) takes whole groups of a host's slots where it can (hosts of 3
+slots hold a job of 4 in groups of 2 as 2 + 2, not 3 + 1: a group split over two hosts sends
+its FSDP2 all-gathers between them), and splits a group only where no host has room for one.
 Pure: hosts' slots (and resources), current placements and target sizes in; placements out.
 """
 
@@ -41,12 +44,13 @@ def _shrink(current: Mapping[str, int], size: int) -> Placement:
 def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], sizes: Mapping[str, int],
           order: list[str], demand: Mapping[str, Demand] | None = None,
           resources: Mapping[str, Mapping[str, float]] | None = None,
-          repack: Collection[str] = ()) -> dict[str, Placement]:
+          repack: Collection[str] = (), groups: Mapping[str, int] | None = None) -> dict[str, Placement]:
     """Each job's placement. `hosts`: usable hosts and their slots; `current`: where jobs run now;
     `sizes`: target sizes (their sum at most the slots); `order`: jobs in the order they are
     placed (precedence); `demand`: what a job's worker takes besides its slot, out of each host's
     `resources`. On slots alone every size is placed; where workers ask for other resources a
-    job may be placed short of its size (they do not fit together), which the caller judges."""
+    job may be placed short of its size (they do not fit together), which the caller judges.
+    `groups`: a job's workers per replica group (1 where not named)."""
     if sum(sizes.values()) > sum(hosts.values()):
         raise ValueError(f"sizes {dict(sizes)} need more than the pool's {sum(hosts.values())} slots")
     demand, resources = demand or {}, resources or {}
@@ -80,18 +84,30 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
         return room_in(free[host], asks)
 
     def grow(job: str, placement: Placement, need: int) -> None:
-        """Add `need` workers: own hosts first, then the host that fits the rest best."""
-        for host in sorted((h for h in placement if room(job, h) > 0), key=lambda h: (-free[h][SLOTS], h)):
-            n = min(room(job, host), need)
+        """Add `need` workers: in whole groups on each host where they fit so, then the rest."""
+        group = (groups or {}).get(job, 1)
+        if group > 1:
+            need = grow_on(job, placement, need, group)
+        grow_on(job, placement, need, 1)
+
+    def grow_on(job: str, placement: Placement, need: int, group: int) -> int:
+        """Add up to `need` workers, each host's count for `job` left a multiple of `group`: own
+        hosts first, then the host that fits the rest best. What could not be placed so."""
+        def fits(host: str) -> int:
+            has, more = placement.get(host, 0), min(room(job, host), need)
+            return more - (has + more) % group
+
+        for host in sorted((h for h in placement if fits(h) > 0), key=lambda h: (-free[h][SLOTS], h)):
+            n = fits(host)
             placement[host] += n
             take(job, host, n)
             need -= n
             if need == 0:
-                return
+                return 0
         while need > 0:
-            rooms = {h: r for h in free if h not in placement and (r := room(job, h)) > 0}
+            rooms = {h: r for h in free if h not in placement and (r := fits(h)) > 0}
             if not rooms:
-                return
+                return need
             whole = [h for h, r in rooms.items() if r >= need]
             if whole:  # the rest fits on one host: the one it fills best (empty hosts stay whole)
                 host = min(whole, key=lambda h: (rooms[h], -(hosts[h] - free[h][SLOTS]), h))
@@ -101,6 +117,7 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
             placement[host] = n
             take(job, host, n)
             need -= n
+        return 0
 
     for job in order:  # then growth, and a resized job spread wider than it need be packed again
         size = sizes.get(job, 0)

@@ -126,7 +126,8 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
     sizes, held = target_sizes(policy, capacity, jobs, held_now, now, settings, totals)
     order = _precedence(policy, jobs, settings)
     repack = {j.id for j in jobs if j.id not in held_now and sizes[j.id] == j.size and _pays_to_pack(j, settings)}
-    placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources, repack)
+    placements = place(hosts, usable, sizes, order, {j.id: j.demand for j in jobs}, resources, repack,
+                       {j.id: j.group_size for j in jobs})
     claimed = sum(sizes[j.id] if j.id in held else j.min_np for j in jobs if sizes[j.id] > 0)
     verdicts = {}
     for j in jobs:

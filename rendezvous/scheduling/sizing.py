@@ -17,6 +17,9 @@ together or not at all: gang), then growth toward `--max-np` with what is left o
 `las` and `goodput` (which look at what jobs have done: service attained, speedup measured) are
 in `adaptive`.
 
+A job of replica groups (`--group-size K`: its model sharded inside each group) is given whole
+groups only: its minimum is whole groups, and it grows K workers at a time.
+
 `fixed` jobs (held by the minimum interval between resizes) keep their size and are counted
 first. A job fits where the slots and every resource its workers ask for are left (`Left`).
 Pure: the jobs, what the pool has and the fixed sizes in, a size per job out (0: not running).
@@ -79,22 +82,22 @@ def fair(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Set
         waiting.remove(job)
     for job in waiting:
         sizes[job.id] = 0
-    # Progressive filling, one worker at a time: to the queue whose (dominant) share per unit of
-    # weight is lowest, inside it to its smallest job; a queue none of whose jobs can take one
-    # more is out. On slots alone this is weighted max-min fairness on slots.
+    # Progressive filling, one worker (one replica group) at a time: to the queue whose (dominant)
+    # share per unit of weight is lowest, inside it to its smallest job; a queue none of whose jobs
+    # can take one more is out. On slots alone this is weighted max-min fairness on slots.
     growing = {q: [j for j in by_arrival if j.queue == q and sizes[j.id] > 0 and j.id not in fixed] for q in queues}
     order = {q: i for i, q in enumerate(queues)}
     while True:
-        open_queues = {q: [j for j in members if sizes[j.id] < j.max_np and left.room(j.demand) > 0]
+        open_queues = {q: [j for j in members if sizes[j.id] < j.max_np and left.room(j.demand) >= j.group_size]
                        for q, members in growing.items()}
         open_queues = {q: members for q, members in open_queues.items() if members}
         if not open_queues:
             return sizes
         queue = min(open_queues, key=lambda q: (level(q), order[q]))
         job = min(open_queues[queue], key=lambda j: sizes[j.id])
-        sizes[job.id] += 1
-        left.take(job.demand, 1)
-        hold(job, 1)
+        sizes[job.id] += job.group_size
+        left.take(job.demand, job.group_size)
+        hold(job, job.group_size)
 
 
 SIZERS: dict[str, Callable[[list[JobAsk], Left, Mapping[str, int], Settings], Sizes]] = {

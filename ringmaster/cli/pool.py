@@ -159,6 +159,9 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                         help="GPUs each worker takes (hosts that join with `pool agent` declare theirs; with --policy "
                              "fair, queues get equal dominant shares of slots, GPUs and CPUs)")
     submit.add_argument("--cpus-per-worker", type=float, default=0, metavar="N", help="CPUs each worker takes")
+    submit.add_argument("--group-size", type=int, default=1, metavar="K",
+                        help="workers per replica group (FSDP2 inside a group, hvd.elastic.mesh()): the pool sizes the "
+                             "job in whole groups, so -np, --min-np and --max-np must be multiples of K (default: 1)")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
     jobs = sub.add_parser("jobs", help="list a pool's jobs", description="List a pool's jobs: id, queue, priority, "
                                                                          "state, size, hosts, steps/s and why it is so.")
@@ -231,11 +234,12 @@ def submit(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no training command given; e.g. ringmaster submit --pool URL --min-np 2 python train.py")
-    min_np = args.min_np or args.np or 1
+    min_np = args.min_np or args.np or args.group_size
     max_np = args.max_np or args.np or min_np
     answer = client.post("/jobs", {"command": command, "min_np": min_np, "max_np": max_np, "name": args.name,
                                    "queue": args.queue, "priority": args.priority,
-                                   "gpus_per_worker": args.gpus_per_worker, "cpus_per_worker": args.cpus_per_worker})
+                                   "gpus_per_worker": args.gpus_per_worker, "cpus_per_worker": args.cpus_per_worker,
+                                   "group_size": args.group_size})
     print(answer["id"], file=out)
     return 0
 
@@ -245,11 +249,17 @@ def list_jobs(client: ApiClient, out: TextIO) -> int:
     if not isinstance(rows, list):
         raise ApiError(f"{client.api}/jobs answered something else than a list of jobs")
     print("\n".join(table(("id", "queue", "priority", "state", "size", "hosts", "steps/s", "reason"), [
-        (j["id"], j["queue"], j["priority"], j["state"], f"{j['size']} ({j['min_np']}-{j['max_np']})",
+        (j["id"], j["queue"], j["priority"], j["state"], f"{j['size']} ({j['min_np']}-{j['max_np']}{_groups(j)})",
          ",".join(f"{h}:{n}" for h, n in j["hosts"].items()) or "-",
          "-" if j.get("steps_per_second") is None else f"{j['steps_per_second']:.2f}", j["reason"]) for j in rows])),
           file=out)
     return 0
+
+
+def _groups(row: dict[str, Any]) -> str:
+    """`jobs`' note of a job's replica groups, after its --min-np and --max-np."""
+    group_size = row.get("group_size", 1)
+    return f" in groups of {group_size}" if isinstance(group_size, int) and group_size > 1 else ""
 
 
 def parse_queue_weights(text: str) -> dict[str, float]:

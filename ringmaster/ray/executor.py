@@ -61,11 +61,14 @@ class ElasticRayExecutor:
                  gpus_per_worker: float = 0, *, elastic_timeout_s: float = DEFAULT_ELASTIC_TIMEOUT_S,
                  reset_limit: int | None = None, env_vars: Mapping[str, str] | None = None,
                  discovery_interval_s: float = 1.0, checkpoint_dir: str | None = None, store: str = "memory",
-                 dashboard: bool = True, detached: bool = False, name: str | None = None, **settings: Any) -> None:
+                 dashboard: bool = True, detached: bool = False, name: str | None = None, group_size: int = 1,
+                 **settings: Any) -> None:
         """`settings`: any other field of the job's settings (`ringmaster run`'s flags, e.g.
         `heartbeat_interval_s`, `drain_grace_s`, `checkpoint_every`). Bad values raise
         ValueError naming them. `detached=True` (with a `name`) runs the job's rendezvous in an
-        actor of its own that outlives this driver."""
+        actor of its own that outlives this driver. `group_size`: workers per replica group
+        (`--group-size`: FSDP2 inside a group, `hvd.elastic.mesh()`): the job grows and shrinks by
+        whole groups, so `min_workers` and `max_workers` must count whole groups."""
         check_worker_resources(cpus_per_worker, gpus_per_worker)
         if detached and name is None:
             raise ValueError("detached=True: give the job a name too (name='...'), by which any driver follows it")
@@ -73,6 +76,12 @@ class ElasticRayExecutor:
         self.name = check_name(name) if name is not None else None
         if isinstance(min_workers, int) and isinstance(max_workers, int) and max_workers < min_workers:
             raise ValueError(f"max_workers ({max_workers}) is below min_workers ({min_workers})")
+        if isinstance(group_size, int) and group_size >= 1:
+            for argument, count in (("min_workers", min_workers), ("max_workers", max_workers)):
+                if isinstance(count, int) and count >= 1 and count % group_size:
+                    below, above = count - count % group_size, count - count % group_size + group_size
+                    raise ValueError(f"{argument}={count} is not a whole number of replica groups of group_size="
+                                     f"{group_size}: give {' or '.join(str(n) for n in (below, above) if n > 0)}")
         self.cpus_per_worker = float(cpus_per_worker)
         self.gpus_per_worker = float(gpus_per_worker)
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
@@ -83,6 +92,7 @@ class ElasticRayExecutor:
         try:
             self.settings = JobSettings(
                 command=[sys.executable, *WORKER_COMMAND], min_np=min_workers, max_np=max_workers, elastic=True,
+                group_size=group_size,
                 elastic_timeout_s=elastic_timeout_s, reset_limit=reset_limit, discovery_interval_s=discovery_interval_s,
                 checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None, **settings)
         except ValidationError as exc:

@@ -86,12 +86,16 @@ def test_priority_suspends_the_lower_job_at_a_durable_checkpoint_and_it_resumes_
     assert_every_sample_once(read_logs(tmp_path / "high"), 1)
 
 
-def test_a_host_that_dies_under_a_job_leaves_the_pool_and_the_job_goes_on(run_job, tmp_path) -> None:
-    pool = Pool(run_job, tmp_path, "-H", "hA:2,hB:2", "--blacklist-cooldown", "600")
+def test_a_host_that_dies_under_a_job_of_replica_groups_leaves_the_pool_and_the_job_goes_on_in_whole_groups(
+        run_job, tmp_path) -> None:
+    """A job of groups of 2 (`group_size`, as FSDP2 inside replica groups submits it): the pool
+    gives it whole groups only (hC's lone slot never), and the group on the dead host goes."""
+    pool = Pool(run_job, tmp_path, "-H", "hA:2,hB:2,hC:1", "--blacklist-cooldown", "600")
     stop = tmp_path / "stop"  # (trains until told to)
-    job = pool.submit(tmp_path / "j", 2, 4, epochs=1000, samples=96, stop=stop)
-    pool.wait_job(job, lambda j: j["size"] == 4, 120, "the job on 4 slots")
-    wait_for(lambda: (s := pool.call(f"/jobs/{job}/status")) and s["world_size"] == 4 and s, 120, "4 workers in the ring")
+    job = pool.submit(tmp_path / "j", 2, 6, epochs=1000, samples=96, stop=stop, group_size=2)
+    placed = pool.wait_job(job, lambda j: j["size"] == 4, 120, "the job on 4 slots")
+    assert placed["hosts"] == {"hA": 2, "hB": 2} and placed["group_size"] == 2, placed
+    wait_for(lambda: first_commit_at(tmp_path / "j", 4), 120, "the job training on 4")
     pool_agent = next(h["agent_pid"] for h in pool.call("/hosts") if h["name"] == "hB")
     host = [pool_agent, *(p.pid for p in psutil.Process(pool_agent).children(recursive=True))]
     for pid in host:  # the host dies: its pool agent, the job's agent there and its workers
@@ -103,9 +107,16 @@ def test_a_host_that_dies_under_a_job_leaves_the_pool_and_the_job_goes_on(run_jo
     assert shrunk["state"] == "running"
     hosts = {h["name"]: h for h in pool.call("/hosts")}
     assert hosts["hB"]["blacklisted_for_s"] > 500 and hosts["hB"]["used"] == 0
+    assert hosts["hC"]["used"] == 0  # a slot that completes no group is not the job's
+    wait_for(lambda: any(r["event"] == "synced" and r["size"] == 2 for rs in read_logs(tmp_path / "j").values()
+                         for r in rs), 120, "the job's one group training")
     stop.touch()
-    pool.wait_job(job, lambda j: j["state"] == "succeeded", 300, "the job to finish")
+    done = pool.wait_job(job, lambda j: j["state"] == "succeeded", 300, "the job to finish")
+    assert [size for _, size in done["sizes"]] == [4, 2, 0], done["sizes"]  # never 3, though hC's slot was free
     logs = read_logs(tmp_path / "j")
+    synced = [r for rs in logs.values() for r in rs if r["event"] == "synced"]
+    assert synced and all(r["group_size"] == 2 and r["group"] == r["rank"] // 2 for r in synced), synced
+    assert {r["size"] for r in synced} == {4, 2}, synced
     assert_every_sample_once(logs)
 
 

@@ -144,13 +144,14 @@ def _nothing_committed_lost(log: list[tuple[str, int, int]]) -> None:
 
 
 def test_a_job_on_the_clusters_nodes_finishes_with_identical_replicas(cluster, tmp_path) -> None:
-    executor = ElasticRayExecutor(min_workers=2, max_workers=2)
+    executor = ElasticRayExecutor(min_workers=2, max_workers=2, group_size=2)  # (one replica group of 2)
     executor.start()
     try:
         results = executor.run(ray_training.train, kwargs={"log_path": str(tmp_path / "log"), "until_size": 2})
     finally:
         executor.shutdown()
     _identical_replicas(results, 2)
+    assert [r["group"] for r in results] == [(0, 1, 2), (0, 1, 2)]  # the workers were told their group
     assert executor.dashboard_url and executor.dashboard_url.startswith("http://127.0.0.1:")
 
 

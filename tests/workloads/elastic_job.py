@@ -239,7 +239,8 @@ def main() -> None:
         generation = hvd.context().assignment.generation
         log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, epoch=state.epoch,
             left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"],
-            threads=torch.get_num_threads())
+            threads=torch.get_num_threads(), group=hvd.elastic.replica_group().index,
+            group_size=hvd.elastic.replica_group().size)
         while state.epoch < state.last_epoch:
             for batch_idx, (index, x, y) in enumerate(loader):
                 if args.timestamps:

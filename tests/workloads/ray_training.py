@@ -48,7 +48,9 @@ def train(log_path: str, until_size: int, steps_at_size: int = 10, max_steps: in
 
     loop(state)
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "params": flat.tolist()}
+    group = hvd.elastic.replica_group()
+    return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "params": flat.tolist(),
+            "group": (group.index, group.count, group.size)}
 
 
 def fails(message: str) -> None:

@@ -56,6 +56,8 @@ def test_a_submission_is_queued_and_listed(api) -> None:
     {"command": ["true"], "min_np": 1, "priority": "high"},
     {"command": ["true"], "min_np": 1, "extra": 1},
     {"command": ["true"], "min_np": 10**12},
+    {"command": ["true"], "min_np": 2, "group_size": 2.0},
+    {"command": ["true"], "min_np": 2, "group_size": 0},
 ])
 def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
     client, pool = api
@@ -69,11 +71,23 @@ def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
     ({"command": ["true"], "min_np": 9}, "more than the pool's 8 slots"),
     ({"command": ["true"], "min_np": 1, "queue": "nope"}, "unknown queue 'nope'"),
     ({"command": ["true"], "min_np": 1, "priority": 5000}, "outside -1000..1000"),
+    ({"command": ["true"], "min_np": 2, "max_np": 3, "group_size": 2}, "--max-np 3 is not a whole number of groups"),
 ])
 def test_what_the_pool_cannot_take_is_refused_with_the_reason(api, body, says) -> None:
     client, _ = api
     answer = client.post("/jobs", json=body, headers=AUTH)
     assert answer.status_code == 400 and says in answer.json()["detail"], answer.text
+
+
+def test_a_job_of_replica_groups_is_submitted_listed_and_scaled_in_whole_groups(api) -> None:
+    client, pool = api
+    answer = client.post("/jobs", json={"command": ["true"], "min_np": 2, "max_np": 6, "group_size": 2}, headers=AUTH)
+    assert answer.status_code == 200 and answer.json()["group_size"] == 2, answer.text
+    job_id = answer.json()["id"]
+    assert pool.table.get(job_id).ask().group_size == 2
+    refused = client.post(f"/jobs/{job_id}/scale", json={"np": 5}, headers=AUTH)
+    assert refused.status_code == 409 and "give 4 or 6" in refused.json()["detail"], refused.text
+    assert client.post(f"/jobs/{job_id}/scale", json={"np": 4}, headers=AUTH).status_code == 200
 
 
 def test_cancel_and_scale_of_jobs_that_are_not_there_or_ended(api) -> None:

@@ -103,6 +103,8 @@ def test_a_record_that_does_not_parse_is_skipped_and_said(tmp_path) -> None:
     ({"priority": "high"}, "priority"),
     ({"command": []}, "command"),
     ({"extra": 1}, "extra"),
+    ({"group_size": 2}, "not whole groups of group_size 2"),  # min_np 1
+    ({"group_size": 0}, "group_size"),
 ])
 def test_bad_records_are_refused_naming_the_field(change, says) -> None:
     record = to_record(JobTable(set()).submit(["true"], 1, 2, 0.0, 4))
@@ -146,3 +148,10 @@ def test_a_job_submitted_while_the_store_write_is_on_its_way_is_written_with_the
         return sorted(entry.key for entry in entries)
 
     assert asyncio.run(scenario()) == ["pool/jobs/job-1", "pool/jobs/job-2"]
+
+
+def test_a_jobs_group_size_is_kept_and_a_record_from_before_groups_reads_as_one() -> None:
+    job = JobTable(set()).submit(["true"], 2, 4, 0.0, 4, group_size=2)
+    assert from_record(to_record(job)).group_size == 2
+    old = {k: v for k, v in to_record(JobTable(set()).submit(["true"], 1, 2, 0.0, 4)).items() if k != "group_size"}
+    assert from_record(old).group_size == 1

@@ -24,6 +24,11 @@ def table() -> JobTable:
     ({"name": "x" * 65}, "--name"),
     ({"command": ["python", "a\x00b"]}, "NUL"),
     ({"command": ["x"] * 2000}, "longer than"),
+    ({"group_size": 2, "min_np": 3, "max_np": 4}, "--min-np 3 is not a whole number of groups: the job trains in groups "
+                                                  "of 2 (--group-size); give 2 or 4"),
+    ({"group_size": 2, "max_np": 5}, "--max-np 5 is not a whole number of groups"),
+    ({"group_size": 0}, "--group-size 0: give 1 (no groups) to 4096"),
+    ({"group_size": 5000}, "--group-size 5000"),
 ])
 def test_a_bad_submission_is_refused_naming_what_was_wrong(kwargs, says) -> None:
     args = {"command": ["python", "train.py"], "min_np": 2, "max_np": 4, "now": 0.0, "capacity": 8, **kwargs}
@@ -81,6 +86,16 @@ def test_scale_stays_within_the_submitted_bounds() -> None:
     for np in (1, 7):
         with pytest.raises(Refused, match="takes 2 to 6 workers"):
             t.scale(job.id, np)
+
+
+def test_a_job_of_replica_groups_is_asked_for_and_scaled_in_whole_groups() -> None:
+    t = table()
+    job = t.submit(["true"], 2, 6, 0.0, 8, group_size=2)
+    assert job.group_size == 2 and job.ask().group_size == 2  # what the policies see
+    assert t.scale(job.id, 4).max_np == 4
+    with pytest.raises(Refused, match="-np 3 is not a whole number of groups: job .* trains in groups of 2.*give 2 or 4"):
+        t.scale(job.id, 3)
+    assert job.max_np == 4  # a refused scale changes nothing
 
 
 def test_an_id_used_before_is_not_given_again() -> None:

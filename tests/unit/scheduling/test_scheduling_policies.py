@@ -157,9 +157,28 @@ def test_a_resized_job_spread_over_more_hosts_than_it_needs_is_packed_again() ->
     assert dict(schedule("fifo", hosts, [kept], NOW)["x"].placement) == {"a": 1, "b": 1, "c": 1}
 
 
+def test_a_job_of_replica_groups_gets_whole_groups_and_each_host_holds_whole_groups_where_it_can() -> None:
+    three = {"a": 3, "b": 3, "c": 3}
+    v = schedule("fifo", three, [job("x", 2, 6, 0, group_size=2), job("y", 1, 1, 1)], NOW)
+    assert sizes(v) == {"x": 6, "y": 1}
+    assert sorted(v["x"].placement.values()) == [2, 2, 2]  # not 3 + 3: no group split over two hosts
+    one = schedule("fifo", three, [job("x", 2, 6, 0)], NOW)["x"]  # without groups: the fewest hosts
+    assert sorted(one.placement.values()) == [3, 3]
+    v = schedule("fifo", {"a": 3, "b": 2}, [job("x", 2, 4, 0, group_size=2)], NOW)
+    assert dict(v["x"].placement) == {"a": 2, "b": 2}  # a's third slot would split a group
+    v = schedule("fifo", {"a": 1, "b": 1, "c": 1}, [job("x", 2, 4, 0, group_size=2)], NOW)
+    assert v["x"].size == 2 and len(v["x"].placement) == 2  # no host holds a group: split, and the odd slot left
+    grown = schedule("fifo", {"a": 4, "b": 4}, [job("x", 2, 8, 0, {"a": 1, "b": 1}, group_size=2)], NOW)["x"]
+    assert dict(grown.placement) in ({"a": 4, "b": 4},)
+    v = schedule("fifo", {"a": 4}, [job("x", 2, 4, 0, {"a": 2}, group_size=2), job("y", 1, 1, 1)], NOW)
+    assert sizes(v) == {"x": 2, "y": 1}  # one slot left: not half a group
+
+
 def test_bad_input_is_refused_with_what_was_wrong() -> None:
     with pytest.raises(ValueError, match="min_np 3 and max_np 2"):
         JobAsk("j", 3, 2, 0)
+    with pytest.raises(ValueError, match="min_np 3 and max_np 4 must be whole numbers of groups of 2"):
+        JobAsk("j", 3, 4, 0, group_size=2)
     with pytest.raises(ValueError, match="unknown policy 'lottery'"):
         schedule("lottery", {"a": 1}, [], NOW)
     with pytest.raises(ValueError, match="unique"):

@@ -1,5 +1,5 @@
 """The rules every policy keeps, checked on random pools and queues (hypothesis): sizes within
-each job's min and max or zero, never more slots than exist on any host, whole minimums only,
+each job's min and max or zero, in whole replica groups, never more slots than exist on any host, whole minimums only,
 no waiting job that would fit, work conserved (under `goodput`: where a job gains from it), workers never moved without cause, held jobs
 left alone unless a job starts."""
 
@@ -26,24 +26,25 @@ def pools(draw):
     free = dict(hosts)
     jobs = []
     for i in range(draw(st.integers(0, 7))):
-        min_np = draw(st.integers(1, 12))
-        max_np = min_np + draw(st.integers(0, 10))
+        group = draw(st.sampled_from([1, 1, 2, 3]))  # workers per replica group (--group-size)
+        min_np = group * draw(st.integers(1, max(12 // group, 1)))
+        max_np = min_np + group * draw(st.integers(0, 10 // group))
         placement: dict[str, int] = {}
         if draw(st.booleans()):  # a running job, at a size it was given within its bounds
-            want = draw(st.integers(min_np, max_np))
+            want = group * draw(st.integers(min_np // group, max_np // group))
             for host in draw(st.permutations(sorted(free))):
                 take = min(free[host], want - sum(placement.values()))
                 if take > 0:
                     placement[host] = take
                     free[host] -= take
-            if sum(placement.values()) < min_np:
+            if sum(placement.values()) != want:  # (placed whole, as the pool places)
                 for host, n in placement.items():
                     free[host] += n
                 placement = {}
         resized = draw(st.sampled_from([None, NOW - 5.0, NOW - 500.0])) if placement else None
         jobs.append(JobAsk(f"j{i}", min_np, max_np, submitted=float(draw(st.integers(0, 50))),
                            queue=draw(st.sampled_from(["a", "b", "c"])), priority=draw(st.integers(-2, 2)),
-                           placement=placement, resized_at=resized))
+                           placement=placement, resized_at=resized, group_size=group))
     gone = draw(st.sets(st.sampled_from(sorted(hosts)), max_size=2))  # hosts that failed since
     usable = {h: n for h, n in hosts.items() if h not in gone or len(gone) == len(hosts)}
     return usable, jobs
@@ -59,6 +60,7 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
     for job in jobs:
         verdict = verdicts[job.id]
         assert verdict.size == 0 or job.min_np <= verdict.size <= job.max_np, (job, verdict)
+        assert verdict.size % job.group_size == 0, (job, verdict)  # whole replica groups
         assert all(h in hosts and n > 0 for h, n in verdict.placement.items()), verdict
         for h, n in verdict.placement.items():
             used[h] += n
@@ -79,7 +81,7 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
     starts = any(verdicts[j.id].size > 0 and not j.running for j in jobs)
     for job in held:  # the interval holds a job's size unless a job starts
         assert verdicts[job.id].size == job.size or (starts and verdicts[job.id].size < job.size)
-    growable = [j for j in jobs if 0 < verdicts[j.id].size < j.max_np and j not in held]
+    growable = [j for j in jobs if 0 < verdicts[j.id].size < j.max_np and j not in held and free >= j.group_size]
     if policy == "goodput":  # conserving where growing gains: a slot stays free only if no job gains from it
         growable = [j for j in growable if _gains_from(j, verdicts[j.id].size, free, hosts)]
     assert free == 0 or not growable, (free, growable)  # work conserving
@@ -95,7 +97,7 @@ def _gains_from(job: JobAsk, size: int, free: int, hosts: dict[str, int]) -> boo
     job = replace(job, placement=usable if sum(usable.values()) >= job.min_np else {})
     rules = replace(RULES, host_slots=max(hosts.values()))
     curve = value_curve(job, trusted_size(job, rules), rules)
-    return any(curve[n] > curve[size] for n in range(size + 1, min(len(curve), size + free + 1)))
+    return any(curve[n] > curve[size] for n in range(size + job.group_size, min(len(curve), size + free + 1), job.group_size))
 
 
 @settings(max_examples=200, deadline=None)
@@ -105,7 +107,8 @@ def test_a_plan_is_stable_when_nothing_changes(pool, policy) -> None:
     hosts, jobs = pool
     first = schedule(policy, hosts, jobs, NOW, RULES)
     applied = [JobAsk(j.id, j.min_np, j.max_np, j.submitted, j.queue, j.priority, dict(first[j.id].placement),
-                      resized_at=(NOW if first[j.id].size != j.size else j.resized_at) if first[j.id].size else None)
+                      resized_at=(NOW if first[j.id].size != j.size else j.resized_at) if first[j.id].size else None,
+                      group_size=j.group_size)
                for j in jobs]
     second = schedule(policy, hosts, applied, NOW + 1, RULES)
     for job in applied:
