@@ -232,14 +232,17 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--keep", metavar="DIR", help="keep the workers' logs and the job's output in DIR")
     args = parser.parse_args()
     if args.worker == "plain":
         return plain_worker(args)
     if args.worker == "ringmaster":
         return ringmaster_worker(args)
     with tempfile.TemporaryDirectory(prefix="ringmaster-sharded-") as tmp:
-        plain = run_plain(args, pathlib.Path(tmp))
-        ours = run_ringmaster(args, pathlib.Path(tmp))
+        scratch = pathlib.Path(args.keep or tmp)
+        scratch.mkdir(parents=True, exist_ok=True)
+        plain = run_plain(args, scratch)
+        ours = run_ringmaster(args, scratch)
     base, step, train = (statistics.median(x) for x in (plain["times"], ours["times"], ours["train_times"]))
     peak = max(plain["peaks"])
     print(f"model: {plain['params'] / 1e6:.1f} M parameters, 2 groups of 2 (HSDP), Gloo, 1 thread per worker")

@@ -21,7 +21,7 @@ from torch.distributed.tensor import DTensor
 from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.torch.elastic import ElasticSampler, ShardedState
+from ringmaster.torch.elastic import ElasticSampler, ShardedState, no_init
 from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.torch.elastic.sharded_state import _handler_for
 from ringmaster.worker.train.errors import CheckpointMismatchError
@@ -80,6 +80,44 @@ def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_fo
     assert isinstance(moments["exp_avg"], DTensor), "the optimizer's state is sharded as its parameters"
     _train(again, range(3, 6))
     assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+def test_a_model_built_without_initializing_then_loaded_trains_on_bit_for_bit(mesh) -> None:
+    """A survivor's rebuild after a reset skips torch.nn.init (the commit overwrites every value)."""
+    first = _build(mesh)
+    _train(first, range(2))
+    snapshot, _ = _commit(first)
+    _train(first, range(2, 4))
+    expected = _params(first["model"])
+    probe = torch.full((3,), 7.0)
+    with no_init.skipped():
+        assert torch.equal(nn.init.normal_(probe), torch.full((3,), 7.0))  # left as it is
+        again = _build(mesh)
+    assert not torch.equal(nn.init.normal_(probe), torch.full((3,), 7.0))  # and back after it
+    for name, handler in {n: _handler_for(n, v) for n, v in again.items()}.items():
+        handler.load(snapshot, name)
+    _train(again, range(2, 4))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+def test_the_heap_is_frozen_once_and_only_in_a_worker_a_rendezvous_started(monkeypatch) -> None:
+    import gc
+
+    from ringmaster.torch.elastic import generation_mesh
+
+    monkeypatch.delenv("RINGMASTER_RENDEZVOUS", raising=False)
+    monkeypatch.setitem(generation_mesh._built, "frozen", False)
+    generation_mesh.freeze_heap()
+    assert gc.get_freeze_count() == 0  # a test or a notebook keeps its collector as it was
+    monkeypatch.setenv("RINGMASTER_RENDEZVOUS", "127.0.0.1:1")
+    try:
+        generation_mesh.freeze_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        generation_mesh.freeze_heap()
+        assert gc.get_freeze_count() == frozen  # once per process
+    finally:
+        gc.unfreeze()
 
 
 def test_a_rollback_loads_the_commit_in_place_into_the_live_objects(mesh) -> None:
