@@ -84,6 +84,12 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 MAX_GROUP_SIZE = 4096
 
 
+def nearest_whole_groups(count: int, group_size: int) -> str:
+    """The whole numbers of groups nearest `count` workers, as a refusal offers them: "2 or 4"."""
+    below = count - count % group_size
+    return " or ".join(str(n) for n in (below, below + group_size) if n > 0)
+
+
 class JobSettings(BaseModel):
     """What `ringmaster run` / `ringmaster serve` were asked to do."""
 
@@ -169,9 +175,8 @@ class JobSettings(BaseModel):
             raise ValueError(f"--max-np ({self.max_np}) must be at least --min-np ({self.min_np})")
         for flag, count in (("--min-np", self.min_np), ("--max-np", self.max_np)):
             if count is not None and count % self.group_size:
-                below, above = count - count % self.group_size, count - count % self.group_size + self.group_size
                 raise ValueError(f"{flag} {count} is not a whole number of groups of --group-size {self.group_size}: "
-                                 f"give {' or '.join(str(n) for n in (below, above) if n > 0)}")
+                                 f"give {nearest_whole_groups(count, self.group_size)}")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError(
                 f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "

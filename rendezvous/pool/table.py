@@ -18,7 +18,7 @@ from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
 from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
-from ringmaster.settings import MAX_GROUP_SIZE
+from ringmaster.settings import MAX_GROUP_SIZE, nearest_whole_groups
 
 #: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
@@ -39,9 +39,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 def whole_groups_refusal(flag: str, count: int, group_size: int, who: str = "the job trains in") -> str:
     """Why `count` workers cannot be: not a whole number of replica groups; the nearest that are."""
-    below, above = count - count % group_size, count - count % group_size + group_size
     return (f"{flag} {count} is not a whole number of groups: {who} groups of {group_size} (--group-size); give "
-            f"{' or '.join(str(n) for n in (below, above) if n > 0)}")
+            f"{nearest_whole_groups(count, group_size)}")
 
 
 class TooMany(Refused):

@@ -30,7 +30,7 @@ from ringmaster.ray.job import RayJob, RayJobEnd, RayJobFailed, RayJobSpec, work
 from ringmaster.ray.nodes import check_worker_resources
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.state.url import parse_store
-from ringmaster.settings import DEFAULT_ELASTIC_TIMEOUT_S, JobSettings
+from ringmaster.settings import DEFAULT_ELASTIC_TIMEOUT_S, JobSettings, nearest_whole_groups
 
 #: What every worker runs: the training call the driver gave (`ringmaster.ray.worker_main`).
 WORKER_COMMAND = ["-m", "ringmaster.ray.worker_main"]
@@ -79,9 +79,8 @@ class ElasticRayExecutor:
         if isinstance(group_size, int) and group_size >= 1:
             for argument, count in (("min_workers", min_workers), ("max_workers", max_workers)):
                 if isinstance(count, int) and count >= 1 and count % group_size:
-                    below, above = count - count % group_size, count - count % group_size + group_size
                     raise ValueError(f"{argument}={count} is not a whole number of replica groups of group_size="
-                                     f"{group_size}: give {' or '.join(str(n) for n in (below, above) if n > 0)}")
+                                     f"{group_size}: give {nearest_whole_groups(count, group_size)}")
         self.cpus_per_worker = float(cpus_per_worker)
         self.gpus_per_worker = float(gpus_per_worker)
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}

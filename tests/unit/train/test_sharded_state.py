@@ -65,17 +65,25 @@ def _commit(objects: dict) -> tuple[HostSnapshot, dict]:
     return snapshot, handlers
 
 
-def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_for_bit(mesh) -> None:
+def _committed_then_trained(mesh, steps: int) -> tuple[HostSnapshot, list[torch.Tensor]]:
+    """A commit after `steps` steps, and the parameters `steps` steps more reach from it."""
     first = _build(mesh)
-    _train(first, range(3))
+    _train(first, range(steps))
     snapshot, _ = _commit(first)
-    _train(first, range(3, 6))
-    expected = _params(first["model"])
+    _train(first, range(steps, 2 * steps))
+    return snapshot, _params(first["model"])
 
+
+def _load(objects: dict, snapshot: HostSnapshot) -> None:
+    for name, value in objects.items():
+        _handler_for(name, value).load(snapshot, name)
+
+
+def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_for_bit(mesh) -> None:
+    snapshot, expected = _committed_then_trained(mesh, 3)
     again = _build(mesh)  # a new generation: new objects, the optimizer without state
     assert not again["optimizer"].state
-    for name, handler in {n: _handler_for(n, v) for n, v in again.items()}.items():
-        handler.load(snapshot, name)
+    _load(again, snapshot)
     moments = next(iter(again["optimizer"].state.values()))
     assert isinstance(moments["exp_avg"], DTensor), "the optimizer's state is sharded as its parameters"
     _train(again, range(3, 6))
@@ -84,18 +92,13 @@ def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_fo
 
 def test_a_model_built_without_initializing_then_loaded_trains_on_bit_for_bit(mesh) -> None:
     """A survivor's rebuild after a reset skips torch.nn.init (the commit overwrites every value)."""
-    first = _build(mesh)
-    _train(first, range(2))
-    snapshot, _ = _commit(first)
-    _train(first, range(2, 4))
-    expected = _params(first["model"])
+    snapshot, expected = _committed_then_trained(mesh, 2)
     probe = torch.full((3,), 7.0)
     with no_init.skipped():
         assert torch.equal(nn.init.normal_(probe), torch.full((3,), 7.0))  # left as it is
         again = _build(mesh)
     assert not torch.equal(nn.init.normal_(probe), torch.full((3,), 7.0))  # and back after it
-    for name, handler in {n: _handler_for(n, v) for n, v in again.items()}.items():
-        handler.load(snapshot, name)
+    _load(again, snapshot)
     _train(again, range(2, 4))
     assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
 
