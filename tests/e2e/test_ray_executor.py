@@ -282,14 +282,24 @@ DRIVER = WORKLOADS / "ray_detached_driver.py"
 
 
 def _driver(made, name: str, log, steps: int, store: str = "memory", checkpoint_dir=None):
-    """A second Ray driver, in its own process group, that starts the detached job `name` and waits."""
+    """A second Ray driver, in its own process group, that starts the detached job `name` and waits.
+    Its output goes to `LOG.driver` (`_driver_said` reads it back for a failure's message)."""
     import subprocess
 
     argv = [sys.executable, str(DRIVER), made.address, name, str(log), str(steps), store]
     if checkpoint_dir is not None:
         argv.append(str(checkpoint_dir))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORKLOADS), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(argv, env=env, start_new_session=True)
+    with open(f"{log}.driver", "wb") as output:
+        return subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=subprocess.STDOUT)
+
+
+def _driver_said(log) -> str:
+    """The last of what the driver printed (its traceback, when it failed)."""
+    try:
+        return pathlib.Path(f"{log}.driver").read_text(errors="replace")[-3000:]
+    except OSError as error:
+        return f"(no output: {error})"
 
 
 def _kill_group(process) -> None:
@@ -359,7 +369,7 @@ def test_a_detached_job_on_etcd_carries_on_from_its_checkpoint_when_its_holder_d
         # This job's holder by its own word (an earlier test's holder may still be on its way out)
         holder_pid = ray.get(job._holder.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
         psutil.Process(holder_pid).kill()  # Ray restarts it; the driver's wait for the result goes to the new one
-        assert driver.wait(JOB_TIMEOUT_S) == 0, "the driver did not read the job's result"
+        assert driver.wait(JOB_TIMEOUT_S) == 0, f"the driver did not read the job's result:\n{_driver_said(log)}"
     finally:
         _kill_group(driver)
     run = _log(log)
