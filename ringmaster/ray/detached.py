@@ -157,6 +157,11 @@ class DetachedRayJob:
 
         try:
             return ray.get(self._holder.wait.remote(wait_s), timeout=wait_s + 60)
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+            # A holder Ray is restarting (or one too starved to answer) has not ended: not yet.
+            # Ray raises the first at once while the actor is away, hence the pause.
+            time.sleep(min(max(wait_s, 0.1), POLL_S))
+            return None
         except ray.exceptions.RayActorError as exc:
             raise RayJobFailed(f"the actor holding job {self.name!r} ended without a result: "
                                f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}") from None
