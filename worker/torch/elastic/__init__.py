@@ -6,7 +6,7 @@ import functools
 import os
 import time
 import traceback
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch.distributed as dist
 from torch.profiler import record_function
@@ -20,10 +20,22 @@ from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
 from ringmaster.torch.elastic.generation_mesh import mesh
 from ringmaster.torch.elastic.generation_mesh import release as release_mesh
 from ringmaster.torch.elastic.sampler import ElasticSampler
-from ringmaster.torch.elastic.sharded_state import ShardedState
 from ringmaster.torch.elastic.state import ObjectState, State, TorchState
 
+if TYPE_CHECKING:
+    from ringmaster.torch.elastic.sharded_state import ShardedState
+
 T = TypeVar("T")
+
+
+def __getattr__(name: str) -> object:
+    """`ShardedState` is imported on first use: it brings torch.distributed.checkpoint and DTensor
+    (a second of CPU per worker), which only jobs of sharded state need."""
+    if name == "ShardedState":
+        from ringmaster.torch.elastic.sharded_state import ShardedState
+
+        return ShardedState
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: torch.distributed's errors of a transport: a peer's failure, whatever the rendezvous says.
 PEER_FAILURES: tuple[type[Exception], ...] = (dist.DistBackendError, dist.DistNetworkError)
