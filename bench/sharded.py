@@ -136,10 +136,18 @@ def ringmaster_worker(args: argparse.Namespace) -> None:
             train_step({"model": state.model, "optimizer": state.optimizer}, args, state.step, hvd.rank())
             trained = time.perf_counter()
             state.step += 1
-            state.commit()
-            log.write(json.dumps({"event": "step", "generation": generation, "rank": hvd.rank(), "size": hvd.size(),
-                                  "step": state.step, "time": time.time(), "train_s": trained - started,
-                                  "step_s": time.perf_counter() - started, "rss_mb": peak_rss_mb()}) + "\n")
+
+            def logged() -> None:
+                log.write(json.dumps({"event": "step", "generation": generation, "rank": hvd.rank(), "size": hvd.size(),
+                                      "step": state.step, "time": time.time(), "train_s": trained - started,
+                                      "step_s": time.perf_counter() - started, "rss_mb": peak_rss_mb()}) + "\n")
+
+            try:
+                state.commit()
+            except hvd.elastic.HostsUpdatedInterrupt:
+                logged()  # (committed, then told of the new ring: the pause starts here, not a step earlier)
+                raise
+            logged()
 
     train(state)
 

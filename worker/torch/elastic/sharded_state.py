@@ -155,28 +155,35 @@ class ShardedState(ObjectState):
         freeze_heap()  # (now, while this worker warms up, not in a reset: see generation_mesh)
 
     # ------------------------------------------------------------ the generation's objects
-    def _ensure_built(self) -> bool:
+    def _ensure_built(self, commit_coming: bool = False) -> bool:
         """Build the objects on this generation's mesh (collective: every rank calls it in the
         same generation). True when they were (re)built, so the commit must be loaded into them.
 
         A worker that holds a commit of them loads one into every object built (its own, or one
         a peer sends), so it builds them without `torch.nn.init`'s work (`no_init`): a tenth of
-        a second and more of a survivor's recovery for a model of 20 M parameters. Should the
-        build make an object its commits do not hold, it is built again the usual way."""
+        a second and more of a survivor's recovery for a model of 20 M parameters. So does a
+        newcomer to a ring where some rank holds a commit (`commit_coming`: one is sent to it).
+        Should the build make an object its commits do not hold, it is built again the usual
+        way (a newcomer's, once it received its commit: `_rebuild_uncommitted`)."""
         ctx = context()
         generation = ctx.assignment.generation if ctx.assignment is not None else 0
         if self._built_generation == generation and self._handlers:
             return False
         self._drop_objects()
         generation_mesh = mesh()
-        if self._commits > 0:
+        if self._commits > 0 or commit_coming:
             with no_init.skipped():
                 built = self._build(generation_mesh)
-            if isinstance(built, Mapping) and not set(built) <= set(self._snapshot.skeleton):
+            if self._commits > 0 and isinstance(built, Mapping) and not set(built) <= set(self._snapshot.skeleton):
                 del built  # (an object no commit of this worker holds: its initial values count)
                 built = self._build(generation_mesh)
         else:
             built = self._build(generation_mesh)
+        self._adopt(built, generation)
+        return True
+
+    def _adopt(self, built: object, generation: int) -> None:
+        """Make what `build(mesh)` returned this state's objects of `generation`."""
         if not isinstance(built, Mapping):
             raise TypeError(f"build(mesh) must return a dict of named objects ({{'model': ..., 'optimizer': ...}}), "
                             f"got {type(built).__name__}")
@@ -190,7 +197,18 @@ class ShardedState(ObjectState):
         for name, handler in handlers.items():
             object.__setattr__(self, name, handler.value)
         self._built_generation = generation
-        return True
+
+    def _rebuild_uncommitted(self, received: bool) -> None:
+        """A newcomer built its objects without initializing them for the commit a peer sent;
+        should that commit lack one of them (or, against the plan, none come), they are built
+        again the usual way, so that what no commit overwrites starts from its initial values."""
+        if received and set(self._handlers) <= set(self._snapshot.skeleton):
+            return
+        generation = self._built_generation
+        self._drop_objects()
+        self._adopt(self._build(mesh()), 0 if generation is None else generation)
+        if not received:  # (its "commit 0" was taken of the uninitialized objects)
+            self._snapshot.capture(self._entries())
 
     def _drop_objects(self) -> None:
         """Forget the objects built on an old mesh, so that releasing it can free its groups."""
@@ -316,17 +334,22 @@ class ShardedState(ObjectState):
         ctx = context()
         comm = ctx.communicator()
         group = replica_group()
-        rebuilt = self._ensure_built()
-        if not any(name in self._snapshot.skeleton for name in self._handlers):  # never committed with them
-            self._snapshot.capture(self._entries())
-            self._committed_index = group.rank
+        if self._commits == 0:
+            self._committed_index = group.rank  # (its "commit 0", once built, is at its own index)
         held = self._commits
 
         def gather() -> list[torch.Tensor]:
             return comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits,
                                                 self._previous_commits, int(after_reset)], dtype=torch.int64))
 
-        rows = gather()
+        rows = gather()  # (before the build: a newcomer that will be sent a commit skips initializing)
+        # A newcomer to a ring that holds a commit whole (every shard index) is sent that commit.
+        coming = consistent_commit([Holding(*(int(x) for x in row[:4].tolist())) for row in rows], group.size)
+        blind = self._commits == 0 and coming is not None and coming > 0
+        rebuilt = self._ensure_built(commit_coming=blind)
+        if not any(name in self._snapshot.skeleton for name in self._handlers):  # never committed with them
+            self._snapshot.capture(self._entries())
+            self._committed_index = group.rank
         resumed = False
         if self._dcp is not None and not self._tried_disk and all(int(row[2]) == 0 for row in rows):
             self._tried_disk = True
@@ -352,6 +375,8 @@ class ShardedState(ObjectState):
             self._commits = count
         self._previous_commits = NONE
         self._committed_index = group.rank
+        if blind and rebuilt:
+            self._rebuild_uncommitted(received)
         if (rebuilt and not resumed) or received or went_back:
             self._load_entries(self._snapshot)
         ctx.note_commit(self._commits, received=self._commits != held or received)
