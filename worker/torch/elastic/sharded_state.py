@@ -26,6 +26,7 @@ worker died) loads the newest, resharded onto its mesh, whatever group size wrot
 
 from __future__ import annotations
 
+import importlib
 import io
 import pathlib
 import time
@@ -52,6 +53,10 @@ from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.replica_guard import compare_live_state
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
 
+#: Imported while the worker warms up rather than in its first build on a generation's mesh:
+#: the first optimizer a build makes imports torch._dynamo (torch.optim's constructors are
+#: wrapped by it), 0.6 s of CPU that a newcomer group would spend while the survivors wait.
+WARM_IMPORTS = ("torch._dynamo",)
 #: How long a durable checkpoint that failed (not on the disk) waits for the rendezvous' word that
 #: the generation is over, which makes it a peer's failure (as `elastic.MESH_FAILURE_WAIT_S`).
 PEER_FAILURE_WAIT_S = 10.0
@@ -152,6 +157,8 @@ class ShardedState(ObjectState):
         self._dcp = None if settings is None else ShardedCheckpoints(
             settings.directory.path, settings.policy, settings.directory.keep, settings.trusted)
         self._dcp_failing = ""  # why the last durable checkpoint failed; "" after one was written
+        for module in WARM_IMPORTS:
+            importlib.import_module(module)
         freeze_heap()  # (now, while this worker warms up, not in a reset: see generation_mesh)
 
     # ------------------------------------------------------------ the generation's objects
