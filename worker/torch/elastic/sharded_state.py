@@ -205,17 +205,15 @@ class ShardedState(ObjectState):
             object.__setattr__(self, name, handler.value)
         self._built_generation = generation
 
-    def _rebuild_uncommitted(self, received: bool) -> None:
+    def _rebuild_uncommitted(self) -> None:
         """A newcomer built its objects without initializing them for the commit a peer sent;
-        should that commit lack one of them (or, against the plan, none come), they are built
-        again the usual way, so that what no commit overwrites starts from its initial values."""
-        if received and set(self._handlers) <= set(self._snapshot.skeleton):
+        should that commit lack one of them, they are built again the usual way, so that what
+        no commit overwrites starts from its initial values."""
+        if set(self._handlers) <= set(self._snapshot.skeleton):
             return
         generation = self._built_generation
         self._drop_objects()
         self._adopt(self._build(mesh()), 0 if generation is None else generation)
-        if not received:  # (its "commit 0" was taken of the uninitialized objects)
-            self._snapshot.capture(self._entries())
 
     def _drop_objects(self) -> None:
         """Forget the objects built on an old mesh, so that releasing it can free its groups."""
@@ -349,10 +347,15 @@ class ShardedState(ObjectState):
             return comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits,
                                                 self._previous_commits, int(after_reset)], dtype=torch.int64))
 
+        def holdings_of(rows: list[torch.Tensor]) -> list[Holding]:
+            return [Holding(*(int(x) for x in row[:4].tolist())) for row in rows]
+
         rows = gather()  # (before the build: a newcomer that will be sent a commit skips initializing)
-        # A newcomer to a ring that holds a commit whole (every shard index) is sent that commit.
-        coming = consistent_commit([Holding(*(int(x) for x in row[:4].tolist())) for row in rows], group.size)
-        blind = self._commits == 0 and coming is not None and coming > 0
+        holdings = holdings_of(rows)
+        count = consistent_commit(holdings, group.size)
+        # A newcomer to a ring that holds a commit whole (every shard index) is sent that commit
+        # (it holds none of it), so the commit overwrites whatever its build would initialize.
+        blind = self._commits == 0 and count is not None and count > 0
         rebuilt = self._ensure_built(commit_coming=blind)
         if not any(name in self._snapshot.skeleton for name in self._handlers):  # never committed with them
             self._snapshot.capture(self._entries())
@@ -363,9 +366,9 @@ class ShardedState(ObjectState):
             resumed = self._resume_from_checkpoint()
             if resumed:
                 rows = gather()
-        holdings = [Holding(*(int(x) for x in row[:4].tolist())) for row in rows]
+                holdings = holdings_of(rows)
+                count = consistent_commit(holdings, group.size)
         any_reset = resumed or any(int(row[4]) for row in rows)
-        count = consistent_commit(holdings, group.size)
         if count is None:
             raise RuntimeError(
                 "no commit is held whole by the workers left: every worker that held some shard's latest commits "
@@ -383,7 +386,7 @@ class ShardedState(ObjectState):
         self._previous_commits = NONE
         self._committed_index = group.rank
         if blind and rebuilt:
-            self._rebuild_uncommitted(received)
+            self._rebuild_uncommitted()
         if (rebuilt and not resumed) or received or went_back:
             self._load_entries(self._snapshot)
         ctx.note_commit(self._commits, received=self._commits != held or received)
