@@ -196,8 +196,13 @@ class Job:
         return found
 
     #: The events that tell how a job's rings went (for `story`).
-    STORY_KINDS = ("generation.formed", "generation.over", "worker.failed", "worker.exited", "host.blacklisted",
-                   "host.spared", "host.kept_for_commit", "commits.lost", "job.succeeded", "job.failed")
+    STORY_KINDS = ("generation.formed", "generation.over", "worker.failed", "worker.exited", "host.lost",
+                   "host.blacklisted", "host.spared", "host.kept_for_commit", "commits.lost", "job.succeeded",
+                   "job.failed", "rendezvous.stalled", "agent.stopping", "agent.gave_up",
+                   # a pool's: where its jobs went, and why its hosts left
+                   "pool.job_started", "pool.job_resized", "pool.job_suspending", "pool.agent_stops",
+                   "pool.agent_trouble", "pool.host_blacklisted", "pool.host_agent_ended", "pool.host_lapsed",
+                   "pool.stalled")
 
     def story(self) -> str:
         """How the job's rings went, one short line per event, seconds from the first event: an

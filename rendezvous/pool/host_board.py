@@ -30,6 +30,8 @@ from ringmaster.rendezvous.server.launchers import AgentOptions
 
 #: Seconds a poll is held open when nothing changes for its host.
 POLL_HOLD_S = 5.0
+#: Seconds a host's pool agent may go without polling before the host leaves the pool.
+DEFAULT_HOST_TIMEOUT_S = 15.0
 #: Most of one resource (GPUs, CPUs) a host may declare.
 MAX_RESOURCE = 1e6
 #: Most job agents one host reports at once (running or ended) in a poll.
@@ -84,7 +86,7 @@ class _Joined:
 class HostBoard:
     """Joined hosts, their orders, and what their agents said of the jobs' agents."""
 
-    def __init__(self, timeout_s: float = 15.0) -> None:
+    def __init__(self, timeout_s: float = DEFAULT_HOST_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._hosts: dict[str, _Joined] = {}
@@ -192,6 +194,16 @@ class HostBoard:
                 return False
             self._drop(host, "its pool agent left the pool")
             return True
+
+    def stalled(self, seconds: float) -> None:
+        """The pool did not run for `seconds` (stopped, swapped out, starved): the polls hosts sent
+        meanwhile wait unread in its sockets, so that time is not counted as their silence."""
+        with self._lock:
+            for joined in self._hosts.values():
+                joined.seen += seconds
+            for waiting in self._pending.values():
+                for run, (order, since) in list(waiting.items()):
+                    waiting[run] = (order, since + seconds)
 
     def lapse(self, now: float) -> list[str]:
         """Hosts whose agent has not polled within `timeout_s` leave; their names. An order for a

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import pathlib
 import shutil
 import sys
@@ -32,7 +33,7 @@ from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import NO_ROWS, JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
 from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
-from ringmaster.rendezvous.pool.host_board import HostBoard
+from ringmaster.rendezvous.pool.host_board import DEFAULT_HOST_TIMEOUT_S, HostBoard
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
 from ringmaster.rendezvous.pool.scaling_fits import ScalingFits
 from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
@@ -56,6 +57,10 @@ HOST_AGENTS_STOP_S = 10.0
 MAX_GANG = 1_000_000
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
 SCHEDULE_INTERVAL_S = 0.5
+#: Seconds between two looks at whether the pool's own loop runs (`_watch_own_stalls`).
+STALL_PROBE_S = 0.25
+#: A look this much later than due means the pool did not run meanwhile (as the rendezvous' rule).
+STALL_S = 1.5
 
 
 @dataclass
@@ -73,7 +78,8 @@ class PoolService:
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
                  discovery_interval_s: float = 1.0, blacklist_cooldown_s: float = 300.0,
                  store: KeyValueStore | None = None, leadership: Leadership | None = None, prefix: str = "",
-                 board: HostBoard | None = None, join_secret: str | None = None, tls: ServerTls | None = None) -> None:
+                 board: HostBoard | None = None, join_secret: str | None = None, tls: ServerTls | None = None,
+                 host_timeout_s: float = DEFAULT_HOST_TIMEOUT_S) -> None:
         """`job_settings`: JobSettings fields every job gets (spares, grace periods...); `say(kind,
         **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
         are kept under `prefix` and taken up again by the next pool that leads it.
@@ -85,7 +91,7 @@ class PoolService:
         self.source = source
         self.tls = tls  # every job's rendezvous serves with it (None: plain)
         self.joining = board is not None
-        self.board = board if board is not None else HostBoard()
+        self.board = board if board is not None else HostBoard(host_timeout_s)
         self.join_secret = join_secret or generate_secret()
         self.url = ""  # the pool's API, which the pool agents it starts dial (set before `run`)
         self.host_agents: Launcher | None = None
@@ -96,6 +102,7 @@ class PoolService:
         self._named_at: float | None = None
         self._gathered = False
         self._taken_up = False
+        self._probed_at = time.monotonic()  # when `_watch_own_stalls` last saw the loop run
         self.policy = policy
         self.rules = rules
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
@@ -216,11 +223,13 @@ class PoolService:
         """Take up the jobs the store kept, then poll the hosts, reap ended jobs, schedule and
         save, until `stop()` (or another pool leads); then stop every job."""
         await self.take_up()
+        if self.policy == "goodput":  # its first fit would import scipy.optimize on this loop, for seconds
+            await asyncio.to_thread(importlib.import_module, "scipy.optimize")
         if not self.joining and self.launcher in HOST_AGENT_LAUNCHERS:
             self.host_agents = pool_agent_launcher(
                 self.launcher, self.url, self.join_secret, lambda host: self.expected.get(host, 1), self.ssh,
                 on_event=lambda host, how: self.say(Kind.POOL_HOST_AGENT_STARTING, host=host, how=how))
-        background = [asyncio.create_task(self._poll_hosts())]
+        background = [asyncio.create_task(self._poll_hosts()), asyncio.create_task(self._watch_own_stalls())]
         if self.leadership is not None:
             background.append(asyncio.create_task(self.leadership.keep(lambda trouble: None)))
         try:
@@ -231,8 +240,10 @@ class PoolService:
                 if self.leadership is not None and self.leadership.lost.is_set():
                     self.deposed = self.leadership.lost_reason or "another pool leads"
                     break
-                if self.board.lapse(time.time()):
-                    self.changed.set()
+                if not self._stalled_now():  # (else its hosts' polls are still unread: see _watch_own_stalls)
+                    for host in self.board.lapse(time.time()):
+                        self.say(Kind.POOL_HOST_LAPSED, host=host, timeout_s=self.board.timeout_s)
+                        self.changed.set()
                 self._reap()
                 if not self._stop:
                     self._schedule(time.time())
@@ -320,6 +331,25 @@ class PoolService:
                          slots=sum(hosts.values()))
                 self.changed.set()
             await asyncio.sleep(self.discovery_interval_s)
+
+    async def _watch_own_stalls(self) -> None:
+        """Find the time the pool itself did not run (a SIGSTOP, swapping, a starved machine, a
+        long blocking call): hosts polled meanwhile, so the board does not count it as their
+        silence, and it is said. Else every host would leave the pool after a long enough stall,
+        and every job on them would lose them (as the rendezvous judges its hosts, `host_pool`)."""
+        self._probed_at = time.monotonic()
+        while True:
+            await asyncio.sleep(STALL_PROBE_S)
+            now = time.monotonic()
+            late = now - self._probed_at - STALL_PROBE_S
+            self._probed_at = now
+            if late > STALL_S:
+                self.board.stalled(late)
+                self.say(Kind.POOL_STALLED, seconds=late)
+
+    def _stalled_now(self) -> bool:
+        """Is the pool's loop only now back from a stall that `_watch_own_stalls` has not seen yet?"""
+        return time.monotonic() - self._probed_at > STALL_S + STALL_PROBE_S
 
     def _named(self, expected: dict[str, int], now: float) -> None:
         self.expected = expected

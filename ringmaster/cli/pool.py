@@ -53,8 +53,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                        help="with --hosts-from-agents: the secret hosts' pool agents derive their keys from (made, "
                             "mode 600, when missing); copy it to the hosts")
     serve.add_argument("--host-timeout", type=float, default=15.0, metavar="S",
-                       help="with --hosts-from-agents: a host whose pool agent has not polled for S seconds leaves the "
-                            "pool (default: 15)")
+                       help="a host whose pool agent has not polled for S seconds leaves the pool (time the pool "
+                            "itself did not run is not counted; default: 15)")
     serve.add_argument("--slots-per-host", type=int, default=None, metavar="N", help="slots of hosts that name none")
     serve.add_argument("--discovery-interval", type=float, default=1.0, metavar="S", help="seconds between two host polls (default: 1)")
     serve.add_argument("--policy", choices=POLICIES, default="fifo",
@@ -345,9 +345,9 @@ def serve(args: argparse.Namespace) -> int:
     rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights),
                   resize_cost_s=args.resize_cost)
     board = join_secret = None
+    if not 0 < args.host_timeout <= 3600:
+        raise UsageError(f"--host-timeout {args.host_timeout:g}: seconds, more than 0 and at most an hour")
     if args.hosts_from_agents:
-        if not 0 < args.host_timeout <= 3600:
-            raise UsageError(f"--host-timeout {args.host_timeout:g}: seconds, more than 0 and at most an hour")
         if not args.join_secret_file:
             raise UsageError("--hosts-from-agents needs --join-secret-file FILE: the secret hosts' pool agents derive "
                              "their keys from (made when missing; copy it to the hosts)")
@@ -387,7 +387,8 @@ def serve(args: argparse.Namespace) -> int:
                                                                        os.environ.get(SSH_OPTIONS_ENV, "")), bind=args.bind, advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
-                           board=board, join_secret=join_secret, tls=server_tls)
+                           board=board, join_secret=join_secret, tls=server_tls,
+                           host_timeout_s=args.host_timeout)
         hosts = await asyncio.to_thread(source.find_hosts)
         await pool.take_up(hosts)
         loop = asyncio.get_running_loop()

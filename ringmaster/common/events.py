@@ -108,6 +108,8 @@ class Kind(enum.StrEnum):
     POOL_AGENT_JOINED = "pool.agent_joined"
     POOL_HOST_AGENT_STARTING = "pool.host_agent_starting"
     POOL_HOST_AGENT_ENDED = "pool.host_agent_ended"
+    POOL_HOST_LAPSED = "pool.host_lapsed"
+    POOL_STALLED = "pool.stalled"
     POOL_AGENT_STARTS = "pool.agent_starts"
     POOL_AGENT_STOPS = "pool.agent_stops"
     POOL_AGENT_TROUBLE = "pool.agent_trouble"
@@ -262,6 +264,10 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_HOST_AGENT_STARTING: Spec(_I, "host {host}: starting its pool agent {how}"),
     Kind.POOL_HOST_AGENT_ENDED: Spec(_W, "host {host}: its pool agent ended ({how}); out of the pool for {cooldown_s:g} s, "
                                          "then started again"),
+    Kind.POOL_HOST_LAPSED: Spec(_W, "host {host} left the pool: its pool agent has not polled for {timeout_s:g} s "
+                                    "(--host-timeout); its jobs count it lost"),
+    Kind.POOL_STALLED: Spec(_W, "the pool did not run for {seconds:.1f} s (stopped, swapped out or starved of CPU); "
+                                "its hosts' silence meanwhile is not counted against them"),
     Kind.POOL_AGENT_STARTS: Spec(_I, "host {host}: starts the agent of job {job} (rendezvous {rendezvous}; started "
                                      "ahead with warm spares: {warm})"),
     Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),

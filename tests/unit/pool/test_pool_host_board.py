@@ -36,6 +36,14 @@ def test_a_joined_host_is_a_source_of_slots_until_it_stops_polling() -> None:
     assert board.find_hosts() == {}
 
 
+def test_the_time_the_pool_did_not_run_is_not_a_hosts_silence() -> None:
+    board = HostBoard(timeout_s=10)
+    board.poll("h1", None, 1, [], [], now=100.0)
+    board.stalled(30.0)  # the pool was stopped from 101 to 131: h1's polls waited unread
+    assert board.lapse(now=131.0) == [] and board.lapse(now=139.9) == []
+    assert board.lapse(now=140.5) == ["h1"]  # silent for 10.5 s of the pool's running time: gone
+
+
 def test_one_agent_per_host_name_and_bounded_reports() -> None:
     board = HostBoard(timeout_s=10)
     session, _ = board.poll("h1", None, 1, [], [], now=0.0)
