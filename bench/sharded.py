@@ -17,10 +17,11 @@ step (each worker's shards into host memory, two kept), measured:
   - a group added: the freed slot refilled, the job grown back to two groups: the survivors'
     pause (their last step before the new ring to training again, and to their first step in
     it) and the bytes moved to heal the new group (what its members received, peer to peer).
-torchft is not run: its HSDP needs its lighthouse service and a process group of its own per
-replica group, which this script does not set up (said in the figures).
+Then torchft 0.2.0's HSDP on the same model and steps, where torchft is installed (`bench/torchft_hsdp.py`:
+a world per replica group, torchft's Manager across groups in FSDP2's all-reduce hook, its
+lighthouse): its step time, peak memory, a group lost and a group added, measured the same way.
 
-Run: python bench/sharded.py [--steps 20] [--dim 512] [--layers 4]
+Run: python bench/sharded.py [--steps 20] [--dim 512] [--layers 4] [--torchft-python PYTHON]
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))  # (its sibling, run as a script or imported)
+import torchft_hsdp  # noqa: E402
 WARMUP = 3
 
 
@@ -70,13 +73,18 @@ def model_and_optimizer(args: argparse.Namespace, mesh: Any) -> dict:
     return {"model": model, "optimizer": torch.optim.Adam(model.parameters(), lr=1e-4)}
 
 
-def train_step(objects: dict, args: argparse.Namespace, step: int, data_rank: int) -> float:
+def loss_of(objects: dict, args: argparse.Namespace, step: int, data_rank: int) -> Any:
+    """The loss of the step's batch (random tokens drawn per step and rank), before its backward."""
     import torch
 
     generator = torch.Generator().manual_seed(1_000_003 * step + data_rank)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
     logits = objects["model"](tokens[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
+
+
+def train_step(objects: dict, args: argparse.Namespace, step: int, data_rank: int) -> float:
+    loss = loss_of(objects, args, step, data_rank)
     loss.backward()
     objects["optimizer"].step()
     objects["optimizer"].zero_grad()
@@ -231,7 +239,10 @@ def model_flags(args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=("plain", "ringmaster"))
+    parser.add_argument("--worker", choices=("plain", "ringmaster", "torchft", "lighthouse"))
+    parser.add_argument("--torchft-python", default=sys.executable, metavar="PYTHON",
+                        help="a Python with torchft 0.2.0 and this torch (default: this one); torchft is skipped, "
+                             "saying why, where it cannot be imported")
     parser.add_argument("--out")
     parser.add_argument("--stop")
     parser.add_argument("--steps", type=int, default=20)
@@ -246,11 +257,18 @@ def main() -> None:
         return plain_worker(args)
     if args.worker == "ringmaster":
         return ringmaster_worker(args)
+    if args.worker == "torchft":
+        return torchft_hsdp.worker_main(args, model_and_optimizer, loss_of, peak_rss_mb)
+    if args.worker == "lighthouse":
+        return torchft_hsdp.lighthouse_main(args.out)
+    missing = torchft_hsdp.available(args.torchft_python)
     with tempfile.TemporaryDirectory(prefix="ringmaster-sharded-") as tmp:
         scratch = pathlib.Path(args.keep or tmp)
         scratch.mkdir(parents=True, exist_ok=True)
         plain = run_plain(args, scratch)
         ours = run_ringmaster(args, scratch)
+        theirs = None if missing else torchft_hsdp.run(args, scratch, __file__, model_flags(args), WARMUP, records,
+                                                       wait_for)
     base, step, train = (statistics.median(x) for x in (plain["times"], ours["times"], ours["train_times"]))
     peak = max(plain["peaks"])
     print(f"model: {plain['params'] / 1e6:.1f} M parameters, 2 groups of 2 (HSDP), Gloo, 1 thread per worker")
@@ -262,7 +280,10 @@ def main() -> None:
           f"later (synced, on its new mesh), its first step committed {ours['lost_to_first_step_s']:.2f} s later")
     print(f"a group added: the survivors' last step to training again {ours['pause_to_training_s']:.2f} s (the new "
           f"group healed with {ours['healed_mb']:.1f} MB peer to peer), to their first step in it {ours['pause_s']:.2f} s")
-    print("torchft: not run (its HSDP needs its lighthouse and a process group per replica group; not set up here)")
+    if theirs is None:
+        print(f"torchft: not run ({missing}; give --torchft-python a Python with torchft 0.2.0)")
+    else:
+        print("\n".join(torchft_hsdp.summary(ours, theirs, base)))
 
 
 if __name__ == "__main__":
