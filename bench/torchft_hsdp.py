@@ -47,6 +47,8 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
     a line per step to `args.out`/<group>_<rank>.jsonl, until killed."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torchft.checkpointing.pg_transport import PGTransport
@@ -60,17 +62,22 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
     objects = build(args, mesh)
     model, optimizer = objects["model"], objects["optimizer"]
 
+    # As TorchTitan's: torch's state-dict API, whose DTensors are the parameters and optimizer
+    # states themselves (a heal receives into them in place), the optimizer's states made first.
     def state_dict() -> dict:
-        return {"model": model.state_dict(), "optim": optimizer.state_dict()}
+        return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
 
     def load_state_dict(loaded: dict) -> None:
-        model.load_state_dict(loaded["model"])
-        optimizer.load_state_dict(loaded["optim"])
+        set_model_state_dict(model, loaded["model"])
+        set_optimizer_state_dict(model, optimizer, loaded["optim"])
 
     timeout = timedelta(seconds=60)
     pg = ProcessGroupGloo(timeout=timeout)
     manager = Manager(pg=pg, load_state_dict=load_state_dict, state_dict=state_dict, min_replica_size=1,
                       replica_id=f"group{group}", rank=rank, world_size=dist.get_world_size(), timeout=timeout,
+                      # the quorum, and a heal, before the step's forward: healed asynchronously, the load
+                      # would race FSDP2's own all-gathers in the forward (measured: a mixed Tensor/DTensor error)
+                      use_async_quorum=False,
                       checkpoint_transport=PGTransport(pg, timeout=timeout, device=torch.device("cpu"),
                                                        state_dict=state_dict))
 
@@ -186,8 +193,12 @@ def run(args: argparse.Namespace, scratch: pathlib.Path, script: str, flags: lis
         after = wait_for(watched(lambda: [r for r in steps(0, 2) if r["time"] > restarted]), 600,
                          "torchft's two groups stepping again")[0]
         before = max((r for r in steps(0, 1) if r["time"] < after["time"]), key=lambda r: r["time"])
-        healed = sum(r["state_bytes"] for r in records(logs) if r["event"] == "step" and r["group"] == 1
-                     and r["time"] > restarted and r["participants"] == 2 and r["step"] == after["step"])
+        healed = 0  # what each newcomer received: its whole training state (its shards), from its peer
+        for rank in range(2):
+            mine = wait_for(watched(lambda: [r for r in records(logs) if r["event"] == "step" and r["group"] == 1
+                                             and r["rank"] == rank and r["time"] > restarted]), 120,
+                            f"a step of torchft's new group's rank {rank}")
+            healed += mine[0]["state_bytes"]
     except SystemExit as exc:
         raise SystemExit(f"{exc}; torchft's workers said:\n{(scratch / 'torchft.log').read_text()[-6000:]}") from None
     finally:

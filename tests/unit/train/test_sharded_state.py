@@ -23,7 +23,7 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.torch.elastic import ElasticSampler, ShardedState, no_init
 from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
-from ringmaster.torch.elastic.sharded_state import _handler_for
+from ringmaster.torch.elastic.sharded_state import _built_empty, _handler_for
 from ringmaster.worker.train.errors import CheckpointMismatchError
 
 
@@ -101,6 +101,57 @@ def test_a_model_built_without_initializing_then_loaded_trains_on_bit_for_bit(me
     _load(again, snapshot)
     _train(again, range(2, 4))
     assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+def test_a_model_built_on_the_meta_device_then_given_memory_and_loaded_trains_on_bit_for_bit(mesh) -> None:
+    """A rebuild whose every value a commit overwrites: built on the meta device, then given
+    memory in place (the optimizer built with it holds the same parameters)."""
+    snapshot, expected = _committed_then_trained(mesh, 2)
+    again = _built_empty(_build, mesh)
+    assert again is not None
+    params = list(again["model"].parameters())
+    assert all(p.to_local().device.type == "cpu" for p in params)
+    assert [id(p) for p in params] == [id(p) for g in again["optimizer"].param_groups for p in g["params"]]
+    assert not torch.__future__.get_swap_module_params_on_conversion()  # (torch's setting put back)
+    _load(again, snapshot)
+    _train(again, range(2, 4))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))
+
+
+class _WithMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.register_buffer("mask", torch.ones(4), persistent=False)  # (no commit holds it)
+
+
+class _WithTensor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.scale = torch.ones(4)  # (a plain attribute: to_empty does not give it memory)
+
+
+class _WithCache(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.cache = {"table": [torch.ones(4)]}  # (nor one in a container)
+
+
+def test_what_the_meta_device_cannot_rebuild_is_built_the_usual_way(mesh) -> None:
+    def of(module_type):
+        return lambda m: {"model": fully_shard(module_type(), mesh=m)}
+
+    def data_dependent(m):
+        model = fully_shard(nn.Linear(4, 4), mesh=m)
+        if float(model.weight.to_local().sum()) > 1e9:  # (.item() of a meta tensor raises)
+            pass
+        return {"model": model}
+
+    for build in (of(_WithMask), of(_WithTensor), of(_WithCache), data_dependent, lambda m: {"x": 1}, lambda m: None):
+        assert _built_empty(build, mesh) is None
+    assert not torch.__future__.get_swap_module_params_on_conversion()
 
 
 def test_the_heap_is_frozen_once_and_only_in_a_worker_a_rendezvous_started(monkeypatch) -> None:

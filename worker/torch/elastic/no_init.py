@@ -4,11 +4,12 @@ After a reset a `ShardedState` builds the model again on the new generation's me
 the committed shards into it: every parameter and persistent buffer (the module's state dict)
 is overwritten. Initializing them first is wasted work on the recovery's critical path: for a
 21 M-parameter transformer `torch.nn.init` takes 0.11 s of the 0.13 s its construction takes on
-one thread here (`bench/sharded.py`'s model). TorchTitan avoids the same cost by building on the
-meta device and initializing only when no checkpoint is loaded; a `build(mesh)` that makes its
-optimizer inside cannot be moved off the meta device afterwards, so instead `torch.nn.init`'s
-in-place initializers leave their tensor as it is while `skipped()` is in force (the tensor
-holds whatever its allocation held until the commit is copied in).
+one thread here (`bench/sharded.py`'s model). `ShardedState` first builds on the meta device and
+gives the modules memory afterwards (`sharded_state._built_empty`, as TorchTitan does); what that
+cannot rebuild (a non-persistent buffer, a tensor kept outside the modules' parameters and
+buffers, a build that needs real values) is built here instead: `torch.nn.init`'s in-place
+initializers leave their tensor as it is while `skipped()` is in force (the tensor holds whatever
+its allocation held until the commit is copied in).
 """
 
 from __future__ import annotations
