@@ -107,8 +107,9 @@ def test_a_model_built_on_the_meta_device_then_given_memory_and_loaded_trains_on
     """A rebuild whose every value a commit overwrites: built on the meta device, then given
     memory in place (the optimizer built with it holds the same parameters)."""
     snapshot, expected = _committed_then_trained(mesh, 2)
-    again = _built_empty(_build, mesh)
-    assert again is not None
+    built = _built_empty(_build, mesh)
+    assert built is not None
+    again = dict(built)
     params = list(again["model"].parameters())
     assert all(p.to_local().device.type == "cpu" for p in params)
     assert [id(p) for p in params] == [id(p) for g in again["optimizer"].param_groups for p in g["params"]]

@@ -436,12 +436,6 @@ class ShardedState(ObjectState):
         if went_back:  # a commit ahead of what the ring holds whole: back to the previous one (it may send it)
             self._snapshot, self._previous = self._previous, self._snapshot
             self._commits = count
-        # A rank that holds the ring's commit loads it into what it rebuilt now, while newcomers
-        # still build theirs (the next allgather waits for them): off the survivors' pause. It
-        # loads again only should a peer send it one.
-        loaded = rebuilt and not resumed and self._commits == count
-        if loaded:
-            self._load_entries(self._snapshot)
         sums = comm.allgather(torch.tensor(fingerprint(self._snapshot), dtype=torch.int64))
         plan = transfers(holdings, [tuple(int(x) for x in s.tolist()) for s in sums], count, group.size)
         self.healed_bytes = _move_shards(self._snapshot, comm, plan)
@@ -452,7 +446,7 @@ class ShardedState(ObjectState):
         self._committed_index = group.rank
         if blind and rebuilt:
             self._rebuild_uncommitted()
-        if received or (((rebuilt and not resumed) or went_back) and not loaded):
+        if (rebuilt and not resumed) or received or went_back:
             self._load_entries(self._snapshot)
         ctx.note_commit(self._commits, received=self._commits != held or received)
         ctx.figures.sync(time.perf_counter() - started)
