@@ -51,6 +51,7 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
                                                          set_model_state_dict, set_optimizer_state_dict)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
+    from torch.utils._pytree import tree_leaves
     from torchft.checkpointing.pg_transport import PGTransport
     from torchft.manager import Manager
     from torchft.process_group import ProcessGroupGloo
@@ -91,7 +92,7 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
     log.write(json.dumps({"event": "started", "group": group, "rank": rank, "pid": os.getpid(),
                           "time": time.time()}) + "\n")
     state_bytes = sum(t.to_local().nbytes if hasattr(t, "to_local") else t.nbytes
-                      for t in _tensors(state_dict()))
+                      for t in tree_leaves(state_dict()) if isinstance(t, torch.Tensor))
     while True:
         started = time.perf_counter()
         manager.start_quorum()
@@ -104,18 +105,6 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
                               "participants": manager.num_participants(), "committed": committed,
                               "time": time.time(), "step_s": time.perf_counter() - started, "rss_mb": peak_rss_mb(),
                               "state_bytes": state_bytes}) + "\n")
-
-
-def _tensors(tree: Any) -> list:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return [tree]
-    if isinstance(tree, dict):
-        return [t for value in tree.values() for t in _tensors(value)]
-    if isinstance(tree, (list, tuple)):
-        return [t for value in tree for t in _tensors(value)]
-    return []
 
 
 # ------------------------------------------------------------------ the driver's side

@@ -29,6 +29,7 @@ from ringmaster.common.logs import JOB_LABEL
 from ringmaster.common.secret import generate_secret
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import DiscoveryError, HostDiscovery
+from ringmaster.rendezvous.control.host_pool import STALL_S
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import NO_ROWS, JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
@@ -57,10 +58,9 @@ HOST_AGENTS_STOP_S = 10.0
 MAX_GANG = 1_000_000
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
 SCHEDULE_INTERVAL_S = 0.5
-#: Seconds between two looks at whether the pool's own loop runs (`_watch_own_stalls`).
+#: Seconds between two looks at whether the pool's own loop runs, and at its hosts' silence
+#: (`_watch_own_stalls`); a look later than due by `STALL_S` (the rendezvous' rule) is a stall.
 STALL_PROBE_S = 0.25
-#: A look this much later than due means the pool did not run meanwhile (as the rendezvous' rule).
-STALL_S = 1.5
 
 
 @dataclass
@@ -102,7 +102,6 @@ class PoolService:
         self._named_at: float | None = None
         self._gathered = False
         self._taken_up = False
-        self._probed_at = time.monotonic()  # when `_watch_own_stalls` last saw the loop run
         self.policy = policy
         self.rules = rules
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
@@ -240,10 +239,6 @@ class PoolService:
                 if self.leadership is not None and self.leadership.lost.is_set():
                     self.deposed = self.leadership.lost_reason or "another pool leads"
                     break
-                if not self._stalled_now():  # (else its hosts' polls are still unread: see _watch_own_stalls)
-                    for host in self.board.lapse(time.time()):
-                        self.say(Kind.POOL_HOST_LAPSED, host=host, timeout_s=self.board.timeout_s)
-                        self.changed.set()
                 self._reap()
                 if not self._stop:
                     self._schedule(time.time())
@@ -333,23 +328,22 @@ class PoolService:
             await asyncio.sleep(self.discovery_interval_s)
 
     async def _watch_own_stalls(self) -> None:
-        """Find the time the pool itself did not run (a SIGSTOP, swapping, a starved machine, a
-        long blocking call): hosts polled meanwhile, so the board does not count it as their
-        silence, and it is said. Else every host would leave the pool after a long enough stall,
-        and every job on them would lose them (as the rendezvous judges its hosts, `host_pool`)."""
-        self._probed_at = time.monotonic()
+        """Let hosts whose pool agent went silent leave, but first find the time the pool itself
+        did not run (a SIGSTOP, swapping, a starved machine, a long blocking call): hosts polled
+        meanwhile, so the board does not count it as their silence, and it is said. Else every
+        host would leave the pool after a long enough stall, and every job on them would lose
+        them (as the rendezvous judges its hosts, `host_pool`). One task does both, in that order."""
+        probed = time.monotonic()
         while True:
             await asyncio.sleep(STALL_PROBE_S)
             now = time.monotonic()
-            late = now - self._probed_at - STALL_PROBE_S
-            self._probed_at = now
+            late, probed = now - probed - STALL_PROBE_S, now
             if late > STALL_S:
                 self.board.stalled(late)
                 self.say(Kind.POOL_STALLED, seconds=late)
-
-    def _stalled_now(self) -> bool:
-        """Is the pool's loop only now back from a stall that `_watch_own_stalls` has not seen yet?"""
-        return time.monotonic() - self._probed_at > STALL_S + STALL_PROBE_S
+            for host in self.board.lapse(time.time()):
+                self.say(Kind.POOL_HOST_LAPSED, host=host, timeout_s=self.board.timeout_s)
+                self.changed.set()
 
     def _named(self, expected: dict[str, int], now: float) -> None:
         self.expected = expected

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_leaves
 
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -151,8 +152,7 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     tensors: list[Any] = []
     for value in built.values():
         if isinstance(value, torch.nn.Module):
-            tensors += [*value.parameters(), *value.buffers()]
-            tensors += [t for m in value.modules() for t in _tensors_in(vars(m))]
+            tensors += [t for m in value.modules() for t in _tensors_in(vars(m))]  # (its parameters and buffers too)
         elif isinstance(value, torch.optim.Optimizer):
             tensors += [p for group in value.param_groups for p in group["params"]]
             tensors += [t for entries in value.state.values() for t in entries.values() if isinstance(t, torch.Tensor)]
@@ -161,17 +161,9 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     return built
 
 
-def _tensors_in(tree: Any, depth: int = 3) -> list[Any]:
-    """The tensors in `tree` and in the lists, tuples, sets and dicts it holds (`depth` deep)."""
-    if isinstance(tree, torch.Tensor):
-        return [tree]
-    if depth == 0 or isinstance(tree, (str, bytes)):
-        return []
-    if isinstance(tree, dict):
-        tree = list(tree.values())
-    if isinstance(tree, (list, tuple, set, frozenset)):
-        return [t for item in tree for t in _tensors_in(item, depth - 1)]
-    return []
+def _tensors_in(tree: Any) -> list[Any]:
+    """The tensors in `tree` and in the lists, tuples and dicts it holds (torch's pytree leaves)."""
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
 def _handler_for(name: str, value: Any):
