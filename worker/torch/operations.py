@@ -372,8 +372,10 @@ def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str |
 
 def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:
     """Rows `splits[j]` of `tensor` to rank j (equal parts without splits); the result is
-    (the rows received in rank order, how many came from each rank as an int32 tensor)."""
+    (the rows received in rank order, how many came from each rank as an int32 tensor). The
+    counts are on the device of a `splits` tensor, else on the CPU, as Horovod gives them."""
     _check_tensor(tensor, "alltoall")
+    counts_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
     if tensor.dim() == 0:
         raise ValueError("alltoall takes a tensor of at least one dimension (its rows are sent)")
     rows = tensor.shape[0]
@@ -410,7 +412,7 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
             pending = comm.exchange_async(chunks, parts, "alltoall")
             parts[comm.rank].copy_(chunks[comm.rank])  # (while the peers' rows are on the wire)
             pending.wait()
-        return out, received.to(torch.int32)
+        return out, received.to(torch.int32).to(counts_device)
 
     row_shape = tuple(tensor.shape[1:])
 
@@ -431,7 +433,7 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
             first = sum(counts[: comm.rank])
             parts.append(rows[first: first + counts[comm.rank]])
             received.append(counts[comm.rank])
-        return torch.cat(parts), torch.tensor(received, dtype=torch.int32)
+        return torch.cat(parts), torch.tensor(received, dtype=torch.int32, device=counts_device)
 
     def speculate(comm: Any) -> Speculation | None:
         """Send each peer its rows; expect from each as many as this rank sends it (equal parts
@@ -447,9 +449,9 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
 
         def finish(payloads: list[torch.Tensor | None] | None) -> tuple[torch.Tensor, torch.Tensor]:
             if payloads is None:
-                return out, torch.tensor(send, dtype=torch.int32)
+                return out, torch.tensor(send, dtype=torch.int32, device=counts_device)
             got = [chunks[r] if r == comm.rank else _rows_from(payloads[r], tensor) for r in range(comm.size)]
-            return torch.cat(got), torch.tensor([g.shape[0] for g in got], dtype=torch.int32)
+            return torch.cat(got), torch.tensor([g.shape[0] for g in got], dtype=torch.int32, device=counts_device)
 
         return Speculation(_to_peers(chunks, comm.rank),
                            _to_peers(parts, comm.rank), finish)

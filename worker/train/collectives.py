@@ -54,9 +54,12 @@ class Communicator:
         timeout_s: float,
         cuda_pg: Ring | None = None,
         make_subring: SubringMaker | None = None,
+        cuda_refusal: str | None = None,
     ) -> None:
         self.pg = pg
         self.cuda_pg = cuda_pg
+        #: why this ring has no NCCL ring where the job asked for one (`gpu_sharing.nccl_refusal`)
+        self.cuda_refusal = cuda_refusal
         self.rank = rank
         self.size = size
         self.generation = generation
@@ -93,7 +96,7 @@ class Communicator:
         else:
             ring, cuda_ring = self._make_subring(ranks)
         made = Communicator(ring, ranks.index(self.rank), len(ranks), self.generation, self.link, self.timeout_s,
-                            cuda_ring)
+                            cuda_ring, cuda_refusal=self.cuda_refusal)
         self._subgroups[ranks] = made
         return made
 
@@ -230,7 +233,8 @@ class Communicator:
     def _ring(self, tensor: torch.Tensor) -> Ring:
         if tensor.is_cuda:
             if self.cuda_pg is None:
-                raise ValueError("a CUDA tensor was given but this job has no NCCL ring (RINGMASTER_BACKEND=gloo?)")
+                raise ValueError(self.cuda_refusal or "a CUDA tensor was given but this job has no NCCL ring "
+                                 "(RINGMASTER_BACKEND=gloo?)")
             return self.cuda_pg
         return self.pg
 

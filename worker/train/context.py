@@ -29,6 +29,7 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.exiting import leave
+from ringmaster.worker.train.gpu_sharing import nccl_refusal
 from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.host_signals import shield_from_host_signals
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
@@ -182,9 +183,13 @@ class WorkerContext:
 
         pg = ring("gloo")
         cuda_pg = None
+        refusal = None
         if self.backend == "nccl":
             torch.cuda.set_device(self.device_index % torch.cuda.device_count())
-            cuda_pg = ring("nccl")
+            # (a host's workers all decide alike. Where another host has GPUs enough, its workers build
+            # their NCCL ring; their CUDA collectives then fail at the collective timeout, bounded.)
+            refusal = nccl_refusal(self.host, a.local_size, torch.cuda.device_count())
+            cuda_pg = ring("nccl") if refusal is None else None
 
         def subring(ranks: tuple[int, ...]) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
             """A process set's rings: its members meet under a prefix that names the set."""
@@ -193,11 +198,12 @@ class WorkerContext:
                 self.store, prefix, ranks.index(a.rank), len(ranks), self.timeout_s, backend,  # type: ignore[arg-type]
                 lambda: self.link.generation_over(a.generation), self.link,  # type: ignore[union-attr]
                 self._gloo_device if backend == "gloo" else None)
-            return build("gloo"), build("nccl") if self.backend == "nccl" else None
+            return build("gloo"), build("nccl") if cuda_pg is not None else None
 
         self.assignment = a
         self.spans.place = (a.rank, a.generation)
-        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg, subring)
+        self.comm = Communicator(pg, a.rank, a.size, a.generation, self.link, self.timeout_s, cuda_pg, subring,
+                                 cuda_refusal=refusal)
 
     def _retire_ring(self) -> None:
         """Drop the current ring before the next is built.
