@@ -69,6 +69,33 @@ def compare_live_state(entries: Mapping[str, Any], comm: Communicator, root: int
     return differences([[int(x) for x in g.tolist()] for g in gathered], list(digests), root)
 
 
+def compare_live_state_in_groups(plain: Mapping[str, Any], sharded: Mapping[str, Any], comm: Communicator,
+                                  group_size: int) -> dict[int, tuple[str, ...]]:
+    """Replica groups (rank r holds shard index r % group_size): `plain` entries are compared
+    with rank 0's, `sharded` ones with those of the first rank of the same shard index. One
+    allgather of both digest vectors; every rank sees every vector, so every rank reaches the
+    same verdict without a second collective (and without a ring per shard index)."""
+    if comm.size == 1:
+        return {}
+    plain_digests, sharded_digests = entry_digests(plain), entry_digests(sharded)
+    gathered = comm.allgather(torch.tensor(pack(plain_digests) + pack(sharded_digests), dtype=torch.int64))
+    vectors = [[int(x) for x in g.tolist()] for g in gathered]
+    return group_differences(vectors, list(plain_digests), list(sharded_digests), group_size)
+
+
+def group_differences(vectors: list[list[int]], plain_names: list[str], sharded_names: list[str],
+                      group_size: int) -> dict[int, tuple[str, ...]]:
+    """Pure: each rank's vector is its plain entries' `pack` then its shards'; the ranks whose
+    plain entries differ from rank 0's, or whose shards differ from the first rank's of their
+    shard index, with the entries that differ."""
+    found = {rank: set(names) for rank, names in differences([v[:SLOTS] for v in vectors], plain_names).items()}
+    for index in range(group_size):
+        ranks = list(range(index, len(vectors), group_size))
+        for position, names in differences([vectors[r][SLOTS:] for r in ranks], sharded_names).items():
+            found.setdefault(ranks[position], set()).update(names)
+    return {rank: tuple(sorted(names)) for rank, names in sorted(found.items())}
+
+
 def describe(found: Mapping[int, tuple[str, ...]]) -> str:
     """'rank 2: optimizer; rank 3: model, optimizer' (for log lines and errors)."""
     return "; ".join(f"rank {rank}: {', '.join(names)}" for rank, names in sorted(found.items()))

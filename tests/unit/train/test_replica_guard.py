@@ -10,7 +10,7 @@ import torch
 
 import ringmaster.torch as hvd
 from ringmaster.checkpoint.digest import buffers_digest, entry_digests, tree_digest
-from ringmaster.worker.train.replica_guard import SLOTS, describe, differences, pack
+from ringmaster.worker.train.replica_guard import SLOTS, describe, differences, group_differences, pack
 from ringmaster.worker.train.state_sync import plan
 
 
@@ -51,6 +51,22 @@ def test_guard_names_the_entries_and_ranks_that_differ() -> None:
     assert describe(found) == "rank 2: optimizer; rank 3: epoch, model"
     assert differences([pack(same), pack({"model": 1})], list(same)) == {1: ("the set of state entries",)}
     assert differences([pack(same)] * 3, list(same)) == {}
+
+
+def test_in_groups_shards_are_compared_within_their_shard_index_and_plain_entries_across_the_ring() -> None:
+    """2 groups of 2: ranks 0 and 2 hold shard index 0, ranks 1 and 3 index 1; shards of
+    different indices differ by nature, plain entries must not differ anywhere."""
+    plain = {"step": 5, "sampler": 9}
+    shard = [{"model": 10, "optimizer": 20}, {"model": 11, "optimizer": 21}]  # by shard index
+    vectors = [pack(plain) + pack(shard[rank % 2]) for rank in range(4)]
+    assert group_differences(vectors, list(plain), list(shard[0]), 2) == {}
+    vectors[3] = pack(plain) + pack(dict(shard[1], optimizer=99))  # rank 3's shards against rank 1's
+    vectors[2] = pack(dict(plain, step=6)) + pack(shard[0])  # rank 2's plain entries against rank 0's
+    assert group_differences(vectors, list(plain), list(shard[0]), 2) == {2: ("step",), 3: ("optimizer",)}
+    vectors[1] = pack(plain) + pack(dict(shard[1], model=0))  # the first of index 1 differs: the others do
+    assert group_differences(vectors, list(plain), list(shard[0]), 2) == {2: ("step",), 3: ("model", "optimizer")}
+    one_group = [pack(plain) + pack(shard[rank]) for rank in range(2)]  # a single group: nothing to compare shards with
+    assert group_differences(one_group, list(plain), list(shard[0]), 2) == {}
 
 
 def test_guard_folds_entries_past_its_slots_into_the_last() -> None:

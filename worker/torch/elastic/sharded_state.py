@@ -39,8 +39,8 @@ from torch.utils._pytree import tree_leaves
 
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.torch.basics import Max, context
-from ringmaster.torch.collectives import allreduce_, broadcast_object
+from ringmaster.torch.basics import context
+from ringmaster.torch.collectives import broadcast_object
 from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.torch.elastic import no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
@@ -51,7 +51,7 @@ from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHan
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError
 from ringmaster.worker.train.say import Kind, say
-from ringmaster.worker.train.replica_guard import compare_live_state
+from ringmaster.worker.train.replica_guard import compare_live_state_in_groups
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
 
 #: Imported while the worker warms up rather than in its first build on a generation's mesh:
@@ -447,21 +447,11 @@ class ShardedState(ObjectState):
 
     def _live_differences(self, comm: Communicator) -> dict[int, tuple[str, ...]]:
         """The replica guard's comparison: the plain attributes across the ring, the shards among
-        the ranks of each shard index; the same verdict (whether any differ) on every rank."""
+        the ranks of each shard index; the same verdict on every rank (one allgather)."""
         entries = self._entries()
         plain = {name: value for name, value in entries.items() if name not in self._handlers}
-        found = dict(compare_live_state(plain, comm))
-        group = replica_group()
-        ranks = tuple(g * group.size + group.rank for g in range(group.count))
-        sub = comm.subgroup(ranks)
         sharded = {name: entries[name] for name in self._handlers}
-        for sub_rank, names in compare_live_state(sharded, sub).items():
-            found[ranks[sub_rank]] = tuple(sorted(set(found.get(ranks[sub_rank], ())) | set(names)))
-        anywhere = torch.tensor([1 if found else 0], dtype=torch.int64)
-        allreduce_(anywhere, op=Max)
-        if int(anywhere.item()) and not found:
-            found = {-1: ("another shard index's replicas",)}
-        return found
+        return compare_live_state_in_groups(plain, sharded, comm, replica_group().size)
 
 
 def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> int:
