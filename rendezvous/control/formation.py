@@ -26,7 +26,7 @@ from typing import Callable
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
 from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
-from ringmaster.rendezvous.control.effects import AnnounceHosts, RunWorkers, UpdateHosts, WorkerLaunch
+from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, RunWorkers, UpdateHosts, WorkerLaunch
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.listing import listed
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
@@ -264,9 +264,14 @@ class Formation:
             if group_size == 1 or at_limit:
                 job.retire(worker, f"the job is limited to {job.limit} workers", now)
             elif worker.phase is Phase.MEMBER:
-                # In groups, left over: it waits for a whole group to join with. A survivor told to
-                # rejoin does not ask (it was promised a place): it is ready as it stands.
-                worker.phase, worker.ready_at = Phase.READY, now
+                # In groups, left over: it waits for a whole group to join with. It was told to
+                # rejoin without asking, and it may still be inside a collective of the generation
+                # that failed (a Gloo receive that nothing wakes lasts the collective timeout): a
+                # ring formed with it then waits for it, the survivors with it. So it is told to
+                # ask after all, and is not ready until it does (`Coordinator.worker_ready`).
+                worker.phase = Phase.WARMING
+                job.outbox.append(EndGeneration(worker.worker_id, gen.number,
+                                                "left over: it waits for a whole group to join with", rejoin=False))
 
     def _candidate(self, worker: Worker, eligible: set[str]) -> bool:
         """Can join the next generation: alive, waiting for it (or sure to), not leaving, on a usable host."""

@@ -87,6 +87,42 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     assert len(epochs) >= 2 and all(r["min"] == r["max"] == 1.0 for r in epochs.values()), epochs
 
 
+def test_a_partner_still_inside_the_failed_generation_holds_up_nobody_and_joins_once_out(run_job, tmp_path) -> None:
+    """The killed worker's partner stays inside its rollback (the stand-in for a Gloo receive
+    that waits for its timeout) while the refilled slot's worker is ready: the surviving group
+    trains on (a ring formed with the partner would wait for it, and the survivors with it), and
+    the job grows back by a whole group once the partner is out and asks."""
+    logs_dir, stop, hold_dir = tmp_path / "log", tmp_path / "stop", tmp_path / "hold"
+    hold_dir.mkdir()
+    job = run_job("--min-np", "2", "--max-np", "4", "-H", "localhost:4", "--group-size", "2", "--spares", "0",
+                  "--collective-timeout", "60", *FAST, "python", str(WORKLOADS / "replica_groups.py"),
+                  "--log-dir", str(logs_dir), "--stop-file", str(stop), "--samples", "32",
+                  "--hold-dir", str(hold_dir), "--hold-rank", "2")
+    first = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "training in two groups")
+    (hold_dir / "hold").touch()
+    os.kill(next(w for w in first["workers"] if w["rank"] == 3)["pid"], signal.SIGKILL)
+    wait_for(lambda: (hold_dir / "held").exists() or job.proc.poll() is not None, 60, "the partner held in its rollback")
+    partner = (hold_dir / "held").read_text()
+    shrunk = job.wait_status(lambda s: s["generation"] > first["generation"] and s["world_size"] == 2, 60,
+                             "a ring of the surviving group alone")
+    newcomer = job.wait_status(
+        lambda s: any(w["phase"] == "ready" and w["worker_id"] not in {x["worker_id"] for x in first["workers"]}
+                      for w in s["workers"]), 120, "the refilled slot's worker ready")
+    assert next(w for w in newcomer["workers"] if w["worker_id"] == partner)["phase"] != "ready"
+    # with half a group ready and the partner not, the surviving group trains on, in its own ring
+    going = job.wait_status(lambda s: s["steps"] >= newcomer["steps"] + 5, 120,
+                            "the surviving group training while the partner is held")
+    assert going["generation"] == shrunk["generation"] and going["world_size"] == 2, going
+    (hold_dir / "hold").unlink()
+    grown = job.wait_status(lambda s: s["world_size"] == 4 and s["generation"] > shrunk["generation"], 120,
+                            "the job grown back with the partner, out and asking")
+    assert partner in {w["worker_id"] for w in grown["workers"] if w.get("rank") is not None}, grown
+    stop.touch()
+    assert job.wait(120) == 0, job.story()
+    done = events(read_logs(logs_dir), "done")
+    assert sorted(r["rank"] for r in done) == [0, 1, 2, 3] and len({r["digest"] for r in done}) == 1, done
+
+
 def test_a_job_killed_whole_restarts_from_its_dcp_checkpoint_with_another_group_size_and_plain_fsdp2_loads_it(
         run_job, tmp_path) -> None:
     folder = tmp_path / "ck"

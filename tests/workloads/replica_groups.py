@@ -23,6 +23,10 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
       is a SHA-256 of the model's full parameters (gathered from their shards): equal digests
       across groups mean the replicas are identical
+
+With `--hold-dir DIR`, the worker of rank `--hold-rank` in a generation that fails stays inside
+its rollback while DIR/hold exists (it writes DIR/held first): the tests' stand-in for a worker
+still inside a collective of the failed generation (a receive that waits for its timeout).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ def main() -> None:
     parser.add_argument("--stop-file", type=pathlib.Path, required=True)
     parser.add_argument("--step-time", type=float, default=0.02)
     parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--hold-dir", type=pathlib.Path)
+    parser.add_argument("--hold-rank", type=int, default=-1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     hvd.init()
@@ -83,7 +89,18 @@ def main() -> None:
     features = torch.randn(args.samples, 32, generator=torch.Generator().manual_seed(0))
     dataset = torch.utils.data.TensorDataset(torch.arange(args.samples), features)
     sampler = hvd.elastic.ElasticSampler(dataset, by="group")
-    state = hvd.elastic.ShardedState(build, step=0, epoch=0, sampler=sampler, seen=torch.zeros(args.samples))
+    class HeldState(hvd.elastic.ShardedState):
+        def restore(self) -> None:
+            hold = args.hold_dir / "hold" if args.hold_dir else None
+            if hold is not None and hold.exists() and hvd.rank() == args.hold_rank:
+                (args.hold_dir / "held").write_text(os.environ["RINGMASTER_WORKER_ID"])
+                deadline = time.monotonic() + 300
+                while hold.exists():  # (the test removes it; bounded)
+                    assert time.monotonic() < deadline, "held past 300 s"
+                    time.sleep(0.05)
+            super().restore()
+
+    state = HeldState(build, step=0, epoch=0, sampler=sampler, seen=torch.zeros(args.samples))
 
     @hvd.elastic.run
     def train(state) -> str:

@@ -79,6 +79,10 @@ class RendezvousLink:
         self._assignment: pb.Assignment | None = None
         self._over: dict[int, str] = {}
         self._rejoining: set[int] = set()  # generations over whose next this worker is placed in unasked
+        # ... and those of them whose promise was taken back (a replica group's member left over: it
+        # must ask once it is out of the generation's collectives), and those it asked after
+        self._unpromised: set[int] = set()
+        self._asked: set[int] = set()
         self._hosts_sequence = 0
         self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
         self._announced_sequence = 0  # the newest announcement of newcomers (`HostsAnnounced`)
@@ -172,9 +176,10 @@ class RendezvousLink:
                 if remaining <= 0 or self._retired is not None or self._ended is not None or self._lost is not None:
                     break
                 self._cond.wait(remaining)
-            if self._placed_after(after_generation) or after_generation in self._rejoining:
+            if self._placed_after(after_generation) or self._promised(after_generation):
                 return  # placed already, or sure to be: no call
             awaits, self._awaits_hosts = (0 if failure else self._awaits_hosts), 0
+            self._asked.add(after_generation)
         try:
             reply = self._call("Ready", pb.ReadyRequest(
                 worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic,
@@ -188,6 +193,15 @@ class RendezvousLink:
 
     def _placed_after(self, generation: int) -> bool:
         return self._assignment is not None and self._assignment.generation > generation
+
+    def _promised(self, generation: int) -> bool:
+        """Placed in the generation after `generation` without asking (`GenerationOver.rejoin`),
+        and not told since to ask after all."""
+        return generation in self._rejoining and generation not in self._unpromised
+
+    def _must_ask(self, generation: int) -> bool:
+        """Promised a place after `generation`, the promise taken back, not asked yet."""
+        return generation in self._rejoining and generation in self._unpromised and generation not in self._asked
 
     def report_done(self, warning: str = "") -> None:
         """Say the training function returned (and what the job's end must report); retried
@@ -237,18 +251,26 @@ class RendezvousLink:
 
     # ------------------------------------------------------------ facts
     def wait_assignment(self, after_generation: int, timeout_s: float | None = None) -> pb.Assignment:
-        """Block until an assignment newer than `after_generation` arrives."""
+        """Block until an assignment newer than `after_generation` arrives. A worker promised
+        its place that is told to ask after all (it was left over) asks from here: it waits here
+        only once it is out of the ended generation's collectives."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                self._raise_if_finished()
-                if self._assignment is not None and self._assignment.generation > after_generation:
-                    self._waiting = None
-                    return self._assignment
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no generation after {after_generation} within {timeout_s:g} s")
-                self._cond.wait(remaining)
+        while True:
+            with self._cond:
+                while True:
+                    self._raise_if_finished()
+                    if self._assignment is not None and self._assignment.generation > after_generation:
+                        self._waiting = None
+                        return self._assignment
+                    if self._must_ask(after_generation):
+                        waiting = self._waiting
+                        failure = waiting[1] if waiting is not None and waiting[0] == after_generation else ""
+                        break
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"no generation after {after_generation} within {timeout_s:g} s")
+                    self._cond.wait(remaining)
+            self.ready(after_generation, failure)
 
     def wait_planned(self, generation: int) -> pb.Assignment | None:
         """Block until this worker's place in `generation` (the generation it was started for)
@@ -381,6 +403,8 @@ class RendezvousLink:
                 self._over[event.generation_over.generation] = event.generation_over.reason or "generation over"
                 if event.generation_over.rejoin:
                     self._rejoining.add(event.generation_over.generation)
+                else:  # (said after a promise: the promise is taken back, whatever order the two arrive in)
+                    self._unpromised.add(event.generation_over.generation)
             elif kind == "hosts_updated":
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
                 if event.hosts_updated.checkpoint:

@@ -115,3 +115,30 @@ def test_an_announcement_is_no_update_until_a_script_claims_it_and_then_its_read
     link.ready(1, "")
     link.ready(2, "")
     assert [(r.after_generation, r.awaits_hosts) for r in calls.readies] == [(1, 4), (2, 0)]
+
+
+def test_a_worker_placed_unasked_then_left_over_asks_once_out_of_its_generation() -> None:
+    """A replica group's member whose partner died is promised its place, then left over (no
+    whole group to join): the rendezvous takes the promise back. It asks once it is out of the
+    ended generation's collectives, whether the word came before it got there or while it was
+    already waiting; and the promise, taken back, stays taken back whatever order they came in."""
+    import threading
+
+    link, calls = _linked()
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="h/2 failed", rejoin=True)))
+    link.ready(3, "allgather: connection closed by peer")
+    assert calls.readies == []  # promised: it waits without asking ...
+    waiting = threading.Thread(target=link.wait_assignment, args=(3,), daemon=True)
+    waiting.start()
+    link._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="left over")))
+    wait_for(lambda: len(calls.readies) == 1, 10, "the left-over worker's Ready")
+    assert (calls.readies[0].after_generation, calls.readies[0].failure) == (3, "allgather: connection closed by peer")
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=5, rank=2, size=4)))
+    waiting.join(10)
+    assert not waiting.is_alive() and len(calls.readies) == 1  # ... then it is placed, having asked once
+
+    late, late_calls = _linked()  # the word to ask came before it left the collective, the promise after
+    late._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="left over")))
+    late._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="h/2 failed", rejoin=True)))
+    late.ready(3, "allgather: timed out")
+    assert [r.after_generation for r in late_calls.readies] == [3]
