@@ -24,19 +24,36 @@ pytestmark = pytest.mark.slow
 
 def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_group_comes_back(
         run_job, tmp_path) -> None:
-    logs_dir, stop = tmp_path / "log", tmp_path / "stop"
+    """The killed worker's partner is also held inside its rollback (the workload's --hold-dir:
+    the stand-in for a Gloo receive that waits out its timeout) until the refilled slot's worker
+    is ready: the surviving group trains on meanwhile (a ring formed with the partner would wait
+    for it, the survivors with it), and the job grows back once the partner is out and asks."""
+    logs_dir, stop, hold_dir = tmp_path / "log", tmp_path / "stop", tmp_path / "hold"
+    hold_dir.mkdir()
     # (--collective-timeout 60: a survivor inside an FSDP2 collective that the killed worker's
     # partner left to roll back must not wait for it; the generation's end cuts the mesh off)
     job = run_job("--min-np", "2", "--max-np", "4", "-H", "localhost:4", "--group-size", "2", "--spares", "0",
                   "--collective-timeout", "60", *FAST, "python", str(WORKLOADS / "replica_groups.py"),
-                  "--log-dir", str(logs_dir), "--stop-file", str(stop), "--samples", "32")
+                  "--log-dir", str(logs_dir), "--stop-file", str(stop), "--samples", "32",
+                  "--hold-dir", str(hold_dir), "--hold-rank", "2")
     first = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "training in two groups")
     victim = next(w for w in first["workers"] if w["rank"] == 3)
+    (hold_dir / "hold").touch()
     os.kill(victim["pid"], signal.SIGKILL)
     shrunk = job.wait_status(lambda s: s["generation"] > first["generation"] and s["world_size"] == 2, 60,
                              "a ring of the surviving group alone")
+    wait_for(lambda: (hold_dir / "held").exists() or job.proc.poll() is not None, 60, "the partner held in its rollback")
+    partner = (hold_dir / "held").read_text()
+    started = {w["worker_id"] for w in first["workers"]}
+    newcomer = job.wait_status(lambda s: any(w["phase"] == "ready" and w["worker_id"] not in started
+                                             for w in s["workers"]), 120, "the refilled slot's worker ready")
+    assert next(w for w in newcomer["workers"] if w["worker_id"] == partner)["phase"] != "ready", newcomer
+    going = job.wait_status(lambda s: s["steps"] >= newcomer["steps"] + 5, 120,
+                            "the surviving group training on while the partner is held")
+    assert going["generation"] == shrunk["generation"] and going["world_size"] == 2, going
+    (hold_dir / "hold").unlink()
     job.wait_status(lambda s: s["generation"] > shrunk["generation"] and s["world_size"] == 4
-                    and s["steps"] >= shrunk["steps"] + 3, 120, "the job grown back by a whole group, training")
+                    and s["steps"] >= going["steps"] + 3, 120, "the job grown back by a whole group, training")
     stop.touch()
     assert job.wait(120) == 0, job.story()
 
@@ -70,6 +87,7 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     kept = {r["worker"] for r in alone}
     joining = [r for r in by_generation[grown] if r["worker"] not in kept]
     assert len(joining) == 2 and any(r["worker"] not in original for r in joining), by_generation[grown]
+    assert partner.replace("/", "_") in {r["worker"] for r in joining}, joining  # the held partner, out and asking
     assert all(r["step"] >= max(a["step"] for a in alone) for r in joining)  # not the model's initial state
     joined = [e for e in job.events("ring.joined") if e.get("generation") == grown]
     assert sorted(r for e in joined for r in e.get("synced_to", [])) != [], joined  # shards went to the new group
@@ -85,42 +103,6 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     # the regrowth (the sampler in the state, dealing by group; an epoch's last word counts)
     epochs = {r["epoch"]: r for r in events(logs, "epoch")}
     assert len(epochs) >= 2 and all(r["min"] == r["max"] == 1.0 for r in epochs.values()), epochs
-
-
-def test_a_partner_still_inside_the_failed_generation_holds_up_nobody_and_joins_once_out(run_job, tmp_path) -> None:
-    """The killed worker's partner stays inside its rollback (the stand-in for a Gloo receive
-    that waits for its timeout) while the refilled slot's worker is ready: the surviving group
-    trains on (a ring formed with the partner would wait for it, and the survivors with it), and
-    the job grows back by a whole group once the partner is out and asks."""
-    logs_dir, stop, hold_dir = tmp_path / "log", tmp_path / "stop", tmp_path / "hold"
-    hold_dir.mkdir()
-    job = run_job("--min-np", "2", "--max-np", "4", "-H", "localhost:4", "--group-size", "2", "--spares", "0",
-                  "--collective-timeout", "60", *FAST, "python", str(WORKLOADS / "replica_groups.py"),
-                  "--log-dir", str(logs_dir), "--stop-file", str(stop), "--samples", "32",
-                  "--hold-dir", str(hold_dir), "--hold-rank", "2")
-    first = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "training in two groups")
-    (hold_dir / "hold").touch()
-    os.kill(next(w for w in first["workers"] if w["rank"] == 3)["pid"], signal.SIGKILL)
-    wait_for(lambda: (hold_dir / "held").exists() or job.proc.poll() is not None, 60, "the partner held in its rollback")
-    partner = (hold_dir / "held").read_text()
-    shrunk = job.wait_status(lambda s: s["generation"] > first["generation"] and s["world_size"] == 2, 60,
-                             "a ring of the surviving group alone")
-    newcomer = job.wait_status(
-        lambda s: any(w["phase"] == "ready" and w["worker_id"] not in {x["worker_id"] for x in first["workers"]}
-                      for w in s["workers"]), 120, "the refilled slot's worker ready")
-    assert next(w for w in newcomer["workers"] if w["worker_id"] == partner)["phase"] != "ready"
-    # with half a group ready and the partner not, the surviving group trains on, in its own ring
-    going = job.wait_status(lambda s: s["steps"] >= newcomer["steps"] + 5, 120,
-                            "the surviving group training while the partner is held")
-    assert going["generation"] == shrunk["generation"] and going["world_size"] == 2, going
-    (hold_dir / "hold").unlink()
-    grown = job.wait_status(lambda s: s["world_size"] == 4 and s["generation"] > shrunk["generation"], 120,
-                            "the job grown back with the partner, out and asking")
-    assert partner in {w["worker_id"] for w in grown["workers"] if w.get("rank") is not None}, grown
-    stop.touch()
-    assert job.wait(120) == 0, job.story()
-    done = events(read_logs(logs_dir), "done")
-    assert sorted(r["rank"] for r in done) == [0, 1, 2, 3] and len({r["digest"] for r in done}) == 1, done
 
 
 def test_a_job_killed_whole_restarts_from_its_dcp_checkpoint_with_another_group_size_and_plain_fsdp2_loads_it(
