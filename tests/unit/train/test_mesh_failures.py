@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from harness import wait_for
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import elastic
 from ringmaster.torch.elastic import groups, mesh_sockets
@@ -23,13 +24,14 @@ from ringmaster.worker.train.link import RendezvousLink
 GENERATION = 4
 
 
-def _ring_of_two() -> tuple[dict[int, Any], dict[str, int]]:
+def _ring_of_two(timeout_s: float = 60) -> tuple[dict[int, Any], dict[str, int]]:
     """Two ranks of a real Gloo group in this process, and the sockets their making opened."""
     store = dist.HashStore()
     before = mesh_sockets.open_sockets()
     pgs: dict[int, Any] = {}
     threads = [threading.Thread(target=lambda r=r: pgs.__setitem__(
-        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=60)))) for r in range(2)]
+        r, dist.ProcessGroupGloo(dist.PrefixStore("ring/", store), r, 2, timedelta(seconds=timeout_s))))
+        for r in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -133,3 +135,34 @@ def test_only_sockets_still_open_and_the_same_are_cut() -> None:
     assert mesh_sockets.cut({"socket:[1]": max(sockets.values())}) == 0  # the number reused by another socket
     assert mesh_sockets.cut({inode: 10_000 for inode in sockets}) == 0  # closed
     assert mesh_sockets.cut(sockets) >= 1
+
+
+def test_a_guarded_collective_its_peer_never_joins_is_given_up_when_the_generation_ends() -> None:
+    """FSDP2's collectives as `ShardedState` gives them (`guarded_comms`): a Gloo all-gather whose
+    peer never posts its part (Gloo itself may never fail it: seen, a survivor's send waited out
+    the 60 s timeout) raises as soon as the generation is over, and is kept as abandoned."""
+    from ringmaster.torch.elastic import guarded_comms
+    from ringmaster.worker.train.errors import HorovodInternalError
+
+    pgs, _ = _ring_of_two(timeout_s=2)  # (its destructor waits for the abandoned work: it ends within 2 s)
+    work = pgs[0]._allgather_base(torch.zeros(8), torch.ones(4))  # rank 1 never joins
+    said: list[str | None] = [None]
+    raised: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            guarded_comms.wait_guarded(work, lambda: said[0], "FSDP2's all-gather")
+        except HorovodInternalError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive(), "it waits while the generation stands"
+    started = time.monotonic()
+    said[0] = "h/1 lost"
+    thread.join(10)
+    assert not thread.is_alive() and raised and time.monotonic() - started < 2
+    assert "generation is over (h/1 lost)" in str(raised[0])
+    assert work in guarded_comms.pending_abandoned()
+    wait_for(lambda: not guarded_comms.pending_abandoned(), 20, "the abandoned all-gather ended in Gloo (its timeout)")

@@ -43,13 +43,16 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from ringmaster.proto import environment as env_names
 from ringmaster.torch.basics import context
-from ringmaster.torch.elastic import mesh_sockets
+from ringmaster.torch.elastic import guarded_comms, mesh_sockets
 from ringmaster.torch.elastic.groups import replica_group
 
 #: The mesh's dimensions, as TorchTitan and torchft name them.
 MESH_DIMS = ("replicate", "shard")
 
 _built: dict[str, Any] = {}  # "generation": the generation whose mesh is built, "mesh": it
+#: Process groups of released meshes with collectives still running in Gloo (given up at their
+#: generation's end, `guarded_comms`), with those collectives: dropped once they all ended.
+_graveyard: list[tuple[list[dist.Work], list[Any]]] = []
 
 
 def mesh() -> DeviceMesh:
@@ -128,7 +131,13 @@ def release() -> None:
     if released is not None:
         released.set()
     mesh_sockets.cut(_built.pop("sockets", {}))  # (a peer blocked on this rank fails now, freed or not)
-    if _built.pop("mesh", None) is not None and dist.is_initialized():
+    built = _built.pop("mesh", None)
+    if built is not None and dist.is_initialized():
+        pending = guarded_comms.pending_abandoned()
+        if pending:  # a Gloo group's destructor waits for its work: kept until its abandoned collectives end
+            _graveyard.append((pending, [dist.group.WORLD, *(built.get_group(d) for d in range(built.ndim))]))
+        del built
         dist.destroy_process_group()
         gc.collect()
+    _graveyard[:] = [(works, groups) for works, groups in _graveyard if not all(w.is_completed() for w in works)]
     _built.pop("generation", None)
