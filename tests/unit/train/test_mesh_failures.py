@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import wait_for
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import elastic
 from ringmaster.torch.elastic import groups, mesh_sockets
 from ringmaster.worker.train.link import RendezvousLink
 
 GENERATION = 4
+_PARKED: list = []  # rings left with a collective running, kept for the process' life
 
 
 def _ring_of_two(timeout_s: float = 60) -> tuple[dict[int, Any], dict[str, int]]:
@@ -144,7 +144,7 @@ def test_a_guarded_collective_its_peer_never_joins_is_given_up_when_the_generati
     from ringmaster.torch.elastic import guarded_comms
     from ringmaster.worker.train.errors import HorovodInternalError
 
-    pgs, _ = _ring_of_two(timeout_s=2)  # (its destructor waits for the abandoned work: it ends within 2 s)
+    pgs, _ = _ring_of_two(timeout_s=2)  # (parked below: its collective ends in Gloo 2 s later)
     work = pgs[0]._allgather_base(torch.zeros(8), torch.ones(4))  # rank 1 never joins
     said: list[str | None] = [None]
     raised: list[BaseException] = []
@@ -165,4 +165,5 @@ def test_a_guarded_collective_its_peer_never_joins_is_given_up_when_the_generati
     assert not thread.is_alive() and raised and time.monotonic() - started < 2
     assert "generation is over (h/1 lost)" in str(raised[0])
     assert work in guarded_comms.pending_abandoned()
-    wait_for(lambda: not guarded_comms.pending_abandoned(), 20, "the abandoned all-gather ended in Gloo (its timeout)")
+    guarded_comms.abandoned.clear()
+    _PARKED.append(pgs)  # (a Gloo group's destructor waits for its work: not at this test's end, but Gloo's timeout)

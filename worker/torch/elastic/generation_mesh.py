@@ -17,6 +17,10 @@ others in it for the collective timeout: its process groups cannot be closed at 
 FSDP2's modules sharded on them stay referenced from torch's own caches. So the mesh's Gloo
 connections are shut down when the generation is over and when the mesh is released
 (`mesh_sockets`): every collective on it then fails at once, on every rank.
+Where Gloo itself has already closed them, a collective posted as they closed can still wait for
+its timeout: FSDP2's all-gathers and reduce-scatters of a `ShardedState`'s models are waited for
+together with the generation's end (`guarded_comms`), and a mesh released with one still running
+keeps its groups until it ends.
 
 The model sharded on a released mesh is garbage in reference cycles (FSDP2's hooks and states
 point back at their modules): its memory, a device's on a GPU, comes back only with a collection
