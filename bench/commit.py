@@ -95,7 +95,12 @@ def commit_figures(megabytes: int, repeats: int) -> None:
 
     before = gpu_bytes()
     copies: list = []
-    horovod = timed(lambda: copies.clear() or copies.append(copy.deepcopy(model.state_dict())), repeats)
+
+    def deepcopy_once() -> None:  # (the copy is kept, as Horovod keeps it, until the next replaces it)
+        copies.clear()
+        copies.append(copy.deepcopy(model.state_dict()))
+
+    horovod = timed(deepcopy_once, repeats)
     horovod_held = gpu_bytes() - before
     copies.clear()
 

@@ -65,7 +65,7 @@ def _compare(gpu: Any, cpu: Any) -> str:
     return "ok"
 
 
-def _case(results: dict[str, str], name: str, call: Callable[[str], Any]) -> None:
+def _case(results: dict[str, str], name: str, call: Callable[..., Any]) -> None:
     """Run `call` on DEVICE then on "cpu" and record whether they agree (or what was raised)."""
     try:
         gpu = call(DEVICE)

@@ -91,7 +91,7 @@ if DefaultAllGather is not None:
             self.over = over
 
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                     op: Any, async_op: bool = False) -> dist.Work | None:
+                     op: Any, async_op: bool = False) -> Any:  # (None when waited for here, as torch's)
             if async_op or input_tensor.device.type != "cpu":
                 return super().__call__(output_tensor, input_tensor, group, op, async_op)
             work = dist.reduce_scatter_single(output=output_tensor, input=input_tensor, group=group, op=op,
