@@ -38,7 +38,8 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
                   "--hold-dir", str(hold_dir), "--hold-rank", "2")
     first = job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "training in two groups")
     victim = next(w for w in first["workers"] if w["rank"] == 3)
-    (hold_dir / "hold").touch()
+    os.mkfifo(hold_dir / "hold")
+    holding = os.open(hold_dir / "hold", os.O_RDWR)  # (the partner waits until this end closes)
     os.kill(victim["pid"], signal.SIGKILL)
     shrunk = job.wait_status(lambda s: s["generation"] > first["generation"] and s["world_size"] == 2, 60,
                              "a ring of the surviving group alone")
@@ -52,6 +53,7 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
                             "the surviving group training on while the partner is held")
     assert going["generation"] == shrunk["generation"] and going["world_size"] == 2, going
     (hold_dir / "hold").unlink()
+    os.close(holding)
     job.wait_status(lambda s: s["generation"] > shrunk["generation"] and s["world_size"] == 4
                     and s["steps"] >= going["steps"] + 3, 120, "the job grown back by a whole group, training")
     stop.touch()

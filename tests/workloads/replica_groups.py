@@ -25,8 +25,9 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
       across groups mean the replicas are identical
 
 With `--hold-dir DIR`, the worker of rank `--hold-rank` in a generation that fails stays inside
-its rollback while DIR/hold exists (it writes DIR/held first): the tests' stand-in for a worker
-still inside a collective of the failed generation (a receive that waits for its timeout).
+its rollback until the writer of the FIFO DIR/hold closes it (it writes DIR/held first): the
+tests' stand-in for a worker still inside a collective of the failed generation (a receive that
+waits for its timeout).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import hashlib
 import json
 import os
 import pathlib
+import select
 import time
 
 import torch
@@ -93,11 +95,14 @@ def main() -> None:
         def restore(self) -> None:
             hold = args.hold_dir / "hold" if args.hold_dir else None
             if hold is not None and hold.exists() and hvd.rank() == args.hold_rank:
-                (args.hold_dir / "held").write_text(os.environ["RINGMASTER_WORKER_ID"])
-                deadline = time.monotonic() + 300
-                while hold.exists():  # (the test removes it; bounded)
-                    assert time.monotonic() < deadline, "held past 300 s"
-                    time.sleep(0.05)
+                # the test holds the write end of the FIFO `hold` open: its close (EOF here) releases
+                fifo = os.open(hold, os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    (args.hold_dir / "held").write_text(os.environ["RINGMASTER_WORKER_ID"])
+                    released, _, _ = select.select([fifo], [], [], 300)
+                    assert released, "held past 300 s"
+                finally:
+                    os.close(fifo)
             super().restore()
 
     state = HeldState(build, step=0, epoch=0, sampler=sampler, seen=torch.zeros(args.samples))
