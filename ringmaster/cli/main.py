@@ -33,6 +33,7 @@ from ringmaster.rendezvous.server.launchers import LAUNCHERS
 from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
+from ringmaster.common.processes import skip_teardown_at_exit
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
@@ -677,6 +678,7 @@ def _picture_verb(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    skip_teardown_at_exit()  # (the exit of a job's `ringmaster run` is the end of the job for its caller)
     if argv[:1] == ["agent"]:  # the agent's flags are its own (worker/agent/command.py)
         os.execv(sys.executable, [sys.executable, "-m", "ringmaster.worker.agent", *argv[1:]])
     parser = build_parser()

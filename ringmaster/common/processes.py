@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import faulthandler
+import gc
+import io
 import logging
 import os
 import shutil
@@ -38,6 +41,30 @@ def exit_if_stuck(bound_s: float) -> None:
     Python is stuck; it prints every thread's stack first, so the hang shows where it was.
     """
     faulthandler.dump_traceback_later(bound_s, exit=True)
+
+
+def skip_teardown_at_exit() -> None:
+    """End this process, once its exit handlers have run, without the interpreter's teardown of
+    its modules (registered as an exit handler, so it runs after those registered later;
+    idempotent). For a `ringmaster` command: its exit is the end of the job for whoever waits on
+    it, and nothing it holds needs finalizing (see `leave_the_heap_to_the_os`)."""
+    atexit.unregister(leave_the_heap_to_the_os)
+    atexit.register(leave_the_heap_to_the_os)
+
+
+def leave_the_heap_to_the_os() -> None:
+    """Flush every open file, then freeze the heap (`gc.freeze()`): the interpreter's finalization
+    then neither collects nor tears down what is alive, and the OS takes it back at once.
+
+    With torch imported (a rendezvous imports it for its TCPStore, a worker trains with it) that
+    teardown frees 250,000 objects: 1.0 s of CPU for a bare `import torch`, 1.4 s for each of two
+    workers returning from training together on 2 cores (py-spy: `gc_collect_main`), after the
+    job's work was done and while the job's end, or the next job, waited for that CPU. Python's
+    exit is otherwise unchanged: the exit status, the exit handlers, the standard streams flushed.
+    What is skipped is what Python never promised: `__del__` of objects alive at exit.
+    """
+    flush_open_files()
+    gc.freeze()
 
 
 def exit_now(code: int) -> None:
@@ -80,3 +107,19 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     if setpriv is not None:
         return [setpriv, "--pdeathsig", "KILL", "--", *argv]
     return [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), *argv]
+
+
+def flush_open_files() -> None:
+    """Flush every open writable Python file, as the interpreter's teardown would have (a log the
+    script wrote without closing keeps its last lines); errors are ignored, as there."""
+    files = [obj for obj in gc.get_objects() if type(obj) in _FILE_TYPES]
+    files.sort(key=lambda f: not isinstance(f, io.TextIOWrapper))  # text first: it flushes into its buffer
+    for stream in [sys.stdout, sys.stderr, *files]:
+        try:
+            if not stream.closed and stream.writable():
+                stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+_FILE_TYPES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
