@@ -296,12 +296,12 @@ def test_a_truncated_newest_checkpoint_is_reported_and_the_one_before_used(mesh,
 
 
 def test_fsdp2_modules_given_the_guarded_collectives_train_as_with_torchs_own(mesh) -> None:
-    from ringmaster.torch.elastic import guarded_comms
+    from ringmaster.torch.elastic import fsdp_comms
 
     plain, guarded = _build(mesh), _build(mesh)
-    assert guarded_comms.guard(guarded, lambda: None) == 3  # both layers and the root
+    assert fsdp_comms.guard(guarded, lambda: None) == 3  # both layers and the root
     comm = guarded["model"][0]._get_fsdp_state()._fsdp_param_groups[0]._all_gather_comm
-    assert isinstance(comm, guarded_comms.GuardedAllGather)
+    assert isinstance(comm, fsdp_comms.GuardedAllGather)
     _train(plain, range(3))
     _train(guarded, range(3))
     assert all(torch.equal(a, b) for a, b in zip(_params(plain["model"]), _params(guarded["model"])))

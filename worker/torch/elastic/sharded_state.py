@@ -41,7 +41,7 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
-from ringmaster.torch.elastic import guarded_comms
+from ringmaster.torch.elastic import fsdp_comms
 from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.torch.elastic import no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
@@ -257,8 +257,8 @@ class ShardedState(ObjectState):
             object.__setattr__(self, name, handler.value)
         self._built_generation = generation
         link = context().link
-        if link is not None:  # (FSDP2's collectives give up at the generation's end: `guarded_comms`)
-            guarded_comms.guard(dict(built), lambda: link.generation_over(generation))
+        if link is not None:  # (FSDP2's collectives give up at the generation's end: `fsdp_comms`)
+            fsdp_comms.guard(dict(built), lambda: link.generation_over(generation))
 
     def _rebuild_uncommitted(self) -> None:
         """A newcomer built its objects without initializing them for the commit a peer sent;
