@@ -1,0 +1,112 @@
+"""What a job costs around its training: from the command's start to the first step, and from the
+last step to the command's exit, for the same small job under `ringmaster run` and `torchrun`.
+
+The job: 2 workers on this machine, a 1 M-parameter linear layer, 20 steps of an allreduce of its
+gradient (Horovod's API and a commit each step under Ringmaster; `torch.distributed` on Gloo under
+torchrun). Each worker prints when its first step ended and when its last did; the bench times
+the command from outside. What it prints, medians over `--rounds`:
+  - start: the command launched -> every worker's first step done;
+  - end: the last worker's last step -> the command exited (its workers' and its own exit);
+  - whole: the command launched -> exited.
+Neither has warm spares (a fresh machine's first job); torchrun's store is `--standalone`.
+
+Run: python bench/job_lifecycle.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+STEPS = 20
+
+WORKER = '''
+import os, sys, time
+import torch
+mode = sys.argv[1]
+model = torch.nn.Linear(1000, 1000)
+if mode == "ringmaster":
+    import ringmaster.torch as hvd
+    hvd.init()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < {steps}:
+            opt.zero_grad()
+            model(torch.ones(8, 1000)).sum().backward()
+            opt.step()
+            state.step += 1
+            state.commit()
+            if state.step == 1:
+                print("FIRST", time.time(), flush=True)
+    train(state)
+else:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range({steps}):
+        opt.zero_grad()
+        model(torch.ones(8, 1000)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        opt.step()
+        if step == 0:
+            print("FIRST", time.time(), flush=True)
+    dist.destroy_process_group()
+print("LAST", time.time(), flush=True)
+'''.replace("{steps}", str(STEPS))
+
+
+def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(start, end, whole) seconds of one run of `command`."""
+    began = time.time()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    ended = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"{command[0]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    said = done.stdout + done.stderr
+    firsts = [float(line.split("FIRST ")[1].split()[0]) for line in said.splitlines() if "FIRST " in line]
+    lasts = [float(line.split("LAST ")[1].split()[0]) for line in said.splitlines() if "LAST " in line]
+    if len(firsts) != 2 or len(lasts) != 2:
+        raise SystemExit(f"expected 2 workers' FIRST and LAST lines, got:\n{said[-3000:]}")
+    return max(firsts) - began, ended - max(lasts), ended - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        raise SystemExit("torchrun is missing: install torch in this interpreter's environment")
+    with tempfile.TemporaryDirectory() as tmp:
+        script = pathlib.Path(tmp) / "worker.py"
+        script.write_text(WORKER)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RINGMASTER_SPARES": "0", "OMP_NUM_THREADS": "1"}
+        commands = {
+            "ringmaster run": [sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "python", str(script), "ringmaster"],
+            "torchrun": [torchrun, "--standalone", "--nproc-per-node", "2", str(script), "torchrun"],
+        }
+        figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in commands}
+        for _ in range(args.rounds):  # (alternated, so that the machine's drift falls on both)
+            for name, command in commands.items():
+                figures[name].append(one_run(command, env))
+    print(f"a job of 2 workers, {STEPS} steps; medians of {args.rounds} alternated runs (seconds)")
+    print(f"{'':16s} {'start->1st step':>16s} {'last step->exit':>16s} {'whole':>8s}")
+    for name, runs in figures.items():
+        start, end, whole = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"{name:16s} {start:16.2f} {end:16.2f} {whole:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
