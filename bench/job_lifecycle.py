@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import re
 import shutil
 import statistics
 import subprocess
@@ -78,11 +79,10 @@ def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float, floa
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     said = done.stdout + done.stderr
-    firsts = [float(line.split("FIRST ")[1].split()[0]) for line in said.splitlines() if "FIRST " in line]
-    lasts = [float(line.split("LAST ")[1].split()[0]) for line in said.splitlines() if "LAST " in line]
+    firsts, lasts = (re.findall(rf"{what} (\d+\.\d+)", said) for what in ("FIRST", "LAST"))
     if len(firsts) != 2 or len(lasts) != 2:
         raise SystemExit(f"expected 2 workers' FIRST and LAST lines, got:\n{said[-3000:]}")
-    return max(firsts) - began, ended - max(lasts), ended - began
+    return max(map(float, firsts)) - began, ended - max(map(float, lasts)), ended - began
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ for these collectives in C++, out of Ringmaster's reach.
 
 So every FSDP2 module a `ShardedState` builds gets two communications (FSDP2's own
 `set_custom_all_gather` / `set_custom_reduce_scatter`, in `fsdp_comms`, imported with
-`ShardedState` only: FSDP2's modules take 0.9 s of every worker's start). Each issues torch's own collective
-asynchronously and waits for it in slices, raising `HorovodInternalError` (a rollback) once the
+`ShardedState` only: FSDP2's modules take 0.9 s of every worker's start). Each issues torch's own
+collective asynchronously and waits for it in slices, raising `HorovodInternalError` (a rollback) once the
 generation is over. A collective left behind this way is recorded (`abandoned`) so that
 `generation_mesh.release()` keeps its process groups alive until it ends: a Gloo group's destructor
 waits for its work. CUDA tensors (NCCL) are passed through unchanged: FSDP2 orders them on
@@ -23,9 +23,8 @@ streams and NCCL's own abort ends them.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Callable
 
-import torch
 import torch.distributed as dist
 
 from ringmaster.worker.train.collectives import _future_of
