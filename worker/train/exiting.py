@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from types import TracebackType
 from typing import Callable
 
@@ -80,14 +81,20 @@ def exit_promptly() -> None:
 
 
 def finalize_the_script() -> None:
-    """Drop the script's globals, as the interpreter's teardown would have, so that what the
-    script made is finalized (each `__del__` run) while every module is still there to use."""
+    """Drop what the script made, as the interpreter's teardown would have, so that each object's
+    `__del__` runs while every module is still there to use. Only the script's objects go, the
+    newest first; its modules, functions and classes stay, as a finalizer may call them (a
+    `__del__` that writes with `sys`, or calls a helper of the script, works as in plain Python)."""
     main = sys.modules.get("__main__")
     if main is None:
         return
-    names = [name for name in vars(main) if not (name.startswith("__") and name.endswith("__"))]
-    for name in names:
+    names = [name for name, value in vars(main).items()
+             if not (name.startswith("__") and name.endswith("__")) and not isinstance(value, _KEPT_TYPES)]
+    for name in reversed(names):
         try:
             delattr(main, name)
         except Exception:  # noqa: BLE001 (a finalizer's error is printed and ignored, as in the teardown)
             pass
+
+
+_KEPT_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)

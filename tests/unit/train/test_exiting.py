@@ -26,7 +26,15 @@ SCRIPT = textwrap.dedent("""
         def __del__(self):
             sys.stderr.write("collected at exit\\n")  # found only by a collection of the whole heap
 
+    class UsesTheScript:
+        def __del__(self):
+            sys.stderr.write(f"finalized with {helper()}\\n")  # a global of the script, at exit
+
+    def helper():
+        return "the script's helper"
+
     keep = Finalized()
+    uses = UsesTheScript()
     cycle = InACycle()
     cycle.me = cycle
     del cycle  # garbage that only the collector frees
@@ -67,6 +75,7 @@ def test_a_worker_that_ends_its_script_exits_as_python_does_without_tearing_down
     assert code == 3, stderr
     assert "script's exit handler" in stderr
     assert "torn down" in stderr  # the script's globals were finalized
+    assert "finalized with the script's helper" in stderr  # while its modules and functions were still there
     assert log == "last line, never flushed by the script"
     assert "collected at exit" not in stderr  # but the heap was left to the OS, not collected (gc.freeze)
 
