@@ -40,6 +40,9 @@ VICTIM = "hostB"
 SPARES = 2
 #: Seconds an act may wait for what it caused before the demo gives up on it.
 ACT_TIMEOUT_S = 60.0
+#: Seconds the demo waits for the job's first steps on 4 workers: 4 interpreters importing torch
+#: at once on a loaded 2-core machine took over 60 s (CI).
+START_TIMEOUT_S = 180.0
 #: Seconds between redraws of the status line on a terminal.
 STATUS_EVERY_S = 0.25
 _CLEAR = "\r\x1b[K"
@@ -164,7 +167,7 @@ class Demo:
         pace = self.pace
 
         self.wait(lambda p: p.size == 4 and (p.epoch >= pace.kill_at and p.steps_in_epoch >= 5 or p.holding),
-                  "training on 4 workers")
+                  "training on 4 workers", START_TIMEOUT_S)
         self.act(f"killing {VICTIM} now (SIGKILL to its agent and workers): watch the survivors roll back to "
                  "their last commit and go on with 2 workers")
         pid = next(h["agent_pid"] for h in client.get("/status")["hosts"] if h["name"] == VICTIM)
@@ -208,9 +211,9 @@ class Demo:
                 self._log.write(json.dumps({"logger": "ringmaster.demo", "level": "INFO", "message": narration,
                                             "time": now, "kind": "demo.act", "generation": None}) + "\n")
 
-    def wait(self, condition: Callable[[Progress], bool], what: str) -> None:
+    def wait(self, condition: Callable[[Progress], bool], what: str, timeout_s: float = ACT_TIMEOUT_S) -> None:
         self.doing = f"waiting for {what}"
-        deadline = time.monotonic() + ACT_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         with self.lock:
             while not condition(self.progress):
                 if self.progress.ended:
@@ -219,7 +222,7 @@ class Demo:
                                    f"it said last:\n  {last}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise JobError(f"gave up waiting {ACT_TIMEOUT_S:g} s for {what} (see {self.out_dir / 'events.jsonl'})")
+                    raise JobError(f"gave up waiting {timeout_s:g} s for {what} (see {self.out_dir / 'events.jsonl'})")
                 self.lock.wait(left)
 
     def write_hosts(self, hosts: dict[str, int]) -> None:

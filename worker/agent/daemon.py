@@ -483,7 +483,7 @@ class Agent:
                 dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
             _forward_output(proc, [f"[{spec.worker_id}] "])
-            self.spares.started_fresh()
+            self.spares.started_fresh(proc.pid)
         return proc
 
     def _terminate(self, child: _Child) -> None:

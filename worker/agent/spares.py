@@ -12,8 +12,11 @@ Otherwise the worker starts fresh, as without spares. Spares run no user code be
 assigned, hold no slot, are at most `count` per agent, each within `max_rss_bytes` (a spare
 that grows past it is stopped). They never share the CPU with a worker's start-up: spares are
 started `fresh_hold_s` after the agent last started a worker fresh (its imports take seconds of
-CPU; an agent's first workers are always fresh), and a used one is replaced `replace_after_s`
-after its use. Spares that die before use three
+CPU; an agent's first workers are always fresh), and not before every worker it started fresh has
+used `STARTUP_CPU_S` of CPU, its start-up's cost (or ended, or `MAX_FRESH_HOLD_S` passed). A
+hold in seconds alone ran out on a loaded machine while the first workers were still importing:
+4 spares then imported beside them, and the demo's 4 workers had trained no step after 60 s
+(CI). A used spare is replaced `replace_after_s` after its use. Spares that die before use three
 times in a row (an environment without torch) turn spares off for this agent, said once.
 """
 
@@ -33,6 +36,7 @@ from ringmaster.common.keys import WORKER_KEY_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.common.processes import dying_with_parent
+from ringmaster.worker.agent.process_watch import read_stat
 from ringmaster.worker.agent.spare import READY_FD_ENV, Assignment
 
 #: A spare holding more resident memory than this is stopped (torch imported: about 250 MB).
@@ -41,6 +45,14 @@ DEFAULT_MAX_RSS_BYTES = 2 << 30
 DEFAULT_REPLACE_AFTER_S = 2.0
 #: Seconds after a worker started fresh before spares start.
 DEFAULT_FRESH_HOLD_S = 10.0
+#: CPU seconds a worker started fresh uses for its start-up, so that spares start only after it:
+#: CPU time, unlike the clock, is the same on a loaded machine. An interpreter and torch's imports
+#: take 2.3-2.8 s here, a script's own imports and model on top of them more (the demo's: 4-5 s);
+#: a worker that trains passes it within seconds anyway.
+STARTUP_CPU_S = 5.0
+#: Seconds after which a worker started fresh no longer holds spares back, whatever its CPU time
+#: (a worker that waits for something at its start).
+MAX_FRESH_HOLD_S = 120.0
 #: Spares that die unused in a row before spares are turned off for the agent.
 MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
@@ -82,6 +94,12 @@ def same_interpreter(program: str, interpreter: str) -> bool:
     the folder's `pyvenv.cfg` makes them two Pythons with their own packages)."""
     left, right = os.path.abspath(program), os.path.abspath(interpreter)
     return os.path.dirname(left) == os.path.dirname(right) and os.path.realpath(left) == os.path.realpath(right)
+
+
+def cpu_seconds_of(pid: int) -> float | None:
+    """The CPU time (user and system) process `pid` used, None once it is gone."""
+    sample = read_stat(pid)
+    return None if sample is None or sample.state in "ZXx" else sample.cpu_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:
@@ -128,9 +146,11 @@ class SparePool:
     def __init__(self, count: int, env: Callable[[], dict[str, str]], forward: Callable[[subprocess.Popen, list[str]], None],
                  say: Callable[..., None], max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
                  replace_after_s: float = DEFAULT_REPLACE_AFTER_S, fresh_hold_s: float = DEFAULT_FRESH_HOLD_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 cpu_seconds: Callable[[int], float | None] = cpu_seconds_of) -> None:
         """`env()`: the environment of a worker before its own variables (what spares start with).
-        `forward(proc, prefix)` copies a process' output with a changeable prefix. `say(kind, **fields)`."""
+        `forward(proc, prefix)` copies a process' output with a changeable prefix. `say(kind, **fields)`.
+        `cpu_seconds(pid)`: the CPU time a process used, None once it is gone."""
         self.count = count
         self._env = env
         self._forward = forward
@@ -139,6 +159,8 @@ class SparePool:
         self._replace_after_s = replace_after_s
         self._fresh_hold_s = fresh_hold_s
         self._clock = clock
+        self._cpu_seconds = cpu_seconds
+        self._starting: dict[int, float] = {}  # workers started fresh, still starting: pid -> when
         self.idle: list[_Spare] = []
         self._next_start: float | None = None  # None: no worker started yet, so no spare either
         self._failures = 0
@@ -188,9 +210,20 @@ class SparePool:
         """Idle spares that are warm (torch imported)."""
         return sum(1 for spare in self.idle if spare.ready_s is not None)
 
-    def started_fresh(self) -> None:
-        """The agent started a worker without a spare just now: no spare starts beside its start-up."""
+    def started_fresh(self, pid: int) -> None:
+        """The agent started worker process `pid` without a spare just now: no spare starts beside
+        its start-up (for `fresh_hold_s`, and until it used `STARTUP_CPU_S` of CPU)."""
+        self._starting[pid] = self._clock()
         self.hold(self._fresh_hold_s)
+
+    def _workers_starting(self) -> bool:
+        """Whether a worker started fresh is still in its start-up (forgets those that are not)."""
+        now = self._clock()
+        for pid, started in list(self._starting.items()):
+            used = self._cpu_seconds(pid)
+            if used is None or used >= STARTUP_CPU_S or now - started >= MAX_FRESH_HOLD_S:
+                del self._starting[pid]
+        return bool(self._starting)
 
     def hold(self, seconds: float = 0.0) -> None:
         """Start no spare in the next `seconds` (the first call lets spares start at all)."""
@@ -211,6 +244,8 @@ class SparePool:
                 _kill(spare)
                 self._say(Kind.SPARE_TOO_BIG, pid=spare.proc.pid, rss_mb=size >> 20, limit_mb=self._max_rss >> 20)
         wanted = max(self.count, self._join_target)
+        if len(self.idle) >= wanted or self._workers_starting():
+            return
         while self._next_start is not None and len(self.idle) < wanted and self._clock() >= self._next_start:
             self._start()
 

@@ -317,3 +317,34 @@ def test_a_spare_whose_agent_closes_its_stdin_exits_without_running_anything(tmp
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_spares_wait_for_the_workers_started_fresh_to_use_their_start_ups_cpu_not_only_the_clock(pool_of) -> None:
+    """On a loaded machine the first workers' imports outlast any hold in seconds (CI: 4 spares
+    importing beside the demo's 4 workers, no step after 60 s). Their CPU time says when their
+    start-up is over; a worker that never uses it holds spares back for MAX_FRESH_HOLD_S at most."""
+    from ringmaster.worker.agent.spares import MAX_FRESH_HOLD_S, STARTUP_CPU_S
+
+    now, cpu = [0.0], {101: 0.5, 102: 0.5}
+    pool, _, _ = pool_of(1, fresh_hold_s=10.0, clock=lambda: now[0], cpu_seconds=cpu.get)
+    pool.started_fresh(101)
+    pool.started_fresh(102)
+    now[0] = 30.0  # the hold in seconds is over, both workers still importing
+    pool.tend()
+    assert pool.idle == []
+    cpu[101] = STARTUP_CPU_S  # one is through its start-up, the other is not
+    pool.tend()
+    assert pool.idle == []
+    del cpu[102]  # the other ended
+    pool.tend()
+    assert len(pool.idle) == 1  # (a real spare, killed at teardown)
+
+    pool.close()
+    now[0], cpu[103] = 100.0, 0.0
+    pool.started_fresh(103)  # a worker that waits at its start, using no CPU
+    now[0] = 100.0 + MAX_FRESH_HOLD_S - 1
+    pool.tend()
+    assert pool.idle == []
+    now[0] = 100.0 + MAX_FRESH_HOLD_S
+    pool.tend()
+    assert len(pool.idle) == 1
