@@ -49,6 +49,7 @@ DEFAULT_TIMELINE_MAX_MB = 64
 #: Environment variables that give the timeline file when --timeline is not given (the first set wins).
 TIMELINE_ENV = ("RINGMASTER_TIMELINE", "HOROVOD_TIMELINE")
 SPARES_ENV = "RINGMASTER_SPARES"  # where --spares takes its default from
+FORK_WORKERS_ENV = "RINGMASTER_FORK_WORKERS"  # "0": agents start every worker fresh (--no-fork-workers)
 MAX_SPARES = 64
 #: Seconds a ready newcomer waits for the other newcomers still warming up, so that they join
 #: the ring together in one reset.
@@ -201,6 +202,8 @@ class AgentSettings(BaseModel):
     spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES, description="warm spare worker processes kept ready (0: none)")
     slots: int = Field(1, ge=1, le=1024,  # (discovery.MAX_SLOTS_PER_HOST)
                        description="slots this host offers a job that takes hosts from agents")
+    fork_workers: bool = Field(True, description="fork the workers from one warm template process (worker/agent/"
+                                                 "template.py) where their command allows, instead of starting each fresh")
     warm_join: bool = Field(False, description="warm the spares for every slot before saying hello, so the first "
                                                "workers this host is given start warm")
     drain_grace_s: float = Field(DEFAULT_DRAIN_GRACE_S, gt=0, le=86_400,

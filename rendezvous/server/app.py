@@ -276,6 +276,9 @@ class RendezvousServer:
                     break
                 if journal_task.done():
                     journal_task.result()  # an unexpected error surfaces here
+                if (no_store := ring_stores.problem()) is not None:
+                    service.call(coordinator.abort, no_store)
+                    break
                 if self._stop_reason:
                     service.call(coordinator.abort, self._stop_reason)
                     break
@@ -309,6 +312,7 @@ class RendezvousServer:
             if api is not None:
                 api.should_exit = True
             await asyncio.to_thread(launcher.stop_all, 0.0)
+            ring_stores.close()
             await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await leadership.resign()
         if deposed is not None:

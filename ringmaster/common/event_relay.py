@@ -28,6 +28,7 @@ from typing import Callable
 from google.protobuf.message import DecodeError
 
 from ringmaster.common.peer_credentials import MAX_SOCKET_PATH, receive
+from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 
 #: Largest datagram of one worker message (an assignment is about 100 bytes; reasons are bounded).
@@ -46,14 +47,20 @@ def folder_fits(folder: str) -> bool:
     return len(folder.encode()) + 1 + LONGEST_NAME <= MAX_SOCKET_PATH
 
 
+def agent_of_this_process() -> int:
+    """The pid of this worker's agent: its parent, or the agent that forked it from its template."""
+    told = os.environ.get(env_names.AGENT_PID, "")
+    return int(told) if told.isdigit() else os.getppid()
+
+
 class EventReceiver:
     """A worker's socket for the messages its agent carries; `on_event(message)` runs on its thread."""
 
     def __init__(self, folder: str, on_event: Callable[[pb.WorkerEvent], None],
-                 agent_pid: Callable[[], int] = os.getppid) -> None:
+                 agent_pid: Callable[[], int] | None = None) -> None:
         self.refused = 0  # datagrams dropped: not from the agent, too large, not a worker message
         self._on_event = on_event
-        self._agent_pid = agent_pid
+        self._agent_pid = agent_pid or agent_of_this_process
         self._sock: socket.socket | None = None
         self.path = os.path.join(folder, socket_name(os.getpid())) if folder else ""
         if not folder or not folder_fits(folder):

@@ -130,6 +130,9 @@ class Kind(enum.StrEnum):
     SPARE_UNFIT = "spare.unfit"
     SPARE_TOO_BIG = "spare.too_big"
     SPARE_OFF = "spare.off"
+    TEMPLATE_READY = "template.ready"
+    TEMPLATE_UNFIT = "template.unfit"
+    TEMPLATE_OFF = "template.off"
     # worker (the training library)
     RING_JOINED = "ring.joined"
     RING_JOIN_FAILED = "ring.join_failed"
@@ -292,6 +295,9 @@ SPECS: dict[Kind, Spec] = {
     Kind.SPARE_USED: Spec(_I, "worker {worker} runs in a spare (pid {pid}, started {age_s:g} s ago, warm: {warm})"),
     Kind.SPARE_UNFIT: Spec(_I, "worker {worker} starts fresh, not in a warm spare: {reason}"),
     Kind.SPARE_TOO_BIG: Spec(_W, "stopped a warm spare (pid {pid}) holding {rss_mb} MB, more than {limit_mb} MB"),
+    Kind.TEMPLATE_READY: Spec(_I, "worker template (pid {pid}) ready: workers here are forked from it"),
+    Kind.TEMPLATE_UNFIT: Spec(_I, "worker {worker} starts fresh, not forked from the worker template: {reason}"),
+    Kind.TEMPLATE_OFF: Spec(_W, "no worker template on this host ({reason}): workers start fresh"),
     Kind.SPARE_OFF: Spec(_W, "no warm spares on this host: {failures} died before use (last: {reason}); workers start "
                              "fresh (start the agent with --spares 0 to not try)"),
     Kind.RING_JOINED: Spec(_I, "joined generation {generation} as rank {rank} of {size}: waited {waited_ms:.0f} ms for "

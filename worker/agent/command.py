@@ -25,7 +25,7 @@ from ringmaster.common.keys import agent_key, parse_key
 from ringmaster.discovery import host_name_problem
 from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
-from ringmaster.settings import SPARES_ENV, AgentSettings
+from ringmaster.settings import FORK_WORKERS_ENV, SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent, DrainAsk, warm_ahead
 from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.worker.agent.slots import default_slots
@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spares", type=int, default=None, metavar="N",
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
+    parser.add_argument("--fork-workers", action=argparse.BooleanOptionalAction, default=None,
+                        help="fork `python script.py` workers from one warm process that imported torch once, instead "
+                             f"of starting each fresh (default: on; ${FORK_WORKERS_ENV}=0 turns it off)")
     parser.add_argument("--slots", type=int, default=None, metavar="N",
                         help="slots this host offers a job whose rendezvous takes hosts from agents "
                              "(`--hosts-from-agents`); a job that lists its hosts takes their slots from the list "
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                                  os.environ.get(env_names.RECONNECT_TIMEOUT) or defaults.DEFAULT_RECONNECT_TIMEOUT_S,
                                  spares=args.spares if args.spares is not None else
                                  os.environ.get(SPARES_ENV) or defaults.DEFAULT_SPARES,
+                                 fork_workers=args.fork_workers if args.fork_workers is not None else
+                                 os.environ.get(FORK_WORKERS_ENV, "1") != "0",
                                  drain_grace_s=args.drain_grace, notice_script=args.preemption_notice_script,
                                  notice_interval_s=args.notice_interval,
                                  slots=args.slots if args.slots is not None else default_slots(os.environ),

@@ -56,11 +56,15 @@ from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
 from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.spares import SparePool
+from ringmaster.worker.agent.forked import ForkedProcess, WorkerTemplate
 from ringmaster.worker.agent.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
+#: The longest the host's first workers wait for the worker template to be warm before they start
+#: fresh (its imports take 2.5 s of CPU; on a loaded host, tens of seconds of the clock).
+TEMPLATE_WAIT_S = 60.0
 #: Seconds between two looks at the warm spares (memory, replacements).
 TEND_SPARES_S = 0.5
 #: The longest an agent warms its spares before it says hello (`--warm-join`), and how often it looks.
@@ -90,7 +94,7 @@ class DrainAsk:
 @dataclass
 class _Child:
     spec: pb.WorkerSpec
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProcess
     kill_at: float | None = None  # set once asked to stop
 
 
@@ -136,6 +140,9 @@ class Agent:
             self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
                                     lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
+        self._fork_workers = settings.fork_workers
+        self.template: WorkerTemplate | None = None  # started with the agent (`run`)
+        self._unfit_said = False
         self._told_to_stop = False
         self.drain_grace_s = settings.drain_grace_s
         self._signals = 0  # stop signals received (the second one stops at once)
@@ -163,6 +170,8 @@ class Agent:
         return self.stop_grace_s + 1.0 + 2 * EXIT_REPORT_RPC_TIMEOUT_S + self._last_call_s + 10.0
 
     def run(self) -> int:
+        if self._fork_workers:  # warming while the agent says hello and the job forms
+            self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
         if self.warm_join:
             self._warm_before_joining()
         self._reader.start()
@@ -452,6 +461,7 @@ class Agent:
         if self.key is not None and worker_id is not None:
             env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
         env[env_names.AGENT_STOPS] = self._stops_dir
+        env[env_names.AGENT_PID] = str(os.getpid())
         if self._beats.available:
             env[env_names.AGENT_BEATS] = self._beats.folder
         else:
@@ -464,7 +474,7 @@ class Agent:
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         return env
 
-    def _spawn(self, spec: pb.WorkerSpec, workers_here: int) -> subprocess.Popen:
+    def _spawn(self, spec: pb.WorkerSpec, workers_here: int) -> subprocess.Popen | ForkedProcess:
         """Start worker `spec`, one of `workers_here` this agent runs now (their share of the cores)."""
         env = self._worker_env(spec.env, spec.worker_id)
         threads = worker_threads({**os.environ, **spec.env}, workers_here, usable_cpus())
@@ -477,13 +487,32 @@ class Agent:
             if os.sep in program and os.path.isfile(program):
                 raise PermissionError(errno.EACCES, "Permission denied", program)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
-        proc = self.spares.take(list(spec.argv), env, spec.worker_id)
+        proc = self._fork(spec, env)
+        if proc is None:
+            proc = self.spares.take(list(spec.argv), env, spec.worker_id)
         if proc is None:
             proc = subprocess.Popen(
                 dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
             _forward_output(proc, [f"[{spec.worker_id}] "])
             self.spares.started_fresh(proc.pid)
+        return proc
+
+    def _fork(self, spec: pb.WorkerSpec, env: dict[str, str]) -> ForkedProcess | None:
+        """Worker `spec` forked from the template, or None (it starts fresh). The host's first
+        workers wait for the template to be warm: their fresh starts would import torch each,
+        beside its import, on the same cores."""
+        template = self.template
+        if template is None or not template.usable:
+            return None
+        template.ready(TEMPLATE_WAIT_S)
+        proc, why = template.fork(list(spec.argv), env, spec.worker_id)
+        if proc is None:
+            if not self._unfit_said and template.usable:
+                self._unfit_said = True  # (the job's other workers have the same command: said once)
+                say(self.host, Kind.TEMPLATE_UNFIT, worker=spec.worker_id, reason=why)
+            return None
+        _forward_output(proc, [f"[{spec.worker_id}] "])
         return proc
 
     def _terminate(self, child: _Child) -> None:
@@ -552,6 +581,8 @@ class Agent:
         for child in self.children.values():
             _signal(child.proc, signal.SIGKILL)
             child.proc.wait()
+        if self.template is not None:  # (after its workers: their exits come through it)
+            self.template.close()
 
 
 #: Answers that retrying cannot change: the agent exits (code 2) naming them.
@@ -586,7 +617,7 @@ def warm_ahead(slots: int, host: str) -> SparePool:
     return pool
 
 
-def _forward_output(proc: subprocess.Popen, prefix: list[str]) -> None:
+def _forward_output(proc: subprocess.Popen | ForkedProcess, prefix: list[str]) -> None:
     """Copy a worker's stdout and stderr to ours, each line prefixed with `prefix[0]` as it is
     when the line comes (a warm spare's changes when it becomes a worker); keep stderr's tail."""
     tail = _TAILS[proc.pid] = _StderrTail()
@@ -618,7 +649,7 @@ def last_words(pid: int, failed: bool) -> str:
     return " | ".join(tail.lines)[-1000:]
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
+def _signal(proc: subprocess.Popen | ForkedProcess, sig: int) -> None:
     try:
         proc.send_signal(sig)
     except ProcessLookupError:

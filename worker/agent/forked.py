@@ -1,0 +1,228 @@
+"""The agent's side of its worker template (`template.py`): start it, ask it for workers, and
+hold each forked worker as the agent holds a process it started (`ForkedProcess`, the part of
+`subprocess.Popen` the agent uses).
+
+A worker is forked only where it cannot be told from a fresh process by its script: the same
+rules as a warm spare's (`spares.spare_assignment`); otherwise the agent starts it fresh. A
+template that cannot import torch, or dies, is said once and not used again; its forked workers
+die with it (their exits are reported as deaths by SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Callable
+
+from ringmaster.common.events import Kind
+from ringmaster.common.processes import dying_with_parent
+from ringmaster.worker.agent.spares import spare_assignment
+from ringmaster.worker.agent.template import CONTROL_FD_ENV, MAX_REQUEST_BYTES
+
+#: Seconds the template is given to fork a worker and say its pid.
+FORK_TIMEOUT_S = 10.0
+#: A template that died takes its workers with it: the exit they are reported with.
+TEMPLATE_GONE_CODE = -signal.SIGKILL
+
+
+class ForkedProcess:
+    """A worker forked by the template: its pid, output pipes and exit, as `subprocess.Popen` has them."""
+
+    stdin = None
+
+    def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes], ended: Callable[[int], int | None]) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._ended = ended
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)  # signals reach this process, never a reused pid
+        except OSError:
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._ended(self.pid)
+            if self.returncode is not None and self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None or self._pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class WorkerTemplate:
+    """The agent's template process. `ready()` says whether it is warm; `fork(...)` gives a worker
+    or None (start it fresh). Thread-safe: a reader thread records what the template says."""
+
+    def __init__(self, env: dict[str, str], say: Callable[..., None], interpreter: str = sys.executable) -> None:
+        """`env`: the environment of a worker before its own variables (what the template runs with).
+        `say(kind, **fields)`: TEMPLATE_READY once warm, TEMPLATE_OFF once if it cannot be used."""
+        self.env = env
+        self._say = say
+        self._lock = threading.Condition()
+        self._ready = False
+        self._gone: str | None = None  # why the template cannot be used (said once)
+        self._asks = 0
+        self._answers: dict[int, dict] = {}
+        self._codes: dict[int, int] = {}  # pid -> exit code, as reported
+        self._forked: set[int] = set()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        try:
+            self.proc = subprocess.Popen(
+                dying_with_parent([interpreter, "-m", "ringmaster.worker.agent.template"]),
+                env={**env, CONTROL_FD_ENV: str(theirs.fileno())}, pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno())
+        except OSError as exc:
+            ours.close()
+            self._gone = f"cannot start: {exc}"
+            self._say(Kind.TEMPLATE_OFF, reason=self._gone)
+            return
+        finally:
+            theirs.close()
+        threading.Thread(target=self._read, daemon=True, name="ringmaster-template").start()
+
+    def ready(self, timeout_s: float = 0.0) -> bool:
+        """Whether the template is warm (waiting up to `timeout_s` for it, less if it fails)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._ready or self._gone is not None, timeout_s)
+            return self._ready and self._gone is None
+
+    @property
+    def usable(self) -> bool:
+        """Not failed (warm or still warming)."""
+        return self._gone is None
+
+    def fork(self, argv: list[str], env: dict[str, str], worker_id: str) -> tuple[ForkedProcess | None, str]:
+        """(worker `worker_id` forked from the template, "") or (None, why it must start fresh)."""
+        if not self.ready():
+            return None, self._gone or "the template is not warm yet"
+        assignment, why = spare_assignment(argv, env, os.getcwd(), self.env)
+        if assignment is None:
+            return None, why
+        line = assignment.to_line()
+        if len(line) > MAX_REQUEST_BYTES - 64:
+            return None, f"its command and environment exceed {MAX_REQUEST_BYTES} bytes"
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        with self._lock:
+            self._asks += 1
+            ask = self._asks
+        request = b'{"ask": %d, "assignment": %s}' % (ask, line.strip())
+        try:
+            socket.send_fds(self._sock, [request], [out_w, err_w])
+        except OSError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            self._fail(f"cannot be asked for a worker: {exc}")
+            return None, self._gone or ""
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        with self._lock:
+            self._lock.wait_for(lambda: ask in self._answers or self._gone is not None, FORK_TIMEOUT_S)
+            answer = self._answers.pop(ask, None)
+            if answer is not None and "pid" in answer:
+                self._forked.add(answer["pid"])
+        if answer is None or "pid" not in answer:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            if answer is None:
+                self._fail(f"did not fork a worker within {FORK_TIMEOUT_S:g} s")
+            return None, f"the template could not fork it ({(answer or {}).get('error', self._gone)})"
+        return ForkedProcess(answer["pid"], os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), self._ended), ""
+
+    def _ended(self, pid: int) -> int | None:
+        with self._lock:
+            code = self._codes.pop(pid, None)
+            if code is not None:
+                self._forked.discard(pid)
+            elif self._gone is not None and pid in self._forked and not _alive(pid):
+                self._forked.discard(pid)
+                code = TEMPLATE_GONE_CODE
+            return code
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                self._fail(f"ended (exit code {self.proc.wait()})")
+                return
+            try:
+                message = json.loads(data)
+            except ValueError:
+                continue
+            if message.get("ready"):
+                self._say(Kind.TEMPLATE_READY, pid=self.proc.pid)
+            with self._lock:
+                if message.get("ready"):
+                    self._ready = True
+                elif "code" in message:
+                    self._codes[int(message["pid"])] = int(message["code"])
+                elif "ask" in message:
+                    self._answers[int(message["ask"])] = message
+                self._lock.notify_all()
+
+    def _fail(self, why: str) -> None:
+        with self._lock:
+            if self._gone is not None:
+                return
+            self._gone = why
+            self._lock.notify_all()
+        self._say(Kind.TEMPLATE_OFF, reason=why)
+
+    def close(self) -> None:
+        """Stop the template (its forked workers die with it: stop them first)."""
+        if self._gone is None:
+            self._gone = "closed"
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        if getattr(self, "proc", None) is not None:
+            try:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` is still there (not yet a zombie reaped by its template)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
