@@ -36,8 +36,6 @@ from ringmaster.common.job_history import read_history
 SCRIPT = pathlib.Path(examples.__file__).resolve().parent / "digits.py"
 HOSTS = {"hostA": 2, "hostB": 2}
 VICTIM = "hostB"
-#: Warm spare workers each agent keeps (as many as a host's slots: a scale-up fills a host at once).
-SPARES = 2
 #: Seconds an act may wait for what it caused before the demo gives up on it.
 ACT_TIMEOUT_S = 60.0
 #: Seconds the demo waits for the job's first steps on 4 workers: 4 interpreters importing torch
@@ -75,7 +73,7 @@ class Progress:
     generation: int = 0
     api_url: str = ""
     kinds: list[str] = dataclasses.field(default_factory=list)
-    warm_spares: dict[str, int] = dataclasses.field(default_factory=dict)  # host -> spares ready and unused
+    templates: set[str] = dataclasses.field(default_factory=set)  # hosts whose agent's worker template is warm
     holding: bool = False  # the job waits before its last epoch for the acts to end: no epoch passes
     ended: bool = False
 
@@ -138,7 +136,7 @@ class Demo:
         secret_file.unlink(missing_ok=True)
         self.acts_done.unlink(missing_ok=True)
         command = [sys.executable, "-m", "ringmaster.cli", "run", "--host-discovery-script", str(script),
-                   "--launcher", "local", "--spares", str(SPARES), "--min-np", "2", "--max-np", "4", "--discovery-interval", "0.5",
+                   "--launcher", "local", "--min-np", "2", "--max-np", "4", "--discovery-interval", "0.5",
                    "--blacklist-cooldown-range", "1", "1", "--log-format", "json",
                    "--timeline", str(self.out_dir / "timeline.json"), "--secret-file", str(secret_file),
                    *self.training_args(), "--hold", str(self.pace.hold_s),
@@ -185,8 +183,8 @@ class Demo:
 
         start = self.progress.epoch
         self.wait(lambda p: p.epoch >= start + pace.gap or p.holding, "training on 4 workers again")
-        # (each agent keeps warm spares, torch imported: the scale-up below starts its workers in them)
-        self.wait(lambda p: p.warm_spares.get(VICTIM, 0) >= SPARES, f"{VICTIM}'s agent to warm {SPARES} spare workers")
+        # (each agent forks its workers from a template that imported torch: the scale-up below forks them)
+        self.wait(lambda p: VICTIM in p.templates, f"{VICTIM}'s agent to warm its worker template")
         self.act("scaling down to 2 workers through the control API (POST /scale): two workers leave at the "
                  "next commit, nothing is rolled back")
         client.post("/scale", {"np": 2})
@@ -270,12 +268,10 @@ class Demo:
                     p.api_url = str(event.get("url", ""))
                 elif kind == "generation.formed":
                     p.size, p.generation = int(event.get("size", 0)), int(event.get("number", 0))
-                elif kind in ("spare.ready", "spare.used") and isinstance(event.get("host"), str):
-                    host = event["host"]
-                    change = 1 if kind == "spare.ready" else -1 if event.get("warm") is True else 0
-                    p.warm_spares[host] = max(0, p.warm_spares.get(host, 0) + change)
-                elif kind in ("host.lost", "agent.launching") and isinstance(event.get("host"), str):
-                    p.warm_spares[event["host"]] = 0  # (its agent's spares died with it, or it has none yet)
+                elif kind == "template.ready" and isinstance(event.get("host"), str):
+                    p.templates.add(event["host"])
+                elif kind in ("host.lost", "agent.launching", "template.off") and isinstance(event.get("host"), str):
+                    p.templates.discard(event["host"])  # (its agent's template died with it, or it has none yet)
                 if kind in _SHOWN:
                     self.say(str(event.get("message", kind)), mark="  ")
             self.lock.notify_all()

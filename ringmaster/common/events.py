@@ -131,6 +131,7 @@ class Kind(enum.StrEnum):
     SPARE_TOO_BIG = "spare.too_big"
     SPARE_OFF = "spare.off"
     TEMPLATE_READY = "template.ready"
+    TEMPLATE_FORKED = "template.forked"
     TEMPLATE_UNFIT = "template.unfit"
     TEMPLATE_OFF = "template.off"
     # worker (the training library)
@@ -276,7 +277,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),
     Kind.POOL_AGENT_TROUBLE: Spec(_W, "host {host}: the pool did not answer ({error}); its jobs' agents go on, "
                                       "asking again in {retry_s:g} s"),
-    Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s) in {took_s:g} s; connecting"),
+    Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s), worker template warm: {template}, in {took_s:g} s; "
+                              "connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),
     Kind.AGENT_REPORT_REFUSED: Spec(_W, "the rendezvous refused the exit report of {worker}: {error}"),
@@ -296,6 +298,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.SPARE_UNFIT: Spec(_I, "worker {worker} starts fresh, not in a warm spare: {reason}"),
     Kind.SPARE_TOO_BIG: Spec(_W, "stopped a warm spare (pid {pid}) holding {rss_mb} MB, more than {limit_mb} MB"),
     Kind.TEMPLATE_READY: Spec(_I, "worker template (pid {pid}) ready: workers here are forked from it"),
+    Kind.TEMPLATE_FORKED: Spec(_I, "worker {worker} forked from the worker template (pid {pid}, in {took_ms:g} ms)"),
     Kind.TEMPLATE_UNFIT: Spec(_I, "worker {worker} starts fresh, not forked from the worker template: {reason}"),
     Kind.TEMPLATE_OFF: Spec(_W, "no worker template on this host ({reason}): workers start fresh"),
     Kind.SPARE_OFF: Spec(_W, "no warm spares on this host: {failures} died before use (last: {reason}); workers start "

@@ -28,14 +28,16 @@ def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_jo
     a = agent(run_job, address, "hostA", "--slots", "1")
     server.wait_status(lambda s: s["world_size"] == 1 and s["steps"] >= 2, 120, "hostA training alone")
 
-    b = agent(run_job, address, "hostB", "--slots", "2")  # warms a spare per slot, then says hello
+    b = agent(run_job, address, "hostB", "--slots", "2")  # warms its worker template, then says hello
     warm = b.wait_event("agent.warm", 120)
-    assert warm["spares"] == 2 and warm["slots"] == 2
+    assert warm["template"] is True and warm["slots"] == 2
     joined = server.wait_event("agent.connected", 60, host="hostB")
     grown = server.wait_event("generation.formed", 120, size=3)
     assert "agents added hostB:2" in grown["cause"]
-    used = [e for e in b.events("spare.used") if e.get("warm")]
-    assert len(used) == 2, b.output  # both first workers of the joining host started warm
+    forked = b.events("template.forked")
+    assert len(forked) == 2 and not b.events("process.start_failed"), b.output  # both first workers started warm
+    template = b.events("template.ready")[0]["pid"]
+    assert all(e["time"] > warm["time"] for e in forked) and template not in {e["pid"] for e in forked}
     first = wait_for(lambda: first_commit_at(logs_dir, 3), 60, "a step at size 3")
     print(f"\n[figure] hostB connected -> ring of 3 formed: {grown['time'] - joined['time']:.2f} s; -> the first step "
           f"at size 3: {first - joined['time']:.2f} s; agent start -> warm: {warm['took_s']:.2f} s")
@@ -48,9 +50,9 @@ def test_agents_that_connect_are_the_hosts_and_leave_by_draining_or_dying(run_jo
     assert not server.events("host.lost", host="hostB") and not server.events("host.blacklisted", host="hostB")
     assert left
 
-    c = agent(run_job, address, "hostC", "--slots", "1", "--no-warm-join")
+    c = agent(run_job, address, "hostC", "--slots", "1", "--no-warm-join", "--no-fork-workers")
     server.wait_status(lambda s: s["world_size"] == 2, 120, "hostC joined")
-    assert not c.events("agent.warm")
+    assert not c.events("agent.warm") and not c.events("template.ready") and not c.events("template.forked")
     wait_for(lambda: first_commit_at(logs_dir, 2, worker_prefix="hostC"), 60, "hostC's worker in the ring")
     c.kill()  # the whole host dies: its agent's process group
     server.wait_event("host.lost", 60, host="hostC")

@@ -1,11 +1,13 @@
-"""Warm spares in real jobs: a newcomer on a running host's agent becomes its warm spare, and a
-job that ends while newcomers still start up does not wait for them."""
+"""Warm spares in real jobs (with the worker template off: where a worker cannot be forked): a
+newcomer on a running host's agent becomes its warm spare; and, with the template on, a job that
+ends while newcomers still start up does not wait for them."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness import FAST, discovery_script, elastic_job, events, read_logs, write_hosts
+from ringmaster.settings import FORK_WORKERS_ENV
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow
@@ -15,7 +17,7 @@ def test_a_newcomer_on_a_running_host_becomes_its_warm_spare(run_job, tmp_path) 
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir = tmp_path / "log"
     job = run_job("--min-np", "1", "--max-np", "3", "--host-discovery-script", script, "--spares", "1", *FAST,
-                  *elastic_job(logs_dir, epochs=4, samples=192), env={"OMP_NUM_THREADS": None})
+                  *elastic_job(logs_dir, epochs=4, samples=192), env={"OMP_NUM_THREADS": None, FORK_WORKERS_ENV: "0"})
     job.wait_status(lambda s: s["world_size"] == 2 and s["steps"] >= 3, 120, "a ring of two training")
     ready = job.wait_event("spare.ready", 120, host="hostA")  # started once the first workers' start-up was over
     started = job.events("process.started", host="hostA")
@@ -52,5 +54,6 @@ def test_no_spares_when_told_and_a_job_ending_while_newcomers_start_does_not_wai
     stopped = [e["time"] - ended for e in job.events("worker.stopped") if e["worker"] in newcomers]
     assert len(stopped) == 2 and max(stopped) < 10, stopped  # stopped as the job finished, not waited for
     assert not job.events("spare.used")
+    assert newcomers <= {e["worker"] for e in job.events("template.forked")}, job.output
     assert {r["size"] for r in events(read_logs(logs_dir), "done")} == {2}
     assert {r["threads"] for r in events(read_logs(logs_dir), "synced")} == {2}

@@ -141,6 +141,7 @@ class Agent:
                                     lambda kind, **fields: say(self.host, kind, **fields))
         self._spares_tended = 0.0
         self._fork_workers = settings.fork_workers
+        self._warmed_ahead = spares is not None  # its first workers start in those spares; the template later
         self.template: WorkerTemplate | None = None  # started with the agent (`run`)
         self._unfit_said = False
         self._told_to_stop = False
@@ -170,8 +171,8 @@ class Agent:
         return self.stop_grace_s + 1.0 + 2 * EXIT_REPORT_RPC_TIMEOUT_S + self._last_call_s + 10.0
 
     def run(self) -> int:
-        if self._fork_workers:  # warming while the agent says hello and the job forms
-            self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
+        if self._fork_workers and not self._warmed_ahead:  # warming while the agent says hello and the job forms
+            self._start_template()
         if self.warm_join:
             self._warm_before_joining()
         self._reader.start()
@@ -235,6 +236,15 @@ class Agent:
         """Warm a spare for every slot before the first hello, so that the host's first workers
         start warm: a host that joins a running job costs the others the script's own start, not
         Python's and torch's. Bounded by WARM_JOIN_TIMEOUT_S; a stop signal ends it at once."""
+        if self.template is not None:  # every worker is forked from it: it alone is warmed
+            started = time.monotonic()
+            while time.monotonic() - started < WARM_JOIN_TIMEOUT_S and self._commands.empty():
+                if self.template.ready(WARM_JOIN_POLL_S) or not self.template.usable:
+                    break
+            if self.template.usable:
+                say(self.host, Kind.AGENT_WARM, spares=0, slots=self.slots, template=self.template.ready(),
+                    took_s=round(time.monotonic() - started, 2))
+                return
         target = max(self.spares.count, self.slots)
         if self.spares.count <= 0:
             return
@@ -245,7 +255,7 @@ class Agent:
             if self.spares.count <= 0 or self.spares.warm() >= target:
                 break
             time.sleep(WARM_JOIN_POLL_S)
-        say(self.host, Kind.AGENT_WARM, spares=self.spares.warm(), slots=self.slots,
+        say(self.host, Kind.AGENT_WARM, spares=self.spares.warm(), slots=self.slots, template=False,
             took_s=round(time.monotonic() - started, 2))
 
     def _close(self) -> None:
@@ -487,7 +497,9 @@ class Agent:
             if os.sep in program and os.path.isfile(program):
                 raise PermissionError(errno.EACCES, "Permission denied", program)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
-        proc = self._fork(spec, env)
+        proc = self.spares.take(list(spec.argv), env, spec.worker_id) if self.spares.warm() else None
+        if proc is None:
+            proc = self._fork(spec, env)
         if proc is None:
             proc = self.spares.take(list(spec.argv), env, spec.worker_id)
         if proc is None:
@@ -498,14 +510,20 @@ class Agent:
             self.spares.started_fresh(proc.pid)
         return proc
 
+    def _start_template(self) -> None:
+        self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
+
     def _fork(self, spec: pb.WorkerSpec, env: dict[str, str]) -> ForkedProcess | None:
         """Worker `spec` forked from the template, or None (it starts fresh). The host's first
         workers wait for the template to be warm: their fresh starts would import torch each,
         beside its import, on the same cores."""
+        if self.template is None and self._fork_workers:
+            self._start_template()
         template = self.template
         if template is None or not template.usable:
             return None
         template.ready(TEMPLATE_WAIT_S)
+        started = time.perf_counter()
         proc, why = template.fork(list(spec.argv), env, spec.worker_id)
         if proc is None:
             if not self._unfit_said and template.usable:
@@ -513,6 +531,8 @@ class Agent:
                 say(self.host, Kind.TEMPLATE_UNFIT, worker=spec.worker_id, reason=why)
             return None
         _forward_output(proc, [f"[{spec.worker_id}] "])
+        say(self.host, Kind.TEMPLATE_FORKED, worker=spec.worker_id, pid=proc.pid,
+            took_ms=round((time.perf_counter() - started) * 1000, 1))
         return proc
 
     def _terminate(self, child: _Child) -> None:

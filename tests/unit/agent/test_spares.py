@@ -165,6 +165,7 @@ def warm(pool: SparePool) -> None:
     wait_for(ready, 60, "the spares to be warm")
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of, tmp_path) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     pool, output, said = pool_of(1)
@@ -222,6 +223,7 @@ def test_a_spare_runs_a_module_as_python_dash_m_does_and_keeps_its_exit_code(poo
         assert as_spare["globals"][key] == as_fresh["globals"][key], key
 
 
+@pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_used_spare_is_replaced_and_an_unfit_worker_leaves_the_spare_idle(pool_of, tmp_path) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     pool, _, said = pool_of(1)

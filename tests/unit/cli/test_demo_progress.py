@@ -14,23 +14,19 @@ def _line(kind: str, host: str, **fields: object) -> str:
                        "kind": kind, "generation": None, **fields}) + "\n"
 
 
-def test_a_lost_host_takes_its_warm_spares_with_it(tmp_path) -> None:
-    """The scale-up act waits for warm spares on hostB: spares of a killed agent must not count for
-    the agent started after it (they died with it), or the act starts its workers cold."""
+def test_a_lost_host_takes_its_worker_template_with_it(tmp_path) -> None:
+    """The scale-up act waits for hostB's worker template: a killed agent's template must not count
+    for the agent started after it (it died with it), or the act starts its workers cold."""
     demo = Demo(tmp_path, QUICK_PACE, seed=0, console=io.StringIO())
-    for pid in (1, 2):
-        demo._note(_line("spare.ready", "hostB", pid=pid, took_s=5.0))
-    demo._note(_line("spare.ready", "hostA", pid=3, took_s=5.0))
-    assert demo.progress.warm_spares == {"hostB": 2, "hostA": 1}
+    demo._note(_line("template.ready", "hostB", pid=1))
+    demo._note(_line("template.ready", "hostA", pid=3))
+    assert demo.progress.templates == {"hostB", "hostA"}
 
     demo._note(_line("host.lost", "hostB", reason="closed its connection"))
-    assert demo.progress.warm_spares == {"hostB": 0, "hostA": 1}
-    demo._note(_line("spare.ready", "hostB", pid=4, took_s=5.0))
+    assert demo.progress.templates == {"hostA"}
+    demo._note(_line("template.ready", "hostB", pid=4))
     demo._note(_line("agent.launching", "hostB", how="on this machine"))  # (a new agent: none of its own yet)
-    assert demo.progress.warm_spares["hostB"] == 0
-
-    for pid in (5, 6):
-        demo._note(_line("spare.ready", "hostB", pid=pid, took_s=5.0))
-    demo._note(_line("spare.used", "hostB", worker="hostB/7", pid=5, warm=True, age_s=8.0))
-    demo._note(_line("spare.used", "hostB", worker="hostB/8", pid=9, warm=False, age_s=1.0))  # (a cold one)
-    assert demo.progress.warm_spares == {"hostB": 1, "hostA": 1}
+    assert demo.progress.templates == {"hostA"}
+    demo._note(_line("template.ready", "hostB", pid=5))
+    demo._note(_line("template.off", "hostA", reason="ended (exit code 3)"))
+    assert demo.progress.templates == {"hostB"}

@@ -150,6 +150,7 @@ def test_answers_and_refusals_are_bound_to_their_bytes() -> None:
     assert not seal.refused(None, "ALREADY_EXISTS", "unknown worker")
 
 
+@pytest.mark.slow  # (200,000 signed calls: 7 s of the fast suite's budget; the whole suite runs it)
 def test_a_token_works_once_however_many_calls_come_between() -> None:
     """The replay memory forgets callers, not calls: a token captured and sent again after 200,000
     other calls (the old memory of 100,000 nonces had forgotten it) is still refused."""
