@@ -497,7 +497,8 @@ class Agent:
             if os.sep in program and os.path.isfile(program):
                 raise PermissionError(errno.EACCES, "Permission denied", program)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
-        proc = self.spares.take(list(spec.argv), env, spec.worker_id) if self.spares.warm() else None
+        proc: subprocess.Popen | ForkedProcess | None = (
+            self.spares.take(list(spec.argv), env, spec.worker_id) if self.spares.warm() else None)
         if proc is None:
             proc = self._fork(spec, env)
         if proc is None:

@@ -29,6 +29,7 @@ import selectors
 import signal
 import socket
 import sys
+from typing import Any
 
 from ringmaster.worker.agent.spare import PRELOADED, SPARE_FAILED, Assignment, become, parse_assignment
 
@@ -37,6 +38,11 @@ CONTROL_FD_ENV = "RINGMASTER_TEMPLATE_FD"
 #: Most bytes a request may have (its assignment: a command line and an environment).
 MAX_REQUEST_BYTES = 256 << 10
 _PR_SET_PDEATHSIG = 1
+#: Signals sent to a host's whole process group (a drain's SIGTERM, a terminal's Ctrl-C or hangup,
+#: a batch system's warning): the template ignores them, so its workers (which die with it) get
+#: them as fresh workers would, and it goes only with its agent.
+HOST_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+_host_signals: dict[int, Any] = {}  # their handlers before the template ignored them
 
 
 def _send(sock: socket.socket, message: dict) -> None:
@@ -124,7 +130,8 @@ def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseS
     os.dup2(err, 2)
     os.close(out)
     os.close(err)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # (the template ignores it, a worker is interrupted)
+    for sig, handler in _host_signals.items():  # (the template ignores them; its worker has them as a fresh one would)
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # (Python's own `random` reseeds itself after a fork)
@@ -136,7 +143,9 @@ def main() -> int:
         print("worker template: started without its agent's socket", file=sys.stderr)
         return SPARE_FAILED
     sock = socket.socket(fileno=int(control))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the workers and the agent, never it alone
+    for sig in HOST_SIGNALS:  # what comes to the whole host (a drain's SIGTERM, a Ctrl-C) is for the workers
+        _host_signals[sig] = signal.getsignal(sig)
+        signal.signal(sig, signal.SIG_IGN)
     try:
         for name in PRELOADED:
             importlib.import_module(name)

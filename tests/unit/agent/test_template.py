@@ -106,6 +106,11 @@ def test_forked_workers_draw_their_own_random_numbers_and_stop_by_signal_as_proc
     assert proc is not None, why
     assert proc.stdout.readline() == b"up\n"
     assert proc.poll() is None
+    os.kill(template.proc.pid, signal.SIGTERM)  # as a drain's SIGTERM to the whole host: for the workers only
+    os.kill(template.proc.pid, signal.SIGINT)
+    again, why = template.fork([PY, "randoms.py"], dict(os.environ), "h/3")
+    assert again is not None and output_of(again)[1] == "" and again.returncode == 0, why
+    assert template.usable and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(WAIT_S) == -signal.SIGTERM
     proc.send_signal(signal.SIGKILL)  # (ended: nothing is sent, nothing raised)

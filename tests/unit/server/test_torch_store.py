@@ -41,7 +41,7 @@ def test_the_port_listens_before_the_store_is_made_and_torch_serves_it_once_made
 
         for port in (stores.port, plain_port):
             client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=WAIT_S))
-            client.set("key", b"value")
+            client.set("key", "value")
             assert client.get("key") == b"value"
     finally:
         release.set()
