@@ -106,12 +106,20 @@ def run_script(target: str) -> None:
     exec(code, main_module.__dict__)
 
 
-def main() -> int:
-    try:
-        for name in PRELOADED:
+def preload(who: str) -> bool:
+    """Import `PRELOADED`; False, said on stderr as `who`, where one cannot be (no torch here:
+    the agent starts its workers fresh)."""
+    for name in PRELOADED:
+        try:
             importlib.import_module(name)
-    except Exception as exc:  # an environment without torch: the agent starts workers fresh
-        print(f"warm spare: cannot import {name}: {exc}", file=sys.stderr)
+        except Exception as exc:
+            print(f"{who}: cannot import {name}: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
+def main() -> int:
+    if not preload("warm spare"):
         return SPARE_FAILED
     ready_fd = os.environ.pop(READY_FD_ENV, None)
     if ready_fd is not None and ready_fd.isdigit():

@@ -22,7 +22,6 @@ when its agent's socket closes.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import selectors
@@ -31,7 +30,7 @@ import socket
 import sys
 from typing import Any
 
-from ringmaster.worker.agent.spare import PRELOADED, SPARE_FAILED, Assignment, become, parse_assignment
+from ringmaster.worker.agent.spare import SPARE_FAILED, Assignment, become, parse_assignment, preload
 
 #: The descriptor of the template's socket to its agent (a SOCK_SEQPACKET pair).
 CONTROL_FD_ENV = "RINGMASTER_TEMPLATE_FD"
@@ -146,11 +145,7 @@ def main() -> int:
     for sig in HOST_SIGNALS:  # what comes to the whole host (a drain's SIGTERM, a Ctrl-C) is for the workers
         _host_signals[sig] = signal.getsignal(sig)
         signal.signal(sig, signal.SIG_IGN)
-    try:
-        for name in PRELOADED:
-            importlib.import_module(name)
-    except Exception as exc:  # an environment without torch: the agent starts workers fresh
-        print(f"worker template: cannot import {name}: {exc}", file=sys.stderr)
+    if not preload("worker template"):
         return SPARE_FAILED
     _send(sock, {"ready": True})
     assignment = serve(sock)
