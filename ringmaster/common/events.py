@@ -305,7 +305,7 @@ SPECS: dict[Kind, Spec] = {
                              "fresh (start the agent with --spares 0 to not try)"),
     Kind.RING_JOINED: Spec(_I, "joined generation {generation} as rank {rank} of {size}: waited {waited_ms:.0f} ms for "
                                "the ring, built it in {built_ms:.0f} ms, synced state in {sync_ms:.0f} ms, reset "
-                               "callbacks {callbacks_ms:.0f} ms, replica check {check_ms:.0f} ms (rank {root}'s commit, the "
+                               "callbacks {callbacks_ms:.0f} ms, {check} (rank {root}'s commit, the "
                                "newest, went to {synced_to:ranks})"),
     Kind.RING_JOIN_FAILED: Spec(_W, "could not join generation {generation}: {error}"),
     Kind.PLANNED_GENERATION_MISSED: Spec(_I, "generation {generation} ended before this worker joined it ({reason}): "

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmaster.torch.elastic.shard_plan import NONE, Holding, Transfer, consistent_commit, transfers
+from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Transfer, consistent_commit, equal_by_sync,
+                                                  transfers)
 
 SAME = (1, 2, 3)  # a fingerprint shared by ranks holding equal bytes
 
@@ -97,3 +98,32 @@ def test_every_rank_ends_holding_its_index_of_the_chosen_commit(case) -> None:
 
 def test_none_means_no_previous_commit() -> None:
     assert Holding(0, 0, 3).previous == NONE and not Holding(0, 0, 3).holds(NONE, 0)
+
+
+LOADED = SyncProof(plain=5, loads=True, covers=True, callbacks=False)
+
+
+def test_a_sync_that_loaded_equal_commits_everywhere_proves_the_replicas_equal() -> None:
+    # two survivors loaded the commit they hold, two newcomers receive it: nothing left to compare
+    newcomer = SyncProof(plain=0, loads=False, covers=False, callbacks=False)  # (its own blind build: replaced)
+    plan = [Transfer(0, 0, (2,)), Transfer(1, 1, (3,))]
+    assert equal_by_sync([LOADED, LOADED, newcomer, newcomer], plan, resumed=False)
+    assert equal_by_sync([LOADED, LOADED], [], resumed=False)  # a group lost: the survivors reloaded theirs
+
+
+@pytest.mark.parametrize("why, proofs, resumed", [
+    ("a reset callback of the script's runs after the load", [LOADED, SyncProof(5, True, True, True)], False),
+    ("a holder trains on what it did not load", [LOADED, SyncProof(5, False, True, False)], False),
+    ("the plain attributes differ between holders", [LOADED, SyncProof(6, True, True, False)], False),
+    ("a holder's commit lacks an object build() made", [LOADED, SyncProof(5, True, False, False)], False),
+    ("the ring resumed from disk", [LOADED, LOADED], True),
+    ("no rank", [], False),
+])
+def test_the_replica_guard_still_compares_when_the_sync_cannot_prove_equality(why, proofs, resumed) -> None:
+    assert not equal_by_sync(proofs, [], resumed), why
+
+
+def test_a_receivers_own_plain_entries_do_not_count_it_takes_the_senders() -> None:
+    stale = SyncProof(plain=99, loads=False, covers=True, callbacks=False)
+    assert equal_by_sync([LOADED, stale], [Transfer(0, 0, (1,))], resumed=False)
+    assert not equal_by_sync([LOADED, SyncProof(99, False, True, True)], [Transfer(0, 0, (1,))], resumed=False)

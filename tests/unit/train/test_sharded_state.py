@@ -23,8 +23,10 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.torch.elastic import ElasticSampler, ShardedState, no_init
 from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
-from ringmaster.torch.elastic.sharded_state import _built_empty, _handler_for
-from ringmaster.worker.train.errors import CheckpointMismatchError
+from ringmaster.torch.elastic.shard_plan import Transfer
+from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for
+from ringmaster.worker.train.errors import CheckpointMismatchError, ReplicasDivergedError
+from ringmaster.worker.train.state_sync import fingerprint
 
 
 @pytest.fixture()
@@ -305,3 +307,12 @@ def test_fsdp2_modules_given_the_guarded_collectives_train_as_with_torchs_own(me
     _train(plain, range(3))
     _train(guarded, range(3))
     assert all(torch.equal(a, b) for a, b in zip(_params(plain["model"]), _params(guarded["model"])))
+
+
+def test_a_received_commit_whose_bytes_are_not_the_announced_ones_stops_the_worker(mesh) -> None:
+    snapshot, _ = _commit(_build(mesh))
+    announced = [fingerprint(snapshot), (0, 0, 0)]  # rank 0 sent it, rank 1 (this one) received it
+    _check_received(snapshot, [Transfer(0, 0, (1,))], announced, rank=1)  # the bytes announced: taken
+    snapshot.buffers[0][3] += 1  # one value changed on the way
+    with pytest.raises(ReplicasDivergedError, match="received from rank 0 does not have the bytes rank 0 announced"):
+        _check_received(snapshot, [Transfer(0, 0, (1,))], announced, rank=1)

@@ -115,7 +115,7 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
             state.reset()
     checked = time.perf_counter()
     with record_function("ringmaster.verify_replicas"):
-        state.verify_replicas()
+        compared = state.verify_replicas() is not False
     done = time.perf_counter()
     if reset:
         waited, built = context.last_join_s
@@ -123,7 +123,8 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
         generation = _generation(context)
         say(Kind.RING_JOINED, generation, rank=rank, size=size, waited_ms=waited * 1e3,
             built_ms=built * 1e3, sync_ms=(synced - started) * 1e3, callbacks_ms=(checked - synced) * 1e3,
-            check_ms=(done - checked) * 1e3, synced_to=sent_to, root=root)
+            check_ms=(done - checked) * 1e3, synced_to=sent_to, root=root,
+            check=f"replica check {(done - checked) * 1e3:.0f} ms" if compared else "replicas proven equal by the sync")
 
 
 def _rollback_reason(exc: RuntimeError, context: WorkerContext) -> str | None:

@@ -74,3 +74,35 @@ def transfers(holdings: list[Holding], fingerprints: list[tuple[int, ...]], coun
         if to:
             plan.append(Transfer(index, root, to))
     return plan
+
+
+@dataclass(frozen=True)
+class SyncProof:
+    """What one rank says, in the sync's second allgather, of the commit it goes on from and of
+    what it will do with it: `plain` is the digest of the commit's plain entries (attributes,
+    samplers), `loads` that it loads the commit into every object it trains (it rebuilt them on
+    the new mesh, or went back a commit), `covers` that the commit holds every object `build`
+    made, `callbacks` that it has reset callbacks of the script's to run."""
+
+    plain: int
+    loads: bool
+    covers: bool
+    callbacks: bool
+
+
+def equal_by_sync(proofs: list[SyncProof], plan: list[Transfer], resumed: bool) -> bool:
+    """Whether the sync itself proves every rank's live state equal to its replicas' (the replica
+    guard's question), so that the guard's own collective after it has nothing left to learn.
+
+    It does when: every rank trains on a commit loaded whole (a receiver loads what it received);
+    after `transfers` every rank at a shard index holds bytes equal to its sender's (those whose
+    fingerprint differed receive, and a receiver checks what arrived against the sender's
+    digest); the plain entries are equal across the ring; and nothing runs between the load and
+    training that could make the ranks differ: no script's reset callback (those are what the
+    guard is for), nothing resumed from disk. Pure, and the same answer on every rank."""
+    if resumed or not proofs:
+        return False
+    receivers = {rank for transfer in plan for rank in transfer.to}
+    holders = [proof for rank, proof in enumerate(proofs) if rank not in receivers]
+    return (all(proof.loads for proof in holders) and all(proof.covers for proof in holders)
+            and not any(proof.callbacks for proof in proofs) and len({proof.plain for proof in holders}) == 1)

@@ -37,7 +37,9 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_leaves
 
+from ringmaster.checkpoint.digest import tree_digest
 from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.checkpoint.tree import unflatten
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
@@ -46,11 +48,12 @@ from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, Sharde
 from ringmaster.torch.elastic import no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
-from ringmaster.torch.elastic.shard_plan import NONE, Holding, consistent_commit, transfers
+from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Transfer, consistent_commit,
+                                                  equal_by_sync, transfers)
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
 from ringmaster.worker.train.collectives import Communicator
-from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError
+from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError, ReplicasDivergedError
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.replica_guard import compare_live_state_in_groups
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
@@ -196,6 +199,10 @@ class ShardedState(ObjectState):
         self._committed_index = 0  # the shard index (rank in its group) the commits were made at
         #: Bytes this worker received at its last sync: its commit healed from a peer (0: none).
         self.healed_bytes = 0
+        self._proven_by_sync = False  # the last sync proved every rank's live state equal (no guard due)
+        #: A newcomer built its objects blind (no values) for a commit a peer sends: until one
+        #: arrives it holds no commit, not a "commit 0" of whatever its memory held.
+        self._holds_nothing = False
         # Samplers are kept across generations (nothing of them is sharded): committed, restored,
         # re-dealt at every reset, written in durable checkpoints, as in TorchState.
         self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items() if isinstance(value, ElasticSampler)}
@@ -300,6 +307,7 @@ class ShardedState(ObjectState):
         self._previous_commits = self._commits
         self._snapshot, self._previous = self._previous, self._snapshot
         self._committed_index = replica_group().rank
+        self._holds_nothing = False
         super().commit()
 
     def restore(self) -> None:
@@ -382,6 +390,7 @@ class ShardedState(ObjectState):
             setattr(self, name, value)
         self._commits = ours["commits"]
         self._snapshot.capture(self._entries())
+        self._holds_nothing = False
         self._committed_index, self._previous_commits = replica_group().rank, NONE
         if ctx.topology()[0] == 0:
             say(Kind.CHECKPOINT_RESUMED, step=self._commits, directory=str(self._dcp.path),
@@ -399,7 +408,8 @@ class ShardedState(ObjectState):
         held = self._commits
 
         def gather() -> list[torch.Tensor]:
-            return comm.allgather(torch.tensor([group.rank, self._committed_index, self._commits,
+            latest = NONE if self._holds_nothing else self._commits
+            return comm.allgather(torch.tensor([group.rank, self._committed_index, latest,
                                                 self._previous_commits, int(after_reset)], dtype=torch.int64))
 
         def holdings_of(rows: list[torch.Tensor]) -> list[Holding]:
@@ -413,10 +423,13 @@ class ShardedState(ObjectState):
         blind = self._commits == 0 and count is not None and count > 0
         rebuilt = self._ensure_built(commit_coming=blind)
         if not any(name in self._snapshot.skeleton for name in self._handlers):  # never committed with them
-            self._snapshot.capture(self._entries())
-            self._committed_index = group.rank
+            if blind:  # (what it built holds no values: not a commit, a peer's is coming)
+                self._holds_nothing = True
+            else:
+                self._snapshot.capture(self._entries())
+                self._committed_index = group.rank
         resumed = False
-        if self._dcp is not None and not self._tried_disk and all(int(row[2]) == 0 for row in rows):
+        if self._dcp is not None and not self._tried_disk and all(int(row[2]) <= 0 for row in rows):
             self._tried_disk = True
             resumed = self._resume_from_checkpoint()
             if resumed:
@@ -432,12 +445,23 @@ class ShardedState(ObjectState):
         if went_back:  # a commit ahead of what the ring holds whole: back to the previous one (it may send it)
             self._snapshot, self._previous = self._previous, self._snapshot
             self._commits = count
-        sums = comm.allgather(torch.tensor(fingerprint(self._snapshot), dtype=torch.int64))
-        plan = transfers(holdings, [tuple(int(x) for x in s.tolist()) for s in sums], count, group.size)
+        mine = SyncProof(plain=self._plain_digest(), loads=(rebuilt and not resumed) or went_back,
+                         covers=set(self._handlers) <= set(self._snapshot.skeleton),
+                         callbacks=bool(self._reset_callbacks))
+        rows = [[int(x) for x in row.tolist()] for row in comm.allgather(torch.tensor(
+            [*fingerprint(self._snapshot), mine.plain, mine.loads, mine.covers, mine.callbacks], dtype=torch.int64))]
+        fingerprints = [tuple(row[:3]) for row in rows]
+        plan = transfers(holdings, fingerprints, count, group.size)
+        proven = equal_by_sync([SyncProof(row[3], bool(row[4]), bool(row[5]), bool(row[6])) for row in rows], plan,
+                               resumed)
         self.healed_bytes = _move_shards(self._snapshot, comm, plan)
         received = self.healed_bytes > 0
         if received:
             self._commits = count
+            self._holds_nothing = False
+            if proven:  # (the guard will not compare it: what arrived is checked against what was sent)
+                _check_received(self._snapshot, plan, fingerprints, comm.rank)
+        self._proven_by_sync = proven
         self._previous_commits = NONE
         self._committed_index = group.rank
         if blind and rebuilt:
@@ -449,6 +473,21 @@ class ShardedState(ObjectState):
         sent_to = tuple(sorted(r for t in plan for r in t.to))
         return SyncPlan(sent_to, sent_to, any_reset, plan[0].root if plan else 0)
 
+    def _plain_digest(self) -> int:
+        """The digest of the commit's plain entries (attributes, samplers: all but what build()
+        made), canonical as the replica guard's."""
+        skeleton = self._snapshot.skeleton
+        plain = {name: sub for name, sub in skeleton.items() if name not in self._handlers}
+        return tree_digest(unflatten(plain, self._snapshot.tensors))
+
+    def verify_replicas(self) -> bool:
+        """The replica guard, unless the sync that just ran proved the ranks equal (`equal_by_sync`:
+        every rank loaded a commit whose bytes equal its replicas', no reset callback of the
+        script's ran since): its collective would only wait for the slowest newcomer's load to
+        learn nothing, while the survivors could be training. False when it did not compare."""
+        proven, self._proven_by_sync = self._proven_by_sync, False
+        return False if proven else super().verify_replicas()
+
     def _live_differences(self, comm: Communicator) -> dict[int, tuple[str, ...]]:
         """The replica guard's comparison: the plain attributes across the ring, the shards among
         the ranks of each shard index; the same verdict on every rank (one allgather)."""
@@ -456,6 +495,17 @@ class ShardedState(ObjectState):
         plain = {name: value for name, value in entries.items() if name not in self._handlers}
         sharded = {name: entries[name] for name in self._handlers}
         return compare_live_state_in_groups(plain, sharded, comm, replica_group().size)
+
+
+def _check_received(snapshot: HostSnapshot, plan: list[Transfer], fingerprints: list[tuple[int, ...]],
+                    rank: int) -> None:
+    """The commit this rank received has the bytes its sender's digest announced, or the worker
+    stops: training on other bytes than its replicas' would silently train another model."""
+    root = next(transfer.root for transfer in plan if rank in transfer.to)
+    if snapshot.data_digest() != fingerprints[root][2]:
+        raise ReplicasDivergedError(
+            f"the commit received from rank {root} does not have the bytes rank {root} announced (its digest "
+            "differs): the transfer was corrupted on the way; this worker stops and its replica group is refilled")
 
 
 def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> int:

@@ -243,17 +243,17 @@ class State:
         context().figures.sync(time.perf_counter() - started)
         return the_plan
 
-    def verify_replicas(self) -> None:
+    def verify_replicas(self) -> bool:
         """The replica guard: prove that every rank's live state equals rank 0's (one small
         allgather of per-entry digests; see `worker.replica_guard`). A difference is never
         trained on: it is logged with the entries and ranks, every rank's live state is synced
         from rank 0 once more, and if that does not make them equal the worker stops with
-        `ReplicasDivergedError`."""
+        `ReplicasDivergedError`. True: it compared (a `ShardedState` may know without)."""
         ctx = context()
         comm = ctx.communicator()
         found = self._live_differences(comm)
         if not found:
-            return
+            return True
         generation = ctx.assignment.generation if ctx.assignment else 0
         if comm.rank == 0 or comm.rank in found:
             say(Kind.REPLICAS_DIVERGED, generation, differences=describe(found), ranks=sorted(found))
@@ -268,6 +268,7 @@ class State:
             )
         if comm.rank == 0 or comm.rank in found:
             say(Kind.REPLICAS_HEALED, generation)
+        return True
 
     def _live_differences(self, comm) -> dict[int, tuple[str, ...]]:
         """The replica guard's comparison: which ranks' live state differs from rank 0's, and in
