@@ -117,14 +117,33 @@ class HostSnapshot:
             copy_tensors(tensors, self.tensors[start:stop])
         return True
 
-    def materialize(self, name: str) -> Any:
+    def fits(self, name: str, live: Any) -> bool:
+        """Whether `live` has entry `name`'s layout (what `copy_into` would copy into)."""
+        _, tensors = flatten(live)
+        start, stop = self.ranges[name]
+        return layout_of(tensors) == self.layout[start:stop]
+
+    def materialize(self, name: str, into: list[torch.Tensor] | None = None, copy_values: bool = True) -> Any:
         """A fresh copy of entry `name` that shares nothing with the snapshot (tensors go back to
-        the device they were committed from)."""
+        the device they were committed from). With `into` (tensors of the entry's layout, in its
+        order, on those devices), its tensors are those, the values copied in unless
+        `copy_values` is False (they hold them already)."""
         start, stop = self.ranges[name]
         tensors: list[torch.Tensor] = list(self.tensors)
-        for i in range(start, stop):
-            tensors[i] = self.tensors[i].to(self.devices[i], copy=True)
+        if into is not None:
+            if copy_values:
+                with torch.no_grad():
+                    copy_tensors(into, self.tensors[start:stop])
+            tensors[start:stop] = into
+        else:
+            for i in range(start, stop):
+                tensors[i] = self.tensors[i].to(self.devices[i], copy=True)
         return unflatten(copy.deepcopy(self.skeleton[name]), tensors)
+
+    def entry_layout(self, name: str) -> tuple[Layout, list[torch.device]]:
+        """Entry `name`'s layout ((shape, dtype) per tensor) and the devices it was committed from."""
+        start, stop = self.ranges[name]
+        return self.layout[start:stop], list(self.devices[start:stop])
 
     def plain(self, name: str) -> Any:
         """Entry `name`'s skeleton: its objects, with `TensorRef`s where its tensors are."""

@@ -93,6 +93,9 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     assert all(r["step"] >= max(a["step"] for a in alone) for r in joining)  # not the model's initial state
     joined = [e for e in job.events("ring.joined") if e.get("generation") == grown]
     assert sorted(r for e in joined for r in e.get("synced_to", [])) != [], joined  # shards went to the new group
+    # and the sync proved every replica equal (the digests of what was sent and what arrived): no
+    # guard's collective after it, which would hold the survivors for the newcomers' load
+    assert joined and all(e["check"] == "replicas proven equal by the sync" for e in joined), joined
     # every rank of a group holds the same ring ranks' group; HSDP left every replica identical
     done = events(logs, "done")
     assert sorted(r["rank"] for r in done) == [0, 1, 2, 3] and len({r["step"] for r in done}) == 1

@@ -127,3 +127,12 @@ def test_a_receivers_own_plain_entries_do_not_count_it_takes_the_senders() -> No
     stale = SyncProof(plain=99, loads=False, covers=True, callbacks=False)
     assert equal_by_sync([LOADED, stale], [Transfer(0, 0, (1,))], resumed=False)
     assert not equal_by_sync([LOADED, SyncProof(99, False, True, True)], [Transfer(0, 0, (1,))], resumed=False)
+
+
+def test_newcomers_that_built_blind_hold_nothing_so_a_ring_of_only_them_has_no_commit() -> None:
+    # every holder of commit 9 died while the new group was receiving it: the newcomers' blind
+    # builds (memory never written) are not a "commit 0" to go on from
+    holdings = [Holding(0, 0, NONE), Holding(1, 1, NONE)]
+    assert consistent_commit(holdings, 2) is None
+    # with a holder left, the newcomers receive from it as before
+    assert consistent_commit([*holdings, Holding(0, 0, 9, 8), Holding(1, 1, 9, 8)], 2) == 9

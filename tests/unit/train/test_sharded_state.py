@@ -24,7 +24,8 @@ from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.torch.elastic import ElasticSampler, ShardedState, no_init
 from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.torch.elastic.shard_plan import Transfer
-from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for
+from ringmaster.torch.elastic import kept_memory
+from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for, _memory_of
 from ringmaster.worker.train.errors import CheckpointMismatchError, ReplicasDivergedError
 from ringmaster.worker.train.state_sync import fingerprint
 
@@ -109,7 +110,8 @@ def test_a_model_built_on_the_meta_device_then_given_memory_and_loaded_trains_on
     """A rebuild whose every value a commit overwrites: built on the meta device, then given
     memory in place (the optimizer built with it holds the same parameters)."""
     snapshot, expected = _committed_then_trained(mesh, 2)
-    built = _built_empty(_build, mesh)
+    built, fresh = _built_empty(_build, mesh)
+    assert fresh > 0  # (no kept memory: every tensor fresh)
     assert built is not None
     again = dict(built)
     params = list(again["model"].parameters())
@@ -316,3 +318,42 @@ def test_a_received_commit_whose_bytes_are_not_the_announced_ones_stops_the_work
     snapshot.buffers[0][3] += 1  # one value changed on the way
     with pytest.raises(ReplicasDivergedError, match="received from rank 0 does not have the bytes rank 0 announced"):
         _check_received(snapshot, [Transfer(0, 0, (1,))], announced, rank=1)
+
+
+def test_a_survivors_objects_built_again_take_its_last_generations_memory_and_values(mesh) -> None:
+    """A worker that left its generation at a commit builds its objects again on the new mesh
+    inside the memory of its old ones: nothing allocated, nothing copied, and training goes on
+    bit for bit as from the commit."""
+    first = _build(mesh)
+    _train(first, range(2))
+    snapshot, handlers = _commit(first)
+    old = {name: _memory_of(handler) for name, handler in handlers.items()}
+    pointers = {t.data_ptr() for t in old["model"].values()} | {t.data_ptr() for t in old["optimizer"]}
+    del first, handlers  # (the old objects go, their memory stays held)
+    built, fresh = _built_empty(_build, mesh, old)
+    assert fresh == 0
+    again = dict(built)
+    for name, value in again.items():
+        _handler_for(name, value).load(snapshot, name, held=True, kept=old.get(name))
+    now = {t.data_ptr() for t in kept_memory.local_tensors(again["model"]).values()}
+    state = [t for entries in again["optimizer"].state.values() for t in entries.values() if isinstance(t, DTensor)]
+    now |= {t.to_local().data_ptr() for t in state}
+    assert state and now <= pointers  # the old memory, not new
+    reference = _build(mesh)
+    _train(reference, range(4))
+    _train(again, range(2, 4))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), _params(reference["model"])))
+
+
+def test_kept_memory_that_does_not_fit_is_not_used_and_the_commit_is_copied(mesh) -> None:
+    snapshot, expected = _committed_then_trained(mesh, 2)
+    other = _build(mesh, hidden=32)
+    _train(other, range(1))
+    old = {name: _memory_of(_handler_for(name, value)) for name, value in other.items()}
+    built, fresh = _built_empty(_build, mesh, old)
+    assert fresh > 0  # (the first layer's and the last one's weights are of other shapes)
+    again = dict(built)
+    for name, value in again.items():
+        _handler_for(name, value).load(snapshot, name, kept=old.get(name))
+    _train(again, range(2, 4))
+    assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))

@@ -39,13 +39,13 @@ from torch.utils._pytree import tree_leaves
 
 from ringmaster.checkpoint.digest import tree_digest
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.checkpoint.tree import unflatten
+from ringmaster.checkpoint.tree import flatten, unflatten
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
 from ringmaster.torch.elastic import fsdp_comms
 from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
-from ringmaster.torch.elastic import no_init
+from ringmaster.torch.elastic import kept_memory, no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Transfer, consistent_commit,
@@ -53,7 +53,8 @@ from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Trans
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
 from ringmaster.worker.train.collectives import Communicator
-from ringmaster.worker.train.errors import CheckpointMismatchError, HorovodInternalError, ReplicasDivergedError
+from ringmaster.worker.train.errors import (CheckpointMismatchError, HorovodInternalError, HostsUpdatedInterrupt,
+                                           ReplicasDivergedError)
 from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.replica_guard import compare_live_state_in_groups
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
@@ -89,8 +90,10 @@ class _ShardedModule:
     def state_dict(self) -> Any:
         return _local(self.value.state_dict())
 
-    def load(self, snapshot: HostSnapshot, name: str) -> None:
-        if not snapshot.copy_into(name, self.state_dict()):
+    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
+        """Load entry `name` of `snapshot`; `held`: the module's memory is the one that holds
+        those values already (a survivor's, `kept_memory`), only its layout is checked."""
+        if not (snapshot.fits(name, self.state_dict()) if held else snapshot.copy_into(name, self.state_dict())):
             raise CheckpointMismatchError(
                 f"the committed shards of {name!r} do not fit the {type(self.value).__name__} that build() made in "
                 "this generation: build(mesh) must make the same model, sharded the same way, every time")
@@ -100,13 +103,18 @@ class _ShardedOptimizer(_ShardedModule):
     """An optimizer of sharded parameters: a fresh one (no state yet) gets its committed state
     as DTensors placed as its parameters are."""
 
-    def load(self, snapshot: HostSnapshot, name: str) -> None:
+    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
+        """`kept`: the state tensors of this worker's optimizer of the last generation (flat, in
+        the commit's order), used as the new one's memory where they fit; `held`: they hold the
+        commit's values already."""
         optimizer: torch.optim.Optimizer = self.value
         if optimizer.state and snapshot.copy_into(name, self.state_dict()):
             for group, committed in zip(optimizer.param_groups, snapshot.plain(name)["param_groups"]):
                 group.update({k: v for k, v in committed.items() if k != "params"})
             return
-        saved = snapshot.materialize(name)
+        layout, devices = snapshot.entry_layout(name)
+        into = kept if kept is not None and kept_memory.fits(kept, layout, devices) else None
+        saved = snapshot.materialize(name, into=into, copy_values=not (held and into is not None))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         for index, entries in saved.get("state", {}).items():
             if not isinstance(index, int) or not 0 <= index < len(params):
@@ -122,7 +130,8 @@ class _ShardedOptimizer(_ShardedModule):
         optimizer.load_state_dict(saved)
 
 
-def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any) -> Mapping[str, Any] | None:
+def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any,
+                 kept: Mapping[str, Any] | None = None) -> tuple[Mapping[str, Any], int] | None:
     """`build(mesh)` run on the meta device, then its modules given memory on the mesh's device,
     uninitialized (`to_empty`, swapping each parameter's data in place, so that the optimizer
     build() made holds them still): what TorchTitan does before it loads a checkpoint. A commit
@@ -131,7 +140,11 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     for bench/sharded.py's model built the usual way. None when build() does not run on the meta
     device or makes something this cannot give memory (a non-persistent buffer, a tensor kept
     outside its modules' parameters and buffers, an optimizer's state made at once): then it is
-    built without initializing (`no_init`), as before."""
+    built without initializing (`no_init`), as before.
+
+    `kept` (a module's name: its last generation's local tensors by name, `kept_memory`) gives a
+    survivor's modules their old memory instead of fresh memory where it fits. Returns what was
+    built and how many tensors got fresh memory."""
     try:
         with torch.device("meta"):
             built = build(generation_mesh)
@@ -146,13 +159,8 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     device = torch.device(generation_mesh.device_type)
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
-    swapping = torch.__future__.get_swap_module_params_on_conversion()
-    torch.__future__.set_swap_module_params_on_conversion(True)
-    try:
-        for module in modules:
-            module.to_empty(device=device)
-    finally:
-        torch.__future__.set_swap_module_params_on_conversion(swapping)
+    fresh = sum(kept_memory.give_memory(value, device, (kept or {}).get(name, {}))
+                for name, value in built.items() if isinstance(value, torch.nn.Module))
     tensors: list[Any] = []
     for value in built.values():
         if isinstance(value, torch.nn.Module):
@@ -162,7 +170,17 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
             tensors += [t for entries in value.state.values() for t in entries.values() if isinstance(t, torch.Tensor)]
     if any((t.to_local() if isinstance(t, DTensor) else t).is_meta for t in tensors):
         return None
-    return built
+    return built, fresh
+
+
+def _memory_of(handler: Any) -> Any:
+    """What of an object the next generation's build can take as its memory (`kept_memory`): a
+    module's local tensors by name, an optimizer's local state tensors in the commit's order."""
+    if isinstance(handler, _ShardedOptimizer):
+        return flatten(handler.state_dict())[1]
+    if isinstance(handler, _ShardedModule):
+        return kept_memory.local_tensors(handler.value)
+    return None
 
 
 def _tensors_in(tree: Any) -> list[Any]:
@@ -203,6 +221,10 @@ class ShardedState(ObjectState):
         #: A newcomer built its objects blind (no values) for a commit a peer sends: until one
         #: arrives it holds no commit, not a "commit 0" of whatever its memory held.
         self._holds_nothing = False
+        #: The last generation's objects' local tensors (`kept_memory`), until the next build takes them.
+        self._kept_memory: dict[str, Any] = {}
+        self._values_kept = False  # this generation's modules were given the kept memory, every tensor of it
+        self._live_is_commit = False  # the live values are this worker's newest commit (it left at a commit)
         # Samplers are kept across generations (nothing of them is sharded): committed, restored,
         # re-dealt at every reset, written in durable checkpoints, as in TorchState.
         self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items() if isinstance(value, ElasticSampler)}
@@ -235,9 +257,14 @@ class ShardedState(ObjectState):
             return False
         self._drop_objects()
         generation_mesh = mesh()
+        self._values_kept = False
         if self._commits > 0 or commit_coming:
-            built = _built_empty(self._build, generation_mesh)
-            if built is None:  # (something it makes cannot be given memory afterwards)
+            kept = {name: memory for name, memory in self._kept_memory.items() if isinstance(memory, dict)}
+            made = _built_empty(self._build, generation_mesh, kept)
+            if made is not None:
+                built, fresh = made
+                self._values_kept = fresh == 0 and bool(kept)
+            else:  # (something it makes cannot be given memory afterwards)
                 with no_init.skipped():
                     built = self._build(generation_mesh)
             if self._commits > 0 and isinstance(built, Mapping) and not set(built) <= set(self._snapshot.skeleton):
@@ -278,7 +305,10 @@ class ShardedState(ObjectState):
         self._adopt(self._build(mesh()), 0 if generation is None else generation)
 
     def _drop_objects(self) -> None:
-        """Forget the objects built on an old mesh, so that releasing it can free its groups."""
+        """Forget the objects built on an old mesh, so that releasing it can free its groups;
+        their local tensors are kept (`kept_memory`) as the next build's memory."""
+        if self._handlers:
+            self._kept_memory = {name: _memory_of(handler) for name, handler in self._handlers.items()}
         for name in self._handlers:
             object.__setattr__(self, name, None)
         self._handlers = {}
@@ -291,11 +321,20 @@ class ShardedState(ObjectState):
         entries.update({name: handler.state_dict() for name, handler in self._handlers.items()})
         return entries
 
-    def _load_entries(self, snapshot: HostSnapshot) -> None:
-        for name, handler in {**self._kept, **self._handlers}.items():
+    def _load_entries(self, snapshot: HostSnapshot, held: bool = False) -> None:
+        """Load `snapshot` into the live objects; `held`: the objects' memory is this worker's
+        last generation's, which holds the snapshot's values already (nothing is copied)."""
+        for name, handler in self._kept.items():
             if name in snapshot.skeleton:
                 handler.load(snapshot, name)
+        for name, handler in self._handlers.items():
+            if name in snapshot.skeleton:
+                handler.load(snapshot, name, held=held, kept=self._kept_memory.get(name))
         super()._load_entries(snapshot)
+
+    def save(self) -> None:
+        super().save()
+        self._live_is_commit = True
 
     def reset(self) -> None:
         """Re-deal the samplers to the current ring."""
@@ -308,12 +347,17 @@ class ShardedState(ObjectState):
         self._snapshot, self._previous = self._previous, self._snapshot
         self._committed_index = replica_group().rank
         self._holds_nothing = False
-        super().commit()
+        try:
+            super().commit()
+        except HostsUpdatedInterrupt:
+            raise  # (the live values are this commit: the next build can keep them)
+        self._live_is_commit = False  # (training goes on from it)
 
     def restore(self) -> None:
         """Go back to the last commit: the plain attributes now; the sharded objects are built
         again on the next generation's mesh, and the commit loaded into them there."""
         self._drop_objects()
+        self._live_is_commit = False
         super().restore()
 
     def leave_generation(self) -> None:
@@ -467,7 +511,9 @@ class ShardedState(ObjectState):
         if blind and rebuilt:
             self._rebuild_uncommitted()
         if (rebuilt and not resumed) or received or went_back:
-            self._load_entries(self._snapshot)
+            held = self._values_kept and self._live_is_commit and not (received or went_back or resumed)
+            self._load_entries(self._snapshot, held=held and self._commits == count)
+        self._kept_memory, self._live_is_commit = {}, False
         ctx.note_commit(self._commits, received=self._commits != held or received)
         ctx.figures.sync(time.perf_counter() - started)
         sent_to = tuple(sorted(r for t in plan for r in t.to))
