@@ -110,8 +110,11 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
 # ------------------------------------------------------------------ the driver's side
 def available(python: str) -> str | None:
     """Why torchft cannot run under `python` (None: it can)."""
-    probe = subprocess.run([python, "-c", "import torchft, torchft._torchft"], capture_output=True, text=True,
-                           timeout=120)
+    try:
+        probe = subprocess.run([python, "-c", "import torchft, torchft._torchft"], capture_output=True, text=True,
+                               timeout=120)
+    except OSError as exc:  # (no such file, not executable)
+        return f"{python} cannot be run ({exc.strerror})"
     if probe.returncode == 0:
         return None
     return (probe.stderr.strip().splitlines() or ["import torchft failed"])[-1]

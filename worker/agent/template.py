@@ -91,7 +91,7 @@ def _forked(sock: socket.socket, data: bytes, fds: list[int], selector: selector
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # (what the template wrote must not be written again by the worker)
         pid = os.fork()
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+    except (ValueError, KeyError, TypeError, OSError, RecursionError) as exc:  # (RecursionError: JSON nested too deep)
         for fd in fds:
             os.close(fd)
         _send(sock, {"ask": ask, "error": f"{type(exc).__name__}: {exc}"})

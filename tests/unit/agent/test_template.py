@@ -5,9 +5,11 @@ nothing left behind when the template cannot import torch or dies."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +19,7 @@ import pytest
 from harness import wait_for
 from ringmaster.common.events import Kind
 from ringmaster.worker.agent.forked import TEMPLATE_GONE_CODE, ForkedProcess, WorkerTemplate
+from ringmaster.worker.agent.template import CONTROL_FD_ENV
 from test_spares import PROBE
 
 PY = sys.executable
@@ -148,3 +151,50 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "X"
+
+
+@pytest.mark.slow  # (a template's imports: with the end-to-end tests)
+def test_malformed_requests_are_refused_one_by_one_and_the_template_goes_on(tmp_path) -> None:
+    """Only the agent holds the template's socket, but what comes on it is still parsed as
+    untrusted: each malformed request gets its error, the descriptors sent with it are closed,
+    and the template stays up for the next."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.template"], cwd=tmp_path,
+                            env={**os.environ, CONTROL_FD_ENV: str(theirs.fileno())}, pass_fds=(theirs.fileno(),),
+                            start_new_session=True, stdin=subprocess.DEVNULL)
+    theirs.close()
+    try:
+        ours.settimeout(WAIT_S)
+        assert json.loads(ours.recv(1 << 16)) == {"ready": True}
+        held = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        requests = [
+            (b"\xff not json", "UnicodeDecodeError"),
+            (b"[1, 2]", "TypeError"),
+            (json.dumps({"assignment": {}}).encode(), "KeyError"),
+            (json.dumps({"ask": 7, "assignment": {}}).encode(), "needs the worker's stdout and stderr"),
+            (b"[" * 10_000 + b"]" * 10_000, "RecursionError"),  # (nested deeper than Python recurses)
+        ]
+        for data, error in requests:
+            out, err = os.pipe()
+            try:
+                socket.send_fds(ours, [data], [out, err] if error != "needs the worker's stdout and stderr" else [out])
+            finally:
+                os.close(out)
+                os.close(err)
+            reply = json.loads(ours.recv(1 << 16))
+            assert set(reply) == {"ask", "error"} and error in reply["error"], (data[:40], reply)
+        assert reply["ask"] is None
+        for bad in ({"ask": 8, "assignment": "no"}, {"ask": 9, "assignment": {"argv": 3}}):
+            out, err = os.pipe()
+            socket.send_fds(ours, [json.dumps(bad).encode()], [out, err])
+            os.close(out)
+            os.close(err)
+            reply = json.loads(ours.recv(1 << 16))
+            assert reply["ask"] == bad["ask"] and "error" in reply, reply
+        assert proc.poll() is None, "the template died of a request"
+        assert len(os.listdir(f"/proc/{proc.pid}/fd")) == held, "descriptors sent with refused requests were kept"
+    finally:
+        ours.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(WAIT_S)
