@@ -44,6 +44,7 @@ def main() -> None:
         with open(out, "w") as f:
             json.dump({"digest": loaded, "adam_steps": adam_steps, "loss_before": float(before),
                        "loss_after": float(after)}, f)
+    dist.barrier()  # (no rank tears Gloo down while a peer is still in a collective)
     dist.destroy_process_group()
 
 

@@ -166,7 +166,7 @@ def test_malformed_requests_are_refused_one_by_one_and_the_template_goes_on(tmp_
     try:
         ours.settimeout(WAIT_S)
         assert json.loads(ours.recv(1 << 16)) == {"ready": True}
-        held = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        sent: set[str] = set()  # the pipes whose ends went with the requests, as /proc names them
         requests = [
             (b"\xff not json", "UnicodeDecodeError"),
             (b"[1, 2]", "TypeError"),
@@ -176,6 +176,7 @@ def test_malformed_requests_are_refused_one_by_one_and_the_template_goes_on(tmp_
         ]
         for data, error in requests:
             out, err = os.pipe()
+            sent.add(f"pipe:[{os.fstat(out).st_ino}]")
             try:
                 socket.send_fds(ours, [data], [out, err] if error != "needs the worker's stdout and stderr" else [out])
             finally:
@@ -186,13 +187,18 @@ def test_malformed_requests_are_refused_one_by_one_and_the_template_goes_on(tmp_
         assert reply["ask"] is None
         for bad in ({"ask": 8, "assignment": "no"}, {"ask": 9, "assignment": {"argv": 3}}):
             out, err = os.pipe()
+            sent.add(f"pipe:[{os.fstat(out).st_ino}]")
             socket.send_fds(ours, [json.dumps(bad).encode()], [out, err])
             os.close(out)
             os.close(err)
             reply = json.loads(ours.recv(1 << 16))
             assert reply["ask"] == bad["ask"] and "error" in reply, reply
         assert proc.poll() is None, "the template died of a request"
-        assert len(os.listdir(f"/proc/{proc.pid}/fd")) == held, "descriptors sent with refused requests were kept"
+        kept = set()
+        for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+            with contextlib.suppress(OSError):
+                kept.add(os.readlink(f"/proc/{proc.pid}/fd/{fd}"))
+        assert not kept & sent, "descriptors sent with refused requests were kept"
     finally:
         ours.close()
         with contextlib.suppress(ProcessLookupError):

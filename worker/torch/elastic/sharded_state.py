@@ -30,7 +30,7 @@ import importlib
 import io
 import pathlib
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
@@ -492,12 +492,11 @@ class ShardedState(ObjectState):
         mine = SyncProof(plain=self._plain_digest(), loads=(rebuilt and not resumed) or went_back,
                          covers=set(self._handlers) <= set(self._snapshot.skeleton),
                          callbacks=bool(self._reset_callbacks))
-        rows = [[int(x) for x in row.tolist()] for row in comm.allgather(torch.tensor(
+        vectors: list[list[int]] = [[int(x) for x in row.tolist()] for row in comm.allgather(torch.tensor(
             [*fingerprint(self._snapshot), mine.plain, mine.loads, mine.covers, mine.callbacks], dtype=torch.int64))]
-        fingerprints = [tuple(row[:3]) for row in rows]
+        fingerprints = [tuple(vector[:3]) for vector in vectors]
         plan = transfers(holdings, fingerprints, count, group.size)
-        proven = equal_by_sync([SyncProof(row[3], bool(row[4]), bool(row[5]), bool(row[6])) for row in rows], plan,
-                               resumed)
+        proven = equal_by_sync([SyncProof(v[3], bool(v[4]), bool(v[5]), bool(v[6])) for v in vectors], plan, resumed)
         self.healed_bytes = _move_shards(self._snapshot, comm, plan)
         received = self.healed_bytes > 0
         if received:
@@ -543,7 +542,7 @@ class ShardedState(ObjectState):
         return compare_live_state_in_groups(plain, sharded, comm, replica_group().size)
 
 
-def _check_received(snapshot: HostSnapshot, plan: list[Transfer], fingerprints: list[tuple[int, ...]],
+def _check_received(snapshot: HostSnapshot, plan: list[Transfer], fingerprints: Sequence[tuple[int, ...]],
                     rank: int) -> None:
     """The commit this rank received has the bytes its sender's digest announced, or the worker
     stops: training on other bytes than its replicas' would silently train another model."""
