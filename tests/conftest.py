@@ -28,6 +28,10 @@ from failure_report import Watchdog, job_sections  # noqa: E402
 from harness import WATCHED_JOBS, Job  # noqa: E402
 from xdist_groups import group_items  # noqa: E402
 
+#: Horovod's own test files run inside jobs of their own (tests/e2e/test_horovod_suite.py), never
+#: collected by the suite itself.
+collect_ignore = ["horovod"]
+
 _JOBS = pytest.StashKey[list]()
 _WATCHDOG = pytest.StashKey[Watchdog]()
 

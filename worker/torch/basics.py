@@ -59,6 +59,8 @@ def shutdown() -> None:
         if comm is not None and comm._ops is not None:
             comm._ops.drain()  # what was queued before the shutdown still runs
         sets.forget_all()
+        from ringmaster.torch.collectives import forget_handles
+        forget_handles()
         _parked, _context = _context, None
 
 

@@ -95,8 +95,15 @@ class _Bucket:
     ready: int = 0
     pending: Pending | None = None
     wire: torch.Tensor | None = None  # what travels: the packed gradients (cast when compressing), kept across steps
-    views: list[torch.Tensor] = field(default_factory=list)  # of `wire`, one shaped like each parameter
-    grads: list[torch.Tensor] = field(default_factory=list)
+    views: list[torch.Tensor] = field(default_factory=list)  # of `wire`, one shaped like each dense gradient
+    grads: list[torch.Tensor] = field(default_factory=list)  # this step's dense gradients, in wire order
+    dense: tuple[int, ...] = ()  # which parameters the wire carries (ids): all but those with sparse gradients
+    sparse: list[torch.Tensor] = field(default_factory=list)  # this step's parameters with sparse gradients
+    resparsify: list[torch.Tensor] = field(default_factory=list)  # sparse ones carried dense (sparse_as_dense)
+
+    def resparsify_grads(self) -> list[torch.Tensor]:
+        """The reduced gradients of the sparse ones carried dense (to be made sparse again)."""
+        return [p.grad for p in self.resparsify if p.grad is not None]
 
 
 class GradientBuckets:
@@ -108,9 +115,12 @@ class GradientBuckets:
     def __init__(self, params: list[torch.Tensor], threshold_bytes: int, passes_per_step: int,
                  wire_dtype: Callable[[torch.dtype], torch.dtype], communicator: Callable[[], Any],
                  prescale: Callable[[], float], postscale: Callable[[], float],
-                 spans: SpanRecorder | None = None) -> None:
+                 spans: SpanRecorder | None = None,
+                 sparse: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None) -> None:
         """`spans`: the worker's timeline; with it on, each step is told as forward (from
-        `forward_from_us`, which the optimizer sets), backward, one span per bucket's allreduce."""
+        `forward_from_us`, which the optimizer sets), backward, one span per bucket's allreduce.
+        `sparse` reduces a step's sparse gradients as sparse tensors (at `synchronize()`, after
+        the buckets); without it they travel dense in their bucket and are made sparse again."""
         self.spans = spans or SpanRecorder()
         self.forward_from_us = 0
         self._first_grad_us = 0
@@ -129,6 +139,7 @@ class GradientBuckets:
         self.passes_per_step = passes_per_step
         self._wire_dtype = wire_dtype
         self._communicator = communicator
+        self._sparse = sparse
         self._prescale = prescale
         self._postscale = postscale
         self._next = 0  # the first bucket not started yet: buckets start in order
@@ -210,21 +221,30 @@ class GradientBuckets:
 
     def _start(self, bucket: _Bucket) -> None:
         try:
-            grads = []
+            grads, dense = [], []
             for p in bucket.params:
                 if p.grad is None:  # unused this step: zeros, as Horovod reduces them
                     p.grad = torch.zeros_like(p)
                 elif p.grad.is_sparse:
+                    if self._sparse is not None:  # reduced as sparse at synchronize() (every rank's model alike)
+                        bucket.sparse.append(p)
+                        continue
+                    bucket.resparsify.append(p)
                     p.grad = p.grad.to_dense()
                 grads.append(p.grad)
-            wire_dtype = self._wire_dtype(grads[0].dtype)
-            if bucket.wire is None or bucket.wire.dtype != wire_dtype:
-                bucket.wire = torch.empty(sum(p.numel() for p in bucket.params), dtype=wire_dtype, device=grads[0].device)
-                bucket.views = list(flat.views(bucket.wire, bucket.params))
-            flat.pack_scaled(grads, bucket.views, self._prescale())
-            bucket.grads = grads
+                dense.append(p)
             comm = self._communicator()
             self._generation = comm.generation
+            bucket.grads = grads
+            if not grads:  # only sparse gradients: nothing for the wire
+                return
+            wire_dtype = self._wire_dtype(grads[0].dtype)
+            carried = tuple(id(p) for p in dense)
+            if bucket.wire is None or bucket.wire.dtype != wire_dtype or bucket.dense != carried:
+                bucket.wire = torch.empty(sum(p.numel() for p in dense), dtype=wire_dtype, device=grads[0].device)
+                bucket.views = list(flat.views(bucket.wire, dense))
+                bucket.dense = carried
+            flat.pack_scaled(grads, bucket.views, self._prescale())
             started = now_us() if self.spans.on else 0
             bucket.pending = comm.allreduce_async_(bucket.wire)
             if started:
@@ -262,9 +282,18 @@ class GradientBuckets:
             self._start_ready()
             postscale = self._postscale()
             for bucket in self.buckets:
+                if not bucket.grads:
+                    continue
                 assert bucket.pending is not None and bucket.wire is not None
                 bucket.pending.wait()
                 flat.unpack(bucket.wire, bucket.grads, postscale)
+                for p, grad in zip(bucket.resparsify, bucket.resparsify_grads()):
+                    p.grad = grad.to_sparse()
+            sparse = [p for bucket in self.buckets for p in bucket.sparse]
+            if sparse and self._sparse is not None:
+                grads = [p.grad for p in sparse if p.grad is not None]
+                for p, reduced in zip(sparse, self._sparse(grads)):
+                    p.grad = reduced
             if not self._agreed:
                 self._agree()
         except HorovodInternalError:
@@ -288,6 +317,7 @@ class GradientBuckets:
         self._generation = None
         for bucket in self.buckets:
             bucket.ready, bucket.pending, bucket.grads = 0, None, []
+            bucket.sparse, bucket.resparsify = [], []
 
     @property
     def in_flight(self) -> int:

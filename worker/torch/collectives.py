@@ -23,7 +23,8 @@ from ringmaster.worker.train.op_queue import Operation
 
 # ------------------------------------------------------------------ handles
 _handles: dict[int, Operation | Callable[[], Any]] = {}
-_names: dict[str, Operation] = {}  # the names of operations in flight (Horovod refuses a duplicate)
+_names: dict[str, tuple[Operation, Any]] = {}  # the names of operations in flight, with their rings (Horovod
+# refuses a duplicate)
 _handles_lock = threading.Lock()
 _counter = itertools.count(1)
 
@@ -51,10 +52,10 @@ def _submit(process_set: ProcessSet | None, build: Callable[[Any], Operation], n
             if not isinstance(name, str):
                 raise ValueError(f"name={name!r}: give a string")
             earlier = _names.get(name)
-            if earlier is not None and not earlier.done.is_set():
+            if earlier is not None and _outstanding(*earlier):
                 raise ValueError(f"a collective named {name!r} is still in flight: names of outstanding operations "
                                  "must be unique (synchronize the first, or give another name)")
-            _names[name] = operation
+            _names[name] = (operation, comm)
         handle = next(_counter)
         _handles[handle] = operation
     if getattr(_waiting, "now", False):
@@ -64,13 +65,43 @@ def _submit(process_set: ProcessSet | None, build: Callable[[Any], Operation], n
     return handle
 
 
+def _outstanding(operation: Operation, comm: Any) -> bool:
+    """Does `operation` still hold its name? From its call until its handle is synchronized (or
+    `poll` saw it done), unless it failed or its ring is gone (a reset: its handle will never be
+    synchronized). Horovod frees a name when its operation completes, which makes its duplicate
+    check depend on how fast the ring is; this is the same on every rank whatever the timing."""
+    if not operation.done.is_set():
+        return True
+    return operation.error is None and comm.ops.usable
+
+
+def forget_handles() -> None:
+    """`hvd.shutdown()`: handles and the names they hold are gone, as Horovod's are."""
+    with _handles_lock:
+        _handles.clear()
+        _names.clear()
+
+
 def poll(handle: int) -> bool:
     """Has the operation of `handle` finished? (`synchronize` then returns without waiting.)"""
     with _handles_lock:
         operation = _handles.get(handle)
     if operation is None:
         raise ValueError(f"handle {handle!r} is not an operation in flight (synchronized already, or never issued)")
-    return True if callable(operation) and not isinstance(operation, Operation) else operation.done.is_set()
+    if callable(operation) and not isinstance(operation, Operation):
+        return True
+    done = operation.done.is_set()
+    if done:
+        _release_name(operation)
+    return done
+
+
+def _release_name(operation: Operation) -> None:
+    """A done operation's name is free again (it was synchronized, or polled done)."""
+    with _handles_lock:
+        name = operation.descriptor.name
+        if name is not None and name in _names and _names[name][0] is operation:
+            del _names[name]
 
 
 def synchronize(handle: int | Callable[[], Any]) -> Any:
@@ -88,10 +119,8 @@ def synchronize(handle: int | Callable[[], Any]) -> Any:
             return operation()
         return operation.outcome()
     finally:
-        with _handles_lock:
-            name = operation.descriptor.name if isinstance(operation, Operation) else None
-            if name is not None and _names.get(name) is operation:
-                del _names[name]
+        if isinstance(operation, Operation):
+            _release_name(operation)
 
 
 # ------------------------------------------------------------------ allreduce
@@ -192,7 +221,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
         average, op, prescale, postscale, process_set = ctx.args
-        reduced = grouped_allreduce(list(grads), average, None, Compression.none, op, prescale, postscale, process_set)
+        reduced = grouped_allreduce(list(grads), average=average, op=op, prescale_factor=prescale,
+                                    postscale_factor=postscale, process_set=process_set)
         return (None, None, None, None, None, None, *reduced)
 
 
@@ -224,7 +254,9 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: str, process_set
             gathered_values = gathered_values / ring_of(process_set).size
         if gathered_indices.dim() == 0 or gathered_values.dim() == 0:
             return t.new().resize_as_(t)
-        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values, t.size())
+        # (the peers' indices are checked against the shape: an index past it would be a wild write)
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values, t.size(),
+                                       check_invariants=True)
 
     return handle
 
@@ -432,9 +464,12 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
 
 
 def join(device: int = -1) -> int:
-    """Horovod's join for uneven inputs is not needed here; this is a barrier returning rank 0."""
-    barrier()
-    return 0
+    """This worker has no more data (uneven inputs): until every worker has joined, the others'
+    allreduces and barriers go on, this worker taking part with zeros (the reduction's identity),
+    as in Horovod; returns the rank of the worker that joined last, the same on every worker.
+    Other collectives issued while a worker has joined fail on every worker that issued them.
+    `device` (Horovod's, for the GPU it used) is accepted and not needed."""
+    return _now(_submit, global_process_set, lambda comm: ops.join(), None)
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
@@ -483,7 +518,24 @@ def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[tuple[str
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None) -> None:
-    """Give every worker `root_rank`'s optimizer state and hyperparameters."""
+    """Give every worker `root_rank`'s optimizer state and hyperparameters. An optimizer that
+    has no state yet gets it first as Horovod gives it: every parameter that takes a gradient
+    gets a zero one and the wrapped optimizer takes one step on them (no reduction)."""
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer)
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if context().communicator().rank != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """Horovod's way of giving an optimizer its state before the first broadcast: zero
+    gradients (sparse for SparseAdam) and one step of the optimizer itself, not of a
+    DistributedOptimizer around it (that step would reduce, and only this worker takes it)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    getattr(optimizer, "local_step", optimizer.step)()

@@ -15,8 +15,9 @@ import torch.distributed as dist
 
 from ringmaster.torch import adasum
 from ringmaster.torch.result_pool import ResultPool
+from ringmaster.worker.train import ring_sum
 from ringmaster.worker.train.exchange import byte_view
-from ringmaster.worker.train.negotiation import Descriptor, Kind
+from ringmaster.worker.train.negotiation import Descriptor, Kind, Reduction
 from ringmaster.worker.train.op_queue import FuseKey, Operation
 from ringmaster.worker.train.speculation import Speculation
 
@@ -29,7 +30,8 @@ Product = "product"
 Adasum = "adasum"  # see ringmaster.torch.adasum
 OPS: dict[str, Any] = {Sum: dist.ReduceOp.SUM, Average: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN,
                        Max: dist.ReduceOp.MAX, Product: dist.ReduceOp.PRODUCT, Adasum: None}
-_OP_CODES = {name: i + 1 for i, name in enumerate(OPS)}
+_OP_CODES = {Sum: Reduction.SUM, Average: Reduction.AVERAGE, Min: Reduction.MIN, Max: Reduction.MAX,
+             Product: Reduction.PRODUCT, Adasum: Reduction.ADASUM}
 #: Memory for new results of 256 KB and more, reused once the caller dropped them (fresh memory's
 #: page faults would cost more than the collective itself).
 RESULTS = ResultPool()
@@ -59,6 +61,20 @@ def scale_(tensor: torch.Tensor, factor: float) -> None:
             tensor.zero_()
     else:
         tensor.copy_((tensor.to(torch.float64) * factor).trunc())
+
+
+def postscale_(tensor: torch.Tensor, op: str, size: int, postscale: float) -> None:
+    """The scaling after a reduction, in place: an average divides by the ring's size (a true
+    division for floating point, so the average of equal tensors is each of them exactly, as
+    Horovod's tests require; integers as Horovod scales them, truncated), then `postscale`."""
+    if op != Average:
+        scale_(tensor, postscale)
+    elif tensor.is_floating_point() or tensor.is_complex():
+        if size != 1:
+            tensor.div_(size)
+        scale_(tensor, postscale)
+    else:
+        scale_(tensor, postscale / size)
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -169,17 +185,16 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
     def start_reduce(comm: Any, buffer: torch.Tensor) -> Callable[[], None]:
         """Start reducing `buffer` in place; the wait that finishes it (the postscale)."""
         scale_(buffer, prescale)
-        post = postscale / comm.size if op == Average else postscale
         if op == Adasum:
             flat = buffer.reshape(-1)
             flat.copy_(adasum.reduce_slices(comm.allgather(flat.contiguous()), [flat.numel()]))
-            scale_(buffer, post)
+            scale_(buffer, postscale)
             return _done
         pending = comm.allreduce_async_(buffer, OPS[op])
 
         def wait() -> None:
             pending.wait()
-            scale_(buffer, post)
+            postscale_(buffer, op, comm.size, postscale)
 
         return wait
 
@@ -187,8 +202,9 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
 
     def start(comm: Any) -> Callable[[], torch.Tensor]:
         if (not in_place and op in (Sum, Average) and prescale == 1.0 and tensor.is_floating_point()
-                and output.is_contiguous() and tensor.is_contiguous()):
-            # Summed straight from the input into the result (no copy first for a large tensor).
+                and output.is_contiguous() and tensor.is_contiguous() and ring_sum.takes_into(tensor, comm.size)):
+            # Summed straight from the input into the result (no copy first for a large tensor; the
+            # average's division folded into the sum as a scale, which may round the last bit apart).
             summing = comm.sum_into_async_(tensor.detach(), output, postscale / (comm.size if op == Average else 1))
 
             def summed() -> torch.Tensor:
@@ -211,7 +227,7 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
 
     def complete(comm: Any, payloads: list[torch.Tensor]) -> torch.Tensor:
         total = _reduced_bytes(payloads, tensor, op, prescale)
-        scale_(total, postscale / comm.size if op == Average else postscale)
+        postscale_(total, op, comm.size, postscale)
         output.copy_(total)
         return output
 
@@ -484,13 +500,14 @@ def _reduce_scatter_one(comm: Any, tensor: torch.Tensor, op: str, prescale: floa
         part = torch.empty((longest, *tail), dtype=source.dtype, device=source.device)
         comm.reduce_scatter_async(part, padded, OPS[op]).wait()
         out = part[: scatter_rows(rows, n, comm.rank)].clone()
-    scale_(out, postscale / n if op == Average else postscale)
+    postscale_(out, op, n, postscale)
     return out
 
 
 def _check_scatter_op(op: str, what: str) -> None:
-    if op == Adasum:
-        raise ValueError(f"{what} reduces with hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, not hvd.Adasum")
+    if op == Adasum:  # (NotImplementedError, a RuntimeError: what Horovod raises)
+        raise NotImplementedError(f"{what} reduces with hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, not "
+                                  "hvd.Adasum")
 
 
 def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: float, name: str | None) -> Operation:
@@ -505,7 +522,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
         rows, n = tensor.shape[0], comm.size
         first = sum(scatter_rows(rows, n, r) for r in range(comm.rank))
         out = total[first: first + scatter_rows(rows, n, comm.rank)].clone()
-        scale_(out, postscale / n if op == Average else postscale)
+        postscale_(out, op, n, postscale)
         return out
 
     def speculate(comm: Any) -> Speculation | None:
@@ -528,7 +545,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
             # into the first (this rank's rows are copied only when they come first).
             parts = [mine.clone() if r == comm.rank else _owned_as(b, mine) for r, b in enumerate(got)]
             out = _reduce_parts(parts, op)
-            scale_(out, postscale / n if op == Average else postscale)
+            postscale_(out, op, n, postscale)
             return out
 
         return Speculation(_to_peers(chunks, comm.rank), targets, finish)
@@ -561,3 +578,13 @@ def barrier() -> Operation:
     # allgather completes anywhere.
     return Operation(Descriptor(Kind.BARRIER, ()), run, inline=lambda comm, budget: torch.empty(0, dtype=torch.uint8),
                      complete=lambda comm, payloads: None)
+
+
+def join() -> Operation:
+    """Horovod's join: this rank has no more data. Until every rank has joined, the others'
+    allreduces and barriers go on with this rank standing in (the reduction's identity: zeros
+    for a sum); then every rank's join gives the rank that joined last."""
+    def run(comm: Any) -> int:  # (never run: the queue answers a join from its rounds)
+        raise RuntimeError("a join is answered by the operations' rounds, not run")
+
+    return Operation(Descriptor(Kind.JOIN, ()), run)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any, Iterable, TypeVar
 
 import torch
@@ -23,10 +24,11 @@ import torch
 from ringmaster.common.spans import SpanRecorder, now_us
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import adasum
-from ringmaster.torch.basics import context, size
+from ringmaster.torch.basics import context
 from ringmaster.torch.buckets import GradientBuckets, take_over
 from ringmaster.worker.train.op_queue import fusion_threshold
-from ringmaster.torch.collectives import allreduce_
+from ringmaster.torch.collectives import allreduce_, sparse_allreduce_async, synchronize
+from ringmaster.torch.process_sets import ProcessSet, global_process_set, ring_of
 from ringmaster.torch.compression import Compression
 from ringmaster.worker.train import flat as flat_buffers
 
@@ -38,12 +40,17 @@ class _DistributedOptimizerMixin:
     _hvd_synchronized: bool
     _hvd_should_sync: bool
     _hvd_buckets: GradientBuckets | None
+    _hvd_reduces: bool
+    _hvd_process_set: ProcessSet
     backward_passes_per_step: int
 
     def synchronize(self) -> None:
         """Reduce gradients now (e.g. before clipping); `step()` then does not reduce again."""
         if self._hvd_op == "adasum":
             self._hvd_synchronized = True  # Adasum combines the updates in step(), not the gradients
+            return
+        if not self._hvd_reduces:  # not in its process set, or a job of one: its own gradients as they are
+            self._hvd_synchronized = True
             return
         if self._hvd_buckets is not None:
             self._hvd_buckets.synchronize()  # most buckets went out during backward already
@@ -54,8 +61,16 @@ class _DistributedOptimizerMixin:
 
     def _reduce_with(self, group: list[torch.Tensor]) -> None:
         flat, ctx = self._hvd_compression.compress(flat_buffers.pack(group))
-        allreduce_(flat, op=self._hvd_op)
+        allreduce_(flat, op=self._hvd_op, process_set=self._hvd_process_set)
         flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx), group)
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Horovod's: how many backward passes accumulate before a step reduces them."""
+        if passes < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = passes
+        if self._hvd_buckets is not None:
+            self._hvd_buckets.passes_per_step = passes
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -80,6 +95,10 @@ class _DistributedOptimizerMixin:
             context().note_step()
             return self._adasum_step(closure)
         waited = 0.0
+        if self._hvd_should_sync and self._hvd_synchronized and self._hvd_op != "adasum":
+            warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                          "optimizer.synchronize(). This can cause training slowdown. You may want to consider using "
+                          "optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code.")
         if self._hvd_should_sync and not self._hvd_synchronized:
             started = time.perf_counter()
             self.synchronize()
@@ -97,6 +116,10 @@ class _DistributedOptimizerMixin:
             buckets.spans.add(pb.SPAN_OPTIMIZER_STEP, started, ended)
             buckets.forward_from_us = ended  # the next forward starts here unless zero_grad() comes later
 
+
+    def local_step(self, closure=None):
+        """The wrapped optimizer's own step on this worker's gradients as they are, reducing nothing."""
+        return super().step(closure)  # type: ignore[misc]
 
     def _adasum_step(self, closure=None):
         params = [p for p in self._hvd_params if p.grad is not None]
@@ -137,10 +160,16 @@ def DistributedOptimizer(
     op: str = "average",
     gradient_predivide_factor: float = 1.0,
     num_groups: int = 0,
-    groups=None,
+    groups: Any = None,
     sparse_as_dense: bool = False,
+    process_set: ProcessSet = global_process_set,
 ) -> OptimizerT:
-    """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers."""
+    """Wrap `optimizer` so `step()` averages (or sums, `op=hvd.Sum`) gradients across workers
+    (across the workers of `process_set`; a worker outside it steps on its own gradients), with
+    Horovod's signature and checks. Sparse gradients (`nn.Embedding(sparse=True)`) are reduced
+    as sparse tensors (their indices and values gathered), or as dense ones with
+    `sparse_as_dense=True`; either way they stay sparse for the optimizer. `num_groups` and
+    `groups` (Horovod's fusion groups) are checked and accepted: gradients are fused by size here."""
     if op == "adasum" and backward_passes_per_step != 1:
         raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")
     if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op != "average"):
@@ -148,34 +177,84 @@ def DistributedOptimizer(
                          f"{gradient_predivide_factor} with op={op!r}")
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
-    if named_parameters is not None:
-        named = list(named_parameters)
-        names = [n for n, _ in named]
-        if len(set(names)) != len(names):
-            raise ValueError("named_parameters has duplicate names")
-        params = [p for _, p in named]
-    else:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+    _check_groups(groups if groups is not None else num_groups)
+    names = _parameter_names(optimizer, named_parameters)
+    params = list(names)
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizerMixin, optimizer.__class__), {})
     wrapped: Any = object.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._hvd_op = op
     wrapped._hvd_compression = compression or Compression.none
     wrapped._hvd_params = params
+    wrapped._parameter_names = names  # (Horovod's attribute: parameter -> its name)
+    wrapped._hvd_process_set = process_set
+    wrapped._hvd_reduces = bool(process_set.included())
     wrapped._hvd_synchronized = False
     wrapped._hvd_should_sync = True
     wrapped.backward_passes_per_step = backward_passes_per_step
+    wrapped.sparse_as_dense = sparse_as_dense
+    wrapped.process_set = process_set
     wrapped._hvd_buckets = None
     wire_dtype = getattr(wrapped._hvd_compression, "wire_dtype", None)
-    if op == "adasum" or wire_dtype is None:
+    if op == "adasum" or wire_dtype is None or not wrapped._hvd_reduces:
         take_over([p for p in params if p.requires_grad], None)  # reduced at step(): no other optimizer's hooks
     else:
         average = op == "average"
         wrapped._hvd_buckets = GradientBuckets(
             [p for p in params if p.requires_grad], fusion_threshold(), backward_passes_per_step, wire_dtype,
-            lambda: context().communicator(),
+            lambda: ring_of(process_set),
             prescale=lambda: 1.0 / gradient_predivide_factor if average else 1.0,
-            postscale=lambda: gradient_predivide_factor / size() if average else 1.0,
+            postscale=lambda: gradient_predivide_factor / ring_of(process_set).size if average else 1.0,
             spans=_worker_spans(),
+            sparse=None if sparse_as_dense else lambda grads: _reduce_sparse(grads, op, process_set),
         )
     return wrapped
+
+
+def _parameter_names(optimizer: torch.optim.Optimizer,
+                     named_parameters: Iterable[tuple[str, torch.Tensor]] | None) -> dict[torch.Tensor, str]:
+    """Every parameter of `optimizer` with its name, in the optimizer's order; Horovod's checks:
+    `named_parameters` a sequence of (name, parameter) tuples with unique names that name every
+    parameter the optimizer holds (without it, names are made as Horovod makes them)."""
+    ordered = [p for group in optimizer.param_groups for p in group["params"]]
+    if named_parameters is None:
+        return {p: f"allreduce.noname.{i}.{j}" for i, group in enumerate(optimizer.param_groups)
+                for j, p in enumerate(group["params"])}
+    named = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
+                         "model.named_parameters().")
+    seen: set[str] = set()
+    duplicates = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    if duplicates:
+        raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(duplicates)}")
+    by_id = {id(p): n for n, p in named}
+    unnamed = [p for p in ordered if id(p) not in by_id]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named "
+                         f"({len(unnamed)} of the optimizer's {len(ordered)}, shapes "
+                         f"{[tuple(p.shape) for p in unnamed][:4]}): pass model.named_parameters() of the whole model")
+    return {p: by_id[id(p)] for p in ordered}
+
+
+def _check_groups(groups: Any) -> None:
+    """Horovod's check of its fusion groups: a non-negative count, or lists of distinct tensors."""
+    if isinstance(groups, list):
+        seen: set[int] = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
+    elif not isinstance(groups, int) or groups < 0:
+        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+
+
+def _reduce_sparse(grads: list[torch.Tensor], op: str, process_set: ProcessSet) -> list[torch.Tensor]:
+    """Sparse gradients reduced as Horovod reduces them: every worker's indices and values
+    gathered (one pair of allgathers each, issued together), then summed or averaged."""
+    handles = [sparse_allreduce_async(g, name=f"ringmaster.sparse_grad.{i}", op=op, process_set=process_set)
+               for i, g in enumerate(grads)]
+    return [synchronize(h) for h in handles]

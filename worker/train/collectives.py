@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ringmaster.common.network import NetworkError, interface_names, route_address
 from ringmaster.proto import environment as env_names
-from ringmaster.worker.train import exchange, ring_sum
+from ringmaster.worker.train import exchange, gloo_types, ring_sum
 from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
 from ringmaster.worker.train.op_queue import OpQueue
@@ -126,6 +126,9 @@ class Communicator:
         the CPU go around `RingSum` (Gloo's own half-precision sums are slow)."""
         if self.size == 1:
             return Pending(self, None, "allreduce")
+        if not gloo_types.native(tensor):  # reduced in a dtype Gloo takes, then copied back
+            carrier, back = gloo_types.for_reduction(tensor, op)
+            return self.allreduce_async_(carrier, op).then(back)
         if op == ReduceOp.SUM and ring_sum.takes(tensor, self.size):
             ring = self._ring_sums()
             return Pending(self, self._issue_future(lambda: ring.sum_async_(tensor), "allreduce"), "allreduce")
@@ -152,16 +155,16 @@ class Communicator:
         return self._ring_sum
 
     def broadcast_(self, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
-        if self.size > 1:
-            options = dist.BroadcastOptions()
-            options.rootRank = root_rank
-            options.rootTensor = 0
-            self._wait(lambda: self._ring(tensor).broadcast([tensor], options), "broadcast")
+        self.broadcast_async_(tensor, root_rank).wait()
         return tensor
 
     def broadcast_async_(self, tensor: torch.Tensor, root_rank: int) -> "Pending":
         if self.size == 1:
             return Pending(self, None, "broadcast")
+        if not gloo_types.native(tensor):  # its bytes (of a contiguous copy, written back, if need be)
+            carrier = tensor if tensor.is_contiguous() else tensor.contiguous()
+            pending = self.broadcast_async_(gloo_types.as_bytes(carrier), root_rank)
+            return pending if carrier is tensor else pending.then(lambda: tensor.copy_(carrier))
         options = dist.BroadcastOptions()
         options.rootRank = root_rank
         options.rootTensor = 0
@@ -203,6 +206,10 @@ class Communicator:
         if self.size == 1:
             out.copy_(tensor.reshape(out.shape))
             return Pending(self, None, "reducescatter")
+        if not gloo_types.native(tensor):  # reduced in a dtype Gloo takes, then copied back
+            wide_in, _ = gloo_types.for_reduction(tensor, op)
+            wide_out, back = gloo_types.for_reduction(out, op)
+            return self.reduce_scatter_async(wide_out, wide_in, op).then(back)
         options = dist.ReduceScatterOptions()
         options.reduceOp = op
         return Pending(self, self._issue(lambda: self._ring(tensor)._reduce_scatter_base(out, tensor, options),
@@ -218,9 +225,16 @@ class Communicator:
         """Start `allgather`: the outputs (rank order), filled once the pending collective is waited for."""
         if self.size == 1:
             return [tensor.clone()], Pending(self, None, "allgather")
+        if not gloo_types.native(tensor):  # every rank's bytes, straight into the outputs' own
+            outputs = [torch.empty_like(tensor, memory_format=torch.contiguous_format) for _ in range(self.size)]
+            return outputs, self._allgather_into([gloo_types.as_bytes(o) for o in outputs],
+                                                 gloo_types.as_bytes(tensor.contiguous()))
         outputs = [torch.empty_like(tensor) for _ in range(self.size)]
-        return outputs, Pending(self, self._issue(lambda: self._ring(tensor).allgather([outputs], [tensor]),
-                                                  "allgather"), "allgather")
+        return outputs, self._allgather_into(outputs, tensor)
+
+    def _allgather_into(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> "Pending":
+        return Pending(self, self._issue(lambda: self._ring(tensor).allgather([outputs], [tensor]), "allgather"),
+                       "allgather")
 
     def send(self, tensor: torch.Tensor, dst_rank: int) -> None:
         """Point-to-point: hand `tensor` to `dst_rank` (which calls `recv_`)."""
@@ -357,9 +371,18 @@ class Pending:
         self.future, self.work = started if isinstance(started, tuple) else (started, None)
         self.what = what
 
+        self._after: list[Callable[[], Any]] = []
+
+    def then(self, after: Callable[[], Any]) -> "Pending":
+        """Run `after` once the collective is done (a result carried in another dtype copied back)."""
+        self._after.append(after)
+        return self
+
     def wait(self) -> None:
         if self.future is not None:
             self.comm._await(self.future, self.work, self.what)
+        while self._after:
+            self._after.pop(0)()
 
 
 def gloo_device(toward: str | None) -> object:

@@ -4,9 +4,11 @@ Horovod runs every collective on a background thread: `allreduce_async` returns 
 once, `synchronize` waits for it, and operations issued together are fused into one buffer.
 Here each ring (the generation's, or a process set's) has an `OpQueue`: the caller queues an
 `Operation` and gets it back as the handle; the queue's thread agrees with the other ranks on
-what runs next (`negotiation`: one small allgather per round, so disagreeing ranks get an
-error, not a broken ring; a small operation rides in that round and is done from every rank's
-bytes, with no collective of its own), fuses consecutive allreduces of one kind into one flat
+what runs next (`negotiation`: one small allgather per round, matching the ranks' operations
+by name as Horovod's coordinator does, so ranks may queue named operations in different orders
+and disagreeing ranks get an error, not a broken ring; a small operation rides in that round and
+is done from every rank's bytes, with no collective of its own), runs what every rank queued in
+one order, fuses consecutive allreduces of one kind into one flat
 buffer, sends the first operation's data during the round when it can (`speculation`), and
 runs them on the ring with the ring's bounded waits (a dead or hung peer fails the operation
 with `HorovodInternalError`, never hangs it).
@@ -17,17 +19,19 @@ broadcasts) first wait until the queue is empty (`drain`), so every rank sees on
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch.distributed as dist
 
 from ringmaster.worker.train import negotiation, speculation
 from ringmaster.worker.train.early_data import EarlyData
-from ringmaster.worker.train.negotiation import Descriptor
+from ringmaster.worker.train.negotiation import Descriptor, Kind, Reduction
 from ringmaster.worker.train import flat
 from ringmaster.worker.train.speculation import Speculation
 from ringmaster.worker.train.errors import CollectiveMismatchError, HorovodInternalError
@@ -192,6 +196,10 @@ class OpQueue:
         self.inline_bytes = inline_bytes()
         self.sends_early = early_data_enabled()
         self._rounds = 0  # rounds on this ring so far (the same count on every rank: tags of early data)
+        self._next_seq = 0  # the place of the next unnamed operation among this ring's (`Descriptor.seq`)
+        self._joined_at: int | None = None  # the round in which this rank joined (`hvd.join()`), while it has
+        self._quiet = 0  # rounds in a row that settled nothing here (the next waits a little for news)
+        self._submitted = 0  # operations queued so far (news for a round that waits after quiet ones)
 
     # ------------------------------------------------------------ the caller's side
     def submit(self, operation: Operation) -> Operation:
@@ -199,10 +207,8 @@ class OpQueue:
         with self._lock:
             if self._refuse(operation):
                 return operation
-            self._queued.append(operation)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="ringmaster-ops", daemon=True)
-                self._thread.start()
+            self._enqueue(operation)
+            self._start_thread()
             self._lock.notify_all()
         return operation
 
@@ -216,9 +222,24 @@ class OpQueue:
             if self._queued or self._owner is not None:
                 return self.submit(operation)
             self._owner = threading.get_ident()  # the queue is this thread's until the round ends
-            self._queued.append(operation)
+            self._enqueue(operation)
         self._take_round([operation])
         return operation
+
+    def _enqueue(self, operation: Operation) -> None:
+        """Queue it (the lock held), giving an unnamed operation its place among the ring's
+        unnamed ones: the key by which the ranks match it (a join takes none: it is not matched)."""
+        d = operation.descriptor
+        if d.name is None and d.kind != Kind.JOIN:
+            operation.descriptor = dataclasses.replace(d, seq=self._next_seq)
+            self._next_seq += 1
+        self._queued.append(operation)
+        self._submitted += 1
+
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="ringmaster-ops", daemon=True)
+            self._thread.start()
 
     def _refuse(self, operation: Operation) -> bool:
         if self._broken is None and not self._closed:
@@ -235,6 +256,11 @@ class OpQueue:
     @property
     def busy(self) -> bool:
         return bool(self._queued) or self._owner is not None
+
+    @property
+    def usable(self) -> bool:
+        """Is the ring still taking operations (not retired, not broken)?"""
+        return self._broken is None and not self._closed
 
     def drain(self) -> None:
         """Wait until every queued operation has run (each is bounded, so this is too)."""
@@ -255,18 +281,33 @@ class OpQueue:
 
     # ------------------------------------------------------------ running rounds
     def _loop(self) -> None:
-        while self._next_round():
-            pass
+        try:
+            while self._next_round():
+                pass
+        except BaseException as exc:  # (a defect here: fail what is queued rather than leave it waiting forever)
+            self._fail_all(HorovodInternalError(f"the operations' thread of generation {self.comm.generation} "
+                                                f"failed: {type(exc).__name__}: {exc}"))
+            raise
 
     def _next_round(self) -> bool:
         """Take what is queued, run it; False once the queue is closed or broken. (A method of
         its own so nothing of a finished round stays referenced while the thread waits: a
-        result the caller dropped is free memory at once, for `ResultPool`.)"""
+        result the caller dropped is free memory at once, for `ResultPool`.) After a round that
+        settled nothing here (the ranks' queues did not meet yet), the next waits a little for
+        an operation to be queued, not spinning rounds while every rank's caller is busy."""
         with self._lock:
-            while (not self._queued or self._owner is not None) and not self._closed and self._broken is None:
-                self._lock.wait()
-            if self._closed or self._broken is not None:
-                return False
+            seen = self._submitted
+            deadline = time.monotonic() + quiet_wait_s(self._quiet) if self._quiet else 0.0
+            while True:
+                if self._closed or self._broken is not None:
+                    return False
+                if self._queued and self._owner is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._submitted != seen:
+                        break
+                    self._lock.wait(left)
+                else:
+                    self._lock.wait()
             batch = self._queued[: negotiation.BATCH]
             self._owner = threading.get_ident()
         return self._take_round(batch)
@@ -275,39 +316,56 @@ class OpQueue:
         """Run one round of `batch` (the head of the queue, owned by this thread); False when the
         ring broke (everything queued then fails with it)."""
         try:
-            taken = self._round(batch)
+            progressed = self._round(batch)
         except BaseException as exc:  # the ring broke: everything queued fails with it
-            error = exc if isinstance(exc, HorovodInternalError) else HorovodInternalError(str(exc))
-            with self._lock:
-                self._broken = error
-                for operation in [*batch, *self._queued]:
-                    if not operation.done.is_set():
-                        operation.settle(error=error)
-                self._queued.clear()
-                self._owner = None
-                self._lock.notify_all()
+            self._fail_all(exc if isinstance(exc, HorovodInternalError) else HorovodInternalError(str(exc)), batch)
             return False
         with self._lock:
-            del self._queued[:taken]
+            self._queued = [o for o in self._queued if not o.done.is_set()]
             self._owner = None
+            self._quiet = 0 if progressed else self._quiet + 1
+            if self._queued:
+                self._start_thread()  # (a round on a caller's thread may leave operations that did not meet yet)
             self._lock.notify_all()
         return True
 
-    def _round(self, batch: list[Operation]) -> int:
-        """Agree on what runs, run it; how many of `batch` were settled."""
-        descriptors = [o.descriptor for o in batch]
+    def _fail_all(self, error: HorovodInternalError, batch: Sequence[Operation] = ()) -> None:
+        """The ring broke: everything queued (and `batch`, the round that broke) fails with it."""
+        with self._lock:
+            self._broken = error
+            for operation in [*batch, *self._queued]:
+                if not operation.done.is_set():
+                    operation.settle(error=error)
+            self._queued.clear()
+            self._owner = None
+            self._lock.notify_all()
+
+    def _round(self, batch: list[Operation]) -> bool:
+        """Agree on what runs, run it. The operations before the first join are described; a
+        rank whose queue starts with a join has joined (`negotiation.Head.joined`). True when the
+        round settled anything here."""
+        cut = next((i for i, o in enumerate(batch) if o.descriptor.kind == Kind.JOIN), len(batch))
+        described, joined = batch[:cut], cut == 0
         started = time.time()
-        for operation in batch:
+        for operation in batch[: cut + 1]:
             operation.started_at = operation.started_at or started
+        if joined and self._joined_at is None:
+            self._joined_at = self._rounds
+        number = self._rounds
+        self._rounds += 1
+        descriptors = [o.descriptor for o in described]
         early: EarlyData | None = None
         early_done, early_bytes = False, None
         if self.comm.size == 1:
-            verdict = negotiation.Verdict(len(batch), {})
+            verdict = negotiation.alone(descriptors, joined)
         else:
-            carried = self._inline(batch)
-            early = self._early(batch[0], carried[0])
-            messages, pending = self.comm.allgather_async(negotiation.encode(descriptors, carried,
-                                                                             early.announcement if early else None))
+            stalled = bool(described) and started - min(o.started_at for o in described) > self.comm.timeout_s
+            carried = self._inline(described)
+            early = self._early(described[0] if described else None, carried[0] if carried else None, number)
+            joined_at = self._joined_at if joined and self._joined_at is not None else -1
+            head = negotiation.Head(len(descriptors), joined, joined_at, stalled, self._next_seq)
+            message = negotiation.encode(descriptors, carried, early.announcement if early else None, head)
+            messages, pending = self.comm.allgather_async(message)
             if early is not None:
                 # The data after the round's message, so the round is not queued behind it on the
                 # wire (measured, 1 MB allgather on 2 ranks: 1.30-1.37 ms against 1.42-1.59 ms with
@@ -322,22 +380,57 @@ class OpQueue:
                     raise HorovodInternalError(
                         f"the operations' round in generation {self.comm.generation}: {exc}") from exc
                 early_done, early_bytes = early.complete(announced)
-        agreed = batch[: verdict.count]
-        runnable = []
-        for i, operation in enumerate(agreed):
-            if i in verdict.refused:
-                operation.settle(error=CollectiveMismatchError(verdict.refused[i]))
+        if verdict.stalled:
+            self._give_up(verdict, described)
+        if verdict.last_joined is not None:  # every rank has joined: each join returns the last to
+            self._joined_at = None
+            self._next_seq = max(self._next_seq, verdict.next_seq)
+            batch[0].settle(verdict.last_joined)
+        runnable: list[Operation | tuple[int, ...]] = []  # (a row: this rank stands in for it, having joined)
+        for i, agreed in enumerate(verdict.agreed):
+            if agreed.mine is None:
+                if not agreed.refused:  # (a refused one runs nowhere)
+                    runnable.append(agreed.row)
                 continue
-            operation.peer_dims = verdict.first_dims.get(i)
-            complete = operation.complete
-            if i in verdict.inline and complete is not None:  # done: every rank's bytes came with the round
-                payloads = verdict.inline[i]
+            operation = described[agreed.mine]
+            if agreed.refused:
+                operation.settle(error=CollectiveMismatchError(agreed.refused))
+                continue
+            operation.peer_dims = agreed.first_dims
+            complete, payloads = operation.complete, agreed.inline
+            if payloads is not None and complete is not None:  # done: every rank's bytes came with the round
                 self._settle(operation, lambda: complete(self.comm, payloads))
-            elif i == 0 and early_done and early is not None and early.early is not None:  # its data came with it
-                finish = early.early.finish
+            elif i == 0 and verdict.first_shared and early_done and early is not None and early.early is not None:
+                finish = early.early.finish  # its data came with it
                 self._settle(operation, lambda: finish(early_bytes))
             else:
                 runnable.append(operation)
+        if verdict.joined:
+            for item in runnable:
+                self._run_while_joined(item)
+        else:
+            self._run_fused([o for o in runnable if isinstance(o, Operation)])
+        progressed = bool(verdict.agreed or verdict.abandoned or verdict.last_joined is not None)
+        return progressed
+
+    def _give_up(self, verdict: negotiation.Verdict, described: list[Operation]) -> None:
+        """A rank waited the collective timeout for operations the others never issued: every
+        rank fails what it waited for (the operations of this round that did not meet, and those
+        queued behind them), and the ring's unnamed operations go on from one place (every rank's
+        furthest), so the next ones meet again. Under the lock: one queued from now on is new."""
+        agreed = {id(described[a.mine]) for a in verdict.agreed if a.mine is not None}
+        with self._lock:
+            self._next_seq = max(self._next_seq, verdict.next_seq)
+            for i, why in verdict.abandoned.items():
+                described[i].settle(error=CollectiveMismatchError(why))
+            for operation in self._queued:
+                if (not operation.done.is_set() and id(operation) not in agreed
+                        and operation.descriptor.kind != Kind.JOIN):
+                    operation.settle(error=CollectiveMismatchError(
+                        f"{operation.descriptor.what()} was given up with the operations queued before it: the "
+                        "ranks' queues did not meet within the collective timeout (see the error of the first)"))
+
+    def _run_fused(self, runnable: list[Operation]) -> None:
         in_flight: list[Callable[[], None]] = []  # the waits of groups started, in start order
         for group in self._fused(runnable):
             if len(group) == 1 and group[0].start is None:
@@ -348,25 +441,45 @@ class OpQueue:
                 if wait is not None:
                     in_flight.append(wait)
         self._wait_for(in_flight)
-        return verdict.count
 
-    def _early(self, operation: Operation, carried: torch.Tensor | None) -> EarlyData | None:
+    def _run_while_joined(self, item: "Operation | tuple[int, ...]") -> None:
+        """One operation while some rank has joined, alone and in order on every rank: an
+        allreduce reduced in place from a copy of its inputs (the joined rank adds the identity
+        of the reduction, built from the row: `stand_in`), a barrier as its small allreduce."""
+        if not isinstance(item, Operation):
+            stand_in(self.comm, item)
+            return
+        if item.descriptor.kind == Kind.BARRIER:
+            self._run(item)
+            return
+        reduce = item.reduce
+        assert reduce is not None and item.finish is not None
+        finish = item.finish
+
+        def reduced() -> Any:
+            packed = flat.pack(list(item.inputs))
+            reduce(self.comm, packed)()
+            flat.unpack(packed, list(item.outputs))
+            return finish()
+
+        self._settle(item, reduced)
+
+    def _early(self, operation: Operation | None, carried: torch.Tensor | None, number: int) -> EarlyData | None:
         """The round's early transfers, started (None on a ring too large for them: then no rank
         sends early). The first operation's data goes out now when it can: not carried inline,
         every transfer within `speculation.MAX_BYTES`. An operation whose data cannot be taken (a
         local error) sends nothing early and runs as a collective, where the error is its own."""
         if not speculation.ring_sends_early(self.comm.size):
             return None
-        self._rounds += 1
         early = None
-        if carried is None and self.sends_early and operation.speculate is not None:
+        if operation is not None and carried is None and self.sends_early and operation.speculate is not None:
             try:
                 early = operation.speculate(self.comm)
             except (RuntimeError, ValueError, TypeError, IndexError):
                 early = None
             if early is not None and not early.fits(self.comm.size):
                 early = None
-        return EarlyData(self.comm.pg, self.comm.rank, self.comm.size, self._rounds, early, self.comm.timeout_s,
+        return EarlyData(self.comm.pg, self.comm.rank, self.comm.size, number + 1, early, self.comm.timeout_s,
                          self.comm.generation).receive()
 
     def _inline(self, batch: list[Operation]) -> list[torch.Tensor | None]:
@@ -455,3 +568,51 @@ class OpQueue:
                 operation.settle(operation.finish())  # type: ignore[misc]
 
         return settle_group
+
+
+#: After a round that settled nothing here, the next waits this long for an operation to be
+#: queued (doubling with each such round, up to `QUIET_WAIT_MAX_S`).
+QUIET_WAIT_S = 0.0005
+QUIET_WAIT_MAX_S = 0.02
+
+
+def quiet_wait_s(quiet_rounds: int) -> float:
+    """How long the round after `quiet_rounds` quiet ones waits for news (the doubling stops at
+    the cap: a queue may wait through thousands of quiet rounds for a slow peer)."""
+    return min(QUIET_WAIT_MAX_S, QUIET_WAIT_S * (2 ** min(max(0, quiet_rounds - 1), 16)))
+
+
+#: The identity of each reduction: what a joined rank adds (zeros for a sum, as Horovod's joined ranks send).
+_REDUCE_OPS = {Reduction.SUM: dist.ReduceOp.SUM, Reduction.AVERAGE: dist.ReduceOp.SUM, Reduction.MIN: dist.ReduceOp.MIN,
+               Reduction.MAX: dist.ReduceOp.MAX, Reduction.PRODUCT: dist.ReduceOp.PRODUCT}
+
+
+def identity_of(reduction: int, dtype: torch.dtype) -> float | int | bool:
+    """The value that leaves a reduction unchanged (a joined rank's part of an allreduce)."""
+    if reduction == Reduction.PRODUCT:
+        return True if dtype == torch.bool else 1
+    if reduction not in (Reduction.MIN, Reduction.MAX):
+        return False if dtype == torch.bool else 0
+    if dtype == torch.bool:
+        return reduction == Reduction.MIN
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    if dtype.is_floating_point:
+        return float("inf") if reduction == Reduction.MIN else float("-inf")
+    return info.max if reduction == Reduction.MIN else info.min
+
+
+def stand_in(comm: Any, row: tuple[int, ...]) -> None:
+    """A joined rank's part of an operation the others run (`negotiation.WHILE_JOINED`): the
+    same collective on the wire, from the row alone (the reduction's identity for an allreduce,
+    Horovod's zeros for a sum; a barrier's small allreduce)."""
+    if negotiation.field_of(row, "kind") == Kind.BARRIER:
+        comm.allreduce_(torch.zeros(1))
+        return
+    dtype = negotiation.dtype_of(row)
+    assert dtype is not None  # (a dtype unknown here is refused by `negotiation.decide`)
+    reduction = negotiation.field_of(row, "op")
+    device = torch.device("cuda", torch.cuda.current_device()) if negotiation.field_of(row, "device") else None
+    buffer = torch.full((negotiation.field_of(row, "numel"),), identity_of(reduction, dtype), dtype=dtype,
+                        device=device)
+    comm.allreduce_async_(buffer, _REDUCE_OPS[Reduction(reduction)]).wait()
+

@@ -37,8 +37,14 @@ def share_length(num_left: int, size: int) -> int:
 
 def batch_of_all_ranks(left: Sequence[int], size: int, batch_idx: int, batch_size: int) -> Iterable[int]:
     """The samples of batch `batch_idx` on every rank (what the ring processed at that step)."""
+    return samples_of_all_ranks(left, size, batch_idx * batch_size, batch_size)
+
+
+def samples_of_all_ranks(left: Sequence[int], size: int, first: int, count: int) -> Iterable[int]:
+    """Samples `first` .. `first + count - 1` of every rank's share of `left` (a step's batch
+    of the whole ring when `count` is the batch per rank)."""
     length = share_length(len(left), size)
-    for j in range(batch_idx * batch_size, min((batch_idx + 1) * batch_size, length)):
+    for j in range(first, min(first + count, length)):
         for r in range(size):
             yield _padded(left, r + j * size)
 

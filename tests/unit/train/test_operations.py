@@ -6,6 +6,7 @@ pure negotiation."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.errors import CollectiveMismatchError
 from ringmaster.worker.train.op_queue import EARLY_DATA_ENV, INLINE_BYTES_ENV, Operation
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8, torch.int16,
           torch.uint8]
 
 
@@ -324,6 +325,73 @@ def test_a_process_set_runs_on_a_ring_of_its_own_members() -> None:
     assert results[1] == [5.0]
 
 
+@pytest.mark.usefixtures("either_path")
+def test_named_operations_queued_in_different_orders_meet_by_name_as_horovods_do() -> None:
+    orders = [["a", "b", "c"], ["c", "a", "b"], ["b", "c", "a"]]
+
+    def work(comm: Communicator) -> tuple[dict[str, list[float]], bool]:
+        handles = {n: comm.ops.submit(ops.allreduce(torch.full((3,), float(ord(n) + comm.rank)), torch.empty(3),
+                                                    ops.Sum, 1.0, 1.0, n)) for n in orders[comm.rank]}
+        sums = {n: h.outcome().tolist() for n, h in handles.items()}
+        # Horovod's duplicate-name tests: rank 0 issues 'dup' before a barrier, the others after it
+        if comm.rank == 0:
+            dup = comm.ops.submit(ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0, "dup"))
+            run(comm, ops.barrier())
+        else:
+            run(comm, ops.barrier())
+            dup = comm.ops.submit(ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0, "dup"))
+        return sums, dup.outcome().tolist() == [3.0, 3.0]
+
+    for sums, dup_met in on_ranks(3, work):
+        assert sums == {n: [3.0 * ord(n) + 3] * 3 for n in "abc"} and dup_met
+
+
+def test_a_joined_rank_takes_part_in_the_others_allreduces_with_the_identity_and_join_gives_the_last_rank() -> None:
+    def work(comm: Communicator) -> tuple[int, list, list, str, list]:
+        averaged: list = []
+        smallest: list = []
+        refused = ""
+        if comm.rank > 0:
+            averaged = run(comm, ops.allreduce(torch.full((4,), 3 * comm.rank, dtype=torch.int32),
+                                               torch.empty(4, dtype=torch.int32), ops.Average, 1.0, 1.0, "x")).tolist()
+            smallest = run(comm, ops.allreduce(torch.tensor([comm.rank + 1.0]), torch.empty(1), ops.Min, 1.0, 1.0,
+                                               None)).tolist()
+            run(comm, ops.barrier())
+            with pytest.raises(CollectiveMismatchError) as caught:
+                run(comm, ops.allgather(torch.ones(2), None))
+            refused = str(caught.value)
+        last = run(comm, ops.join())
+        after = run(comm, ops.allreduce(torch.ones(1), torch.empty(1), ops.Sum, 1.0, 1.0, None)).tolist()
+        return last, averaged, smallest, refused, after
+
+    results = on_ranks(3, work)
+    assert len({last for last, *_ in results}) == 1 and results[0][0] in (1, 2)  # (1 and 2 may join in one round)
+    for rank, (_, averaged, smallest, refused, after) in enumerate(results):
+        assert after == [3.0]
+        if rank:  # (3 + 6) / 3 workers, the joined one's zeros counted, as Horovod averages; min of 2 and 3
+            assert averaged == [3] * 4 and smallest == [2.0]
+            assert "allgather: rank 0 joined (hvd.join())" in refused
+
+
+def test_an_operation_one_rank_never_issues_is_given_up_everywhere_after_the_timeout_and_the_ring_goes_on() -> None:
+    def work(comm: Communicator) -> tuple[str, list[float], float]:
+        started = time.monotonic()
+        lone = ops.barrier() if comm.rank == 0 else ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0,
+                                                                  "only-on-rank-1")
+        with pytest.raises(CollectiveMismatchError) as caught:
+            run(comm, lone)
+        waited = time.monotonic() - started
+        run(comm, ops.barrier())  # the unnamed go on from one place again
+        return str(caught.value), run(comm, ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0,
+                                                          None)).tolist(), waited
+
+    (zero, after0, waited0), (one, after1, waited1) = on_ranks(2, work, timeout_s=1.0)
+    assert after0 == after1 == [2.0, 2.0] and 1.0 <= waited0 < 10 and 1.0 <= waited1 < 10
+    assert zero.startswith("barrier (unnamed no. 1) was given up: rank 1 did not issue it") and "timeout" in zero
+    assert one.startswith("allreduce 'only-on-rank-1' was given up: rank 0 did not issue it")
+    assert "rank 0 waited with barrier (unnamed no. 1)" in one and "rank 1 waited with allreduce 'only-on-rank-1'" in one
+
+
 def test_queued_operations_fail_when_the_ring_is_retired() -> None:
     store = dist.HashStore()
     pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))
@@ -346,19 +414,58 @@ def test_queued_operations_fail_when_the_ring_is_retired() -> None:
         late.outcome()
 
 
-def test_the_negotiation_agrees_on_the_common_prefix_and_names_a_disagreement() -> None:
+def test_the_negotiation_matches_by_name_in_the_first_ranks_order_and_names_a_disagreement() -> None:
     a = Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1, name="grad")
+    c = Descriptor(Kind.ALLREDUCE, (torch.ones(2),), op=1, name="other")
+    messages = [negotiation.encode([a, c]), negotiation.encode([c, a])]  # rank 1 queued them the other way
+    on_zero, on_one = negotiation.decide(messages, [a, c], 0), negotiation.decide(messages, [c, a], 1)
+    assert [x.mine for x in on_zero.agreed] == [0, 1] and [x.mine for x in on_one.agreed] == [1, 0]
+    assert not any(x.refused for x in on_zero.agreed + on_one.agreed) and not on_zero.first_shared
+    # only what every rank queued runs; the rest waits for the next round
+    assert [x.mine for x in negotiation.decide([negotiation.encode([a, c]), negotiation.encode([c])], [a, c],
+                                               0).agreed] == [1]
     b = Descriptor(Kind.ALLREDUCE, (torch.ones(4),), op=1, name="grad")
-    gathered = [negotiation.encode([a, a]), negotiation.encode([a])]
-    assert negotiation.decide(gathered, [a, a], 0) == negotiation.Verdict(1, {}, {})
     verdict = negotiation.decide([negotiation.encode([a]), negotiation.encode([b])], [a], 0)
-    assert verdict.count == 1 and "rank 1" in verdict.refused[0] and "'grad'" in verdict.refused[0]
-    unnamed = Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1)
-    assert negotiation.decide([negotiation.encode([a]), negotiation.encode([unnamed])], [a], 0).refused == {}
+    assert "rank 1" in verdict.agreed[0].refused and "'grad'" in verdict.agreed[0].refused
+    # unnamed operations meet by their place among the ring's unnamed ones; a named one meets no unnamed one
+    u0, u1 = (Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1, seq=k) for k in (0, 1))
+    assert [x.mine for x in negotiation.decide([negotiation.encode([u0, u1]), negotiation.encode([u0])], [u0, u1],
+                                               0).agreed] == [0]
+    assert negotiation.decide([negotiation.encode([a]), negotiation.encode([u0])], [a], 0).agreed == []
     g1 = Descriptor(Kind.ALLGATHER, (torch.ones(2, 5),))
     g2 = Descriptor(Kind.ALLGATHER, (torch.ones(7, 5),))
     verdict = negotiation.decide([negotiation.encode([g1]), negotiation.encode([g2])], [g1], 0)
-    assert verdict.refused == {} and verdict.first_dims == {0: [2, 7]}
+    assert verdict.agreed[0].refused == "" and verdict.agreed[0].first_dims == [2, 7] and verdict.first_shared
+
+
+def test_a_rank_that_waited_too_long_makes_every_rank_give_up_naming_what_each_waited_with() -> None:
+    a = Descriptor(Kind.ALLREDUCE, (torch.ones(3),), op=1, name="grad")
+    c = Descriptor(Kind.BROADCAST, (torch.ones(2),), root=0, name="other")
+    u = Descriptor(Kind.BARRIER, (), seq=4)
+    messages = [negotiation.encode([a, u], head=negotiation.Head(stalled=True, next_seq=5)),
+                negotiation.encode([u, c], head=negotiation.Head(next_seq=9))]
+    verdict = negotiation.decide(messages, [a, u], 0)
+    assert [x.mine for x in verdict.agreed] == [1] and verdict.stalled and verdict.next_seq == 9
+    why = verdict.abandoned[0]
+    assert "allreduce 'grad' was given up: rank 1 did not issue it" in why
+    assert "rank 0 waited with allreduce 'grad'" in why and "rank 1 waited with broadcast under another name" in why
+    assert list(negotiation.decide(messages, [u, c], 1).abandoned) == [1]
+    calm = [negotiation.encode([a]), negotiation.encode([c])]
+    assert negotiation.decide(calm, [a], 0) == negotiation.Verdict([], {}, [], None, False, False, 0)
+
+
+def test_a_joined_rank_stands_in_for_allreduces_and_every_rank_learns_who_joined_last() -> None:
+    a = Descriptor(Kind.ALLREDUCE, (torch.ones(3, dtype=torch.float64),), op=negotiation.Reduction.AVERAGE, name="a")
+    g = Descriptor(Kind.ALLGATHER, (torch.ones(2),), seq=0)
+    messages = [negotiation.encode([], head=negotiation.Head(joined=True, joined_at=3)), negotiation.encode([a, g])]
+    joined, working = negotiation.decide(messages, [], 0), negotiation.decide(messages, [a, g], 1)
+    assert [x.mine for x in joined.agreed] == [None, None] and joined.joined == [0] == working.joined
+    assert negotiation.dtype_of(joined.agreed[0].row) == torch.float64
+    assert negotiation.field_of(joined.agreed[0].row, "numel") == 3
+    assert working.agreed[0].refused == "" and "joined (hvd.join())" in working.agreed[1].refused
+    assert working.agreed[0].inline is None  # (the joined rank carries no bytes)
+    done = [negotiation.encode([], head=negotiation.Head(joined=True, joined_at=j)) for j in (3, 7, 7)]
+    assert all(negotiation.decide(done, [], r).last_joined == 2 for r in range(3))
 
 
 def test_an_in_place_allreduce_reduces_in_place_and_never_goes_around_the_ring_from_itself() -> None:
@@ -529,13 +636,17 @@ def test_the_negotiation_carries_small_operations_only_where_every_rank_did() ->
     messages = [negotiation.encode([a, b], [None, mine]), negotiation.encode([a, b], [torch.ones(4, dtype=torch.uint8),
                                                                                   theirs])]
     verdict = negotiation.decide(messages, [a, b], 0)
-    assert verdict.refused == {} and list(verdict.inline) == [1]
-    assert [p.tolist() for p in verdict.inline[1]] == [[1, 2, 3], [7, 8, 9, 10]]
+    assert [x.refused for x in verdict.agreed] == ["", ""] and verdict.agreed[0].inline is None
+    assert [p.tolist() for p in verdict.agreed[1].inline] == [[1, 2, 3], [7, 8, 9, 10]]
+    # queued in another order, each rank's bytes are still found at its own offsets
+    crossed = [negotiation.encode([a, b], [None, mine]), negotiation.encode([b, a], [theirs, None])]
+    assert [p.tolist() for p in negotiation.decide(crossed, [a, b], 0).agreed[1].inline] == [[1, 2, 3],
+                                                                                           [7, 8, 9, 10]]
     # a refused operation is never done inline; a row claiming more bytes than the area holds is ignored
     other = Descriptor(Kind.ALLREDUCE, (torch.ones(5),), op=1, name="a")
     refused = negotiation.decide([negotiation.encode([a], [mine]), negotiation.encode([other], [mine])], [a], 0)
-    assert 0 in refused.refused and refused.inline == {}
+    assert refused.agreed[0].refused and refused.agreed[0].inline is None
     hostile = negotiation.encode([a], [mine])
-    hostile[1 + negotiation.FIELDS.index("inline")] = negotiation.INLINE_AREA_BYTES + 1
-    assert negotiation.decide([negotiation.encode([a], [mine]), hostile], [a], 0).inline == {}
+    hostile[len(negotiation.HEADER) + negotiation.FIELDS.index("inline")] = negotiation.INLINE_AREA_BYTES + 1
+    assert negotiation.decide([negotiation.encode([a], [mine]), hostile], [a], 0).agreed[0].inline is None
     assert len(negotiation.encode([a])) == len(hostile) == negotiation.MESSAGE_WORDS

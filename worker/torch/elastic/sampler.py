@@ -21,7 +21,11 @@ class ElasticSampler(torch.utils.data.Sampler):
     Call `record_batch(batch_idx, batch_size)` after each step (every rank, the same step) and
     keep the sampler in a `TorchState`: a commit then holds the set of samples the committed
     model has seen, a restore goes back to it, and after a reset (new world size) iteration
-    resumes with only the samples not yet processed, split over the new ring.
+    resumes with only the samples not yet processed, split over the new ring. As in Horovod,
+    `processed_num` counts the samples of the epoch the ring has processed, and each
+    `record_batch` is one step of every rank, the next of the current deal (`batch_idx` names it
+    for the reader; the sampler counts the steps itself, so a step recorded after a restore
+    is the one after the commit).
 
     `by="rank"` gives every rank its own samples, as data parallelism and HSDP deal them (in a
     job of replica groups, every rank of every group: TorchTitan's rule for FSDP).
@@ -45,7 +49,13 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.rank = 0
         self.remaining_indices: list[int] = []
         self.indices: list[int] = []
+        self._recorded = 0  # samples per rank recorded since the last deal (`reset`)
         self.reset()
+
+    @property
+    def processed_num(self) -> int:
+        """How many samples of this epoch the ring has processed (Horovod's counter)."""
+        return int(self.processed.sum())
 
     @property
     def processed_indices(self) -> set[int]:
@@ -59,9 +69,14 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        """Mark batch `batch_idx` (of this iteration, `batch_size` per rank, or per group with
-        `by="group"`) of every rank (group) as processed."""
-        self.record_indices(sampling.batch_of_all_ranks(self.remaining_indices, self.num_replicas, batch_idx, batch_size))
+        """Mark the ring's next step as processed: the next `batch_size` samples (per rank, or per
+        group with `by="group"`) of every rank's (group's) share of the current deal. Called once
+        per step in order, that is batch `batch_idx` of the iteration."""
+        if batch_size < 0:
+            raise ValueError(f"record_batch(batch_size={batch_size}): give the samples per rank of the step, 0 or more")
+        taken = sampling.samples_of_all_ranks(self.remaining_indices, self.num_replicas, self._recorded, batch_size)
+        self._recorded += batch_size
+        self.record_indices(taken)
 
     def record_indices(self, indices) -> None:
         """Mark these dataset `indices` as processed this epoch (committed with the state)."""
@@ -79,7 +94,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         return {"epoch": self.epoch, "processed": self.processed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Accepts this sampler's state, or Horovod's `processed_indices` list."""
+        """Accepts this sampler's state, or Horovod's: `processed_num` (the first samples of
+        the epoch's order) or the older `processed_indices` list."""
         self.epoch = int(state["epoch"])
         if "processed" in state:
             mask = torch.as_tensor(state["processed"], dtype=torch.bool)
@@ -91,7 +107,11 @@ class ElasticSampler(torch.utils.data.Sampler):
             self.processed.copy_(mask)
         else:
             self.processed.zero_()
-            self.record_indices(state.get("processed_indices", []))
+            if "processed_num" in state:
+                order = sampling.epoch_order(len(self.dataset), self.epoch, self.seed, self.shuffle)
+                self.record_indices(order[: max(0, int(state["processed_num"]))])
+            else:
+                self.record_indices(state.get("processed_indices", []))
         self.reset()
 
     def reset(self) -> None:
@@ -105,6 +125,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         order = sampling.epoch_order(len(self.dataset), self.epoch, self.seed, self.shuffle)
         self.remaining_indices = sampling.remaining(order, self.processed_indices)
         self.indices = sampling.rank_share(self.remaining_indices, self.rank, self.num_replicas)
+        self._recorded = 0
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)

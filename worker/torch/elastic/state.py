@@ -466,6 +466,12 @@ class TorchState(ObjectState):
             handlers[name].value = value
         super().__setattr__(name, value)
 
+    def sync(self) -> None:
+        """Give every worker rank 0's current state (commits it first), then re-deal the samplers
+        over the ring, as Horovod's sync does on every rank."""
+        super().sync()
+        self.reset()
+
     def reset(self) -> None:
         """Re-align every handled object with the current ring (samplers re-deal their indices)."""
         for handler in self._handlers.values():
