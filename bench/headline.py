@@ -49,11 +49,14 @@ def worker_kill_figure() -> float:
                    "--samples", "256", "--step-time", "0.02", "--timestamps"])
         try:
             job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 40, 180, "4 workers training")
-            agent = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hostB")
-            victim = next(p for p in psutil.Process(agent).children() if "elastic_job.py" in " ".join(p.cmdline()))
-            generation = job.status()["generation"]
+            # The victim by the job's own account of its workers (forked from the agent's worker
+            # template, a worker's command line is the template's, not the script's).
+            status = job.status()
+            victim = next(w["pid"] for w in status["workers"] if w["host"] == "hostB" and w["rank"] is not None
+                          and w["pid"] and psutil.pid_exists(w["pid"]))
+            generation = status["generation"]
             killed_at = time.time()
-            os.kill(victim.pid, signal.SIGKILL)
+            os.kill(victim, signal.SIGKILL)
 
             def first_after() -> float | None:
                 # a commit of a ring formed after the kill (one of the old ring may land a moment

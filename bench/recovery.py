@@ -47,9 +47,9 @@ def job_figures(spares: int) -> dict[str, float]:
                    "--samples", "256", "--step-time", "0.02", "--timestamps"])
         try:
             job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 20, 180, "4 workers training")
-            # A running job's steady state: its spares warm (on one machine their imports would
+            # A running job's steady state: its hosts warm (on one machine their imports would
             # otherwise share the CPU with the newcomers measured below; on real hosts they never do).
-            wait_for(lambda: len(job.events("spare.ready")) >= 2 * spares, 120, "the spares warm")
+            wait_warm(job, ["hostA", "hostB"], spares)
             victim = next(h["agent_pid"] for h in job.status()["hosts"] if h["name"] == "hostB")
             killed_at = time.time()
             os.killpg(victim, signal.SIGKILL)
@@ -72,7 +72,7 @@ def job_figures(spares: int) -> dict[str, float]:
                 1 for r in logs[survivors[0]] if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
             )
             # Slots added on a host whose agent runs (its spares warm): hostA 2 -> 4.
-            wait_for(lambda: len(job.events("spare.ready", host="hostA")) >= spares, 120, "hostA's spares warm")
+            wait_warm(job, ["hostA"], spares)
             changed_at = time.time()
             write_hosts(hosts, {"hostA": 4, "hostB": 2, "hostC": 2})
             grown = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 6 and r["time"] > changed_at, 180)
@@ -83,6 +83,18 @@ def job_figures(spares: int) -> dict[str, float]:
         finally:
             job.kill()
     return figures
+
+
+def wait_warm(job, hosts: list[str], spares: int) -> None:
+    """Each host warm: its worker template ready (the agent forks its workers from it and keeps
+    no spares then), or, on a host without one, its spares warm."""
+    from harness import wait_for
+
+    def warm() -> bool:
+        return all(job.events("template.ready", host=h) or len(job.events("spare.ready", host=h)) >= spares
+                   for h in hosts)
+
+    wait_for(warm, 120, f"{', '.join(hosts)} warm (worker template or spares)")
 
 
 def longest_pause(logs: dict[str, list[dict]], survivors: list[str], since: float, until: float) -> float:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from ringmaster.torch import adasum
 from ringmaster.torch.result_pool import ResultPool
-from ringmaster.worker.train import ring_sum
+from ringmaster.worker.train import gloo_types, ring_sum
 from ringmaster.worker.train.exchange import byte_view
 from ringmaster.worker.train.negotiation import Descriptor, Kind, Reduction
 from ringmaster.worker.train.op_queue import FuseKey, Operation
@@ -150,7 +150,11 @@ def _reduced_bytes(payloads: list[torch.Tensor], tensor: torch.Tensor, op: str, 
 
 
 def _reduce_parts(parts: list[torch.Tensor], op: str) -> torch.Tensor:
-    """Every rank's part reduced in rank order, into the first (the same result on every rank)."""
+    """Every rank's part reduced in rank order, into the first (the same result on every rank);
+    dtypes torch cannot add (uint16, uint32, ...) in a wider one, cast back after."""
+    wider = gloo_types.wider_dtype(parts[0].dtype)
+    if wider is not None:
+        return _reduce_parts([p.to(wider) for p in parts], op).to(parts[0].dtype)
     total = parts[0]
     for part in parts[1:]:
         if op in (Sum, Average):
@@ -181,6 +185,7 @@ def allreduce(tensor: torch.Tensor, output: torch.Tensor, op: str, prescale: flo
         raise ValueError(f"hvd.Adasum reduces floating-point tensors, got {tensor.dtype}; use hvd.Sum or hvd.Average")
     if tensor.dtype == torch.bool and op in (Sum, Average, Product):
         raise ValueError(f"allreduce of a bool tensor with op {op!r}: use hvd.Min (and) or hvd.Max (or)")
+    _check_complex(tensor, op, "allreduce")
 
     def start_reduce(comm: Any, buffer: torch.Tensor) -> Callable[[], None]:
         """Start reducing `buffer` in place; the wait that finishes it (the postscale)."""
@@ -504,6 +509,12 @@ def _reduce_scatter_one(comm: Any, tensor: torch.Tensor, op: str, prescale: floa
     return out
 
 
+def _check_complex(tensor: torch.Tensor, op: str, what: str) -> None:
+    if tensor.is_complex() and op not in (Sum, Average):
+        raise ValueError(f"{what} of a {tensor.dtype} tensor with op {op!r}: a complex tensor can only be summed or "
+                         "averaged (its min, max and product are not elementwise); use hvd.Sum or hvd.Average")
+
+
 def _check_scatter_op(op: str, what: str) -> None:
     if op == Adasum:  # (NotImplementedError, a RuntimeError: what Horovod raises)
         raise NotImplementedError(f"{what} reduces with hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, not "
@@ -514,6 +525,7 @@ def reducescatter(tensor: torch.Tensor, op: str, prescale: float, postscale: flo
     """Reduce `tensor` over the ranks and give each rank its rows (`scatter_rows`)."""
     _check_tensor(tensor, "reducescatter")
     _check_scatter_op(op, "reducescatter")
+    _check_complex(tensor, op, "reducescatter")
     if tensor.dim() == 0:
         raise ValueError("reducescatter takes a tensor of at least one dimension (its rows are scattered)")
 

@@ -44,12 +44,20 @@ def for_reduction(tensor: torch.Tensor, op: object) -> tuple[torch.Tensor, Calla
             return torch.view_as_real(tensor), _nothing
         carrier = torch.view_as_real(tensor.contiguous())
         return carrier, lambda: _copy(tensor, torch.view_as_complex(carrier))
-    wider = _WIDER.get(tensor.dtype, torch.float32 if tensor.is_floating_point() else None)
-    if wider is None:
+    wider = wider_dtype(tensor.dtype)
+    if wider is None:  # (not a native dtype: none to widen it to)
         raise ValueError(f"a {tensor.dtype} tensor cannot be reduced on a Gloo ring; cast it to a dtype Gloo takes "
                          f"({', '.join(sorted(str(d).removeprefix('torch.') for d in NATIVE))})")
     carrier = tensor.to(wider)
     return carrier, lambda: _copy(tensor, carrier)
+
+
+def wider_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """Where a reduction of `dtype` runs when Gloo (or torch's own arithmetic, for the unsigned
+    kinds) does not take it; None when it needs none, or has none (then refused)."""
+    if dtype in NATIVE or dtype.is_complex:
+        return None
+    return _WIDER.get(dtype, torch.float32 if dtype.is_floating_point else None)
 
 
 def _copy(into: torch.Tensor, result: torch.Tensor) -> None:

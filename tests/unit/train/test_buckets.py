@@ -117,3 +117,66 @@ def test_an_optimizer_with_its_own_zero_grad_keeps_it(alone) -> None:
     optimizer.step()
     optimizer.zero_grad()
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_distributed_optimizer_checks_its_arguments_as_horovods_does(alone) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="one or more model parameters were not named"):
+        hvd.DistributedOptimizer(sgd, named_parameters=list(model.named_parameters())[:1])
+    with pytest.raises(ValueError, match="sequence of tuples"):
+        hvd.DistributedOptimizer(sgd, named_parameters=[["0.weight", model[0].weight]])
+    with pytest.raises(ValueError, match="Found duplicates: w"):
+        hvd.DistributedOptimizer(sgd, named_parameters=[("w", p) for p in model.parameters()])
+    with pytest.raises(ValueError, match="groups should be a non-negative integer"):
+        hvd.DistributedOptimizer(sgd, groups=-1)
+    wrapped: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    assert sorted(wrapped._parameter_names.values()) == [f"allreduce.noname.0.{j}" for j in range(4)]
+    named: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                          named_parameters=model.named_parameters(), process_set=hvd.global_process_set)
+    assert named._parameter_names[model[1].bias] == "1.bias"
+    model(torch.ones(2, 3)).sum().backward()
+    named.synchronize()
+    with pytest.warns(UserWarning, match="called without optimizer.skip_synchronize"):
+        named.step()
+
+
+def test_sparse_gradients_are_reduced_as_sparse_tensors_on_a_ring_and_stay_sparse() -> None:
+    """Two ranks, an embedding with sparse gradients beside a dense layer: the dense gradients go
+    out in their bucket, the sparse ones through the `sparse` reduction (every rank's indices and
+    values gathered, then averaged), and each equals the average of the dense gradients."""
+    from gloo_rings import on_ranks
+    from ringmaster.torch import operations as ops
+    from ringmaster.torch.buckets import GradientBuckets
+
+    def work(comm: Any) -> tuple[list[float], list[float], bool]:
+        embedding, head = torch.nn.Embedding(6, 2, sparse=True), torch.nn.Linear(2, 1)
+        with torch.no_grad():  # (the same on both ranks: threads share torch's seed)
+            embedding.weight.copy_(torch.arange(12.0).view(6, 2))
+            head.weight.copy_(torch.tensor([[0.5, -2.0]]))
+        params = [*embedding.parameters(), *head.parameters()]
+
+        def reduce_sparse(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+            out = []
+            for g in grads:
+                g = g.coalesce()
+                indices = comm.ops.submit(ops.allgather(g.indices().t().contiguous(), None)).outcome()
+                values = comm.ops.submit(ops.allgather(g.values(), None)).outcome()
+                out.append(torch.sparse_coo_tensor(indices.t(), values / comm.size, g.shape, check_invariants=True))
+            return out
+
+        buckets = GradientBuckets(params, 1 << 20, 1, lambda dtype: dtype, lambda: comm, lambda: 1.0,
+                                  lambda: 1.0 / comm.size, sparse=reduce_sparse)
+        head(embedding(torch.tensor([[comm.rank, 3]]))).sum().backward()
+        buckets.synchronize()
+        return embedding.weight.grad.to_dense().flatten().tolist(), head.weight.grad.flatten().tolist(), \
+            embedding.weight.grad.is_sparse
+
+    (sparse0, dense0, kept0), (sparse1, dense1, kept1) = on_ranks(2, work)
+    assert kept0 and kept1 and sparse0 == sparse1 and dense0 == dense1
+    head_weight = torch.tensor([0.5, -2.0])
+    grid = torch.tensor(sparse0).view(6, 2)
+    # rank 0 looked up rows 0 and 3, rank 1 rows 1 and 3: each lookup adds the head's weight to its
+    # row, and the average over 2 ranks halves it
+    assert torch.allclose(grid[0], head_weight / 2) and torch.allclose(grid[1], head_weight / 2)
+    assert torch.allclose(grid[3], head_weight) and grid[[2, 4, 5]].abs().sum() == 0

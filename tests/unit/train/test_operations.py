@@ -392,6 +392,45 @@ def test_an_operation_one_rank_never_issues_is_given_up_everywhere_after_the_tim
     assert "rank 0 waited with barrier (unnamed no. 1)" in one and "rank 1 waited with allreduce 'only-on-rank-1'" in one
 
 
+@pytest.mark.usefixtures("either_path")
+def test_dtypes_gloo_lacks_travel_as_bytes_or_reduce_in_a_wider_dtype_wrapping_as_their_own() -> None:
+    def work(comm: Communicator) -> dict[str, list]:
+        got = {}
+        for dtype in (torch.int16, torch.uint16, torch.uint32):
+            mine = torch.tensor([30000, 7, comm.rank], dtype=torch.int64).to(dtype)
+            got[f"sum {dtype}"] = run(comm, ops.allreduce(mine, torch.empty_like(mine), ops.Sum, 1.0, 1.0,
+                                                          None)).to(torch.int64).tolist()
+            got[f"max {dtype}"] = run(comm, ops.allreduce(mine, torch.empty_like(mine), ops.Max, 1.0, 1.0,
+                                                          None)).to(torch.int64).tolist()
+            got[f"bcast {dtype}"] = run(comm, ops.broadcast(mine, torch.empty_like(mine), 1, None)).to(
+                torch.int64).tolist()
+        z = torch.tensor([1 + 2j, comm.rank * 1j], dtype=torch.complex64)
+        got["complex"] = run(comm, ops.allreduce(z, torch.empty_like(z), ops.Sum, 1.0, 1.0, None)).tolist()
+        with pytest.raises(ValueError, match="can only be summed or averaged"):
+            run(comm, ops.allreduce(z, torch.empty_like(z), ops.Max, 1.0, 1.0, None))
+        got["after"] = run(comm, ops.allreduce(torch.ones(2), torch.empty(2), ops.Sum, 1.0, 1.0, None)).tolist()
+        return got
+
+    for got in on_ranks(2, work):
+        assert got["sum torch.int16"] == [-5536, 14, 1]  # 60000 wraps in 16 bits, as int16 arithmetic does
+        assert got["sum torch.uint16"] == [60000, 14, 1] and got["sum torch.uint32"] == [60000, 14, 1]
+        assert all(got[f"max {d}"] == [30000, 7, 1] and got[f"bcast {d}"] == [30000, 7, 1]
+                   for d in (torch.int16, torch.uint16, torch.uint32))
+        assert got["complex"] == [2 + 4j, 1j] and got["after"] == [2.0, 2.0]
+
+
+def test_an_average_is_a_true_division_so_equal_tensors_average_to_themselves_exactly() -> None:
+    # Whole numbers, whose sum over 3 ranks is exact; past the inline area, so a collective. Before,
+    # the average was scaled before the sum (v/3 + v/3 + v/3), which is not v.
+    values = torch.arange(-2049.0, 2050.0, dtype=torch.float32) + 0.5
+
+    def work(comm: Communicator) -> bool:
+        out = run(comm, ops.allreduce(values, torch.empty_like(values), ops.Average, 1.0, 1.0, None))
+        return torch.equal(out, values)
+
+    assert on_ranks(3, work) == [True, True, True]
+
+
 def test_queued_operations_fail_when_the_ring_is_retired() -> None:
     store = dist.HashStore()
     pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))
