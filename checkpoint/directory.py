@@ -4,6 +4,9 @@ Layout: `DIR/step-000000001234/{state.pt, manifest.json}`. A checkpoint is writt
 hidden temporary folder, every file and the folder are fsynced, and only then is it renamed
 into place and the parent folder fsynced: a crash at any moment leaves either the complete
 checkpoint or no trace of it under its final name. `state.pt` is a plain `torch.save` file.
+Checkpoints hold the model: their folders are made 0700 and their files 0600 (the job's user's
+alone, whatever the umask). One that fails verification when a job resumes is moved aside
+(`.refused-step-...`), so it no longer counts among the `keep` newest.
 """
 
 from __future__ import annotations
@@ -15,17 +18,23 @@ import pathlib
 import pickle
 import re
 import shutil
+import socket
+import time
 from typing import Any, BinaryIO, Callable
 
 import torch
 from pydantic import ValidationError
 
-from ringmaster.checkpoint.manifest import (FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError, FileEntry, Manifest,
-                                            UntrustedCheckpointError)
+from ringmaster.checkpoint.manifest import (FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError,
+                                            CheckpointFolderError, FileEntry, Manifest, UntrustedCheckpointError)
 from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
+#: A checkpoint moved aside after it failed verification (kept for a look; never loaded or counted).
+REFUSED_PREFIX = ".refused-"
+#: Checkpoint folders and files: the job's user's alone (they hold the model).
+FOLDER_MODE, FILE_MODE = 0o700, 0o600
 _CHUNK = 8 << 20
 
 
@@ -40,14 +49,15 @@ class CheckpointDirectory:
     def write(self, tree: Any, step: int, world_size: int, generation: int, created: float) -> pathlib.Path:
         """Write `tree` as the checkpoint of `step`; returns its folder. Raises OSError (disk
         full, read-only, ...) with nothing left behind but the checkpoints already there."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
         name = f"{_PREFIX}{step:012d}"
         final = self.path / name
         tmp = self.path / f"{_TMP_PREFIX}{name}-{os.getpid()}"
         try:
             shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            with open(tmp / STATE_NAME, "wb", buffering=0) as raw:
+            tmp.mkdir(mode=FOLDER_MODE)
+            os.chmod(tmp, FOLDER_MODE)  # (the umask may take more than mkdir's mode leaves)
+            with open(_private(tmp / STATE_NAME), "wb", buffering=0) as raw:
                 hashing = _HashingFile(raw)
                 try:
                     torch.save(tree, hashing)  # type: ignore[arg-type]  # file-like: write() and flush()
@@ -60,7 +70,7 @@ class CheckpointDirectory:
                 step=step, world_size=world_size, generation=generation, created=created,
                 files={STATE_NAME: FileEntry(bytes=hashing.size, sha256=hashing.hexdigest())},
             )
-            with open(tmp / MANIFEST_NAME, "w") as f:
+            with open(_private(tmp / MANIFEST_NAME), "w") as f:
                 f.write(manifest.model_dump_json(indent=2))
                 f.flush()
                 os.fsync(f.fileno())
@@ -74,6 +84,32 @@ class CheckpointDirectory:
             raise
         self.prune()
         return final
+
+    def check_writable(self) -> None:
+        """Make the folder if need be and write a file into it; `CheckpointFolderError` naming the
+        folder and why when that cannot be done (a job asked for checkpoints must not train on
+        without any: it fails at once instead)."""
+        probe = self.path / f"{_TMP_PREFIX}probe-{os.getpid()}"
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
+            with open(_private(probe), "wb") as f:
+                f.write(b"ringmaster")
+            probe.unlink()
+        except OSError as exc:
+            raise CheckpointFolderError(
+                f"the checkpoint folder {self.path} cannot be written on host {socket.gethostname()} "
+                f"({exc.strerror or exc}): give --checkpoint-dir a folder the job's workers can create and write"
+            ) from None
+
+    def move_aside(self, folder: pathlib.Path) -> pathlib.Path | None:
+        """Rename a checkpoint that failed verification out of the way (`REFUSED_PREFIX`): it is
+        kept for a look but no longer counts among the `keep` newest. None if it cannot be moved."""
+        aside = folder.with_name(f"{REFUSED_PREFIX}{folder.name}-{int(time.time())}")
+        try:
+            os.rename(folder, aside)
+        except OSError:
+            return None
+        return aside
 
     def prune(self) -> None:
         """Keep the `keep` newest checkpoints; remove older ones."""
@@ -128,15 +164,20 @@ class CheckpointDirectory:
                 manifest = self.verify(folder)
                 tree = _load_state(folder / STATE_NAME, trusted)
             except CheckpointError as exc:
-                report(f"checkpoint {folder} skipped: {exc}; trying the one before")
+                report(f"checkpoint {folder} skipped: {exc}{self._aside(folder)}; trying the one before")
                 continue
             except UntrustedCheckpointError:
                 raise
             except Exception as exc:  # a file that verifies but does not load: still skip it
-                report(f"checkpoint {folder} skipped: it does not load ({type(exc).__name__}: {exc}); trying the one before")
+                report(f"checkpoint {folder} skipped: it does not load ({type(exc).__name__}: {exc})"
+                       f"{self._aside(folder)}; trying the one before")
                 continue
             return manifest, tree
         return None
+
+    def _aside(self, folder: pathlib.Path) -> str:
+        aside = self.move_aside(folder)
+        return f" (moved aside to {aside.name})" if aside is not None else ""
 
 
 def _load_state(path: pathlib.Path, trusted: bool) -> Any:
@@ -208,6 +249,14 @@ class _HashingFile:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
+
+
+def _private(path: pathlib.Path) -> pathlib.Path:
+    """Create `path` empty with `FILE_MODE` (whatever the umask) and return it, for `open` to write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    os.close(fd)
+    return path
 
 
 def _sha256(path: pathlib.Path) -> str:

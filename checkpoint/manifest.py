@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ringmaster.common.errors import JobError, RingmasterError
+from ringmaster.common.errors import JobFatalError, RingmasterError
 
 #: Identifies Ringmaster checkpoints; anything else in the folder is left alone.
 FORMAT = "ringmaster-checkpoint"
@@ -43,6 +43,11 @@ class CheckpointError(RingmasterError):
     """A checkpoint that cannot be used, and why."""
 
 
-class UntrustedCheckpointError(JobError):
+class CheckpointFolderError(JobFatalError):
+    """The checkpoint folder cannot be made or written (a path under a plain file, a read-only
+    or foreign folder): the job was asked for checkpoints and would train without any."""
+
+
+class UntrustedCheckpointError(JobFatalError):
     """The newest checkpoint holds objects that only a full unpickle could rebuild, and the job
     did not say the folder is trusted. The worker stops: starting over would prune the folder."""

@@ -73,17 +73,17 @@ class WorkerSpec(_message.Message):
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     ARGV_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     slot: int
-    argv: _containers.RepeatedScalarFieldContainer[str]
-    env: _containers.ScalarMap[str, str]
-    def __init__(self, worker_id: _Optional[str] = ..., slot: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    argv: _containers.RepeatedScalarFieldContainer[bytes]
+    env: _containers.ScalarMap[str, bytes]
+    def __init__(self, worker_id: _Optional[str] = ..., slot: _Optional[int] = ..., argv: _Optional[_Iterable[bytes]] = ..., env: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class AgentCommand(_message.Message):
     __slots__ = ("workers", "shutdown", "reason", "events", "seal")
@@ -352,11 +352,13 @@ class WorkerStats(_message.Message):
     def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., noise_scale: _Optional[float] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
-    __slots__ = ("worker_id", "commits", "warning")
+    __slots__ = ("worker_id", "commits", "warning", "fatal")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     WARNING_FIELD_NUMBER: _ClassVar[int]
+    FATAL_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     commits: int
     warning: str
-    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., warning: _Optional[str] = ...) -> None: ...
+    fatal: str
+    def __init__(self, worker_id: _Optional[str] = ..., commits: _Optional[int] = ..., warning: _Optional[str] = ..., fatal: _Optional[str] = ...) -> None: ...

@@ -135,7 +135,8 @@ class RendezvousServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportDone(self, request, context):
-        """The worker's training function returned: its exit 0 is success, not desertion.
+        """The worker's training function returned: its exit 0 is success, not desertion. Or (`fatal`)
+        the job cannot go on, for a cause of its own.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -307,10 +307,21 @@ class Coordinator:
         job.note_commits(worker, commits, now)
         worker.done = True
         job.emit(now, Kind.WORKER_RETURNED, worker=worker_id)
-        if warning:
+        if warning:  # (the final checkpoint did not reach the disk: the job's end is a failure)
             job.emit(now, Kind.WORKER_WARNING, worker=worker_id, warning=warning)
             job.summary.warnings.append(f"worker {worker_id}: {warning}")
+            job.summary.unfinished.append(f"worker {worker_id}: {warning}")
         self._observe(TrainingReturned(worker_id))
+
+    def worker_fatal(self, worker_id: str, cause: str, now: float) -> None:
+        """A worker met a cause of the job's own that no host gets past (a refused checkpoint, one
+        that does not fit the model): the job fails at once with it, and no host is blamed (its
+        workers' exits that follow change nothing: the job has ended)."""
+        job = self.job
+        if worker_id not in job.workers or job.outcome is not None:
+            return
+        job.fail(f"worker {worker_id} cannot go on: {cause}", now)
+        self._unsettled = True
 
     def scale(self, np: int, now: float) -> None:
         """Ask for a world size of `np` workers (as slots allow); `Refused`, saying why, when it cannot be."""

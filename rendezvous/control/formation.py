@@ -86,7 +86,9 @@ class Formation:
                     job.retire(worker, "the job finished while this worker waited for a new ring", now)
             if not job.live_workers():
                 done = sum(1 for w in job.workers.values() if w.done)
-                job.end_job(JobOutcome(True, f"{done} worker(s) finished training"), now)
+                unfinished = job.summary.unfinished
+                job.end_job(JobOutcome(not unfinished, f"{done} worker(s) finished training" + (
+                    f", but {unfinished[0]}" if unfinished else "")), now)
                 return
         else:
             self._check_min_np(now)

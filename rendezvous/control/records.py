@@ -259,6 +259,9 @@ class Summary:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     events_dropped: int = 0
     warnings: list[str] = field(default_factory=list)  # repeated at the job's end
+    #: what a worker said at its end that makes the job's end a failure although training
+    #: finished (its final checkpoint did not reach the disk)
+    unfinished: list[str] = field(default_factory=list)
     steps_lost: int = 0  # committed steps lost to restarts without a checkpoint
     drains: dict[str, int] = field(default_factory=dict)  # finished drains by outcome (commit, idle, deadline)
 

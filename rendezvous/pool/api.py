@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 import time
 from typing import Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.keys import pool_host_key
@@ -50,6 +51,20 @@ class SubmitRequest(BaseModel):
     group_size: StrictInt = Field(1, ge=1, le=MAX_GROUP_SIZE,
                                   description="workers per replica group (FSDP2 inside a group): the job is sized in "
                                               "whole groups, min_np and max_np count them whole (default: 1, no groups)")
+
+    @field_validator("command")
+    @classmethod
+    def _os_can_take(cls, command: list[str]) -> list[str]:
+        """Each argument must be bytes the OS can pass: text, or the lone surrogates U+DC80..U+DCFF
+        by which Python (and `ringmaster submit`) carries a byte that is not UTF-8."""
+        for i, arg in enumerate(command):
+            try:
+                os.fsencode(arg)
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"command[{i}] holds {arg[exc.start:exc.end]!r} at {exc.start}, which is no byte an "
+                                 "OS argument can hold (a lone surrogate outside U+DC80..U+DCFF, which stand for the "
+                                 "bytes that are not UTF-8): send the argument's bytes as UTF-8, or as those") from None
+        return command
 
 
 class ScaleRequest(BaseModel):
@@ -104,7 +119,8 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
     """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
     Hosts' pool agents prove keys derived from the pool's join secret (`pool.join_secret`)."""
     app = FastAPI(title="Ringmaster pool API")
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BodyLimit, hint='a job is {"command": [...], "min_np": N} and a few more fields (POST /jobs; '
+                                      'GET /docs lists them): the command must fit, with its arguments')
     tokens = tokens or {}
 
     def authorized(request: Request) -> Caller:
@@ -262,9 +278,10 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
                                        "--join-secret-file` names)")
         return name
 
+    # (The key is a dependency, so it is checked before the body is validated: a caller without
+    # it learns nothing of what the body should hold.)
     @app.post("/hosts/{name}/poll", response_model=PollAnswer)
-    async def poll(name: str, request: PollRequest, http: Request) -> PollAnswer:
-        host = host_of(name, http)
+    async def poll(request: PollRequest, host: str = Depends(host_of)) -> PollAnswer:
         try:
             session, version = board.poll(host, request.session, request.slots, list(request.running),
                                           [(e.order, e.how) for e in request.ended], time.time(),
@@ -286,8 +303,8 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
                           orders=[order_row(order) for order in orders])
 
     @app.post("/hosts/{name}/leave")
-    async def leave(name: str, request: LeaveRequest, http: Request) -> dict[str, bool]:
-        return {"left": board.leave(host_of(name, http), request.session)}
+    async def leave(request: LeaveRequest, host: str = Depends(host_of)) -> dict[str, bool]:
+        return {"left": board.leave(host, request.session)}
 
 
 def order_row(order: Order) -> OrderRow:

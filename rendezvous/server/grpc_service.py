@@ -582,7 +582,11 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 self.call(lambda at: self.coordinator.stragglers_seen(found, at))
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
-        """A worker's training function returned (with a warning for the job's end, bounded)."""
-        warning = request.warning[:2000]
-        self.call(lambda now: self.coordinator.worker_done(request.worker_id, request.commits, now, warning))
+        """A worker's training function returned (with a warning for the job's end, bounded), or
+        it says the job cannot go on (`fatal`, bounded)."""
+        warning, fatal = request.warning[:2000], request.fatal[:2000]
+        if fatal:
+            self.call(lambda now: self.coordinator.worker_fatal(request.worker_id, fatal, now))
+        else:
+            self.call(lambda now: self.coordinator.worker_done(request.worker_id, request.commits, now, warning))
         return pb.Ack(ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable
 
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -16,7 +17,8 @@ def agent_command(effect: AgentEffect) -> pb.AgentCommand:
     if isinstance(effect, StopAgent):
         return pb.AgentCommand(shutdown=True, reason=effect.reason)
     return pb.AgentCommand(workers=[
-        pb.WorkerSpec(worker_id=w.worker_id, slot=w.slot, argv=list(w.argv), env=dict(w.env)) for w in effect.workers
+        pb.WorkerSpec(worker_id=w.worker_id, slot=w.slot, argv=[os.fsencode(a) for a in w.argv],
+                      env={name: os.fsencode(value) for name, value in w.env.items()}) for w in effect.workers
     ])
 
 

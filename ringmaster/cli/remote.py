@@ -79,10 +79,23 @@ def events(client: ApiClient, since: int, follow: bool, as_json: bool, out: Text
     until the job's end is printed (exit 0 if it succeeded, 1 if it failed; Ctrl-C stops earlier).
     The job's end is known by its last event, not by asking afterwards: `ringmaster run` and its
     API are gone moments after it. A pool's job outlives its rendezvous: `ended()` (its exit
-    status once it has ended, else None) is asked when no new event came."""
+    status once it has ended, else None) is asked when no new event came; followed while it is
+    still queued (it has no events before it runs), it is waited for."""
     out = out or sys.stdout
+    said_waiting = False
     while True:
-        page = client.get(f"{job_path(job)}/events", since=since)
+        try:
+            page = client.get(f"{job_path(job)}/events", since=since)
+        except ApiError as exc:
+            if not (follow and ended is not None and exc.status == 409):
+                raise
+            if (code := ended()) is not None:  # (cancelled before it ever ran)
+                return code
+            if not said_waiting:
+                print(f"({exc}; waiting for it to start, Ctrl-C to stop)", file=out, flush=True)
+                said_waiting = True
+            sleep(FOLLOW_POLL_S)
+            continue
         if not isinstance(page, dict) or not isinstance(page.get("events"), list):
             raise ApiError(f"{client.api}/events answered something else than a page of events")
         if page.get("dropped", 0) > since:

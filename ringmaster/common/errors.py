@@ -35,3 +35,9 @@ class Refused(RingmasterError):
 
 class JobError(RingmasterError):
     """Something that ends or interrupts training in a worker (a failed peer, a reset, the job's end)."""
+
+
+class JobFatalError(JobError):
+    """The training cannot go on on any host, for a cause that is the job's own (a refused or
+    unfitting checkpoint), not the host's: a worker that meets it tells the rendezvous, which
+    ends the job at once with the cause and blames no host (another host would meet the same)."""

@@ -148,7 +148,8 @@ def read_only_later(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def test_read_only_checkpoint_dir_is_reported_and_training_goes_on(run_job, tmp_path, read_only_later) -> None:
+def test_read_only_checkpoint_dir_is_reported_training_goes_on_and_the_end_fails_naming_it(run_job, tmp_path,
+                                                                                         read_only_later) -> None:
     ckpt = tmp_path / "ckpt"
     job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
                   *elastic_job(tmp_path / "log", epochs=3))
@@ -156,8 +157,10 @@ def test_read_only_checkpoint_dir_is_reported_and_training_goes_on(run_job, tmp_
     read_only_later(ckpt)
     kept = CheckpointDirectory(ckpt).checkpoints()
     manifests = {folder: CheckpointDirectory(ckpt).verify(folder) for folder in kept}
-    assert job.wait(240) == 0, job.output
+    assert job.wait(240) == 1, job.output  # trained to the end, but its final state is not on disk
     assert job.events("checkpoint.write_failed")
+    (failed,) = job.events("job.failed")
+    assert "finished training, but worker localhost/1: the final checkpoint" in failed["reason"], failed
     assert CheckpointDirectory(ckpt).checkpoints() == kept
     for folder, manifest in manifests.items():
         assert CheckpointDirectory(ckpt).verify(folder) == manifest
@@ -168,7 +171,7 @@ def test_full_disk_is_reported_and_the_previous_checkpoint_stays_intact(run_job,
     ckpt = tmp_path / "ckpt"
     job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
                   *elastic_job(tmp_path / "log", epochs=2), "--ballast-mb", "1", "--file-size-limit-at-step", "10")
-    assert job.wait(240) == 0, job.output
+    assert job.wait(240) == 1, job.output  # its final checkpoint did not reach the disk: the end says so
     assert any("File too large" in e["error"] for e in job.events("checkpoint.write_failed")), job.output
     # ... and the job's end says so, after its summary
     warnings = [e["warning"] for e in job.events("job.warning")]
@@ -193,6 +196,17 @@ def test_a_checkpoint_folder_of_another_model_stops_the_job_naming_it(run_job, t
     assert "does not fit this model: model.0.weight has shape [8, 4] float32 in the checkpoint and [16, 4] float32 here" \
         in other.output
     assert not other.events("generation.formed", number=2)  # stopped, not restarted over and over
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_fails_the_job_at_once_naming_it(run_job, tmp_path) -> None:
+    (tmp_path / "plain").write_text("a file, not a folder")
+    ckpt = tmp_path / "plain" / "ckpt"
+    job = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, *elastic_job(tmp_path / "log", epochs=1, samples=16))
+    assert job.wait(180) == 1, job.output
+    (failed,) = job.events("job.failed")
+    assert f"the checkpoint folder {ckpt} cannot be written" in failed["reason"], failed
+    assert not job.events("host.blacklisted") and not job.events("generation.formed", number=2)
+    assert not (tmp_path / "log").exists() or not events(read_logs(tmp_path / "log"), "commit")  # nothing trained
 
 
 class _Planted:
@@ -223,4 +237,9 @@ def test_a_planted_checkpoint_runs_no_code_and_stops_the_job_naming_it(run_job, 
     assert not marker.exists()
     assert "holds an object of posix.system" in again.output and "--checkpoint-trusted" in again.output
     assert not again.events("generation.formed", number=2)  # stopped, not restarted over and over
+    # The job's own cause ends it at once (not --elastic-timeout later), named in its end, and no
+    # host is blamed for it.
+    (failed,) = again.events("job.failed")
+    assert f"step-{step:012d}" in failed["reason"] and "refused" in failed["reason"], failed
+    assert not again.events("host.blacklisted"), again.output
     assert (ckpt / f"step-{step:012d}").is_dir() and good.is_dir()  # nothing pruned

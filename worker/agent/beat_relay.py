@@ -26,6 +26,7 @@ from ringmaster.common.beat_relay import BEATS_SOCKET, MAX_BEAT_BYTES, RELAY_MAR
 from ringmaster.common.peer_credentials import MAX_SOCKET_PATH, receive
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.worker.agent.leftovers import folder_prefix
 
 #: The socket's receive buffer asked for: the beats of a host's workers between two reads.
 RECEIVE_BUFFER_BYTES = 4 << 20
@@ -45,7 +46,7 @@ class BeatCollector:
     def __init__(self, worker_of: Callable[[int], str | None], clock: Callable[[], float] = time.monotonic) -> None:
         self._worker_of = worker_of
         self._clock = clock
-        self.folder = tempfile.mkdtemp(prefix="ringmaster-agent-beats-")
+        self.folder = tempfile.mkdtemp(prefix=folder_prefix("beats"))
         self._lock = threading.Lock()
         self._latest: dict[str, _Latest] = {}
         self.refused = 0  # datagrams dropped: not from one of our workers, too large, not a heartbeat

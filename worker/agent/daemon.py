@@ -24,6 +24,7 @@ import logging
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
 
@@ -55,6 +56,7 @@ from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
 from ringmaster.worker.agent.process_watch import ProcessWatch
+from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
 from ringmaster.worker.agent.spares import SparePool
 from ringmaster.worker.agent.forked import ForkedProcess, WorkerTemplate
 from ringmaster.worker.agent.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
@@ -91,9 +93,26 @@ class DrainAsk:
     withdraw: bool = False
 
 
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A worker the rendezvous wants, as this host runs it: its command and environment values
+    back from the bytes they travel as (`os.fsdecode`: an argument that is not UTF-8 is the
+    same bytes again when the worker is started, and in its `sys.argv` as Python holds it)."""
+
+    worker_id: str
+    slot: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+    @classmethod
+    def of(cls, message: pb.WorkerSpec) -> "WorkerSpec":
+        return cls(message.worker_id, message.slot, tuple(os.fsdecode(a) for a in message.argv),
+                   {name: os.fsdecode(value) for name, value in message.env.items()})
+
+
 @dataclass
 class _Child:
-    spec: pb.WorkerSpec
+    spec: WorkerSpec
     proc: subprocess.Popen | ForkedProcess
     kill_at: float | None = None  # set once asked to stop
 
@@ -150,7 +169,10 @@ class Agent:
         self._leaving_by: float | None = None  # draining to leave: stop by then at the latest
         self._drain_unsent: list[DrainAsk] = []  # asks not yet delivered (rendezvous away)
         # Where a worker is marked before this agent sends it SIGTERM (host_signals.py).
-        self._stops_dir = tempfile.mkdtemp(prefix="ringmaster-agent-stops-")
+        removed = remove_dead_agents_folders()  # (those of agents killed before they could)
+        if removed:
+            logging.getLogger(__name__).info("removed %d folder(s) of agents no longer running", len(removed))
+        self._stops_dir = tempfile.mkdtemp(prefix=folder_prefix("stops"))
         # Where a large job's workers send their heartbeats for this agent to carry (beat_relay.py).
         self._beats = BeatCollector(self._worker_of)
         # ... and where it hands them a large job's messages, carried in its own (event_relay.py).
@@ -442,8 +464,8 @@ class Agent:
         self._running = tuple(self.children)
         self._pids = tuple((worker_id, child.proc.pid) for worker_id, child in self.children.items())
 
-    def _apply(self, specs) -> None:
-        wanted = {spec.worker_id: spec for spec in specs}
+    def _apply(self, specs: Iterable[pb.WorkerSpec]) -> None:
+        wanted = {spec.worker_id: WorkerSpec.of(spec) for spec in specs}
         for worker_id, child in self.children.items():
             if worker_id not in wanted and child.kill_at is None:
                 self._terminate(child)
@@ -484,13 +506,13 @@ class Agent:
         env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
         return env
 
-    def _spawn(self, spec: pb.WorkerSpec, workers_here: int) -> subprocess.Popen | ForkedProcess:
+    def _spawn(self, spec: WorkerSpec, workers_here: int) -> subprocess.Popen | ForkedProcess:
         """Start worker `spec`, one of `workers_here` this agent runs now (their share of the cores)."""
         env = self._worker_env(spec.env, spec.worker_id)
         threads = worker_threads({**os.environ, **spec.env}, workers_here, usable_cpus())
         if threads is not None:
             env[THREADS_ENV] = threads
-        say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=" ".join(spec.argv))
+        say(self.host, Kind.PROCESS_STARTED, worker=spec.worker_id, slot=spec.slot, command=shlex.join(spec.argv))
         program = spec.argv[0] if spec.argv else ""
         if not program or shutil.which(program, path=env.get("PATH")) is None:
             # Said here as Popen itself would say it: the exec happens behind setpriv (dying_with_parent).
@@ -514,7 +536,7 @@ class Agent:
     def _start_template(self) -> None:
         self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
 
-    def _fork(self, spec: pb.WorkerSpec, env: dict[str, str]) -> ForkedProcess | None:
+    def _fork(self, spec: WorkerSpec, env: dict[str, str]) -> ForkedProcess | None:
         """Worker `spec` forked from the template, or None (it starts fresh). The host's first
         workers wait for the template to be warm: their fresh starts would import torch each,
         beside its import, on the same cores."""

@@ -66,6 +66,10 @@ class Checkpointing:
             self.policy.written(step, now)
 
     def load_newest(self) -> tuple[Manifest, Any] | None:
+        """The newest usable checkpoint (rank 0 of a job that starts afresh), after checking that
+        the folder can be written: a job asked for checkpoints fails at once rather than train
+        without any (`CheckpointFolderError`)."""
+        self.directory.check_writable()
         found = self.directory.load_newest(self.report_load, self.trusted)
         if found is None and self.directory.checkpoints():
             self.report_load(f"no usable checkpoint in {self.directory.path}: starting from the initial state")

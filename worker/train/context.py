@@ -18,7 +18,7 @@ import grpc
 import torch
 import torch.distributed as dist
 
-from ringmaster.common.errors import UsageError
+from ringmaster.common.errors import JobError, UsageError
 from ringmaster.common.figures import WorkerFigures
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.keys import WORKER, WORKER_KEY_ENV, Identity, parse_key
@@ -28,6 +28,7 @@ from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
+from ringmaster.worker.train import exiting
 from ringmaster.worker.train.exiting import leave
 from ringmaster.worker.train.gpu_sharing import nccl_refusal
 from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
@@ -99,6 +100,7 @@ class WorkerContext:
             self._join_alone()
             return
         shield_from_host_signals()  # a SIGTERM to the whole host is its agent's drain, not this worker's end
+        exiting.fatal_reporter = self.report_fatal
         host, port = self._store_address.rsplit(":", 1)  # type: ignore[union-attr]
         self._connect_store(host, int(port))
         self._guard(self.link.start)
@@ -293,6 +295,16 @@ class WorkerContext:
     def report_done(self, warning: str = "") -> None:
         if self.link is not None:
             self._guard(lambda: self.link.report_done(warning))
+
+    def report_fatal(self, cause: str) -> None:
+        """The job cannot go on, for a cause of its own (`JobFatalError`): the rendezvous ends it
+        with `cause` and blames no host. Called as the script ends; the rendezvous' answer (the job
+        ended) changes nothing here."""
+        if self.link is not None:
+            try:
+                self.link.report_done(fatal=cause)
+            except (JobError, ConnectionError, grpc.RpcError):
+                pass
 
     def shutdown(self) -> None:
         """Leave the job's rings and the rendezvous cleanly. Runs at interpreter exit too

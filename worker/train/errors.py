@@ -1,6 +1,6 @@
 """Exceptions of the training library, with Horovod's names where Horovod has them."""
 
-from ringmaster.common.errors import JobError
+from ringmaster.common.errors import JobError, JobFatalError
 
 
 class HorovodInternalError(JobError, RuntimeError):
@@ -40,7 +40,7 @@ class ReplicasDivergedError(JobError, RuntimeError):
     would silently train different models, so the worker stops."""
 
 
-class CheckpointMismatchError(JobError, RuntimeError):
+class CheckpointMismatchError(JobFatalError, RuntimeError):
     """The newest durable checkpoint does not fit the model being trained (another model's
     folder, or the model changed). The message names the checkpoint and what differs; the
     worker stops rather than train from a state it cannot load."""

@@ -22,6 +22,7 @@ import types
 from types import TracebackType
 from typing import Callable
 
+from ringmaster.common.errors import JobFatalError
 from ringmaster.common.processes import flush_open_files, leave_the_heap_to_the_os
 
 #: The exit status of a worker the rendezvous sent away (see `leave`); None while it trains.
@@ -30,6 +31,9 @@ leaving_code: int | None = None
 crashed = False
 #: The status Python gives a script that ended by an uncaught exception.
 CRASH_CODE = 1
+#: Tells the rendezvous that the job cannot go on (set by the worker's context once it has a
+#: rendezvous): called with the message of an uncaught `JobFatalError`, after it is printed.
+fatal_reporter: Callable[[str], None] | None = None
 
 Hook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
@@ -56,7 +60,13 @@ def _noting_crashes(hook: Hook) -> Hook:
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> object:
         global crashed
         crashed = not issubclass(kind, KeyboardInterrupt)  # Python ends those by SIGINT: left to it
-        return hook(kind, value, tb)
+        shown = hook(kind, value, tb)
+        if issubclass(kind, JobFatalError) and fatal_reporter is not None:
+            try:
+                fatal_reporter(str(value))
+            except Exception:  # noqa: BLE001 (the rendezvous is away: the exit status still tells)
+                pass
+        return shown
 
     excepthook._notes_crashes = True  # type: ignore[attr-defined]
     return excepthook

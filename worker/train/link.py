@@ -203,14 +203,14 @@ class RendezvousLink:
         """Promised a place after `generation`, the promise taken back, not asked yet."""
         return generation in self._rejoining and generation in self._unpromised and generation not in self._asked
 
-    def report_done(self, warning: str = "") -> None:
-        """Say the training function returned (and what the job's end must report); retried
-        until a rendezvous has heard it."""
+    def report_done(self, warning: str = "", fatal: str = "") -> None:
+        """Say the training function returned (and what the job's end must report), or (`fatal`)
+        that the job cannot go on for a cause of its own; retried until a rendezvous has heard it."""
         backoff = Backoff(self._backoff.timeout_s)
         while True:
             try:
                 self._call("ReportDone", pb.DoneRequest(worker_id=self.worker_id, commits=self.commits,
-                                                        warning=warning[:2000]))
+                                                        warning=warning[:2000], fatal=fatal[:2000]))
                 return
             except grpc.RpcError as exc:
                 if exc.code() not in AWAY_CODES or backoff.next_address(["retry"]) is None:

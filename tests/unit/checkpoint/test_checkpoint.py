@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.checkpoint.directory import CheckpointDirectory
-from ringmaster.checkpoint.manifest import MANIFEST_NAME, STATE_NAME, CheckpointError, UntrustedCheckpointError
+from ringmaster.checkpoint.manifest import (MANIFEST_NAME, STATE_NAME, CheckpointError, CheckpointFolderError,
+                                            UntrustedCheckpointError)
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.settings import DEFAULT_CHECKPOINT_INTERVAL_S
@@ -206,6 +207,36 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_used(tmp_pat
     assert found is not None
     assert found[0].step == 3 and found[1]["step"] == 3
     assert len(reports) == 1 and str(newest) in reports[0] and reason in reports[0]
+    # moved aside, so it no longer counts among the `keep` newest (an older good one stays)
+    assert "moved aside to .refused-step-000000000005-" in reports[0]
+    assert [p.name for p in directory.checkpoints()] == ["step-000000000003"]
+    assert [p.name.rsplit("-", 1)[0] for p in tmp_path.glob(".refused-*")] == [".refused-step-000000000005"]
+
+
+def test_checkpoints_are_the_users_alone_whatever_the_umask(tmp_path) -> None:
+    old = os.umask(0o002)
+    try:
+        folder = CheckpointDirectory(tmp_path / "ckpt").write({"w": torch.ones(2)}, 1, 1, 1, 0.0)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o700 and folder.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {STATE_NAME: 0o600, MANIFEST_NAME: 0o600}
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "under-proc", "read-only"])
+def test_a_folder_that_cannot_be_written_is_refused_naming_it(tmp_path, where) -> None:
+    if where == "under-a-file":
+        (tmp_path / "plain").write_text("")
+        path = tmp_path / "plain" / "ckpt"
+    elif where == "under-proc":
+        path = pathlib.Path("/proc/ringmaster-ckpt")
+    else:
+        path = tmp_path / "ro"
+        path.mkdir(mode=0o500)
+        if os.access(path, os.W_OK):  # (root writes anywhere: a read-only folder needs a mount, tested e2e)
+            pytest.skip("this user writes into a folder without write permission")
+    with pytest.raises(CheckpointFolderError, match=f"the checkpoint folder {path} cannot be written on host"):
+        CheckpointDirectory(path).check_writable()
 
 
 def test_no_checkpoint_at_all(tmp_path) -> None:

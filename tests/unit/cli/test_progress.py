@@ -106,3 +106,41 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
         lines = out.getvalue().splitlines()
         assert len(lines) == 2 and lines[0].endswith("[gen 1] generation 1 formed") and lines[1].endswith("the end")
         assert asked == [0, 1, 1] and slept == [0.5]
+
+
+def test_logs_follow_waits_for_a_queued_pool_job_to_start_and_then_follows_it() -> None:
+    """A pool's job has no events while it is queued (409): `logs --follow` waits for it, saying
+    so once, instead of failing; one cancelled before it ran ends with its status."""
+    from ringmaster.cli.api_client import ApiError
+    from ringmaster.cli.remote import events
+
+    queued = ApiError("http://test answered HTTP 409: job j-1 is queued and has not run yet: no events", 409)
+    record = {"seq": 0, "kind": "job.succeeded", "level": "INFO", "time": 0.0, "message": "done", "fields": {}}
+    answers: list = [queued, queued, {"events": [record], "next": 1, "dropped": 0}]
+
+    class Client:
+        api = "http://test"
+
+        def get(self, path: str, since: int = 0) -> dict:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    out, slept = io.StringIO(), list[float]()
+    assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+                  ended=lambda: None) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "waiting for it to start" in lines[0] and lines[1].endswith("done")
+    assert len(slept) == 2
+    answers[:] = [queued]
+    assert events(Client(), 0, follow=True, as_json=False, out=io.StringIO(), sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+                  ended=lambda: 1) == 1  # cancelled before it ran
+    answers[:] = [queued]
+    try:
+        events(Client(), 0, follow=False, as_json=False, out=io.StringIO(), sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+               ended=lambda: None)
+    except ApiError as exc:
+        assert exc.status == 409  # without --follow it says so at once
+    else:
+        raise AssertionError("logs without --follow waited for a queued job")

@@ -66,6 +66,31 @@ def test_malformed_bodies_are_refused_not_coerced(api, body) -> None:
     assert not pool.table.jobs
 
 
+def test_an_argument_no_os_can_take_is_refused_naming_it_and_a_byte_that_is_not_utf8_is_taken(api) -> None:
+    client, pool = api
+    refused = client.post("/jobs", headers={**AUTH, "Content-Type": "application/json"},
+                          content=b'{"command": ["python", "ok", "\\ud800x"], "min_np": 1}')
+    assert refused.status_code == 422 and "command[2]" in refused.text and "lone surrogate" in refused.text, refused.text
+    taken = client.post("/jobs", headers={**AUTH, "Content-Type": "application/json"},
+                        content=b'{"command": ["python", "caf\\udce9.py"], "min_np": 1}')  # (a shell's b"caf\xe9.py")
+    assert taken.status_code == 200, taken.text
+    assert [j.command for j in pool.table.jobs.values()] == [["python", "caf\udce9.py"]]
+
+
+def test_a_body_over_the_limit_is_answered_413_naming_the_pools_fields(api) -> None:
+    client, pool = api
+    answer = client.post("/jobs", json={"command": ["python", "x" * 70_000], "min_np": 1}, headers=AUTH)
+    assert answer.status_code == 413 and '"command"' in answer.json()["detail"] and '"np"' not in answer.text
+    assert not pool.table.jobs
+
+
+def test_a_hosts_poll_without_its_key_is_401_whatever_its_body(api) -> None:
+    client, _ = api
+    for body in ({}, {"session": 1}, {"slots": "many"}):
+        answer = client.post("/hosts/a/poll", json=body)
+        assert answer.status_code == 401, (body, answer.text)
+
+
 @pytest.mark.parametrize("body, says", [
     ({"command": ["no-such-trainer"], "min_np": 1}, "command 'no-such-trainer' is not found on this machine"),
     ({"command": ["true"], "min_np": 9}, "more than the pool's 8 slots"),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import httpx
 import pytest
@@ -150,6 +153,18 @@ def test_a_huge_declared_body_is_refused_before_it_is_read(served_api) -> None:
     reply = raw_post(port, head)  # not one byte of the body is sent: the answer must not wait for it
     assert time.monotonic() - started < 2.0
     assert reply.startswith(b"HTTP/1.1 413") and b"over the limit of 65536 bytes" in reply
+    assert coordinator.target_np is None
+
+
+def test_a_client_that_sends_a_whole_10_mb_body_before_reading_still_gets_the_413(served_api) -> None:
+    """urllib sends the whole body, then reads: the server closed with the body unread, and the
+    client saw the connection reset instead of the answer."""
+    port, coordinator = served_api
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/scale", data=b"x" * (10 << 20),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 413 and 'send {"np": N}' in json.loads(refused.value.read())["detail"]
     assert coordinator.target_np is None
 
 
