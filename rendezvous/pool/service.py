@@ -437,7 +437,7 @@ class PoolService:
         grows = []
         for job in jobs:  # first what running jobs give back (at their next commit) ...
             verdict = verdicts[job.id]
-            job.reason = verdict.reason
+            job.reason = verdict.reason + (self._blacklisted_note(now) if not verdict.placement else "")
             placement = dict(verdict.placement)
             if job.state in ("queued", "suspended"):
                 if placement:
@@ -461,6 +461,14 @@ class PoolService:
                 self._resize(job, placement, now)
             else:
                 self._start(job, placement, now)
+
+    def _blacklisted_note(self, now: float) -> str:
+        """What a waiting job's reason adds while hosts are out of the pool after failures."""
+        out = sorted((until, host) for host, until in self.blacklisted.items() if until > now)
+        if not out:
+            return ""
+        named = ", ".join(f"{host} for {until - now:.0f} s" for until, host in out[:5])
+        return f" ({len(out)} host(s) out of the pool after failures: {named}{' ...' if len(out) > 5 else ''})"
 
     def measured(self, job_id: str) -> list[dict[str, float]]:
         """What `job_id` measured (its step time by size), for its row in the API."""

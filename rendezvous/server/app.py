@@ -64,6 +64,8 @@ FINAL_SAVE_TIMEOUT_S = 10.0
 REFUSALS_LOGGED = 20
 #: Seconds calls in flight get when the gRPC server stops.
 GRPC_STOP_GRACE_S = 0.5
+#: Seconds the control API is given to close its connections when the job ends.
+API_STOP_S = 5.0
 #: At the job's end, the most seconds the control API waits for a reader of /events to fetch the
 #: last ones; a reader that asked nothing for FOLLOWER_IDLE_S is not waited for (`ringmaster
 #: events --follow` asks every 0.5 s).
@@ -241,6 +243,7 @@ class RendezvousServer:
             grpc_server)
         background: list[asyncio.Task] = []
         api = None
+        api_serving: asyncio.Task | None = None
         deposed: str | None = None
         try:
             if restored is not None:
@@ -254,7 +257,7 @@ class RendezvousServer:
                  store=self.store_spec.describe())
             if self.api_port is not None:
                 api, sock = self._make_api(service)
-                background.append(asyncio.create_task(api.serve(sockets=[sock])))
+                api_serving = asyncio.create_task(api.serve(sockets=[sock]))
             if restored is None:
                 service.call(coordinator.set_hosts, dict(initial_hosts))
             journal_task = asyncio.create_task(service.keep_journal())
@@ -309,8 +312,13 @@ class RendezvousServer:
         finally:
             for task in background:
                 task.cancel()
-            if api is not None:
+            if api is not None and api_serving is not None:
+                # Shut down, not cancelled: a cancelled uvicorn leaves its listening server up, and
+                # the API of a job that ended went on answering "running".
                 api.should_exit = True
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(api_serving, API_STOP_S)
+                sock.close()
             await asyncio.to_thread(launcher.stop_all, 0.0)
             ring_stores.close()
             await grpc_server.stop(grace=GRPC_STOP_GRACE_S)

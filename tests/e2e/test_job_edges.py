@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from harness import wait_for
 from pool_rig import AUTH, Pool
 
 pytestmark = pytest.mark.slow
@@ -20,6 +21,16 @@ import os, sys
 with open(sys.argv[1], "w") as f:
     f.write(" ".join(os.fsencode(a).hex() for a in sys.argv[2:]))
 """
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def test_an_argument_that_is_not_utf8_reaches_the_worker_as_the_same_bytes(run_job, tmp_path) -> None:
@@ -35,8 +46,12 @@ def test_a_pool_job_with_such_an_argument_runs_one_that_cannot_be_an_argument_is
     pool = Pool(run_job, tmp_path, "-H", "hA:1")
     script, out = tmp_path / "argv.py", tmp_path / "argv.txt"
     script.write_text(ARGV_SCRIPT)
-    failing = pool.call("/jobs", {"command": ["python", "-c", "raise SystemExit(3)"], "min_np": 1})["id"]
+    failing = pool.call("/jobs", {"command": ["python", "-c", "import time; time.sleep(4); raise SystemExit(3)"],
+                                  "min_np": 1})["id"]
+    api = pool.wait_job(failing, lambda j: j["state"] == "running" and j["api_url"], 120, "the job's API")["api_url"]
     pool.wait_job(failing, lambda j: j["state"] == "failed", 120, "the failing job to fail")
+    # its rendezvous and control API end with it, not later
+    wait_for(lambda: not _answers(f"{api}/healthz"), 10, "the failed job's control API to close")
     job = pool.call("/jobs", {"command": ["python", str(script), str(out), "caf\udce9"], "min_np": 1})["id"]
     pool.wait_job(job, lambda j: j["state"] == "succeeded", 120, "the job to run on the same host")
     assert out.read_text() == b"caf\xe9".hex()

@@ -4,6 +4,7 @@ and with which status. (The jobs are only queued here; tests/e2e/test_pool.py ru
 from __future__ import annotations
 
 import pathlib
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -202,3 +203,14 @@ def test_nothing_in_a_request_picks_which_file_the_page_serves(api) -> None:
     for query in ("?name=../../../../etc/passwd", "?name=pool.js", "?package=os"):
         assert client.get("/" + query).content == plain
     assert client.get("/../pyproject.toml").status_code == 404
+
+
+def test_a_job_that_waits_while_hosts_are_blacklisted_says_so(api) -> None:
+    client, pool = api
+    answer = client.post("/jobs", json={"command": ["python", "train.py"], "min_np": 2}, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    now = time.time()
+    pool.blacklisted.update({"a": now + 300, "b": now + 120})
+    pool._schedule(now)
+    reason = client.get(f"/jobs/{answer.json()['id']}", headers=AUTH).json()["reason"]
+    assert "2 host(s) out of the pool after failures: b for 120 s, a for 300 s" in reason, reason
