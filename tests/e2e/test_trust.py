@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import threading
 import time
@@ -153,7 +154,7 @@ class _PosingRendezvous(pb_grpc.RendezvousServicer):
 
     async def AgentSession(self, request, context):
         self.hellos += 1
-        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=["/bin/sh", "-c", f"id > {self.marker}"])])
+        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=[b"/bin/sh", b"-c", os.fsencode(f"id > {self.marker}")])])
         await asyncio.sleep(30)
 
     async def AgentHeartbeat(self, request, context):
@@ -227,7 +228,7 @@ class _Relay(pb_grpc.RendezvousServicer):
         return tuple((k, v) for k, v in context.invocation_metadata() if k.startswith("ringmaster-"))
 
     def _hostile(self, real: pb.AgentCommand) -> pb.AgentCommand:
-        argv = ["/bin/sh", "-c", f"id > {self.marker}"]
+        argv = [b"/bin/sh", b"-c", os.fsencode(f"id > {self.marker}")]
         if self.mode == "inject":  # a command of its own, sealed with nonsense
             forged = pb.AgentCommand(workers=[*real.workers, pb.WorkerSpec(worker_id="hostR/666", argv=argv)])
             forged.seal.sequence, forged.seal.mac = real.seal.sequence + 1, b"\0" * 32

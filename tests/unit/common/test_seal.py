@@ -100,8 +100,8 @@ def test_a_relay_cannot_insert_reorder_replay_drop_or_change_streamed_messages()
     seal = caller(HOST_A, hello)
     admission = admitted(gate(), seal, hello)
     assert seal.opened(admission.keys.opening())
-    sent = [admission.seal(pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"hostA/{i}", argv=["python", "t.py"],
-                                                                   env={"B": "2", "A": "1"})])) for i in range(1, 5)]
+    sent = [admission.seal(pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"hostA/{i}", argv=[b"python", b"t.py"],
+                                                                   env={"B": b"2", "A": b"1"})])) for i in range(1, 5)]
     wire = [m.SerializeToString() for m in sent]
 
     def receive(raw: bytes) -> str | None:
@@ -111,9 +111,9 @@ def test_a_relay_cannot_insert_reorder_replay_drop_or_change_streamed_messages()
     assert "came where message 2 was due" in receive(wire[2])  # message 2 dropped
     assert "came where message 2 was due" in receive(wire[0])  # message 1 again
     changed = pb.AgentCommand.FromString(wire[1])
-    changed.workers[0].argv[:] = ["/bin/sh", "-c", "id"]
+    changed.workers[0].argv[:] = [b"/bin/sh", b"-c", b"id"]
     assert "does not carry this session's MAC" in seal.message(changed)
-    inserted = pb.AgentCommand(workers=[pb.WorkerSpec(worker_id="hostA/666", argv=["/bin/sh"])])
+    inserted = pb.AgentCommand(workers=[pb.WorkerSpec(worker_id="hostA/666", argv=[b"/bin/sh"])])
     inserted.seal.sequence = 2
     inserted.seal.mac = b"\0" * 32
     assert "does not carry this session's MAC" in seal.message(inserted)
