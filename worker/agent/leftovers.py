@@ -27,7 +27,7 @@ def folder_prefix(kind: str) -> str:
 def remove_dead_agents_folders(directory: str | None = None) -> list[str]:
     """Remove the folders of agents of this user that are no longer running; the names removed."""
     directory = directory or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

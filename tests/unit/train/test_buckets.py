@@ -125,7 +125,7 @@ def test_distributed_optimizer_checks_its_arguments_as_horovods_does(alone) -> N
     with pytest.raises(ValueError, match="one or more model parameters were not named"):
         hvd.DistributedOptimizer(sgd, named_parameters=list(model.named_parameters())[:1])
     with pytest.raises(ValueError, match="sequence of tuples"):
-        hvd.DistributedOptimizer(sgd, named_parameters=[["0.weight", model[0].weight]])
+        hvd.DistributedOptimizer(sgd, named_parameters=[["0.weight", model[0].weight]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="Found duplicates: w"):
         hvd.DistributedOptimizer(sgd, named_parameters=[("w", p) for p in model.parameters()])
     with pytest.raises(ValueError, match="groups should be a non-negative integer"):
@@ -154,7 +154,7 @@ def test_sparse_gradients_are_reduced_as_sparse_tensors_on_a_ring_and_stay_spars
         with torch.no_grad():  # (the same on both ranks: threads share torch's seed)
             embedding.weight.copy_(torch.arange(12.0).view(6, 2))
             head.weight.copy_(torch.tensor([[0.5, -2.0]]))
-        params = [*embedding.parameters(), *head.parameters()]
+        params: list[torch.Tensor] = [*embedding.parameters(), *head.parameters()]
 
         def reduce_sparse(grads: list[torch.Tensor]) -> list[torch.Tensor]:
             out = []
