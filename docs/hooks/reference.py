@@ -15,7 +15,7 @@ in it.
 from __future__ import annotations
 
 import argparse
-import importlib
+import ast
 import inspect
 import os
 import pathlib
@@ -28,8 +28,21 @@ from typing import Any, Callable
 _MARKER = re.compile(r"<!-- reference: ([a-z-]+) -->")
 
 
+#: Characters of a help text that Markdown would read as markup (`[a][b]` is a reference link, an
+#: `<x>` a tag, `*x*` emphasis): escaped, so a cell shows the text as written.
+_MARKUP = re.compile(r"([\\[\]<>*|])")
+
+
 def _cell(text: object) -> str:
-    """Text safe inside a Markdown table cell."""
+    """Text safe inside a Markdown table cell: shown as written, markup characters escaped
+    outside its code spans (inside them Markdown reads nothing but the cell's end, `|`)."""
+    parts = re.split(r"(`[^`]*`)", str(text).replace("\n", " "))
+    return "".join(_code_cell(part) if part.startswith("`") and part.endswith("`") and len(part) > 1
+                   else _MARKUP.sub(r"\\\1", part) for part in parts).strip()
+
+
+def _code_cell(text: object) -> str:
+    """Text for a code span inside a table cell (markup is not read there: only `|` ends the cell)."""
     return str(text).replace("|", "\\|").replace("\n", " ").strip()
 
 
@@ -175,14 +188,33 @@ def _link_atomically(link: pathlib.Path, source: pathlib.Path) -> None:
 
 
 def python_api_reference() -> str:
-    """mkdocstrings' directives for each public module, its members named by its `__all__`."""
+    """mkdocstrings' directives for each public module, its members named by its `__all__`.
+    Read from the source, not imported: the docs build needs neither torch nor Ray."""
     parts = []
     for module_name in PUBLIC_MODULES:
-        module = importlib.import_module(module_name)
-        summary = (inspect.getdoc(module) or "").split("\n\n")[0]
+        summary, names = _module_summary_and_all(module_name)
         parts.append(f"## `{module_name}`\n\n{summary}\n\n::: {module_name}\n    options:\n"
-                     f"      members: {list(module.__all__)!r}\n")
+                     f"      members: {names!r}\n")
     return "\n".join(parts)
+
+
+def _module_summary_and_all(module_name: str) -> tuple[str, list[str]]:
+    """A package's first docstring paragraph and its `__all__` (a literal list), from its source."""
+    tree = ast.parse((_source_folder(module_name) / "__init__.py").read_text())
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names = list(ast.literal_eval(node.value))
+    return inspect.cleandoc(ast.get_docstring(tree) or "").split("\n\n")[0], names
+
+
+def _source_folder(package: str) -> pathlib.Path:
+    """Where a package of the namespace lives in the checkout (pyproject's package-dir, the
+    longest mapping that holds it)."""
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    holder = max((name for name in mapping if package == name or package.startswith(name + ".")), key=len)
+    rest = package[len(holder):].strip(".")
+    return ROOT / mapping[holder] / rest.replace(".", "/") if rest else ROOT / mapping[holder]
 
 
 # --------------------------------------------------------------------------- events
@@ -196,7 +228,7 @@ def events_reference() -> str:
     rows = ["| kind | level | what it says (fields in braces) |", "| --- | --- | --- |"]
     for kind in Kind:
         spec = SPECS[kind]
-        rows.append(f"| `{kind.value}` | {logging.getLevelName(spec.level)} | `` {_cell(spec.text)} `` |")  # (code: attr_list would take a closing {field} for attributes)
+        rows.append(f"| `{kind.value}` | {logging.getLevelName(spec.level)} | `` {_code_cell(spec.text)} `` |")  # (code: attr_list would take a closing {field} for attributes)
     return "\n".join(rows)
 
 

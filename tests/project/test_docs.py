@@ -32,7 +32,7 @@ def _hook() -> types.ModuleType:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory):
     built = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(built)],
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(built)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"

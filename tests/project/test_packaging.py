@@ -40,8 +40,10 @@ def test_the_wheel_holds_only_the_ringmaster_namespace(wheel: pathlib.Path) -> N
     assert "ringmaster/torch/elastic/state.py" in names
     assert "ringmaster/proto/ringmaster.proto" in names
     assert "ringmaster/examples/digits.py" in names  # (what `ringmaster demo` runs, outside a checkout too)
-    for page in ("index.html", "dashboard.js", "dashboard.css"):  # the dashboard ships whole
+    for page in ("index.html", "dashboard.js", "dashboard.css"):  # the dashboards ship whole
         assert f"ringmaster/rendezvous/server/dashboard/{page}" in names
+    assert "ringmaster/rendezvous/pool/service.py" in names  # (`pool serve`, `submit`: once left out)
+    assert [n for n in names if n.startswith("ringmaster/rendezvous/pool/dashboard/")]
     assert not [name for name in names if name.endswith(".png")], "README's picture is not part of the package"
     assert not [name for name in names if name.startswith("ringmaster/worker/torch/")], "the user API has one name"
 
@@ -51,6 +53,7 @@ def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path,
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=300)
     probe = ("import ringmaster.torch as hvd, ringmaster.rendezvous.server.app, ringmaster.cli.main, ringmaster.proto.ringmaster_pb2_grpc;"
+             "import ringmaster.rendezvous.pool.service, ringmaster.rendezvous.scheduling.sizing, ringmaster.cli.pool_agent;"
              "print(hvd.__file__); print(callable(hvd.elastic.run))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(target)})
@@ -61,3 +64,31 @@ def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path,
     wrong = subprocess.run([sys.executable, "-c", "import ringmaster.worker.torch"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(target)})
     assert wrong.returncode != 0
+
+
+PACKAGE_DIRS_TO_SCAN = ("ringmaster", "proto", "rendezvous", "discovery", "checkpoint", "worker", "examples")
+
+
+def _declared_packages() -> tuple[list[str], dict[str, str]]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return config["packages"], config["package-dir"]
+
+
+def test_every_package_folder_is_in_the_wheels_list_and_nothing_else() -> None:
+    """Each folder with an `__init__.py` under the mapped folders is a package of the wheel,
+    named by the longest mapping that holds it (`worker/torch/elastic` is `ringmaster.torch.elastic`):
+    a new subpackage left out of pyproject.toml's list fails here, not in a user's install."""
+    packages, mapping = _declared_packages()
+    by_folder = {folder: name for name, folder in mapping.items()}
+    found = set()
+    for top in PACKAGE_DIRS_TO_SCAN:
+        for init in (ROOT / top).rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            folder = init.parent.relative_to(ROOT).as_posix()
+            holder = max((f for f in by_folder if folder == f or folder.startswith(f + "/")), key=len)
+            rest = folder[len(holder):].strip("/")
+            found.add(by_folder[holder] + ("." + rest.replace("/", ".") if rest else ""))
+    assert sorted(found) == sorted(packages)
