@@ -32,6 +32,7 @@ from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, MAX_STATUS_P
                                                    event_page, is_loopback, job_status, serve_pages)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringmaster.settings import MAX_GROUP_SIZE
+from ringmaster.rendezvous.server.body_after_auth import documented, json_body
 
 #: Seconds between two looks at a held poll's orders.
 HOLD_STEP_S = 0.05
@@ -172,8 +173,9 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/jobs", response_model=JobRow)
-    async def submit(request: SubmitRequest, caller: Caller = Depends(authorized)) -> JobRow:
+    @app.post("/jobs", response_model=JobRow, openapi_extra=documented(SubmitRequest))
+    async def submit(request: SubmitRequest = Depends(json_body(SubmitRequest, authorized)),
+                     caller: Caller = Depends(authorized)) -> JobRow:
         if caller.queue is not None and request.queue != caller.queue:
             raise HTTPException(status_code=403, detail=f"this token submits to queue {caller.queue} only, not "
                                                         f"{request.queue[:80]!r}")
@@ -203,8 +205,9 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
             raise HTTPException(status_code=409, detail=str(exc)) from None
         return row(job_id)
 
-    @app.post("/jobs/{job_id}/scale", response_model=JobRow)
-    async def scale(job_id: str, request: ScaleRequest, caller: Caller = Depends(authorized)) -> JobRow:
+    @app.post("/jobs/{job_id}/scale", response_model=JobRow, openapi_extra=documented(ScaleRequest))
+    async def scale(job_id: str, request: ScaleRequest = Depends(json_body(ScaleRequest, authorized)),
+                    caller: Caller = Depends(authorized)) -> JobRow:
         try:
             pool.scale(known(job_id, caller), request.np)
         except Refused as exc:
@@ -278,10 +281,11 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
                                        "--join-secret-file` names)")
         return name
 
-    # (The key is a dependency, so it is checked before the body is validated: a caller without
-    # it learns nothing of what the body should hold.)
-    @app.post("/hosts/{name}/poll", response_model=PollAnswer)
-    async def poll(request: PollRequest, host: str = Depends(host_of)) -> PollAnswer:
+    # (The key is checked before the body is read: a caller without it learns nothing of what the
+    # body should hold.)
+    @app.post("/hosts/{name}/poll", response_model=PollAnswer, openapi_extra=documented(PollRequest))
+    async def poll(request: PollRequest = Depends(json_body(PollRequest, host_of)),
+                   host: str = Depends(host_of)) -> PollAnswer:
         try:
             session, version = board.poll(host, request.session, request.slots, list(request.running),
                                           [(e.order, e.how) for e in request.ended], time.time(),
@@ -302,8 +306,9 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
         return PollAnswer(session=session, version=version, hold_s=board.hold_s, timeout_s=board.timeout_s,
                           orders=[order_row(order) for order in orders])
 
-    @app.post("/hosts/{name}/leave")
-    async def leave(request: LeaveRequest, host: str = Depends(host_of)) -> dict[str, bool]:
+    @app.post("/hosts/{name}/leave", openapi_extra=documented(LeaveRequest))
+    async def leave(request: LeaveRequest = Depends(json_body(LeaveRequest, host_of)),
+                    host: str = Depends(host_of)) -> dict[str, bool]:
         return {"left": board.leave(host, request.session)}
 
 

@@ -30,6 +30,7 @@ from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
 from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, HostView, JobView, ViewOf, WorkerView
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
+from ringmaster.rendezvous.server.body_after_auth import documented, json_body
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000
@@ -275,8 +276,8 @@ def create_app(
             followers.last_poll, followers.served_upto = now.time, page.next
         return page
 
-    @app.post("/scale", response_model=ScaleReply, dependencies=[Depends(authorized)])
-    async def scale(request: ScaleRequest) -> ScaleReply:
+    @app.post("/scale", response_model=ScaleReply, openapi_extra=documented(ScaleRequest))
+    async def scale(request: ScaleRequest = Depends(json_body(ScaleRequest, authorized))) -> ScaleReply:
         try:
             scale_to(request.np)
         except Refused as refused:
@@ -293,8 +294,9 @@ def create_app(
             raise HTTPException(status_code=404, detail=f"no host {name[:100]!r} in this job (see GET /status)")
         return name
 
-    @app.post("/hosts/{name}/drain", response_model=DrainReply, dependencies=[Depends(authorized)])
-    async def drain_host(name: str, body: Optional[DrainBody] = None) -> DrainReply:
+    @app.post("/hosts/{name}/drain", response_model=DrainReply, openapi_extra=documented(DrainBody, required=False))
+    async def drain_host(name: str, body: Optional[DrainBody] = Depends(json_body(DrainBody, authorized, optional=True))
+                         ) -> DrainReply:
         """Take the host out politely: its workers leave at their next commit, within the deadline."""
         host = drained_host(name)
         deadline = (body or DrainBody()).deadline_s

@@ -85,11 +85,13 @@ def test_a_body_over_the_limit_is_answered_413_naming_the_pools_fields(api) -> N
     assert not pool.table.jobs
 
 
-def test_a_hosts_poll_without_its_key_is_401_whatever_its_body(api) -> None:
-    client, _ = api
-    for body in ({}, {"session": 1}, {"slots": "many"}):
-        answer = client.post("/hosts/a/poll", json=body)
-        assert answer.status_code == 401, (body, answer.text)
+def test_a_call_without_its_credentials_is_401_whatever_its_body_not_json_included(api) -> None:
+    client, pool = api
+    for path in ("/hosts/a/poll", "/hosts/a/leave", "/jobs", "/jobs/x/scale"):
+        for body in (b"{}", b'{"session": 1}', b'{"slots": "many"}', b"not json", b""):
+            answer = client.post(path, content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 401, (path, body, answer.text)
+    assert not pool.table.jobs
 
 
 @pytest.mark.parametrize("body, says", [

@@ -200,6 +200,8 @@ def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(cl
         refused = client.post("/scale", json={"np": 2}, headers=headers)
         assert refused.status_code == 401 and "job secret" in refused.json()["detail"]
     assert client.post("/scale", json={"np": 7}, headers={}).status_code == 401  # refused before the body is judged
+    for path in ("/scale", "/hosts/a/drain"):  # ... even one that is not JSON at all
+        assert client.post(path, content=b"not json", headers={"Content-Type": "application/json"}).status_code == 401
     assert coordinator.limit == 4  # unchanged
     assert client.post("/scale", json={"np": 2}, headers=good).status_code == 200 and coordinator.limit == 2
     assert client.get("/status").status_code == (200 if client_host == "127.0.0.1" else 401)
