@@ -123,6 +123,7 @@ class Kind(enum.StrEnum):
     AGENT_DRAIN_REFUSED = "agent.drain_refused"
     AGENT_NOTICE = "agent.notice"
     AGENT_NOTICE_FAILED = "agent.notice_failed"
+    AGENT_LEFTOVERS_REMOVED = "agent.leftovers_removed"
     PROCESS_STARTED = "process.started"
     PROCESS_START_FAILED = "process.start_failed"
     SPARE_READY = "spare.ready"
@@ -291,6 +292,7 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_DRAIN_REFUSED: Spec(_W, "the rendezvous refused this host's drain: {error}"),
     Kind.AGENT_NOTICE: Spec(_W, "preemption notice: {notice}"),
     Kind.AGENT_NOTICE_FAILED: Spec(_W, "the preemption notice script {problem}; no drain asked for"),
+    Kind.AGENT_LEFTOVERS_REMOVED: Spec(_I, "removed {count} temporary folder(s) of agents no longer running"),
     Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
     Kind.SPARE_READY: Spec(_I, "warm spare (pid {pid}) ready: its imports took {took_s:g} s"),

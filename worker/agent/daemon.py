@@ -171,7 +171,7 @@ class Agent:
         # Where a worker is marked before this agent sends it SIGTERM (host_signals.py).
         removed = remove_dead_agents_folders()  # (those of agents killed before they could)
         if removed:
-            logging.getLogger(__name__).info("removed %d folder(s) of agents no longer running", len(removed))
+            say(self.host, Kind.AGENT_LEFTOVERS_REMOVED, count=len(removed))
         self._stops_dir = tempfile.mkdtemp(prefix=folder_prefix("stops"))
         # Where a large job's workers send their heartbeats for this agent to carry (beat_relay.py).
         self._beats = BeatCollector(self._worker_of)
