@@ -51,20 +51,22 @@ class Seal(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class AgentHello(_message.Message):
-    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events")
+    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events", "version")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     CARRIES_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     running: _containers.RepeatedScalarFieldContainer[str]
     incarnation: str
     slots: int
     carries_events: bool
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ...) -> None: ...
+    version: str
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
     __slots__ = ("worker_id", "slot", "argv", "env")

@@ -5,4 +5,8 @@ namespace is the service itself; README.md's layout section says where each part
 the repository (the folders are mapped under this namespace when installed).
 """
 
-__version__ = "0.1.0"
+try:
+    # Written by setuptools-scm at build and install time from git (pyproject.toml): the commit's own.
+    from ringmaster._version import __version__
+except ImportError:  # pragma: no cover - the source tree imported without being installed
+    __version__ = "0.0.0+unknown"

@@ -147,8 +147,8 @@ def run_job(tmp_path, request):
     request.node.stash[_JOBS] = jobs  # (a failed test's report tells each job's story)
 
     def start(*args: str, env: dict[str, str | None] | None = None, verb: str = "run", preexec=None,
-              prefix: list[str] | None = None) -> Job:
-        job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec, prefix=prefix)
+              prefix: list[str] | None = None, program: list[str] | None = None, cwd=None) -> Job:
+        job = Job([str(a) for a in args], env=env, verb=verb, preexec=preexec, prefix=prefix, program=program, cwd=cwd)
         jobs.append(job)
         return job
 

@@ -156,14 +156,17 @@ class Job:
     which its agents and workers inherit), so tests look at event kinds and fields."""
 
     def __init__(self, args: list[str], env: dict[str, str | None] | None = None, verb: str = "run",
-                 preexec: Callable[[], None] | None = None, prefix: list[str] | None = None) -> None:
-        """`prefix` goes before the command (`ip netns exec NAME` runs it on a namespace host)."""
+                 preexec: Callable[[], None] | None = None, prefix: list[str] | None = None,
+                 program: list[str] | None = None, cwd: pathlib.Path | None = None) -> None:
+        """`prefix` goes before the command (`ip netns exec NAME` runs it on a namespace host);
+        `program` is the `ringmaster` command run (this checkout's by default, an installed one's
+        `bin/ringmaster` where a test tries what users install), from `cwd` (the checkout by default)."""
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", RINGMASTER_LOG_FORMAT="json")
         full_env.update(env or {})
         full_env = {name: value for name, value in full_env.items() if value is not None}  # None: unset it
         self.proc = subprocess.Popen(
-            [*(prefix or []), sys.executable, "-m", "ringmaster.cli", verb, *args],
-            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [*(prefix or []), *(program or [sys.executable, "-m", "ringmaster.cli"]), verb, *args],
+            cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, preexec_fn=preexec,
         )
         self.verb = verb

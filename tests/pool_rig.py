@@ -13,10 +13,11 @@ AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
 class Pool:
-    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str, leads: bool = True) -> None:
-        """`leads=False`: a standby, whose URL comes once it leads (`listening`)."""
+    def __init__(self, run_job, tmp_path: pathlib.Path, *flags: str, leads: bool = True, **how: Any) -> None:
+        """`leads=False`: a standby, whose URL comes once it leads (`listening`); `how`: run_job's
+        own keywords (`program`, `cwd`, `env`: an installed `ringmaster`)."""
         self.proc: Job = run_job("serve", "--api-port", "0", "--warmup-grace", "10", "--start-timeout", "30",
-                                 "--checkpoint-root", str(tmp_path / "ckpt"), *flags, verb="pool")
+                                 "--checkpoint-root", str(tmp_path / "ckpt"), *flags, verb="pool", **how)
         self.url = ""
         if leads:
             self.listening(60)

@@ -163,9 +163,10 @@ class Coordinator:
         self.pool.discovery_failed(message, now)
 
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
-                        incarnation: str = "", slots: int = 0) -> None:
-        """An agent opened its session (`slots`: what it offers, for `--hosts-from-agents`)."""
-        self.pool.agent_connected(host, pid, now, running, incarnation, slots)
+                        incarnation: str = "", slots: int = 0, version: str | None = None) -> None:
+        """An agent opened its session (`slots`: what it offers, for `--hosts-from-agents`;
+        `version`: its Ringmaster version, None where the caller does not say)."""
+        self.pool.agent_connected(host, pid, now, running, incarnation, slots, version)
 
     def agent_launch_failed(self, host: str, reason: str, now: float) -> None:
         self.pool.agent_launch_failed(host, reason, now)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from ringmaster import __version__
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, CooldownRange, HostDiff, diff_hosts
@@ -153,10 +154,13 @@ class HostPool:
 
     # ------------------------------------------------------------------ inputs: agents
     def agent_connected(self, host: str, pid: int, now: float, running: list[str] | None = None,
-                        incarnation: str = "", slots: int = 0) -> None:
+                        incarnation: str = "", slots: int = 0, version: str | None = None) -> None:
         """An agent opened its session; `running` names the workers it runs (a reconnecting
         agent's workers that are not among them died while it was away). Under
-        `--hosts-from-agents` its host joins the host set with the `slots` it declared."""
+        `--hosts-from-agents` its host joins the host set with the `slots` it declared. An agent
+        of another Ringmaster `version` than the rendezvous's is warned of (once per connection,
+        both named): mixed versions may disagree on what the messages mean, which is an upgrade
+        half done rather than a reason to refuse a host."""
         record = self.hosts.setdefault(host, Host(host, 0, discovered=False))
         again = record.agent_connected and record.agent_pid == pid
         record.agent_connected, record.agent_pid, record.last_heartbeat = True, pid, now
@@ -164,6 +168,9 @@ class HostPool:
         if host in self._launched:
             self._launched[host] = True
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
+        if version is not None and version != __version__ and not again:
+            self._emit(now, Kind.AGENT_VERSION_DIFFERS, host=host, agent_version=version or "(older than 0.2.0: none sent)",
+                       version=__version__)
         self._observe(AgentConnected(host, frozenset(running or ()), incarnation))
         if self.settings.hosts_from_agents and slots > 0:
             self._join(host, slots, now)

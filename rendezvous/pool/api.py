@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
+from ringmaster import __version__
 from ringmaster.common.errors import Refused
 from ringmaster.common.keys import pool_host_key
 from ringmaster.rendezvous.pool.host_board import BoardRefusal, HostBoard, Order
@@ -171,7 +172,7 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "version": __version__}
 
     @app.post("/jobs", response_model=JobRow, openapi_extra=documented(SubmitRequest))
     async def submit(request: SubmitRequest = Depends(json_body(SubmitRequest, authorized)),

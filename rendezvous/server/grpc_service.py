@@ -42,6 +42,8 @@ Clock = Callable[[], float]
 #: Agent sessions kept at most for hosts that discovery does not list: an agent may connect
 #: before its host is listed (it waits), but sessions for invented hosts must not pile up.
 MAX_UNLISTED_AGENTS = 64
+#: The most of an agent's version string kept (a PEP 440 version with its local part is far shorter).
+MAX_VERSION_CHARS = 80
 #: The calls an agent makes (for its own host); the others are a worker's (for itself).
 _AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", "DrainHost"})
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
@@ -401,7 +403,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
-                                                               incarnation=request.incarnation[:64], slots=request.slots))
+                                                               incarnation=request.incarnation[:64], slots=request.slots,
+                                                               version="".join(c for c in request.version[:MAX_VERSION_CHARS] if c.isprintable())))
         try:
             async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
                                             self._agent_gone):

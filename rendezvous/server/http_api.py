@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+from ringmaster import __version__
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S
 from ringmaster.settings import DEFAULT_DRAIN_DEADLINE_S
@@ -96,6 +97,8 @@ class JobStatus(BaseModel):
     generations: list[GenerationStatus] = Field(default_factory=list, description="the newest generations, oldest first")
     hosts_total: int = Field(0, description="the job's hosts in all; `hosts` holds those from ?offset=, at most ?limit=")
     workers_total: int = Field(0, description="the job's workers in all; `workers` holds those from ?offset=, at most ?limit=")
+    version: str = Field(__version__, description="the rendezvous's Ringmaster version (`ringmaster --version`); an agent "
+                                                  "of another version is warned of by the event agent.version_differs")
 
 
 #: Hosts and workers one GET /status lists at most (?limit=; a job of thousands is read in pages).
@@ -322,6 +325,6 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "version": __version__}
 
     return app

@@ -41,6 +41,7 @@ class Kind(enum.StrEnum):
     # rendezvous: agents and workers
     AGENT_CONNECTED = "agent.connected"
     AGENT_RECONNECTED = "agent.reconnected"
+    AGENT_VERSION_DIFFERS = "agent.version_differs"
     WORKER_STARTING = "worker.starting"
     WORKER_CONNECTED = "worker.connected"
     WORKER_READY = "worker.ready"
@@ -190,6 +191,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
     Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),
     Kind.AGENT_RECONNECTED: Spec(_I, "agent for host {host} reconnected (pid {pid})"),
+    Kind.AGENT_VERSION_DIFFERS: Spec(_W, "the agent of host {host} runs Ringmaster {agent_version}, the rendezvous "
+                                         "{version}; install one version on every host (`ringmaster --version`)"),
     Kind.WORKER_STARTING: Spec(_I, "starting worker {worker} on {host} (joins after warming up)"),
     Kind.WORKER_CONNECTED: Spec(_D, "worker {worker} connected (pid {pid})"),
     Kind.WORKER_READY: Spec(_D, "worker {worker} ready for the generation after {after_generation}{failure:paren}"),

@@ -1,14 +1,17 @@
-"""`ringmaster demo --quick` end to end: a real elastic job that loses a host, gets it back and
-scales, narrated, ending with a picture and the accuracy beside a fault-free run's."""
+"""`ringmaster demo --quick` end to end, set up as README.md's first command sets it up
+(`.ci/setup-python` in a copy of the checkout, with apt and sudo that fail if called): a real
+elastic job that loses a host, gets it back and scales, narrated, ending with a picture and the
+accuracy beside a fault-free run's."""
 
 from __future__ import annotations
 
 import ctypes
 import json
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
@@ -43,13 +46,42 @@ def reaped():
                 pass
 
 
-@pytest.mark.timeout(660)  # (the demo itself is given 600 s: a fault-free run and the faulted one)
+#: What a copy of the checkout leaves out (what git ignores).
+_NOT_COPIED = (".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
+               ".mypy_cache", "_version.py")
+#: System package tools (and sudo) that README's demo command must not call.
+_ROOT_TOOLS = ("apt", "apt-get", "dpkg", "sudo")
+
+
+def set_up_as_the_readme_says(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A copy of the checkout with `.ci/setup-python` run in it (README's first command before
+    `.venv/bin/ringmaster demo`), apt and sudo on the PATH replaced by tools that fail and leave
+    a mark: the demo's set-up must need neither."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    tools, called = tmp_path / "no-root-tools", tmp_path / "root-tool-called"
+    tools.mkdir()
+    for tool in _ROOT_TOOLS:
+        (tools / tool).write_text(f"#!/bin/sh\necho {tool} >> {called}\nexit 97\n")
+        (tools / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(["bash", ".ci/setup-python"], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not called.exists(), f"the demo's set-up called {called.read_text().split()}"
+    return checkout
+
+
+@pytest.mark.timeout(1500)  # (the set-up: a venv with torch; the demo itself is given 600 s: a fault-free run and the faulted one)
 def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, reaped) -> None:
+    checkout = set_up_as_the_readme_says(tmp_path)
     out = tmp_path / "demo"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the fault-free run is made, not cached
     env.pop(SPARES_ENV, None)  # the demo as a user sees it: warm spares on
-    done = subprocess.run([sys.executable, "-m", "ringmaster.cli", "demo", "--quick", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([str(checkout / ".venv" / "bin" / "ringmaster"), "demo", "--quick", "--out", str(out)],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     said = done.stdout
     for narration in ("killing hostB now", "hostB is back", "scaling down to 2 workers", "scaling up to 4 workers"):
@@ -86,6 +118,7 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     assert "what happened:" in said and "recovered in" in said
 
     # `ringmaster plot` draws the same folder again.
-    again = subprocess.run([sys.executable, "-m", "ringmaster.cli", "plot", str(out), "-o", str(tmp_path / "again.png")],
+    again = subprocess.run([str(checkout / ".venv" / "bin" / "ringmaster"), "plot", str(out), "-o",
+                            str(tmp_path / "again.png")],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and f"{len(sizes)} generation(s)" in again.stdout, again

@@ -1,6 +1,6 @@
 """The documentation site stays true: it builds strictly (a broken link, anchor or page left out
 of the navigation fails the build), its reference names every flag of every verb and every
-public name of the Python API, and README.md stays a page one reads in five minutes."""
+public name of the Python API, every flag is written on a page a user reads too, and README.md stays a page one reads in five minutes."""
 
 from __future__ import annotations
 
@@ -63,6 +63,23 @@ def test_the_site_builds_strictly_and_names_every_flag_of_every_verb(site) -> No
             missing += [f"{verb} {flag}" for flag in action.option_strings if f"<code>{flag}" not in section]
     assert not missing, f"flags missing from docs/reference/cli.md's generated tables: {missing}"
     assert "<code>ringmaster run</code>" in cli and "<code>ringmaster pool serve</code>" in cli
+
+
+def test_every_flag_of_every_verb_is_on_a_page_a_user_reads() -> None:
+    """Not only in the generated table (reference/cli.md): each flag is spelled out, as the
+    command line takes it, in a guide, a cluster or operations page, the run-flags page or README."""
+    pages = [path.read_text() for path in (ROOT / "docs").rglob("*.md") if path.name != "cli.md"]
+    pages.append((ROOT / "README.md").read_text())
+    missing = []
+    for verb, parser in _hook()._verbs():
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS or isinstance(action, (argparse._HelpAction,
+                                                                       argparse._SubParsersAction)):
+                continue
+            spelled = [re.compile(re.escape(flag) + r"(?![\w-])") for flag in action.option_strings]
+            missing += [f"{verb} {flag}" for flag, pattern in zip(action.option_strings, spelled)
+                        if not any(pattern.search(page) for page in pages)]
+    assert not missing, f"flags written on no page but the generated reference: {missing}"
 
 
 @pytest.mark.slow  # (builds the whole site: seconds, not for `pytest -q`)

@@ -22,10 +22,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools leaves a build/ folder in the tree it builds.
+    # Built from a copy: setuptools leaves a build/ folder in the tree it builds (.git copied: the version's source).
     source = tmp_path_factory.mktemp("source") / "ringmaster"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache"))
+        ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", "_version.py"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(out)],
                    check=True, capture_output=True, timeout=300)
     (built,) = out.glob("ringmaster-*.whl")

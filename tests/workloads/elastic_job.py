@@ -16,7 +16,8 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
       how often each sample of the epoch reached the committed model (exactly once means
       min == max == 1), and how many reached it in all; written before the commit that ends
       the epoch, so a rollback to its last step writes it again
-  {"event": "done", "step", "epochs", "checksum", "digest", "loss", "size", "rank"}  when training returned
+  {"event": "done", "step", "epochs", "checksum", "digest", "loss", "size", "rank", "ringmaster"}  when training
+      returned (`ringmaster`: the file `ringmaster.torch` was imported from: which install ran it)
 `seen` counts samples through an allreduce into the state, so it records exactly what the
 committed model has seen, across rollbacks and resizes. `digest` is a SHA-256 of the whole
 training state (module tensors, optimizer state and every hyperparameter, scheduler, sampler
@@ -278,7 +279,7 @@ def main() -> None:
 
     train(state)
     log(event="done", step=state.step, epochs=state.epoch, checksum=checksum(model), digest=digest(), loss=full_loss(),
-        size=hvd.size(), rank=hvd.rank())
+        size=hvd.size(), rank=hvd.rank(), ringmaster=hvd.__file__)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; t
 
 import grpc
 
+from ringmaster import __version__
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -387,7 +388,7 @@ class Agent:
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
                                                       incarnation=self.incarnation, slots=self.slots,
-                                                      carries_events=self._events.available))
+                                                      carries_events=self._events.available, version=__version__))
             self._session = session
             over = False
             try:

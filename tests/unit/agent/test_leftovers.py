@@ -4,8 +4,11 @@ only those: its own, a running agent's, another user's and anything else stay.""
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
+
+from harness import wait_for
 
 from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
 
@@ -16,6 +19,9 @@ def test_the_folders_of_dead_agents_go_and_every_other_stays(tmp_path) -> None:
     other = subprocess.Popen(["sleep", "30"])  # a live process that is no agent: its pid was taken over
     agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "ringmaster.worker.agent"])
     try:
+        # (Popen returns once the child exists, maybe before its exec: until then its command line is this one's)
+        wait_for(lambda: b"ringmaster.worker.agent" in pathlib.Path(f"/proc/{agent.pid}/cmdline").read_bytes(), 30,
+                 "the stand-in agent's exec")
         names = {
             "dead": f"ringmaster-agent-stops-{gone.pid}-abc",
             "dead beats": f"ringmaster-agent-beats-{gone.pid}-def",

@@ -173,3 +173,21 @@ def test_joined_hosts_survive_a_takeover_and_leave_when_their_agent_does() -> No
     standby.agent_connected("b", 12, slots=2)
     standby.agent_disconnected("b")
     assert pool.host_set() == {"a": 1}
+
+
+def test_an_agent_of_another_version_is_warned_of_once_with_both_versions_named() -> None:
+    """Mixed versions (an upgrade half done) may disagree on what messages mean: the job says so,
+    naming the host and both versions, once per connection, and goes on with the host."""
+    from ringmaster import __version__
+
+    rig = joined_rig(min_np=1)
+    rig.agent_connected("a", 11, slots=1, version=__version__)
+    rig.agent_connected("b", 12, slots=1, version="0.1.9")
+    rig.agent_connected("b", 12, slots=1, version="0.1.9")  # (the same agent again: its session was replaced)
+    rig.agent_connected("c", 13, slots=1, version="")  # a build from before agents sent their version
+    differs = kinds(rig, Kind.AGENT_VERSION_DIFFERS)
+    assert [(d["host"], d["agent_version"], d["version"]) for d in differs] == [
+        ("b", "0.1.9", __version__), ("c", "(older than 0.2.0: none sent)", __version__)]
+    (event,) = [e for e in rig.coordinator.summary.events if e.kind is Kind.AGENT_VERSION_DIFFERS][:1]
+    assert "0.1.9" in event.message and __version__ in event.message and "install one version" in event.message
+    assert all(rig.coordinator.pool.hosts[h].joined for h in "abc")  # warned of, not refused

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from harness import free_port, wait_for
 
+import ringmaster
 from coordinator_rig import api_for
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.settings import JobSettings
@@ -39,7 +40,8 @@ def test_status_reports_generation_hosts_workers_and_events() -> None:
     assert body["steps_per_second"] is None and body["loss"] is None and body["generations"] == []  # (no metrics kept)
     assert sorted(w["rank"] for w in body["workers"]) == [0, 1]
     assert any("generation 1 formed" in e for e in body["events"])
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "version": ringmaster.__version__}
+    assert body["version"] == ringmaster.__version__ and body["version"] not in ("", "0.0.0+unknown")
 
 
 def test_status_of_a_large_job_comes_in_pages() -> None:
