@@ -95,3 +95,30 @@ def test_a_hello_with_too_many_slots_is_refused_by_the_rendezvous(run_job) -> No
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert f"{slots} slots" in (refused.value.details() or "")
     assert not server.events("agent.connected")
+
+
+def test_an_agent_of_another_version_is_warned_of_and_a_real_one_is_not(run_job) -> None:
+    """The hello carries the agent's version: the real agent (this install) meets its own version,
+    a hello of another one (a raw client with the host's key, as a host left on an old install
+    would send) is warned of with both versions named, and the host is still taken."""
+    import grpc
+
+    import ringmaster
+    from ringmaster.common.grpc_auth import secured
+    from ringmaster.proto import ringmaster_pb2 as pb
+    from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+
+    server = run_job("--hosts-from-agents", "--min-np", "1", "python", "-c", "import time; time.sleep(60)",
+                     verb="serve")
+    address = server.wait_event("rendezvous.listening")["address"]
+    agent(run_job, address, "hostA", "--slots", "1", "--no-warm-join")
+    server.wait_event("agent.connected", 120, host="hostA")
+    with secured(grpc.insecure_channel(address), credentials("hostX")) as channel:
+        session = pb_grpc.RendezvousStub(channel).AgentSession(
+            pb.AgentHello(host="hostX", pid=1, incarnation="x", slots=1, version="0.1.0\x1b[2J"), timeout=30)
+        differs = server.wait_event("agent.version_differs", 60)
+        session.cancel()
+    assert differs["host"] == "hostX" and differs["agent_version"] == "0.1.0[2J"  # (no control characters)
+    assert differs["version"] == ringmaster.__version__ and ringmaster.__version__ in differs["message"]
+    assert [e["host"] for e in server.events("agent.version_differs")] == ["hostX"]
+    assert server.events("agent.connected", host="hostX")
