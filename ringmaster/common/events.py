@@ -134,6 +134,7 @@ class Kind(enum.StrEnum):
     SPARE_OFF = "spare.off"
     TEMPLATE_READY = "template.ready"
     TEMPLATE_FORKED = "template.forked"
+    TEMPLATE_LATE_FORK = "template.late_fork"
     TEMPLATE_UNFIT = "template.unfit"
     TEMPLATE_OFF = "template.off"
     # worker (the training library)
@@ -304,6 +305,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.SPARE_TOO_BIG: Spec(_W, "stopped a warm spare (pid {pid}) holding {rss_mb} MB, more than {limit_mb} MB"),
     Kind.TEMPLATE_READY: Spec(_I, "worker template (pid {pid}) ready: workers here are forked from it"),
     Kind.TEMPLATE_FORKED: Spec(_I, "worker {worker} forked from the worker template (pid {pid}, in {took_ms:g} ms)"),
+    Kind.TEMPLATE_LATE_FORK: Spec(_W, "the worker template forked worker {worker} (pid {pid}) after it had been "
+                                      "started fresh: that late copy was killed"),
     Kind.TEMPLATE_UNFIT: Spec(_I, "worker {worker} starts fresh, not forked from the worker template: {reason}"),
     Kind.TEMPLATE_OFF: Spec(_W, "no worker template on this host ({reason}): workers start fresh"),
     Kind.SPARE_OFF: Spec(_W, "no warm spares on this host: {failures} died before use (last: {reason}); workers start "

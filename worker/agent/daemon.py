@@ -35,7 +35,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we fork workers; they do not use our channel
+# The agent never forks itself to run Python: its processes (fresh workers, the template, spares)
+# are exec'd by subprocess, and the template (a process of its own) forks the workers. gRPC's fork
+# handlers would only cost each of those starts.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 

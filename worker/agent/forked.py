@@ -5,11 +5,17 @@ hold each forked worker as the agent holds a process it started (`ForkedProcess`
 A worker is forked only where it cannot be told from a fresh process by its script: the same
 rules as a warm spare's (`spares.spare_assignment`); otherwise the agent starts it fresh. A
 template that cannot import torch, or dies, is said once and not used again; its forked workers
-die with it (their exits are reported as deaths by SIGKILL).
+die with it (their exits are reported as deaths by SIGKILL). So is one on a host that gives no
+pidfds (a kernel before 5.3, a seccomp profile that refuses `pidfd_open`): the agent holds a
+forked worker (signals, its end) only through one, so there it starts every worker fresh. A
+request the template answers too late (past `FORK_TIMEOUT_S`: the worker was started fresh
+meanwhile) turns the template off, and a worker it forks for that request after all is killed at
+once: two processes must never run one worker.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -79,14 +85,31 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def pidfd_problem() -> str | None:
+    """Why this host cannot hold forked workers through pidfds, or None (it can)."""
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+    except (OSError, AttributeError) as exc:
+        return f"this host gives no pidfds (pidfd_open: {exc}), through which the agent signals and waits for a forked worker"
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except (OSError, AttributeError) as exc:
+        return f"this host cannot signal through pidfds (pidfd_send_signal: {exc})"
+    finally:
+        os.close(pidfd)
+    return None
+
+
 class WorkerTemplate:
     """The agent's template process. `ready()` says whether it is warm; `fork(...)` gives a worker
     or None (start it fresh). Thread-safe: a reader thread records what the template says."""
 
-    def __init__(self, env: dict[str, str], say: Callable[..., None], interpreter: str = sys.executable) -> None:
+    def __init__(self, env: dict[str, str], say: Callable[..., None], interpreter: str = sys.executable,
+                 fork_timeout_s: float = FORK_TIMEOUT_S) -> None:
         """`env`: the environment of a worker before its own variables (what the template runs with).
         `say(kind, **fields)`: TEMPLATE_READY once warm, TEMPLATE_OFF once if it cannot be used."""
         self.env = env
+        self.fork_timeout_s = fork_timeout_s
         self._say = say
         self._lock = threading.Condition()
         self._ready = False
@@ -95,6 +118,12 @@ class WorkerTemplate:
         self._answers: dict[int, dict] = {}
         self._codes: dict[int, int] = {}  # pid -> exit code, as reported
         self._forked: set[int] = set()
+        self._abandoned: dict[int, str] = {}  # ask -> worker id: requests given up on (started fresh)
+        unable = pidfd_problem()
+        if unable is not None:
+            self._gone = unable
+            self._say(Kind.TEMPLATE_OFF, reason=unable)
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         try:
@@ -137,19 +166,21 @@ class WorkerTemplate:
         with self._lock:
             self._asks += 1
             ask = self._asks
-        request = b'{"ask": %d, "assignment": %s}' % (ask, line.strip())
+        request = b'{"ask": %d, "argv": %s, "assignment": %s}' % (ask, json.dumps(argv).encode(), line.strip())
         try:
             socket.send_fds(self._sock, [request], [out_w, err_w])
         except OSError as exc:
             for fd in (out_r, err_r):
                 os.close(fd)
+            if exc.errno in (errno.EMSGSIZE, errno.ENOBUFS):  # this request alone: the template stays
+                return None, f"its command and environment ({len(request)} bytes) do not fit the template's socket"
             self._fail(f"cannot be asked for a worker: {exc}")
             return None, self._gone or ""
         finally:
             os.close(out_w)
             os.close(err_w)
         with self._lock:
-            self._lock.wait_for(lambda: ask in self._answers or self._gone is not None, FORK_TIMEOUT_S)
+            self._lock.wait_for(lambda: ask in self._answers or self._gone is not None, self.fork_timeout_s)
             answer = self._answers.pop(ask, None)
             if answer is not None and "pid" in answer:
                 self._forked.add(answer["pid"])
@@ -157,9 +188,30 @@ class WorkerTemplate:
             for fd in (out_r, err_r):
                 os.close(fd)
             if answer is None:
-                self._fail(f"did not fork a worker within {FORK_TIMEOUT_S:g} s")
+                with self._lock:
+                    self._abandoned[ask] = worker_id  # (should it fork it after all, that process is killed)
+                self._fail(f"did not fork a worker within {self.fork_timeout_s:g} s")
+            elif answer.get("unsafe"):
+                self._fail(str(answer.get("error")))
             return None, f"the template could not fork it ({(answer or {}).get('error', self._gone)})"
         return ForkedProcess(answer["pid"], os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), self._ended), ""
+
+    def _late(self, message: dict) -> tuple[str, int] | None:
+        """(worker, pid) where `message` answers a request given up on with a process, which is
+        killed here (that worker was started fresh); None for any other message."""
+        with self._lock:
+            ask = message.get("ask")
+            if not isinstance(ask, int) or ask not in self._abandoned:
+                return None
+            worker = self._abandoned.pop(ask)
+        pid = message.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        try:
+            os.kill(pid, signal.SIGKILL)  # (the template's child, not yet reaped by it: the pid is still its)
+        except ProcessLookupError:
+            pass
+        return worker, pid
 
     def _ended(self, pid: int) -> int | None:
         with self._lock:
@@ -186,6 +238,14 @@ class WorkerTemplate:
                 continue
             if message.get("ready"):
                 self._say(Kind.TEMPLATE_READY, pid=self.proc.pid)
+            elif message.get("ready") is False:
+                self._fail(str(message.get("error", "not safe to fork from")))
+                continue
+            late = self._late(message)
+            if late is not None:
+                worker, pid = late
+                self._say(Kind.TEMPLATE_LATE_FORK, worker=worker, pid=pid)
+                continue
             with self._lock:
                 if message.get("ready"):
                     self._ready = True
@@ -207,8 +267,10 @@ class WorkerTemplate:
         """Stop the template (its forked workers die with it: stop them first)."""
         if self._gone is None:
             self._gone = "closed"
+        sock = getattr(self, "_sock", None)  # (none where the template never started)
         try:
-            self._sock.close()
+            if sock is not None:
+                sock.close()
         except OSError:
             pass
         if getattr(self, "proc", None) is not None:

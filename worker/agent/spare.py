@@ -5,8 +5,9 @@ Ringmaster library), then waits, running nothing else, for one assignment on std
 training command, its environment and working directory (one JSON line from its agent). It
 then becomes that worker as a fresh interpreter would: stdin from /dev/null, the working
 directory and environment replaced, `sys.argv` and `sys.path[0]` set as `python script.py` or
-`python -m module` sets them, and the program run as `__main__` (a fresh module for a script,
-as the interpreter makes it; runpy's for a module, as `python -m` itself does). End of stdin before an
+`python -m module` sets them, and the program run as `__main__` (a fresh module, as the
+interpreter makes it; a module's run by runpy as `python -m` itself runs it, in that module,
+which stays `__main__` to the end, so that the exit's finalization reaches the script's objects). End of stdin before an
 assignment (the agent retired it, or died) ends the spare.
 
 Run as `python -m ringmaster.worker.agent.spare` by the agent (see `spares.py`), never by hand.
@@ -80,16 +81,31 @@ def become(assignment: Assignment) -> None:
     os.environ.clear()
     os.environ.update(assignment.env)  # (putenv too: C libraries see the worker's environment)
     threads = applicable_threads(assignment.env.get(THREADS_ENV))
-    if threads is not None and "torch" in sys.modules:  # OpenMP read the variable when this spare started
-        sys.modules["torch"].set_num_threads(threads)
+    if threads is not None:
+        apply_threads(threads)
     if assignment.kind == "script":
         sys.argv = [assignment.target, *assignment.args]
         sys.path[0] = os.path.dirname(os.path.realpath(assignment.target))  # as `python script.py`
         run_script(assignment.target)
     else:
-        sys.argv = [assignment.target, *assignment.args]  # run_module puts the module's file in argv[0]
+        sys.argv = [assignment.target, *assignment.args]  # runpy puts the module's file in argv[0]
         sys.path[0] = os.getcwd()  # as `python -m module`
-        runpy.run_module(assignment.target, run_name="__main__", alter_sys=True)
+        sys.modules["__main__"] = types.ModuleType("__main__")  # a fresh one, not this process' own
+        # runpy's own entry for `python -m` (a private name, the one the interpreter calls): the module
+        # runs in `__main__` and stays there, and a module that cannot be found exits as `python -m` does.
+        runpy._run_module_as_main(assignment.target, alter_argv=True)  # type: ignore[attr-defined]
+
+
+def apply_threads(threads: int) -> None:
+    """Give this process `threads` threads, where its libraries read their count when they were
+    loaded (in the spare or template, with its environment): torch's own pool, and the BLAS and
+    OpenMP pools of what is loaded (numpy's OpenBLAS, MKL), through threadpoolctl."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    if "numpy" in sys.modules or "torch" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)  # (kept: called as a function, not as a context)
 
 
 def run_script(target: str) -> None:

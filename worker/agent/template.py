@@ -11,24 +11,34 @@ own: Python's and NumPy's random generators are seeded afresh from the OS.
 
 Run as `python -m ringmaster.worker.agent.template` by its agent (`forked.py`), never by hand.
 The agent's socket (`CONTROL_FD_ENV`) carries, one datagram each:
-- to the template: a request, JSON `{"ask": n, "assignment": {...}}` with the worker's stdout and
-  stderr descriptors attached;
-- from it: `{"ready": true}` once warm, `{"ask": n, "pid": p}` (or `"error"`) for each request,
-  `{"pid": p, "code": c}` when worker p ended (c as subprocess gives it: -N for signal N).
+- to the template: a request, JSON `{"ask": n, "assignment": {...}, "argv": [...]}` with the
+  worker's stdout and stderr descriptors attached (`argv`: the command as given, its title in ps);
+- from it: `{"ready": true}` once warm (or `{"ready": false, "error": why}`: forking is not safe),
+  `{"ask": n, "pid": p}` (or `"error"`, with `"unsafe": true` where no fork is safe any more) for
+  each request, `{"pid": p, "code": c}` when worker p ended (c as subprocess gives it: -N for signal N).
 A worker dies with the template (PR_SET_PDEATHSIG), which dies with its agent; the template ends
 when its agent's socket closes.
+
+A fork is safe only while the template has not initialized CUDA (a CUDA context does not survive
+a fork: the worker's first CUDA call fails). The template imports torch without touching the GPU;
+`fork_hazard` checks it before every fork, and a child forked at warm-up checks torch's own
+"bad fork" flag, so that a library that initializes CUDA at import turns the template off (the
+host's workers start fresh) instead of handing out workers that cannot use their GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import selectors
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Mapping
+
+import setproctitle
 
 from ringmaster.worker.agent.spare import SPARE_FAILED, Assignment, become, parse_assignment, preload
 
@@ -42,6 +52,33 @@ _PR_SET_PDEATHSIG = 1
 #: them as fresh workers would, and it goes only with its agent.
 HOST_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 _host_signals: dict[int, Any] = {}  # their handlers before the template ignored them
+
+
+def fork_hazard(modules: Mapping[str, Any] = sys.modules) -> str | None:
+    """Why forking a worker from this process is not safe now, or None: CUDA initialized here
+    (torch's own test for it; the template must never have touched the GPU)."""
+    torch = modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        return None
+    if cuda.is_initialized():
+        return "CUDA was initialized in the worker template: a worker forked from it could not use the GPU"
+    if getattr(cuda, "_is_in_bad_fork", lambda: False)():
+        return "the worker template was itself forked from a process that initialized CUDA"
+    return None
+
+
+def probe_fork() -> str | None:
+    """Fork a child that asks torch whether it is in a bad fork (CUDA initialized before the
+    fork), as a worker would find at its first CUDA call; why forking is unsafe, or None."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1 if fork_hazard() else 0
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "a child forked from the worker template is in a bad fork (CUDA was initialized before it)"
+    return None
 
 
 def _send(sock: socket.socket, message: dict) -> None:
@@ -82,44 +119,74 @@ def _forked(sock: socket.socket, data: bytes, fds: list[int], selector: selector
             children: dict[int, int]) -> Assignment | None:
     """Handle one request: fork its worker (returning its assignment in the child), or refuse it."""
     ask = None
+    hazard = fork_hazard()
+    if hazard is not None:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"ask": _ask_of(data), "error": hazard, "unsafe": True})
+        return None
     try:
         request = json.loads(data)
         ask = request["ask"]
         if len(fds) != 2:
             raise ValueError("a request needs the worker's stdout and stderr")
         assignment = parse_assignment(json.dumps(request["assignment"]).encode())
+        title = request.get("argv")
+        if not isinstance(title, list) or not all(isinstance(part, str) for part in title):
+            raise ValueError("a request's argv is not a list of strings")
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # (what the template wrote must not be written again by the worker)
-        pid = os.fork()
+        template = os.getpid()  # (read before the fork: a child reading its parent after it may read init's)
+        # Host signals are blocked across the fork: one that comes before the child has its own
+        # handlers back stays pending (a blocked signal is never discarded as ignored) and is
+        # delivered once the child unblocks it, as a fresh worker would have had it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, HOST_SIGNALS)
+        try:
+            pid = os.fork()
+        finally:
+            if os.getpid() == template:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, HOST_SIGNALS)
     except (ValueError, KeyError, TypeError, OSError, RecursionError) as exc:  # (RecursionError: JSON nested too deep)
         for fd in fds:
             os.close(fd)
         _send(sock, {"ask": ask, "error": f"{type(exc).__name__}: {exc}"})
         return None
     if pid == 0:
-        _become_child(sock, fds, selector, children)
+        _become_child(sock, fds, selector, children, template, title)
         return assignment
     for fd in fds:
         os.close(fd)
     try:
         pidfd = os.pidfd_open(pid)
-    except OSError:  # (it cannot be gone before we reap it; a kernel without pidfds: reap when it ends)
-        pidfd = None
-    if pidfd is not None:
-        children[pidfd] = pid
-        selector.register(pidfd, selectors.EVENT_READ)
+    except OSError as exc:  # (the agent checked pidfds work here: a worker it could not watch is not handed out)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        _send(sock, {"ask": ask, "error": f"no pidfd for the forked worker ({exc})", "unsafe": True})
+        return None
+    children[pidfd] = pid
+    selector.register(pidfd, selectors.EVENT_READ)
     _send(sock, {"ask": ask, "pid": pid})
     return None
 
 
+def _ask_of(data: bytes) -> object:
+    """The request's number, where one can be read (for the answer of a request not forked)."""
+    try:
+        request = json.loads(data)
+        return request.get("ask") if isinstance(request, dict) else None
+    except (ValueError, RecursionError):
+        return None
+
+
 def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseSelector,
-                  children: dict[int, int]) -> None:
-    """In a freshly forked worker: die with the template, leave its descriptors, take the worker's
-    output streams and fresh random generators."""
-    template = os.getppid()
+                  children: dict[int, int], template: int, argv: list[str]) -> None:
+    """In a freshly forked worker: die with the template (`template`: its pid, read before the
+    fork), leave its descriptors, take the worker's output streams, its own command line in ps
+    and /proc (`argv`), its host signals back and fresh random generators."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != template:
+    if os.getppid() != template:  # the template died before the death signal was armed
         os._exit(1)
+    setproctitle.setproctitle(" ".join(argv))
     selector.close()
     for pidfd in children:
         os.close(pidfd)
@@ -131,6 +198,7 @@ def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseS
     os.close(err)
     for sig, handler in _host_signals.items():  # (the template ignores them; its worker has them as a fresh one would)
         signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HOST_SIGNALS)  # (one that came meanwhile is delivered now)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # (Python's own `random` reseeds itself after a fork)
@@ -147,6 +215,14 @@ def main() -> int:
         signal.signal(sig, signal.SIG_IGN)
     if not preload("worker template"):
         return SPARE_FAILED
+    unsafe = fork_hazard() or probe_fork()
+    if unsafe is not None:
+        _send(sock, {"ready": False, "error": unsafe})
+        return SPARE_FAILED
+    # What the imports made stays out of the collector: each forked worker's first full collection
+    # would otherwise walk (and so copy, page by page) every object torch made in the template.
+    gc.collect()
+    gc.freeze()
     _send(sock, {"ready": True})
     assignment = serve(sock)
     if assignment is None:
