@@ -31,11 +31,11 @@ AGENT_STOPS = "RINGMASTER_AGENT_STOPS"
 # A folder of the agent's where a large job's workers send their heartbeats for the agent to carry
 # (ringmaster/common/beat_relay.py).
 AGENT_BEATS = "RINGMASTER_AGENT_BEATS"
-# The agent's pid: a worker forked from the agent's template (worker/agent/template.py) has the
+# The agent's pid: a worker forked from the agent's template (worker/agent/starting/template_process.py) has the
 # template for its parent, so the messages its agent hands it are told apart by this pid.
 AGENT_PID = "RINGMASTER_AGENT_PID"
 
-# The workers' intra-op threads where the user did not set them (worker/agent/threads.py), and the
+# The workers' intra-op threads where the user did not set them (worker/agent/starting/threads.py), and the
 # flag a launcher sets in an agent whose host is emulated on a machine other agents share.
 THREADS = "OMP_NUM_THREADS"
 SHARED_MACHINE = "RINGMASTER_SHARED_MACHINE"

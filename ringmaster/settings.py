@@ -42,7 +42,7 @@ DEFAULT_DRAIN_DEADLINE_S = 300.0
 DEFAULT_DRAIN_GRACE_S = 25.0
 #: Seconds between two runs of an agent's preemption notice script (AWS advises polling every 5 s).
 DEFAULT_NOTICE_INTERVAL_S = 5.0
-#: Warm spare worker processes per agent (0: none); see worker/agent/spares.py.
+#: Warm spare worker processes per agent (0: none); see worker/agent/starting/spare_pool.py.
 DEFAULT_SPARES = 1
 #: Size (MiB) at which the timeline file (--timeline) is rotated to FILE.1.
 DEFAULT_TIMELINE_MAX_MB = 64

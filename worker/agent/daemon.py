@@ -55,22 +55,19 @@ from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
 from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
-from ringmaster.worker.agent.spares import SparePool
-from ringmaster.worker.agent.forked import ForkedProcess, WorkerTemplate
-from ringmaster.worker.agent.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
+from ringmaster.worker.agent.starting.spare_pool import SparePool
+from ringmaster.worker.agent.starting.template import ForkedProcess, WorkerTemplate
+from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
+from ringmaster.worker.agent.starting.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
-#: The longest the host's first workers wait for the worker template to be warm before they start
-#: fresh (its imports take 2.5 s of CPU; on a loaded host, tens of seconds of the clock).
-TEMPLATE_WAIT_S = 60.0
 #: Seconds between two looks at the warm spares (memory, replacements).
 TEND_SPARES_S = 0.5
 #: The longest an agent warms its spares before it says hello (`--warm-join`), and how often it looks.
@@ -166,7 +163,9 @@ class Agent:
         self._fork_workers = settings.fork_workers
         self._warmed_ahead = spares is not None  # its first workers start in those spares; the template later
         self.template: WorkerTemplate | None = None  # started with the agent (`run`)
-        self._unfit_said = False
+        # How a worker is started: warm spare, template fork, cold spare, fresh (starting/ways.py).
+        self._ways = ways_for(self.spares, self._template_for_fork, lambda kind, **fields: say(self.host, kind, **fields),
+                              _forward_output)
         self._told_to_stop = False
         self.drain_grace_s = settings.drain_grace_s
         self._signals = 0  # stop signals received (the second one stops at once)
@@ -492,7 +491,7 @@ class Agent:
         env = dict(os.environ)
         env.update(spec_env)
         env.pop(SECRET_ENV, None)
-        env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (threads.py), not the worker's
+        env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (starting/threads.py), not the worker's
         env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
         if self.key is not None and worker_id is not None:
             env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
@@ -523,44 +522,17 @@ class Agent:
             if os.sep in program and os.path.isfile(program):
                 raise PermissionError(errno.EACCES, "Permission denied", program)
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", program)
-        proc: subprocess.Popen | ForkedProcess | None = (
-            self.spares.take(list(spec.argv), env, spec.worker_id) if self.spares.warm() else None)
-        if proc is None:
-            proc = self._fork(spec, env)
-        if proc is None:
-            proc = self.spares.take(list(spec.argv), env, spec.worker_id)
-        if proc is None:
-            proc = subprocess.Popen(
-                dying_with_parent(list(spec.argv)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )
-            _forward_output(proc, [f"[{spec.worker_id}] "])
-            self.spares.started_fresh(proc.pid)
-        return proc
+        return start_worker(self._ways, StartRequest(list(spec.argv), env, spec.worker_id))
 
     def _start_template(self) -> None:
         self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
 
-    def _fork(self, spec: WorkerSpec, env: dict[str, str]) -> ForkedProcess | None:
-        """Worker `spec` forked from the template, or None (it starts fresh). The host's first
-        workers wait for the template to be warm: their fresh starts would import torch each,
-        beside its import, on the same cores."""
+    def _template_for_fork(self) -> WorkerTemplate | None:
+        """The worker template to fork from (started now if the agent has none yet), or None
+        where this agent forks no workers."""
         if self.template is None and self._fork_workers:
             self._start_template()
-        template = self.template
-        if template is None or not template.usable:
-            return None
-        template.ready(TEMPLATE_WAIT_S)
-        started = time.perf_counter()
-        proc, why = template.fork(list(spec.argv), env, spec.worker_id)
-        if proc is None:
-            if not self._unfit_said and template.usable:
-                self._unfit_said = True  # (the job's other workers have the same command: said once)
-                say(self.host, Kind.TEMPLATE_UNFIT, worker=spec.worker_id, reason=why)
-            return None
-        _forward_output(proc, [f"[{spec.worker_id}] "])
-        say(self.host, Kind.TEMPLATE_FORKED, worker=spec.worker_id, pid=proc.pid,
-            took_ms=round((time.perf_counter() - started) * 1000, 1))
-        return proc
+        return self.template
 
     def _terminate(self, child: _Child) -> None:
         if child.proc.poll() is not None:

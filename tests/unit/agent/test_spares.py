@@ -14,8 +14,8 @@ import pytest
 
 from harness import wait_for
 from ringmaster.common.events import Kind
-from ringmaster.worker.agent.spare import MAX_ASSIGNMENT_BYTES, parse_assignment
-from ringmaster.worker.agent.spares import SparePool, rss_bytes, spare_assignment
+from ringmaster.worker.agent.starting.spare_process import MAX_ASSIGNMENT_BYTES, parse_assignment
+from ringmaster.worker.agent.starting.spare_pool import SparePool, rss_bytes, spare_assignment
 
 PY = sys.executable
 
@@ -306,12 +306,12 @@ def test_spares_that_die_before_use_turn_spares_off_once(pool_of) -> None:
 @pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_whose_agent_closes_its_stdin_exits_without_running_anything(tmp_path) -> None:
     marker = tmp_path / "ran"
-    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.spare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(b"", timeout=60)
         assert proc.returncode == 0, err
-        proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.spare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         out, err = proc.communicate(b'{"kind": "script", "target": "' + str(marker).encode() + b'", "args": []}\n', timeout=60)
         assert proc.returncode == 3 and b"refused its assignment" in err and not marker.exists()
@@ -325,7 +325,7 @@ def test_spares_wait_for_the_workers_started_fresh_to_use_their_start_ups_cpu_no
     """On a loaded machine the first workers' imports outlast any hold in seconds (CI: 4 spares
     importing beside the demo's 4 workers, no step after 60 s). Their CPU time says when their
     start-up is over; a worker that never uses it holds spares back for MAX_FRESH_HOLD_S at most."""
-    from ringmaster.worker.agent.spares import MAX_FRESH_HOLD_S, STARTUP_CPU_S
+    from ringmaster.worker.agent.starting.spare_pool import MAX_FRESH_HOLD_S, STARTUP_CPU_S
 
     now, cpu = [0.0], {101: 0.5, 102: 0.5}
     pool, _, _ = pool_of(1, fresh_hold_s=10.0, clock=lambda: now[0], cpu_seconds=cpu.get)

@@ -18,8 +18,8 @@ import pytest
 
 from harness import wait_for
 from ringmaster.common.events import Kind
-from ringmaster.worker.agent.forked import TEMPLATE_GONE_CODE, ForkedProcess, WorkerTemplate
-from ringmaster.worker.agent.template import CONTROL_FD_ENV
+from ringmaster.worker.agent.starting.template import TEMPLATE_GONE_CODE, ForkedProcess, WorkerTemplate
+from ringmaster.worker.agent.starting.template_process import CONTROL_FD_ENV
 from test_spares import PROBE
 
 PY = sys.executable
@@ -159,7 +159,7 @@ def test_malformed_requests_are_refused_one_by_one_and_the_template_goes_on(tmp_
     untrusted: each malformed request gets its error, the descriptors sent with it are closed,
     and the template stays up for the next."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.template"], cwd=tmp_path,
+    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.template_process"], cwd=tmp_path,
                             env={**os.environ, CONTROL_FD_ENV: str(theirs.fileno())}, pass_fds=(theirs.fileno(),),
                             start_new_session=True, stdin=subprocess.DEVNULL)
     theirs.close()

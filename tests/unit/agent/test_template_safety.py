@@ -18,7 +18,7 @@ import pytest
 import seccomp
 from harness import ROOT, wait_for
 from ringmaster.common.events import Kind
-from ringmaster.worker.agent.template import MAX_REQUEST_BYTES, fork_hazard
+from ringmaster.worker.agent.starting.template_process import MAX_REQUEST_BYTES, fork_hazard
 from test_template import PY, WAIT_S, output_of, template_of  # noqa: F401 (template_of: a fixture)
 
 pytestmark = pytest.mark.slow  # (templates import torch: with the end-to-end tests)
@@ -36,7 +36,7 @@ def test_a_host_without_pidfds_starts_its_workers_fresh_and_says_why(tmp_path) -
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         import seccomp
         seccomp.refuse("pidfd_open", "pidfd_send_signal")
-        from ringmaster.worker.agent.forked import WorkerTemplate
+        from ringmaster.worker.agent.starting.template import WorkerTemplate
         said = []
         template = WorkerTemplate(dict(os.environ), lambda kind, **fields: said.append((kind.value, fields)))
         proc, why = template.fork([sys.executable, "x.py"], dict(os.environ), "h/0")
@@ -179,7 +179,7 @@ def _state(pid: int) -> str:
 
 
 def test_the_probe_child_finds_a_clean_fork_here() -> None:
-    from ringmaster.worker.agent.template import probe_fork
+    from ringmaster.worker.agent.starting.template_process import probe_fork
 
     assert probe_fork() is None
     assert sys.modules.get("torch") is not None

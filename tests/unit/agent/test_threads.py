@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringmaster.worker.agent.threads import applicable_threads, usable_cpus, worker_threads
+from ringmaster.worker.agent.starting.threads import applicable_threads, usable_cpus, worker_threads
 
 
 @pytest.mark.parametrize("workers, cpus, threads", [(1, 16, None), (2, 16, "8"), (3, 16, "5"), (4, 2, "1"), (8, 2, "1"),

@@ -1,4 +1,4 @@
-"""Warm spares: worker processes an agent starts ahead of need (see `spare.py`).
+"""Warm spares: worker processes an agent starts ahead of need (see `spare_process.py`).
 
 A newcomer taken from a spare costs its script's own start (building the model), not the
 interpreter's and torch's (about 2.5 s of CPU here). A spare is used only where it cannot be
@@ -37,7 +37,7 @@ from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.process_watch import read_stat
-from ringmaster.worker.agent.spare import READY_FD_ENV, Assignment
+from ringmaster.worker.agent.starting.spare_process import READY_FD_ENV, Assignment
 
 #: A spare holding more resident memory than this is stopped (torch imported: about 250 MB).
 DEFAULT_MAX_RSS_BYTES = 2 << 30
@@ -58,7 +58,7 @@ MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
 WORKER_VARIABLES = frozenset(
     {value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str)}
-    | {WORKER_KEY_ENV, TLS_CA_ENV}  # (and the thread count, env_names.THREADS: the spare applies it, spare.become)
+    | {WORKER_KEY_ENV, TLS_CA_ENV}  # (and the thread count, env_names.THREADS: the spare applies it, spare_process.become)
 )
 
 
@@ -260,7 +260,7 @@ class SparePool:
         ours, theirs = os.pipe()
         os.set_blocking(ours, False)
         try:
-            proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "ringmaster.worker.agent.spare"]),
+            proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "ringmaster.worker.agent.starting.spare_process"]),
                                     env={**env, READY_FD_ENV: str(theirs)}, pass_fds=(theirs,),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:

@@ -1,9 +1,9 @@
-"""The agent's side of its worker template (`template.py`): start it, ask it for workers, and
+"""The agent's side of its worker template (`template_process.py`): start it, ask it for workers, and
 hold each forked worker as the agent holds a process it started (`ForkedProcess`, the part of
 `subprocess.Popen` the agent uses).
 
 A worker is forked only where it cannot be told from a fresh process by its script: the same
-rules as a warm spare's (`spares.spare_assignment`); otherwise the agent starts it fresh. A
+rules as a warm spare's (`spare_pool.spare_assignment`); otherwise the agent starts it fresh. A
 template that cannot import torch, or dies, is said once and not used again; its forked workers
 die with it (their exits are reported as deaths by SIGKILL). So is one on a host that gives no
 pidfds (a kernel before 5.3, a seccomp profile that refuses `pidfd_open`): the agent holds a
@@ -28,8 +28,8 @@ from typing import IO, Callable
 
 from ringmaster.common.events import Kind
 from ringmaster.common.processes import dying_with_parent
-from ringmaster.worker.agent.spares import spare_assignment
-from ringmaster.worker.agent.template import CONTROL_FD_ENV, MAX_REQUEST_BYTES
+from ringmaster.worker.agent.starting.spare_pool import spare_assignment
+from ringmaster.worker.agent.starting.template_process import CONTROL_FD_ENV, MAX_REQUEST_BYTES
 
 #: Seconds the template is given to fork a worker and say its pid.
 FORK_TIMEOUT_S = 10.0
@@ -128,7 +128,7 @@ class WorkerTemplate:
         self._sock = ours
         try:
             self.proc = subprocess.Popen(
-                dying_with_parent([interpreter, "-m", "ringmaster.worker.agent.template"]),
+                dying_with_parent([interpreter, "-m", "ringmaster.worker.agent.starting.template_process"]),
                 env={**env, CONTROL_FD_ENV: str(theirs.fileno())}, pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno())
         except OSError as exc:

@@ -2,14 +2,14 @@
 
 A worker started fresh spends 2.5 s of CPU on the interpreter's and torch's imports before its
 script's first line; four workers on a host pay it four times, and on a loaded host they pay it
-at once. The template imports what every worker imports (`spare.PRELOADED`) once, then forks
+at once. The template imports what every worker imports (`spare_process.PRELOADED`) once, then forks
 each worker it is asked for (a few milliseconds), which becomes its worker exactly as a warm
-spare does (`spare.become`). PyTorch's own DataLoader forks its workers after `import torch` in
+spare does (`spare_process.become`). PyTorch's own DataLoader forks its workers after `import torch` in
 the same way; the template has run no user code, made no process group and drawn no random
 number when it forks. What a forked worker would otherwise share with its siblings is made its
 own: Python's and NumPy's random generators are seeded afresh from the OS.
 
-Run as `python -m ringmaster.worker.agent.template` by its agent (`forked.py`), never by hand.
+Run as `python -m ringmaster.worker.agent.starting.template_process` by its agent (`template.py`), never by hand.
 The agent's socket (`CONTROL_FD_ENV`) carries, one datagram each:
 - to the template: a request, JSON `{"ask": n, "assignment": {...}, "argv": [...]}` with the
   worker's stdout and stderr descriptors attached (`argv`: the command as given, its title in ps);
@@ -40,7 +40,7 @@ from typing import Any, Mapping
 
 import setproctitle
 
-from ringmaster.worker.agent.spare import SPARE_FAILED, Assignment, become, parse_assignment, preload
+from ringmaster.worker.agent.starting.spare_process import SPARE_FAILED, Assignment, become, parse_assignment, preload
 
 #: The descriptor of the template's socket to its agent (a SOCK_SEQPACKET pair).
 CONTROL_FD_ENV = "RINGMASTER_TEMPLATE_FD"

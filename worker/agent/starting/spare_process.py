@@ -10,7 +10,7 @@ interpreter makes it; a module's run by runpy as `python -m` itself runs it, in 
 which stays `__main__` to the end, so that the exit's finalization reaches the script's objects). End of stdin before an
 assignment (the agent retired it, or died) ends the spare.
 
-Run as `python -m ringmaster.worker.agent.spare` by the agent (see `spares.py`), never by hand.
+Run as `python -m ringmaster.worker.agent.starting.spare_process` by the agent (see `spare_pool.py`), never by hand.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import types
 from importlib.machinery import SourceFileLoader
 from dataclasses import dataclass
 
-from ringmaster.worker.agent.threads import THREADS_ENV, applicable_threads
+from ringmaster.worker.agent.starting.threads import THREADS_ENV, applicable_threads
 
 #: Modules imported ahead of need (the interpreter-level heavy ones; never the user's).
 #: torch._dynamo is imported by the first optimizer a script makes (about 1.3 s here).
