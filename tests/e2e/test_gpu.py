@@ -26,10 +26,13 @@ def test_a_commit_of_cuda_tensors_lives_in_host_memory_and_goes_back_to_the_devi
 
 @pytest.mark.slow
 def test_collectives_with_an_nccl_ring(run_job, tmp_path) -> None:
-    """One worker per GPU: CPU tensors go over Gloo, CUDA tensors over NCCL."""
+    """One worker per GPU: CPU tensors go over Gloo, CUDA tensors over NCCL; the workers are forked
+    from the agent's template, as by default (a template that had touched CUDA would hand out
+    workers whose first CUDA call fails)."""
     n = torch.cuda.device_count()
     job = run_job("-np", str(n), "python", str(WORKLOADS / "collectives.py"), str(tmp_path), "--cuda")
     assert job.wait(300) == 0, job.output
+    assert len(job.events("template.forked")) == n and not job.events("template.off"), job.story()
     result = json.loads((tmp_path / "0.json").read_text())
     assert result["cuda_sum"] == [float(n * (n + 1) / 2)]
     assert result["cuda_buckets"] is True  # gradient buckets reduced over NCCL during backward
