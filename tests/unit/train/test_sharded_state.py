@@ -179,6 +179,29 @@ def test_the_heap_is_frozen_once_and_only_in_a_worker_a_rendezvous_started(monke
         gc.unfreeze()
 
 
+def test_a_scheduler_that_build_returns_is_committed_and_loaded_as_the_state_loads_it(mesh) -> None:
+    """The replica-groups guide lets build(mesh) return a learning-rate scheduler: a commit of it
+    loads (as ShardedState loads every object: held, with its kept memory) into the scheduler
+    built again, its step count and learning rate those of the commit. It raised TypeError."""
+    def build(mesh) -> dict:
+        objects = _build(mesh)
+        objects["schedule"] = torch.optim.lr_scheduler.StepLR(objects["optimizer"], step_size=2, gamma=0.5)
+        return objects
+
+    first = build(mesh)
+    for step in range(5):
+        _train(first, range(step, step + 1))
+        first["schedule"].step()
+    snapshot, handlers = _commit(first)
+    assert _memory_of(handlers["schedule"]) is None
+    for held in (False, True):
+        again = build(mesh)
+        for name, value in again.items():
+            _handler_for(name, value).load(snapshot, name, held=held, kept=None)
+        assert again["schedule"].last_epoch == 5 and again["schedule"].get_last_lr() == first["schedule"].get_last_lr()
+        assert again["optimizer"].param_groups[0]["lr"] == first["optimizer"].param_groups[0]["lr"] == 0.0025
+
+
 def test_a_rollback_loads_the_commit_in_place_into_the_live_objects(mesh) -> None:
     objects = _build(mesh)
     _train(objects, range(2))

@@ -188,13 +188,21 @@ def _tensors_in(tree: Any) -> list[Any]:
     return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
+class _ShardedScheduler(_SchedulerHandler):
+    """A learning-rate scheduler that build() returned: loaded as `state.py` loads one (its
+    counters are plain values: nothing of it is sharded, nor kept as memory)."""
+
+    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
+        super().load(snapshot, name)
+
+
 def _handler_for(name: str, value: Any):
     if isinstance(value, torch.nn.Module):
         return _ShardedModule(value)
     if isinstance(value, torch.optim.Optimizer):
         return _ShardedOptimizer(value)
     if isinstance(value, _SCHEDULERS):
-        return _SchedulerHandler(value)
+        return _ShardedScheduler(value)
     raise TypeError(f"build(mesh) returned {name}={type(value).__name__}: give modules, optimizers and "
                     "learning-rate schedulers there, and plain values to ShardedState(...) itself")
 
