@@ -10,12 +10,10 @@ from ringmaster.discovery.diff import HostDiff, diff_hosts
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.interface import HostDiscovery, Hosts
 from ringmaster.discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem, parse_host_lines, parse_hosts_flag
-from ringmaster.discovery.script import ScriptDiscovery, failure_detail, run_bounded
+from ringmaster.discovery.script import ScriptDiscovery
 from ringmaster.discovery.static import StaticDiscovery
 
 __all__ = [
-    "failure_detail",
-    "run_bounded",
     "Blacklist",
     "CooldownRange",
     "DiscoveryError",

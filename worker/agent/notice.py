@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from ringmaster.discovery import failure_detail, run_bounded
+from ringmaster.common.bounded_run import failure_detail, run_bounded
 
 #: Most bytes read from one run of a notice script (it prints at most one short line).
 MAX_NOTICE_BYTES = 4096
