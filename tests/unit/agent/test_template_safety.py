@@ -116,12 +116,13 @@ def test_a_forked_worker_has_its_threads_title_collector_and_signals_as_its_own(
         from threadpoolctl import threadpool_info
         blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
         print(json.dumps({"blas": blas, "torch": torch.get_num_threads(), "frozen": gc.get_freeze_count(),
-                          "cmdline": open(f"/proc/{os.getpid()}/cmdline", "rb").read().decode()}))
+                          "cmdline": open(f"/proc/{os.getpid()}/cmdline", "rb").read().decode(errors="replace"),
+                          "argv": [os.fsencode(a).hex() for a in __import__("sys").argv[1:]]}))
     """))
     template, said = template_of({k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"})
     assert template.ready(WAIT_S), said
     env = {**template.env, "OMP_NUM_THREADS": "1"}
-    proc, why = template.fork([PY, "train.py", "--lr", "0.1"], env, "h/0")
+    proc, why = template.fork([PY, "train.py", "--lr", "0.1", "caf\udce9"], env, "h/0")  # (an argument not UTF-8)
     assert proc is not None, why
     out, err = output_of(proc)
     assert proc.returncode == 0, err
@@ -129,7 +130,8 @@ def test_a_forked_worker_has_its_threads_title_collector_and_signals_as_its_own(
 
     seen = json.loads(out)
     assert seen["blas"] == [1] and seen["torch"] == 1, seen
-    assert "train.py --lr 0.1" in seen["cmdline"].replace("\x00", " ") and "template" not in seen["cmdline"], seen
+    assert "train.py --lr 0.1 caf\ufffd" in seen["cmdline"].replace("\x00", " ") and "template" not in seen["cmdline"]
+    assert seen["argv"] == [b"--lr".hex(), b"0.1".hex(), b"caf\xe9".hex()], seen  # (its argv keeps the bytes)
     assert seen["frozen"] > 10_000, seen  # (torch's objects: hundreds of thousands)
 
     (tmp_path / "sleeps.py").write_text(SLEEPS)

@@ -186,7 +186,7 @@ def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseS
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != template:  # the template died before the death signal was armed
         os._exit(1)
-    setproctitle.setproctitle(" ".join(argv))
+    _set_title(argv)
     selector.close()
     for pidfd in children:
         os.close(pidfd)
@@ -202,6 +202,17 @@ def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseS
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # (Python's own `random` reseeds itself after a fork)
+
+
+def _set_title(argv: list[str]) -> None:
+    """Show the worker's own command in ps and /proc (what a fresh worker shows). An argument that
+    is not UTF-8 (held as surrogate escapes, as the OS gave it) is shown with a replacement
+    character: the title is for people, the worker's sys.argv keeps the bytes."""
+    title = " ".join(argv).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    try:
+        setproctitle.setproctitle(title)
+    except Exception:  # noqa: BLE001 (a title is never worth a worker)
+        pass
 
 
 def main() -> int:
