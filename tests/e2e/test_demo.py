@@ -28,10 +28,21 @@ PR_SET_CHILD_SUBREAPER = 36
 def reaped():
     """The demo starts `ringmaster run` in a session of its own, which starts the emulated hosts in
     theirs: this process becomes their subreaper, so at teardown every process the test started,
-    orphaned or not, is found among its descendants and killed."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    orphaned or not, is found among its descendants and killed. It stops being one then: a
+    subreaper for the rest of the session adopted every later test's orphans (a killed host's
+    workers) and, never waiting for them, kept them as zombies (74 in one pytest worker)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    yield
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        _kill_and_reap(before)
+
+
+def _kill_and_reap(before: set[int]) -> None:
+    """Kill every descendant not there `before`, and wait for this process' own new children."""
     for child in psutil.Process().children(recursive=True):
         if child.pid not in before:
             try:
