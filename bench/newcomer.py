@@ -25,7 +25,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+
+from torchft_hsdp import _free_port, available, lighthouse_main  # noqa: E402 (this folder's: the same lighthouse)
 
 STEPS_BEFORE = 20
 STEP_TIME_S = 0.02
@@ -104,15 +105,6 @@ def torchft_worker(out: str) -> None:
         log.write(json.dumps({"group": group, "participants": manager.num_participants(), "time": time.time()}) + "\n")
 
 
-def lighthouse(out: str) -> None:
-    from torchft._torchft import LighthouseServer
-
-    server = LighthouseServer(bind="[::]:0", min_replicas=1, quorum_tick_ms=100, join_timeout_ms=10_000)
-    pathlib.Path(out + ".tmp").write_text(server.address())
-    os.replace(out + ".tmp", out)
-    signal.sigwait({signal.SIGTERM, signal.SIGINT})
-
-
 def torchft_newcomer_s(python: str) -> float:
     from harness import wait_for
 
@@ -165,12 +157,6 @@ def torchft_newcomer_s(python: str) -> float:
             output.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 # ----------------------------------------------------------------------------- the driver
 def import_s() -> float:
     started = time.perf_counter()
@@ -204,12 +190,12 @@ def main() -> int:
         torchft_worker(args.torchft_worker)
         return 0
     if args.lighthouse:
-        lighthouse(args.lighthouse)
+        lighthouse_main(args.lighthouse)  # (bench/sharded.py's: TorchTitan's documented lighthouse)
         return 0
     if args.torchft_python:
-        probe = subprocess.run([args.torchft_python, "-c", "import torchft"], capture_output=True, text=True)
-        if probe.returncode != 0:
-            sys.exit(f"--torchft-python {args.torchft_python}: cannot import torchft ({probe.stderr.strip()[-300:]})")
+        unusable = available(args.torchft_python)
+        if unusable is not None:
+            sys.exit(f"--torchft-python {args.torchft_python}: {unusable}")
     print(f"{os.cpu_count()} cores; {args.rounds} round(s) each; a new host (one worker) joins one training")
     for busy in (False, True):
         with Busy(busy):

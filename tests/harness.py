@@ -126,6 +126,21 @@ def wait_for(condition: Callable[[], T], timeout_s: float, what: str, interval_s
         time.sleep(interval_s)
 
 
+#: What a copy of the checkout leaves out: what git ignores and a build or an install would pick
+#: up (.git stays: the version comes from it).
+NOT_COPIED = (".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
+              ".mypy_cache", "_version.py")
+
+
+def copy_checkout(destination: pathlib.Path) -> pathlib.Path:
+    """A clean copy of this checkout at `destination`, as a fresh clone has it (with what is not
+    committed yet): for tests that build, install or set up from it."""
+    import shutil
+
+    shutil.copytree(ROOT, destination, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    return destination
+
+
 def commit_log(log: pathlib.Path) -> list[dict]:
     """The commits `workloads/paced_job.py`'s rank 0 logged to `log` so far, read while it writes
     (a line being written is left for the next read)."""

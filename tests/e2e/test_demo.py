@@ -9,14 +9,13 @@ import ctypes
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 
 import psutil
 import pytest
 
-from harness import ROOT
+from harness import copy_checkout
 from ringmaster.settings import SPARES_ENV
 
 pytestmark = pytest.mark.slow
@@ -57,9 +56,6 @@ def _kill_and_reap(before: set[int]) -> None:
                 pass
 
 
-#: What a copy of the checkout leaves out (what git ignores).
-_NOT_COPIED = (".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
-               ".mypy_cache", "_version.py")
 #: System package tools (and sudo) that README's demo command must not call.
 _ROOT_TOOLS = ("apt", "apt-get", "dpkg", "sudo")
 
@@ -68,8 +64,7 @@ def set_up_as_the_readme_says(tmp_path: pathlib.Path) -> pathlib.Path:
     """A copy of the checkout with `.ci/setup-python` run in it (README's first command before
     `.venv/bin/ringmaster demo`), apt and sudo on the PATH replaced by tools that fail and leave
     a mark: the demo's set-up must need neither."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    checkout = copy_checkout(tmp_path / "checkout")
     tools, called = tmp_path / "no-root-tools", tmp_path / "root-tool-called"
     tools.mkdir()
     for tool in _ROOT_TOOLS:

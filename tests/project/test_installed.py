@@ -12,10 +12,8 @@ the test runs the same `deploy/install.sh` the Dockerfile runs.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -24,23 +22,19 @@ import zipfile
 
 import pytest
 
-from harness import ROOT, WORKLOADS, read_logs
+from harness import ROOT, WORKLOADS, copy_checkout, read_logs
 from pool_rig import Pool
+from test_docs import _hook
 
 # One xdist worker builds both and runs every check (the builds and the venvs are made once).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("installed")]
 
-#: What a copy of the checkout leaves out (what git ignores that a build would pick up).
-_NOT_COPIED = (".venv", "build", "dist", "site", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
-               ".mypy_cache", "_version.py")
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A clean copy of the checkout (.git too: the version's source)."""
-    copy = tmp_path_factory.mktemp("source") / "ringmaster"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*_NOT_COPIED))
-    return copy
+    return copy_checkout(tmp_path_factory.mktemp("source") / "ringmaster")
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +77,7 @@ def _env(home: pathlib.Path) -> dict[str, str | None]:
 
 
 def _verbs() -> list[list[str]]:
-    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
-    assert spec is not None and spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    return [verb.split()[1:] for verb, _ in hook._verbs()]
+    return [verb.split()[1:] for verb, _ in _hook()._verbs()]
 
 
 def test_the_sdist_carries_the_source_and_the_wheel_the_packages(built) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from harness import ROOT
+from harness import ROOT, copy_checkout
 
 # Both tests on one pytest-xdist worker, so the wheel (4-5 s of pip) is built once. Marked slow:
 # building, installing and importing it is 10-17 s of the fast suite's 90; the whole suite (CI) runs them.
@@ -22,10 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools leaves a build/ folder in the tree it builds (.git copied: the version's source).
+    # Built from a copy: setuptools leaves a build/ folder in the tree it builds.
     source = tmp_path_factory.mktemp("source") / "ringmaster"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", "_version.py"))
+    copy_checkout(source)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(out)],
                    check=True, capture_output=True, timeout=300)
     (built,) = out.glob("ringmaster-*.whl")

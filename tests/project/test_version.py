@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import pathlib
-import shutil
 import subprocess
 import sys
 
-from harness import ROOT
+from harness import copy_checkout
 
 import ringmaster
 
@@ -24,9 +23,7 @@ def test_two_commits_build_two_versions_and_a_tag_names_a_release(tmp_path: path
     from setuptools_scm import get_version
 
     clone = tmp_path / "clone"  # (a copy, not `git clone`: a checkout another user owns is not cloned by root)
-    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".venv", "build", "dist", "site", "*.egg-info",
-                                                                 "__pycache__", ".pytest_cache", ".hypothesis",
-                                                                 ".mypy_cache", "_version.py"))
+    copy_checkout(clone)
     _git(clone, "add", "-A")  # (what the checkout had uncommitted: committed in the copy, a clean start)
     _git(clone, "commit", "-qm", "the checkout's changes", "--allow-empty")
     tags = _git(clone, "tag").split()

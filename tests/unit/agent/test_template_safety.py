@@ -19,7 +19,7 @@ import seccomp
 from harness import ROOT, wait_for
 from ringmaster.common.events import Kind
 from ringmaster.worker.agent.starting.template_process import MAX_REQUEST_BYTES, fork_hazard
-from test_template import PY, WAIT_S, output_of, template_of  # noqa: F401 (template_of: a fixture)
+from test_template import PY, WAIT_S, _state, output_of, template_of  # noqa: F401 (template_of: a fixture)
 
 pytestmark = pytest.mark.slow  # (templates import torch: with the end-to-end tests)
 
@@ -170,14 +170,6 @@ def test_a_module_worker_is_finalized_as_its_own_main(template_of, tmp_path) -> 
     out, err = output_of(proc)
     assert proc.returncode == 0, err
     assert (tmp_path / "finalized").read_text() == "__main__", err
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "X"
 
 
 def test_the_probe_child_finds_a_clean_fork_here() -> None:

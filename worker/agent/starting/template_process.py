@@ -119,15 +119,15 @@ def _forked(sock: socket.socket, data: bytes, fds: list[int], selector: selector
             children: dict[int, int]) -> Assignment | None:
     """Handle one request: fork its worker (returning its assignment in the child), or refuse it."""
     ask = None
-    hazard = fork_hazard()
-    if hazard is not None:
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"ask": _ask_of(data), "error": hazard, "unsafe": True})
-        return None
     try:
         request = json.loads(data)
         ask = request["ask"]
+        hazard = fork_hazard()
+        if hazard is not None:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"ask": ask, "error": hazard, "unsafe": True})
+            return None
         if len(fds) != 2:
             raise ValueError("a request needs the worker's stdout and stderr")
         assignment = parse_assignment(json.dumps(request["assignment"]).encode())
@@ -167,15 +167,6 @@ def _forked(sock: socket.socket, data: bytes, fds: list[int], selector: selector
     selector.register(pidfd, selectors.EVENT_READ)
     _send(sock, {"ask": ask, "pid": pid})
     return None
-
-
-def _ask_of(data: bytes) -> object:
-    """The request's number, where one can be read (for the answer of a request not forked)."""
-    try:
-        request = json.loads(data)
-        return request.get("ask") if isinstance(request, dict) else None
-    except (ValueError, RecursionError):
-        return None
 
 
 def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseSelector,
