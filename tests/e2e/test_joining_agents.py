@@ -122,3 +122,45 @@ def test_an_agent_of_another_version_is_warned_of_and_a_real_one_is_not(run_job)
     assert differs["version"] == ringmaster.__version__ and ringmaster.__version__ in differs["message"]
     assert [e["host"] for e in server.events("agent.version_differs")] == ["hostX"]
     assert server.events("agent.connected", host="hostX")
+
+
+def test_a_standing_agent_waits_idle_until_discovery_lists_its_host(run_job, tmp_path) -> None:
+    """A host's agent started ahead (by the host's own service, as Kubernetes or `srun` would),
+    under a discovery script: connected and warm, it runs nothing while its host is not listed,
+    takes work as soon as discovery lists it (its worker forked from the template it warmed, no
+    launch), gives it back when the host leaves the list, and stays connected for the next time."""
+    from harness import discovery_script, write_hosts
+
+    logs_dir, stop = tmp_path / "log", tmp_path / "stop"
+    script, hosts = discovery_script(tmp_path, {"hostA": 1})
+    server = run_job("--host-discovery-script", script, "--min-np", "1", "--max-np", "2", "--api-port", "0", *FAST,
+                     *elastic_job(logs_dir, epochs=1000, samples=96), "--timestamps", "--stop-file", stop, verb="serve")
+    address = server.wait_event("rendezvous.listening")["address"]
+    agent(run_job, address, "hostA", "--slots", "1")
+    b = agent(run_job, address, "hostB", "--slots", "1")
+    assert b.wait_event("agent.warm", 120)["template"] is True
+    server.wait_event("agent.connected", 60, host="hostB")
+    server.wait_status(lambda s: s["world_size"] == 1 and s["steps"] >= 5, 120, "hostA training alone")
+    assert not b.events("template.forked") and not b.events("process.started")  # listed nowhere: idle
+    assert not server.events("generation.formed", size=2)
+
+    listed = server.events("generation.formed")[-1]["time"]
+    write_hosts(hosts, {"hostA": 1, "hostB": 1})
+    grown = server.wait_event("generation.formed", 120, size=2)
+    assert grown["time"] > listed and "hostB" in grown["cause"]
+    wait_for(lambda: first_commit_at(logs_dir, 2, worker_prefix="hostB"), 60, "hostB's worker in the ring")
+    assert len(b.events("template.forked")) == 1 and not b.events("process.start_failed"), b.output
+
+    write_hosts(hosts, {"hostA": 1})  # the host leaves the list: its worker leaves at a commit, its agent stays
+    server.wait_status(lambda s: s["world_size"] == 1, 120, "the ring without hostB")
+    assert b.proc.poll() is None and not server.events("host.lost", host="hostB")
+    write_hosts(hosts, {"hostA": 1, "hostB": 1})  # and back: the same agent, a second worker forked
+    server.wait_status(lambda s: s["world_size"] == 2, 120, "hostB listed again")
+    wait_for(lambda: len(b.events("template.forked")) == 2, 60, "hostB's second worker forked")
+    assert len(server.events("agent.connected", host="hostB")) == 1
+
+    stop.touch()
+    assert server.wait(300) == 0, server.output
+    logs = read_logs(logs_dir)
+    assert_every_sample_once(logs)
+    assert_ranks_agree(logs)
