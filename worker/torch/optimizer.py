@@ -42,6 +42,7 @@ class _DistributedOptimizerMixin:
     _hvd_buckets: GradientBuckets | None
     _hvd_reduces: bool
     _hvd_process_set: ProcessSet
+    _hvd_sum_scale: float | None  # set by a global batch: sum the ring's gradients, times this
     backward_passes_per_step: int
 
     def synchronize(self) -> None:
@@ -61,8 +62,34 @@ class _DistributedOptimizerMixin:
 
     def _reduce_with(self, group: list[torch.Tensor]) -> None:
         flat, ctx = self._hvd_compression.compress(flat_buffers.pack(group))
-        allreduce_(flat, op=self._hvd_op, process_set=self._hvd_process_set)
-        flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx), group)
+        if self._hvd_sum_scale is None:
+            allreduce_(flat, op=self._hvd_op, process_set=self._hvd_process_set)
+            flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx), group)
+            return
+        allreduce_(flat, op="sum", process_set=self._hvd_process_set)
+        flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx).mul_(self._hvd_sum_scale), group)
+
+    def set_accumulation(self, passes: int, sum_scale: float | None) -> None:
+        """A global batch's terms for this generation (`ElasticSampler(global_batch_size=...)`,
+        applied by `TorchState` at every reset): `passes` backward passes (this rank's
+        micro-batches; 0 for a rank given none, which contributes zeros) accumulate before a step
+        reduces them, and the ring's gradients are summed and multiplied by `sum_scale` (one over
+        the micro-batches of a step) instead of averaged over the ranks; `None` goes back to
+        Horovod's average. Gradients accumulated so far are dropped: a reset starts a step afresh."""
+        if self._hvd_op == "adasum" and sum_scale is not None:
+            raise ValueError("a global batch sums the ring's gradients: it cannot be used with op=hvd.Adasum")
+        if sum_scale is not None and self._hvd_process_set.process_set_id != 0:
+            raise ValueError("a global batch is shared by the whole ring: wrap the optimizer with the global process set")
+        if passes < 0 or (sum_scale is not None and not sum_scale > 0):
+            raise ValueError(f"set_accumulation(passes={passes}, sum_scale={sum_scale}): give passes >= 0 and a positive scale")
+        self._hvd_sum_scale = sum_scale
+        self.set_backward_passes_per_step(max(1, passes))
+        if self._hvd_buckets is not None:
+            self._hvd_buckets.clear()
+        else:
+            for p in self._hvd_params:
+                p.grad = None
+        self._hvd_synchronized = False
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Horovod's: how many backward passes accumulate before a step reduces them."""
@@ -192,6 +219,7 @@ def DistributedOptimizer(
     wrapped._hvd_synchronized = False
     wrapped._hvd_should_sync = True
     wrapped.backward_passes_per_step = backward_passes_per_step
+    wrapped._hvd_sum_scale = None
     wrapped.sparse_as_dense = sparse_as_dense
     wrapped.process_set = process_set
     wrapped._hvd_buckets = None
@@ -203,8 +231,9 @@ def DistributedOptimizer(
         wrapped._hvd_buckets = GradientBuckets(
             [p for p in params if p.requires_grad], fusion_threshold(), backward_passes_per_step, wire_dtype,
             lambda: ring_of(process_set),
-            prescale=lambda: 1.0 / gradient_predivide_factor if average else 1.0,
-            postscale=lambda: gradient_predivide_factor / ring_of(process_set).size if average else 1.0,
+            prescale=lambda: 1.0 if wrapped._hvd_sum_scale is not None or not average else 1.0 / gradient_predivide_factor,
+            postscale=lambda: wrapped._hvd_sum_scale if wrapped._hvd_sum_scale is not None else
+            gradient_predivide_factor / ring_of(process_set).size if average else 1.0,
             spans=_worker_spans(),
             sparse=None if sparse_as_dense else lambda grads: _reduce_sparse(grads, op, process_set),
         )

@@ -10,6 +10,7 @@ import torch.utils.data
 from ringmaster.torch.basics import is_initialized, rank, size
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.worker.train import sampling
+from ringmaster.worker.train.global_batch import GlobalBatch
 
 #: How a sampler deals an epoch: to every rank, or to every replica group.
 DEALS = ("rank", "group")
@@ -32,11 +33,27 @@ class ElasticSampler(torch.utils.data.Sampler):
     `by="group"` deals them to the replica groups (`--group-size`) instead: every member of a
     group gets the group's samples, as parallelism that splits one batch's work inside the
     group (tensor parallelism) needs.
+
+    `global_batch_size=B, micro_batch_size=m` keeps the job's training independent of its world
+    size: every optimizer step is the mean over the same B samples whatever the size of the ring
+    (`worker/train/global_batch.py`). Iterate `steps()` (this rank's micro-batches of each
+    step), call `record_step()` after each optimizer step, and keep the sampler and a
+    `DistributedOptimizer` in one `TorchState`: at every reset the state sets the optimizer's
+    accumulation to this rank's micro-batches and its reduction to the mean over the step's.
     """
 
-    def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0, by: str = "rank") -> None:
+    def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0, by: str = "rank",
+                 global_batch_size: int | None = None, micro_batch_size: int | None = None) -> None:
         if by not in DEALS:
             raise ValueError(f"ElasticSampler(by={by!r}): deal by {' or '.join(map(repr, DEALS))}")
+        if (global_batch_size is None) != (micro_batch_size is None):
+            raise ValueError("ElasticSampler: give global_batch_size and micro_batch_size together (a global batch is "
+                             "cut into micro-batches that the ranks share), or neither")
+        #: The declared global batch, or None (Horovod's semantics: a batch per rank).
+        self.global_batch = None if global_batch_size is None else GlobalBatch(global_batch_size, micro_batch_size or 0)
+        if self.global_batch is not None and self.global_batch.size > len(dataset):
+            raise ValueError(f"ElasticSampler(global_batch_size={self.global_batch.size}): the data set has only "
+                             f"{len(dataset)} samples; give a global batch of at most that many")
         self.by = by
         self.dataset = dataset
         self.shuffle = shuffle
@@ -49,7 +66,9 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.rank = 0
         self.remaining_indices: list[int] = []
         self.indices: list[int] = []
-        self._recorded = 0  # samples per rank recorded since the last deal (`reset`)
+        self._recorded = 0  # samples per rank (steps, with a global batch) recorded since the last deal (`reset`)
+        self._first_step = 0  # with a global batch: the epoch's step the current deal starts at
+        self._order: list[int] = []
         self.reset()
 
     @property
@@ -72,6 +91,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         """Mark the ring's next step as processed: the next `batch_size` samples (per rank, or per
         group with `by="group"`) of every rank's (group's) share of the current deal. Called once
         per step in order, that is batch `batch_idx` of the iteration."""
+        if self.global_batch is not None:
+            raise TypeError("record_batch: this sampler has a global batch; call record_step() after each optimizer step")
         if batch_size < 0:
             raise ValueError(f"record_batch(batch_size={batch_size}): give the samples per rank of the step, 0 or more")
         taken = sampling.samples_of_all_ranks(self.remaining_indices, self.num_replicas, self._recorded, batch_size)
@@ -83,6 +104,55 @@ class ElasticSampler(torch.utils.data.Sampler):
         index = [int(i) for i in indices]
         if index:
             self.processed[index] = True
+
+    # ---------------------------------------------------------------- with a global batch
+    def _declared(self, what: str) -> GlobalBatch:
+        if self.global_batch is None:
+            raise TypeError(f"{what} needs a global batch: ElasticSampler(..., global_batch_size=B, micro_batch_size=m)")
+        return self.global_batch
+
+    @property
+    def step(self) -> int:
+        """The epoch's next global step (0-based): the first one not yet recorded."""
+        self._declared("sampler.step")
+        return self._first_step + self._recorded
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Whole global steps in an epoch (the last len(dataset) mod B samples are not used)."""
+        return self._declared("sampler.steps_per_epoch").steps_per_epoch(len(self.dataset))
+
+    @property
+    def accumulation(self) -> int:
+        """This rank's micro-batches per step in the current generation (0 in a ring larger than
+        the step's micro-batches)."""
+        return len(self._declared("sampler.accumulation").micro_numbers(self.rank, self.num_replicas))
+
+    @property
+    def reduction_scale(self) -> float:
+        """What the ring's summed gradients are multiplied by to make the mean over the step's
+        samples: one over the step's micro-batches, times the members that share each of them
+        (a replica group's size with `by="group"`, whose members all compute its micro-batches)."""
+        sharing = max(1, size() // max(1, self.num_replicas)) if self.by == "group" and is_initialized() else 1
+        return 1.0 / (self._declared("sampler.reduction_scale").micro_batches * sharing)
+
+    def steps(self) -> Iterator[list[list[int]]]:
+        """For each step left in the epoch, this rank's micro-batches (lists of dataset indices,
+        `micro_batch_size` each; none where the ring is larger than the step's micro-batches).
+        Call `record_step()` after each optimizer step."""
+        batch = self._declared("sampler.steps()")
+        for step in range(self.step, batch.steps_per_epoch(len(self.dataset))):
+            yield batch.micro_batches_of(self._order, step, self.rank, self.num_replicas)
+
+    def record_step(self) -> None:
+        """Mark the next global step's B samples as processed (every rank, after the optimizer
+        step, before the commit that holds it)."""
+        batch = self._declared("sampler.record_step()")
+        if self.step >= self.steps_per_epoch:
+            raise ValueError(f"record_step: the epoch's {self.steps_per_epoch} steps are all recorded; "
+                             "call sampler.set_epoch(epoch + 1) for the next epoch")
+        self.record_indices(batch.step_samples(self._order, self.step))
+        self._recorded += 1
 
     def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
         """This rank's dataset indices of batch `batch_idx` (of `batch_size`) in the current iteration."""
@@ -124,8 +194,15 @@ class ElasticSampler(torch.utils.data.Sampler):
                 self.rank, self.num_replicas = rank(), size()
         order = sampling.epoch_order(len(self.dataset), self.epoch, self.seed, self.shuffle)
         self.remaining_indices = sampling.remaining(order, self.processed_indices)
-        self.indices = sampling.rank_share(self.remaining_indices, self.rank, self.num_replicas)
         self._recorded = 0
+        self._order = order  # (the epoch's order, kept for the steps of this deal)
+        if self.global_batch is None:
+            self.indices = sampling.rank_share(self.remaining_indices, self.rank, self.num_replicas)
+            return
+        self._first_step = self.global_batch.steps_done(order, self.processed.tolist())
+        self.indices = [i for step in range(self._first_step, self.global_batch.steps_per_epoch(len(self.dataset)))
+                        for micro in self.global_batch.micro_batches_of(order, step, self.rank, self.num_replicas)
+                        for i in micro]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)

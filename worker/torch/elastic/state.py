@@ -473,6 +473,22 @@ class TorchState(ObjectState):
         self.reset()
 
     def reset(self) -> None:
-        """Re-align every handled object with the current ring (samplers re-deal their indices)."""
+        """Re-align every handled object with the current ring (samplers re-deal their indices),
+        then give the optimizers a global batch's terms for this generation."""
         for handler in self._handlers.values():
             handler.on_reset()
+        _apply_global_batch([h.value for h in self._handlers.values()])
+
+
+def _apply_global_batch(objects: list[Any]) -> None:
+    """Where a sampler declares a global batch, set every `DistributedOptimizer` among `objects`
+    to accumulate this rank's micro-batches of a step and to reduce to the mean over the step's
+    (`set_accumulation`); the optimizers of a state without one keep Horovod's average."""
+    declared = [o for o in objects if isinstance(o, ElasticSampler) and o.global_batch is not None]
+    if len(declared) > 1:
+        raise ValueError(f"a TorchState holds {len(declared)} samplers with a global batch: one global batch drives "
+                         "the optimizer's steps, keep one such sampler in the state")
+    if not declared:
+        return
+    for optimizer in (o for o in objects if callable(getattr(o, "set_accumulation", None))):
+        optimizer.set_accumulation(declared[0].accumulation, declared[0].reduction_scale)
