@@ -7,6 +7,13 @@ Horovod elastic script: only the import line differs. Run it yourself with, for 
 
 Rank 0 prints one JSON line per step (`step`, `epoch`, `loss`, `size`, `time`) and one per epoch
 with the test accuracy: `ringmaster plot` draws them from the job's log.
+
+`--global-batch-size B --micro-batch-size m` keeps the training independent of the world size
+(what `ringmaster demo` runs): every step is the mean over the same B samples however many
+workers share them, each worker accumulating its micro-batches; the loss printed is then the
+step's loss over all B samples, so runs of any sizes can be compared step by step. Without it,
+each worker takes `--batch-size` samples per step (Horovod's semantics: the global batch is
+the batch times the world size).
 """
 
 from __future__ import annotations
@@ -78,6 +85,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=16, help="per worker")
+    parser.add_argument("--global-batch-size", type=int, default=None,
+                        help="samples per step across all workers, whatever their number (with --micro-batch-size)")
+    parser.add_argument("--micro-batch-size", type=int, default=None,
+                        help="samples per forward and backward pass with --global-batch-size (default: --batch-size)")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hold", type=float, default=0.0,
@@ -92,7 +103,10 @@ def main() -> int:
     hvd.init()
     torch.manual_seed(args.seed)
     train_set, test_set = digits()
-    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed)
+    global_batch = args.global_batch_size is not None
+    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed,
+                                         global_batch_size=args.global_batch_size,
+                                         micro_batch_size=(args.micro_batch_size or args.batch_size) if global_batch else None)
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
 
     model = network()
@@ -100,12 +114,34 @@ def main() -> int:
                                          named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0)
 
+    def global_step(micro_batches: list[list[int]]) -> float:
+        """One optimizer step over this worker's micro-batches of the global batch (the
+        optimizer accumulates them and averages over the whole batch); the step's loss over
+        all B samples, before the update."""
+        optimizer.zero_grad()
+        summed = torch.zeros(1, dtype=torch.float64)
+        for micro in micro_batches:
+            data, target = train_set[micro]
+            loss = nn.functional.cross_entropy(model(data), target)
+            loss.backward()
+            summed += loss.item() * len(micro)
+        optimizer.step()
+        return float(hvd.allreduce(summed, op=hvd.Sum)) / args.global_batch_size
+
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> float:
         while state.epoch < args.epochs:
             if args.wait_before_last_epoch and state.epoch == args.epochs - 1:
                 wait_for_file(args.wait_before_last_epoch, state)
-            for batch_idx, (data, target) in enumerate(loader):
+            if global_batch:
+                for micro_batches in sampler.steps():
+                    loss = global_step(micro_batches)
+                    state.step += 1
+                    sampler.record_step()
+                    say(step=state.step, epoch=state.epoch, loss=float(f"{loss:.8g}"), size=hvd.size())
+                    hvd.report(loss=loss)
+                    state.commit()
+            for batch_idx, (data, target) in enumerate(loader if not global_batch else ()):
                 optimizer.zero_grad()
                 loss = nn.functional.cross_entropy(model(data), target)
                 loss.backward()

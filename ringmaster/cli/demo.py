@@ -3,9 +3,12 @@
 Two emulated hosts (hostA and hostB, two workers each) train a small convolutional network on
 scikit-learn's handwritten digits (`examples/digits.py`). While they train, the demo kills hostB
 outright (SIGKILL of its agent's process group), lists it again in the discovery script, then
-scales the job down and up through the control API, saying each time what to watch. It ends
-with the test accuracy beside that of a fault-free run of the same seed, what each fault cost
-(steps trained again, the pause) and a picture (`demo.png`, drawn by `ringmaster plot`).
+scales the job down and up through the control API, saying each time what to watch. The
+training declares a global batch (64 samples per step, in micro-batches of 16), so that at 4, 3
+or 2 workers every step is the mean over the same samples. It ends with the test accuracy
+beside that of a fault-free run of the same seed, the largest difference between the two runs'
+losses at any step, what each fault cost (steps trained again, the pause) and a picture
+(`demo.png`, drawn by `ringmaster plot`, the fault-free run's loss under this one's).
 
 The job is a real `ringmaster run` (a child process in its own process group); the demo only
 reads its JSON log, writes its discovery file and calls its control API, as a user would.
@@ -19,6 +22,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,12 +34,14 @@ from ringmaster import examples
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.plot import EXTRA, draw, need_matplotlib
 from ringmaster.common.errors import JobError, UsageError
-from ringmaster.common.job_history import read_history
+from ringmaster.common.job_history import JobHistory, read_history
 
 #: The demo's training script (the repository's examples/, installed as ringmaster.examples).
 SCRIPT = pathlib.Path(examples.__file__).resolve().parent / "digits.py"
 HOSTS = {"hostA": 2, "hostB": 2}
 VICTIM = "hostB"
+#: The training's global batch, in micro-batches of MICRO_BATCH (examples/digits.py's flags).
+GLOBAL_BATCH, MICRO_BATCH = 64, 16
 #: Seconds an act may wait for what it caused before the demo gives up on it.
 ACT_TIMEOUT_S = 60.0
 #: Seconds the demo waits for the job's first steps on 4 workers: 4 interpreters importing torch
@@ -99,17 +105,23 @@ class Demo:
 
     # ------------------------------------------------------------------ the runs
     def training_args(self) -> list[str]:
-        return ["python", str(SCRIPT), "--epochs", str(self.pace.epochs), "--seed", str(self.seed)]
+        # A global batch of 64 in micro-batches of 16: every step is the mean over the same 64
+        # samples at 4, 3 or 2 workers, so the run follows the fault-free one step by step.
+        return ["python", str(SCRIPT), "--epochs", str(self.pace.epochs), "--seed", str(self.seed),
+                "--global-batch-size", str(GLOBAL_BATCH), "--micro-batch-size", str(MICRO_BATCH)]
 
-    def baseline_accuracy(self) -> float:
-        """The test accuracy of the same job without faults (four workers throughout), cached by
-        the script's text and arguments."""
+    def baseline(self) -> JobHistory:
+        """The log of the same job without faults (four workers throughout), cached by the
+        script's text and arguments."""
         key = hashlib.sha256(SCRIPT.read_bytes() + json.dumps(self.training_args()[2:]).encode()).hexdigest()[:16]
         cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "ringmaster"
-        cached = cache / f"demo-baseline-{key}.json"
+        cached = cache / f"demo-baseline-{key}.jsonl"
         try:
-            return float(json.loads(cached.read_text())["accuracy"])
-        except (OSError, ValueError, KeyError, TypeError):
+            with open(cached, encoding="utf-8", errors="replace") as f:
+                history = read_history(f)
+            if history.final_accuracy() is not None:
+                return history
+        except OSError:
             pass
         self.say("first, the same training without faults on 4 workers (once: the result is cached) ...")
         log = self.out_dir / "baseline.jsonl"
@@ -118,16 +130,16 @@ class Demo:
                                    "--log-format", "json", *self.training_args()], stdout=f, stderr=subprocess.STDOUT,
                                   start_new_session=True, timeout=600).returncode
         with open(log) as f:
-            accuracy = read_history(f).final_accuracy()
-        if code != 0 or accuracy is None:
+            history = read_history(f)
+        if code != 0 or history.final_accuracy() is None:
             raise JobError(f"the fault-free run failed (exit {code}); its log is {log}")
         cache.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps({"accuracy": accuracy}))
-        return accuracy
+        shutil.copyfile(log, cached)
+        return history
 
     def run(self) -> int:
-        baseline = self.baseline_accuracy()
-        self.say(f"fault-free: test accuracy {100 * baseline:.1f}%")
+        baseline = self.baseline()
+        self.say(f"fault-free: test accuracy {100 * (baseline.final_accuracy() or 0.0):.1f}%")
         self.write_hosts(HOSTS)
         script = self.out_dir / "hosts.sh"
         script.write_text(f"#!/bin/sh\ncat '{self.hosts_file}'\n")
@@ -277,10 +289,11 @@ class Demo:
             self.lock.notify_all()
 
     # ------------------------------------------------------------------ the end
-    def _finish(self, code: int, baseline: float) -> int:
+    def _finish(self, code: int, baseline: JobHistory) -> int:
         with open(self.out_dir / "events.jsonl") as f:
             history = read_history(f)
-        picture = draw(history, self.out_dir / "demo.png", title="ringmaster demo: digits, 2 emulated hosts")
+        picture = draw(history, self.out_dir / "demo.png", title="ringmaster demo: digits, 2 emulated hosts",
+                       against=baseline)
         accuracy = history.final_accuracy()
         self.say("")
         self.say("what happened:" if code == 0 else f"the job failed (exit {code}):")
@@ -293,7 +306,12 @@ class Demo:
             cost.append(f"{d.steps_redone} step(s) trained again")
             self.say(f"  {d.at:6.1f} s  {d.what[:90]}: {', '.join(cost)}")
         if accuracy is not None:
-            self.say(f"test accuracy {100 * accuracy:.1f}% (fault-free run of the same seed: {100 * baseline:.1f}%)")
+            self.say(f"test accuracy {100 * accuracy:.1f}% (fault-free run of the same seed: "
+                     f"{100 * (baseline.final_accuracy() or 0.0):.1f}%)")
+        difference = history.largest_loss_difference(baseline)
+        if difference is not None:
+            self.say(f"loss at every step against the fault-free run: largest relative difference {difference[0]:.1e} "
+                     f"(step {difference[1]}); the global batch of {GLOBAL_BATCH} stayed the same at every size")
         self.say(f"picture: {picture}")
         self.say(f"timeline: {self.out_dir / 'timeline.json'} (open it in ui.perfetto.dev); "
                  f"log: {self.out_dir / 'events.jsonl'} (`ringmaster plot` draws any such log)")

@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "time with each generation shaded by its cause, and each fault marked with its recovery time.")
     plot.add_argument("log", metavar="EVENTS|RUN_DIR", help="the job's JSON log, or a folder holding events.jsonl")
     plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="where to write the picture")
+    plot.add_argument("--against", metavar="EVENTS|RUN_DIR", default=None,
+                      help="another job's log (a fault-free run of the same seed): its loss drawn under this one's, "
+                           "and the largest difference at a step both trained")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
     pool_verbs.add_verbs(sub)
@@ -666,7 +669,7 @@ def _picture_verb(args: argparse.Namespace) -> int:
     try:
         if args.verb == "plot":
             from ringmaster.cli.plot import plot
-            return plot(args.log, args.output)
+            return plot(args.log, args.output, args.against)
         from ringmaster.cli.demo import demo
         return demo(args.out, args.quick, args.hold, args.seed)
     except RingmasterError as exc:

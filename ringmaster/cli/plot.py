@@ -66,25 +66,35 @@ def main_cause(causes: tuple[str, ...]) -> str:
     return causes[0] if causes else "start"
 
 
-def draw(history: JobHistory, out: pathlib.Path, title: str = "") -> pathlib.Path:
-    """Write the picture of `history` to `out` (PNG); returns `out`."""
+def draw(history: JobHistory, out: pathlib.Path, title: str = "", against: JobHistory | None = None) -> pathlib.Path:
+    """Write the picture of `history` to `out` (PNG), with `against`'s loss drawn under its
+    own (a fault-free run of the same seed); returns `out`."""
     pyplot = need_matplotlib()
-    fig = figure(history, title)
+    fig = figure(history, title, against)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     pyplot.close(fig)
     return out
 
 
-def figure(history: JobHistory, title: str = "") -> Any:
-    """The picture's three panels: loss, test accuracy (against the step), world size (against time)."""
+def figure(history: JobHistory, title: str = "", against: JobHistory | None = None) -> Any:
+    """The picture's three panels: loss (with `against`'s under it), test accuracy (against the
+    step), world size (against time)."""
     pyplot = need_matplotlib()
     fig, (loss_ax, acc_ax, size_ax) = pyplot.subplots(3, 1, figsize=SIZE_IN, dpi=DPI)
     steps = [p for p in history.points if p.loss is not None]
     accuracies = [p for p in history.points if p.accuracy is not None]
+    if against is not None:
+        reference = sorted(against.loss_by_step().items())
+        loss_ax.plot([s for s, _ in reference], [max(v, LOSS_FLOOR) for _, v in reference], "-", linewidth=3,
+                     color="#ff7f0e", alpha=0.6, label="fault-free run")
     # (on a log scale, floored: a loss printed as 0.0 is below the printed precision, not zero)
     loss_ax.plot([p.step for p in steps], [max(p.loss or 0.0, LOSS_FLOOR) for p in steps], ".", markersize=2,
-                 color="#1f77b4")
+                 color="#1f77b4", label="this run")
+    if against is not None:
+        difference = history.largest_loss_difference(against)
+        loss_ax.legend(fontsize=8, loc="upper right", title=None if difference is None else
+                       f"largest difference {difference[0]:.1e} (relative, step {difference[1]})", title_fontsize=8)
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("training loss (rank 0)")
     if steps and all((p.loss or 0.0) >= 0 for p in steps):
@@ -143,9 +153,14 @@ def _label(kind: str, message: str) -> str:
     return message[:40]
 
 
-def plot(source: str, out: str) -> int:
+def plot(source: str, out: str, against: str | None = None) -> int:
     """The `ringmaster plot` verb."""
     history = load(source)
-    path = draw(history, pathlib.Path(out), title=f"{source}")
+    reference = load(against) if against is not None else None
+    path = draw(history, pathlib.Path(out), title=f"{source}", against=reference)
     print(f"wrote {path} ({len(history.generations)} generation(s), {len(history.points)} figure(s))")
+    if reference is not None:
+        difference = history.largest_loss_difference(reference)
+        print(f"loss against {against}: " + ("no step in common" if difference is None else
+                                             f"largest relative difference {difference[0]:.2e} at step {difference[1]}"))
     return 0

@@ -124,6 +124,20 @@ class JobHistory:
     def _steps(self) -> list[Point]:
         return [p for p in self.points if p.loss is not None]
 
+    def loss_by_step(self) -> dict[int, float]:
+        """The loss rank 0 said for each step, the last time it said it (a step trained again
+        after a rollback replaces the one rolled back)."""
+        return {p.step: p.loss for p in self._steps() if p.loss is not None}
+
+    def largest_loss_difference(self, other: "JobHistory") -> tuple[float, int] | None:
+        """The largest relative difference between this job's loss and `other`'s at a step both
+        trained, and the step; None when they share no step."""
+        mine, theirs = self.loss_by_step(), other.loss_by_step()
+        shared = [s for s in mine if s in theirs]
+        if not shared:
+            return None
+        return max((abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12), s) for s in shared)
+
     def _pause(self, at: float, gen: Generation | None) -> float | None:
         """The longest gap between consecutive steps from the last one before `at` to the first
         one trained in `gen` (None when that ring never trained)."""

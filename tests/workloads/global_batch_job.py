@@ -1,7 +1,8 @@
 """Training workload with a declared global batch (`ElasticSampler(global_batch_size=B,
 micro_batch_size=m)`): every optimizer step is the mean over the same B samples at any world size.
 
-A small regression MLP, momentum SGD (its momentum committed with the model), the data set
+A small regression MLP, momentum SGD (its momentum committed with the model) with a learning
+rate that decays per global step (a scheduler in the state), the data set
 made from a fixed seed, the model from another: two runs of this script, whatever their world
 sizes, resizes and rollbacks, should follow one trajectory up to floating-point reduction order.
 
@@ -59,7 +60,11 @@ def main() -> None:
                                          named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(features, seed=7, by=args.by, global_batch_size=args.global_batch,
                                          micro_batch_size=args.micro_batch)
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0, step=0, stopping=False)
+    # The learning rate decays per global step (a scheduler kept in the state): a resize changes
+    # neither the step count nor the rate.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1.0 + 0.002 * step))
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, scheduler=scheduler, epoch=0,
+                                   step=0, stopping=False)
 
     def stop() -> bool:
         return (args.steps is not None and state.step >= args.steps) or state.stopping
@@ -82,6 +87,7 @@ def main() -> None:
                         log(event="dying", step=state.step + 1, micro_batches=len(micro_batches))
                         os._exit(1)
                 optimizer.step()
+                scheduler.step()
                 # The loss summed over the ring, and whether any rank saw the stop file: every
                 # rank then stops after the same step.
                 seen_stop = args.stop_file is not None and os.path.exists(args.stop_file)
