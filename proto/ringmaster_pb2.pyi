@@ -326,7 +326,7 @@ class Timing(_message.Message):
     def __init__(self, count: _Optional[int] = ..., seconds: _Optional[float] = ..., buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss", "steps", "wait_seconds", "batch_size", "noise_scale")
+    __slots__ = ("commits", "syncs", "rollbacks", "checkpoints_written", "checkpoint_failures", "checkpoint_bytes", "has_loss", "loss", "steps", "wait_seconds", "batch_size", "noise_scale", "global_batch", "micro_batch", "accumulation", "sharing")
     COMMITS_FIELD_NUMBER: _ClassVar[int]
     SYNCS_FIELD_NUMBER: _ClassVar[int]
     ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +339,10 @@ class WorkerStats(_message.Message):
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     NOISE_SCALE_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    ACCUMULATION_FIELD_NUMBER: _ClassVar[int]
+    SHARING_FIELD_NUMBER: _ClassVar[int]
     commits: Timing
     syncs: Timing
     rollbacks: int
@@ -351,7 +355,11 @@ class WorkerStats(_message.Message):
     wait_seconds: float
     batch_size: int
     noise_scale: float
-    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., noise_scale: _Optional[float] = ...) -> None: ...
+    global_batch: int
+    micro_batch: int
+    accumulation: int
+    sharing: int
+    def __init__(self, commits: _Optional[_Union[Timing, _Mapping]] = ..., syncs: _Optional[_Union[Timing, _Mapping]] = ..., rollbacks: _Optional[int] = ..., checkpoints_written: _Optional[int] = ..., checkpoint_failures: _Optional[int] = ..., checkpoint_bytes: _Optional[int] = ..., has_loss: _Optional[bool] = ..., loss: _Optional[float] = ..., steps: _Optional[_Union[Timing, _Mapping]] = ..., wait_seconds: _Optional[float] = ..., batch_size: _Optional[int] = ..., noise_scale: _Optional[float] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., accumulation: _Optional[int] = ..., sharing: _Optional[int] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
     __slots__ = ("worker_id", "commits", "warning", "fatal")

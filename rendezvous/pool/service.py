@@ -107,6 +107,7 @@ class PoolService:
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
         self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
         self._hints: dict[str, tuple[int, float]] = {}  # each job's reported (batch per worker, noise scale)
+        self._global_batches: dict[str, tuple[int, int, int]] = {}  # each job's declared (batch, micro-batch, most workers)
         self.job_settings = dict(job_settings)
         #: What the pool does with a straggler a job reports (--stragglers): "replace" takes the
         #: host out for the cooldown, so the job is placed on another host at its next commit.
@@ -182,6 +183,12 @@ class PoolService:
         return job
 
     def scale(self, job_id: str, np: int) -> PoolJob:
+        self._step_times(job_id)  # (what the job's script declared of its batch, up to date)
+        declared = self._global_batches.get(job_id)
+        if declared is not None and np > declared[2]:
+            size, micro, most = declared
+            raise Refused(f"-np {np}: job {job_id}'s global batch of {size} samples is {size // micro} micro-batches of "
+                          f"{micro} per step, work for at most {most} workers; scale to at most {most}")
         job = self.table.scale(job_id, np)
         self.dirty.add(job.id)
         job.urgent = True  # asked for by its owner: not held by the interval between resizes
@@ -431,6 +438,7 @@ class PoolService:
         for gone in set(self._measured) - {j.id for j in self.table.live()}:
             del self._measured[gone]
             self._hints.pop(gone, None)
+            self._global_batches.pop(gone, None)
             self.fits.forget(gone)
         asks = [j.ask(now, self._scaling(j) if self.policy == "goodput" else None) for j in jobs]
         verdicts = schedule(self.policy, usable, asks, now, self.rules, self._free_resources(usable))
@@ -483,13 +491,17 @@ class PoolService:
             known = self._measured.setdefault(job_id, {})
             known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
             self._hints[job_id] = lease.server.metrics.scaling_hints()
+            declared = lease.server.metrics.global_batch()
+            if declared is not None:
+                self._global_batches[job_id] = declared[:3]
         return [m for _, m in sorted(self._measured.get(job_id, {}).items())]
 
     def _scaling(self, job: PoolJob) -> Scaling | None:
         """How `job` sped up at the sizes it ran, with what its script reported (hvd.report)."""
         measured = self._step_times(job.id)
         batch, noise = self._hints.get(job.id, (0, 0.0))
-        return self.fits.scaling(job.id, measured, batch, noise)
+        declared = self._global_batches.get(job.id)
+        return self.fits.scaling(job.id, measured, batch, noise, declared[:2] if declared is not None else None)
 
     def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
         """Each usable host's resources less what the workers of jobs on their way out take."""

@@ -172,10 +172,20 @@ class Scaling:
     max_local_batch: float | None = None
     noise_scale: float | None = None
     explored: int = 1
+    #: A global batch in whole micro-batches of this many samples (`ElasticSampler(global_batch_size=
+    #: batch, micro_batch_size=...)`, with `per_worker_batch` false): the ring shares the step's
+    #: micro-batches, the busiest worker computing ceil(K / workers) of them; past K workers the
+    #: extra ones have nothing to compute.
+    micro_batch: float | None = None
 
     def throughput(self, workers: np.ndarray | int, hosts: np.ndarray | int) -> np.ndarray:
         """Samples per second (an array for arrays)."""
         workers_a = np.asarray(workers, dtype=float)
+        if self.micro_batch and not self.per_worker_batch:
+            micro = np.full_like(workers_a, self.micro_batch)
+            passes = np.maximum(np.ceil(max(round(self.batch / self.micro_batch), 1) / workers_a - 1e-8), 1.0)
+            total = step_time(self.params, hosts, workers_a, micro) + (passes - 1) * compute_time(self.params, micro)
+            return self.batch / total
         local = np.full_like(workers_a, self.batch) if self.per_worker_batch else np.ceil(self.batch / workers_a - 1e-8)
         passes = np.ones_like(local)
         if self.max_local_batch:

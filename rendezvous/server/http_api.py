@@ -51,6 +51,17 @@ class GenerationStatus(BaseModel):
     assigned_at: Optional[float] = Field(None, description="when that was, seconds since the epoch")
 
 
+class GlobalBatchStatus(BaseModel):
+    """A global batch the script declared (`ElasticSampler(global_batch_size=..., micro_batch_size=...)`)."""
+
+    size: int = Field(description="samples per optimizer step, whatever the world size")
+    micro_batch: int = Field(description="samples per micro-batch (one forward and backward pass)")
+    micro_batches: int = Field(description="micro-batches per step, shared by the ring")
+    most_workers: int = Field(description="the most workers with something to compute: the micro-batches, times a "
+                                          "replica group's size where the script deals them to groups")
+    accumulation: dict[str, int] = Field(description="each worker's micro-batches per step in its current generation")
+
+
 class ScaleRequest(BaseModel):
     """Strict: `true`, `2.0`, `"2"` or `1e400` are refused (422), not coerced."""
 
@@ -95,6 +106,7 @@ class JobStatus(BaseModel):
     steps_per_second: Optional[float] = None  # committed steps per second lately (with metrics)
     loss: Optional[float] = None  # the loss last reported by the script (hvd.report), rank 0's
     generations: list[GenerationStatus] = Field(default_factory=list, description="the newest generations, oldest first")
+    global_batch: Optional[GlobalBatchStatus] = Field(None, description="the global batch the script declared, if any")
     hosts_total: int = Field(0, description="the job's hosts in all; `hosts` holds those from ?offset=, at most ?limit=")
     workers_total: int = Field(0, description="the job's workers in all; `workers` holds those from ?offset=, at most ?limit=")
     version: str = Field(__version__, description="the rendezvous's Ringmaster version (`ringmaster --version`); an agent "
@@ -215,7 +227,17 @@ def job_status(view: JobView, refused_calls: int = 0, metrics: JobMetrics | None
         steps_per_second=metrics.steps_per_second(view) if metrics is not None else None,
         loss=metrics.loss(view) if metrics is not None else None,
         generations=[GenerationStatus(**vars(entry)) for entry in metrics.generations] if metrics is not None else [],
+        global_batch=_global_batch(view, metrics),
     )
+
+
+def _global_batch(view: JobView, metrics: JobMetrics | None) -> GlobalBatchStatus | None:
+    declared = metrics.global_batch(view) if metrics is not None else None
+    if declared is None:
+        return None
+    size, micro, most, shares = declared
+    return GlobalBatchStatus(size=size, micro_batch=micro, micro_batches=size // micro, most_workers=most,
+                             accumulation=shares)
 
 
 def create_app(
@@ -281,6 +303,13 @@ def create_app(
 
     @app.post("/scale", response_model=ScaleReply, openapi_extra=documented(ScaleRequest))
     async def scale(request: ScaleRequest = Depends(json_body(ScaleRequest, authorized))) -> ScaleReply:
+        declared = metrics.global_batch(view(page=NO_ROWS)) if metrics is not None else None
+        if declared is not None and request.np > declared[2]:
+            size, micro, most = declared[:3]
+            raise HTTPException(status_code=409, detail=(
+                f"cannot scale to {request.np} workers: the script's global batch of {size} samples is {size // micro} "
+                f"micro-batches of {micro} per step, work for at most {most} workers; scale to at most {most}, "
+                "or declare a smaller micro_batch_size"))
         try:
             scale_to(request.np)
         except Refused as refused:

@@ -163,6 +163,19 @@ class JobMetrics:
             return hints[members[0][0]]
         return next(iter(hints.values()), (0, 0.0))
 
+    def global_batch(self, job: JobView | None = None) -> tuple[int, int, int, dict[str, int]] | None:
+        """The global batch the script declared, as rank 0 (else any worker) said it: (samples
+        per step, per micro-batch, the most workers with something to compute, each live
+        worker's micro-batches per step); None if none."""
+        members = (job if job is not None else self.view()).members
+        declared = self.figures.global_batches
+        if not declared:
+            return None
+        size, micro, _, sharing = declared[members[0][0]] if members and members[0][0] in declared \
+            else next(iter(declared.values()))
+        shares = {worker: share for worker, (s, m, share, _) in sorted(declared.items()) if (s, m) == (size, micro)}
+        return size, micro, size // micro * sharing, shares
+
     def loss(self, job: JobView | None = None) -> float | None:
         """Rank 0's last reported loss, else the median of the others'; None if none reported."""
         members = (job if job is not None else self.view()).members

@@ -54,6 +54,8 @@ class WorkerFigures:
         self._waited = 0.0
         self._batch_size = 0
         self._noise_scale = 0.0
+        # (samples per step, per micro-batch, this worker's micro-batches per step, workers per micro-batch)
+        self._global_batch = (0, 0, 0, 0)
         self.checkpoints = lambda: (0, 0, 0)  # (written, failed, bytes): the state's writer sets it
 
     def commit(self, seconds: float) -> None:
@@ -78,6 +80,13 @@ class WorkerFigures:
             if noise_scale is not None:
                 self._noise_scale = float(noise_scale)
 
+    def global_batch(self, size: int, micro: int, accumulation: int, sharing: int = 1) -> None:
+        """The global batch the script declared and this worker's share of its steps in the
+        current generation (said again at every reset); `sharing`: the workers that compute each
+        micro-batch (a replica group's size where the batch is dealt to groups)."""
+        with self._lock:
+            self._global_batch = (int(size), int(micro), int(accumulation), int(sharing))
+
     def rollback(self) -> None:
         with self._lock:
             self._rollbacks += 1
@@ -94,7 +103,8 @@ class WorkerFigures:
                 checkpoints_written=written, checkpoint_failures=failed, checkpoint_bytes=nbytes,
                 has_loss=self._loss is not None and math.isfinite(self._loss), loss=self._loss or 0.0,
                 steps=self._steps.proto(), wait_seconds=self._waited, batch_size=self._batch_size,
-                noise_scale=self._noise_scale,
+                noise_scale=self._noise_scale, global_batch=self._global_batch[0], micro_batch=self._global_batch[1],
+                accumulation=self._global_batch[2], sharing=self._global_batch[3],
             )
 
 
@@ -116,6 +126,10 @@ def check_stats(stats: pb.WorkerStats) -> str:
         return "the batch size or the gradient noise scale is out of range"
     if stats.has_loss and not math.isfinite(stats.loss):
         return "the loss is not finite"
+    if stats.global_batch or stats.micro_batch or stats.accumulation:
+        if not (0 < stats.micro_batch <= stats.global_batch <= MAX_BATCH and stats.global_batch % stats.micro_batch == 0
+                and 0 <= stats.accumulation <= stats.global_batch // stats.micro_batch and 1 <= stats.sharing <= MAX_BATCH):
+            return "the global batch, its micro-batch or this worker's share of it is out of range"
     return ""
 
 
@@ -168,6 +182,9 @@ class FigureTotals:
         self.losses: dict[str, float] = {}
         #: What each live worker said of its batch and gradient noise scale (hvd.report).
         self.hints: dict[str, tuple[int, float]] = {}
+        #: Each live worker's declared global batch: (samples per step, per micro-batch, its micro-batches per
+        #: step, workers per micro-batch).
+        self.global_batches: dict[str, tuple[int, int, int, int]] = {}
 
     def update(self, worker_id: str, stats: pb.WorkerStats) -> None:
         previous = self._latest.get(worker_id)
@@ -179,6 +196,9 @@ class FigureTotals:
         self._latest[worker_id] = stats
         if stats.batch_size or stats.noise_scale:
             self.hints[worker_id] = (int(stats.batch_size), float(stats.noise_scale))
+        if stats.global_batch:
+            self.global_batches[worker_id] = (int(stats.global_batch), int(stats.micro_batch), int(stats.accumulation),
+                                              int(stats.sharing))
         if stats.has_loss:
             self.losses[worker_id] = stats.loss
 
@@ -187,3 +207,4 @@ class FigureTotals:
         self._latest.pop(worker_id, None)
         self.losses.pop(worker_id, None)
         self.hints.pop(worker_id, None)
+        self.global_batches.pop(worker_id, None)

@@ -149,3 +149,26 @@ def test_replica_groups_count_the_global_batch_per_group(run_job, tmp_path) -> N
     clean = fault_free(run_job, tmp_path, len(churned))
     assert_same_trajectory(churned, clean)
     assert_each_sample_once_per_epoch(churned, group_size=2)
+
+
+def test_the_status_shows_each_workers_share_and_scale_refuses_sizes_with_nothing_to_compute(run_job, tmp_path) -> None:
+    """GET /status says the declared batch and each worker's micro-batches per step in its
+    generation (8 over 3 workers: 2, 3, 3); `ringmaster scale` past the 8 micro-batches is
+    refused with the batch named, within them it is taken (2 workers: 4 each)."""
+    log_dir = tmp_path / "log"
+    job = run_job("--min-np", "1", "--max-np", "12", "-H", "hostA:3", *FAST,
+                  *workload(log_dir, "--step-time", "0.03", "--stop-file", tmp_path / "stop"))
+    api = job.wait_api()
+    status = job.wait_status(lambda s: s["world_size"] == 3 and s["global_batch"] is not None
+                             and len(s["global_batch"]["accumulation"]) == 3, 120, "three workers' shares reported")
+    declared = status["global_batch"]
+    assert (declared["size"], declared["micro_batch"], declared["micro_batches"], declared["most_workers"]) == (24, 3, 8, 8)
+    assert sorted(declared["accumulation"].values()) == [2, 3, 3]
+    refused = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", api, "-np", "9"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "global batch of 24 samples is 8 micro-batches of 3" in refused.stderr, refused.stderr
+    scale(api, 2)
+    job.wait_status(lambda s: s["world_size"] == 2 and s["global_batch"] is not None
+                    and sorted(s["global_batch"]["accumulation"].values()) == [4, 4], 120, "two shares of 4")
+    (tmp_path / "stop").touch()
+    assert job.wait(120) == 0, job.output

@@ -221,3 +221,23 @@ def test_long_jobs_grow_one_after_another_not_evenly() -> None:
     young = [replace(j, attained_s=0.0) for j in jobs]
     verdicts = schedule("goodput", HOSTS, young, now=0.0)
     assert abs(verdicts["older"].size - verdicts["newer"].size) <= 2
+
+
+def test_a_declared_global_batch_speeds_up_only_until_each_worker_has_one_micro_batch() -> None:
+    """A global batch of 256 in micro-batches of 32 (K = 8): more workers shorten a step of the
+    same samples (fewer micro-batches each), uneven shares costing the busiest worker's time (3
+    workers: 3, 3, 2); past 8 workers none has anything to compute, and the policy gives none."""
+    from ringmaster.rendezvous.scheduling.throughput import compute_time
+
+    params = PerfParams(compute_s=0.005, compute_per_sample_s=0.002, host_sync_s=0.002, host_sync_per_worker_s=0.001,
+                        net_sync_s=0.01, net_sync_per_worker_s=0.002, overlap=1.0)
+    declared = Scaling(params, batch=256, per_worker_batch=False, micro_batch=32, explored=16)
+    three = step_time(params, 1, 3, 32) + 2 * compute_time(params, 32)
+    assert float(declared.throughput(3, 1)) == pytest.approx(256 / float(three))
+    speedups = declared.speedups(16, 16)
+    assert all(speedups[n + 1] > speedups[n] for n in range(1, 8) if -(-8 // (n + 1)) < -(-8 // n))
+    assert max(speedups[9:]) < speedups[8]
+    jobs = [JobAsk("declared", 1, 16, submitted=0.0, scaling=declared),
+            JobAsk("plain", 1, 16, submitted=0.0, scaling=_scaling(0.001))]
+    verdicts = schedule("goodput", HOSTS, jobs, now=0.0, settings=Settings(fairness_power=1.0))
+    assert 1 <= verdicts["declared"].size <= 8 and verdicts["plain"].size > 8

@@ -78,3 +78,17 @@ def test_worker_figures_of_another_shape_are_refused() -> None:
     assert "out of range" in check_stats(pb.WorkerStats(rollbacks=-5))
     assert "not finite" in check_stats(pb.WorkerStats(has_loss=True, loss=float("nan")))
     assert len(good.commits.buckets) == len(SECONDS_BUCKETS) + 1
+
+
+def test_a_declared_global_batch_out_of_range_is_refused_and_a_good_one_is_read_back() -> None:
+    figures = WorkerFigures()
+    figures.global_batch(24, 3, 3)
+    stats = figures.stats()
+    assert check_stats(stats) == "" and (stats.global_batch, stats.micro_batch, stats.accumulation, stats.sharing) == (24, 3, 3, 1)
+    for bad in (dict(global_batch=24, micro_batch=5, accumulation=1, sharing=1),  # not whole micro-batches
+                dict(global_batch=24, micro_batch=3, accumulation=9, sharing=1),  # more than the step's 8
+                dict(global_batch=24, micro_batch=0, accumulation=0, sharing=1),
+                dict(global_batch=-24, micro_batch=3, accumulation=0, sharing=1),
+                dict(global_batch=24, micro_batch=3, accumulation=1, sharing=0),
+                dict(global_batch=0, micro_batch=0, accumulation=2, sharing=0)):
+        assert "global batch" in check_stats(pb.WorkerStats(**bad)), bad

@@ -129,12 +129,16 @@ class ElasticSampler(torch.utils.data.Sampler):
         return len(self._declared("sampler.accumulation").micro_numbers(self.rank, self.num_replicas))
 
     @property
+    def sharing(self) -> int:
+        """The workers that compute each micro-batch: a replica group's members with `by="group"`, else 1."""
+        return max(1, size() // max(1, self.num_replicas)) if self.by == "group" and is_initialized() else 1
+
+    @property
     def reduction_scale(self) -> float:
         """What the ring's summed gradients are multiplied by to make the mean over the step's
         samples: one over the step's micro-batches, times the members that share each of them
         (a replica group's size with `by="group"`, whose members all compute its micro-batches)."""
-        sharing = max(1, size() // max(1, self.num_replicas)) if self.by == "group" and is_initialized() else 1
-        return 1.0 / (self._declared("sampler.reduction_scale").micro_batches * sharing)
+        return 1.0 / (self._declared("sampler.reduction_scale").micro_batches * self.sharing)
 
     def steps(self) -> Iterator[list[list[int]]]:
         """For each step left in the epoch, this rank's micro-batches (lists of dataset indices,

@@ -33,7 +33,7 @@ from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
 from ringmaster.worker.train.replica_guard import compare_live_state, describe
 from ringmaster.worker.train.state_sync import SyncPlan, sync_snapshot
-from ringmaster.torch.basics import Max, context
+from ringmaster.torch.basics import Max, context, is_initialized
 from ringmaster.torch.collectives import allreduce_, broadcast_object
 from ringmaster.torch.elastic.sampler import ElasticSampler
 
@@ -490,5 +490,10 @@ def _apply_global_batch(objects: list[Any]) -> None:
                          "the optimizer's steps, keep one such sampler in the state")
     if not declared:
         return
+    sampler = declared[0]
+    assert sampler.global_batch is not None
     for optimizer in (o for o in objects if callable(getattr(o, "set_accumulation", None))):
-        optimizer.set_accumulation(declared[0].accumulation, declared[0].reduction_scale)
+        optimizer.set_accumulation(sampler.accumulation, sampler.reduction_scale)
+    if is_initialized():  # (the job's status and the pool's policy hear of it with the next heartbeat)
+        context().figures.global_batch(sampler.global_batch.size, sampler.global_batch.micro, sampler.accumulation,
+                                       sampler.sharing)
