@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from ringmaster import examples
+from ringmaster import __version__, examples
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.plot import EXTRA, draw, need_matplotlib
 from ringmaster.common.errors import JobError, UsageError
@@ -112,8 +112,10 @@ class Demo:
 
     def baseline(self) -> JobHistory:
         """The log of the same job without faults (four workers throughout), cached by the
-        script's text and arguments."""
-        key = hashlib.sha256(SCRIPT.read_bytes() + json.dumps(self.training_args()[2:]).encode()).hexdigest()[:16]
+        script's text and arguments and Ringmaster's version."""
+        # (keyed by Ringmaster's version too: how a step sums its gradients is the library's)
+        key = hashlib.sha256(SCRIPT.read_bytes() + json.dumps([*self.training_args()[2:], __version__]).encode()
+                             ).hexdigest()[:16]
         cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "ringmaster"
         cached = cache / f"demo-baseline-{key}.jsonl"
         try:

@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--stop-file", default=None, help="stop at the first commit after this file appears")
     parser.add_argument("--step-time", type=float, default=0.0, help="simulated compute per step")
     parser.add_argument("--die-mid-step", type=int, default=None, metavar="S")
+    parser.add_argument("--inexact", action="store_true", help="sum the step's gradients in float32 (exact=False)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -59,7 +60,7 @@ def main() -> None:
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                                          named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(features, seed=7, by=args.by, global_batch_size=args.global_batch,
-                                         micro_batch_size=args.micro_batch)
+                                         micro_batch_size=args.micro_batch, exact=not args.inexact)
     # The learning rate decays per global step (a scheduler kept in the state): a resize changes
     # neither the step count nor the rate.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1.0 + 0.002 * step))

@@ -69,13 +69,16 @@ class _DistributedOptimizerMixin:
         allreduce_(flat, op="sum", process_set=self._hvd_process_set)
         flat_buffers.unpack(self._hvd_compression.decompress(flat, ctx).mul_(self._hvd_sum_scale), group)
 
-    def set_accumulation(self, passes: int, sum_scale: float | None) -> None:
+    def set_accumulation(self, passes: int, sum_scale: float | None, exact: bool = False) -> None:
         """A global batch's terms for this generation (`ElasticSampler(global_batch_size=...)`,
         applied by `TorchState` at every reset): `passes` backward passes (this rank's
         micro-batches; 0 for a rank given none, which contributes zeros) accumulate before a step
         reduces them, and the ring's gradients are summed and multiplied by `sum_scale` (one over
         the micro-batches of a step) instead of averaged over the ranks; `None` goes back to
-        Horovod's average. Gradients accumulated so far are dropped: a reset starts a step afresh."""
+        Horovod's average. `exact`: sum in float64 and round once (`buckets.GradientBuckets.exact`),
+        so that the result has the same bits whatever the number of ranks; it needs the
+        optimizer's own buckets (a compressor of the user's own reduces in the gradients' dtype,
+        said once). Gradients accumulated so far are dropped: a reset starts a step afresh."""
         if self._hvd_op == "adasum" and sum_scale is not None:
             raise ValueError("a global batch sums the ring's gradients: it cannot be used with op=hvd.Adasum")
         if sum_scale is not None and self._hvd_process_set.process_set_id != 0:
@@ -84,7 +87,13 @@ class _DistributedOptimizerMixin:
             raise ValueError(f"set_accumulation(passes={passes}, sum_scale={sum_scale}): give passes >= 0 and a positive scale")
         self._hvd_sum_scale = sum_scale
         self.set_backward_passes_per_step(max(1, passes))
+        if exact and sum_scale is not None and self._hvd_buckets is None and not getattr(self, "_hvd_exact_warned", False):
+            self._hvd_exact_warned = True
+            warnings.warn("a global batch's exact sums need DistributedOptimizer's own compression (none, fp16 or bf16): "
+                          "with a compressor of your own the step's gradients are summed in their dtype, equal across "
+                          "world sizes up to the order of the sums")
         if self._hvd_buckets is not None:
+            self._hvd_buckets.exact = exact and sum_scale is not None
             self._hvd_buckets.clear()
         else:
             for p in self._hvd_params:

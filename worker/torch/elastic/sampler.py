@@ -40,10 +40,14 @@ class ElasticSampler(torch.utils.data.Sampler):
     step), call `record_step()` after each optimizer step, and keep the sampler and a
     `DistributedOptimizer` in one `TorchState`: at every reset the state sets the optimizer's
     accumulation to this rank's micro-batches and its reduction to the mean over the step's.
+    With `exact=True` (the default) the step's gradients are summed in float64 and rounded once,
+    so a job that met failures and resizes computes the same bits as a fault-free one; `exact=False`
+    sums them in their own dtype (half the bytes on the wire, no float64 copy of the gradients),
+    equal up to the order of the sums, which a network with kinks (ReLU, max-pooling) may amplify.
     """
 
     def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0, by: str = "rank",
-                 global_batch_size: int | None = None, micro_batch_size: int | None = None) -> None:
+                 global_batch_size: int | None = None, micro_batch_size: int | None = None, exact: bool = True) -> None:
         if by not in DEALS:
             raise ValueError(f"ElasticSampler(by={by!r}): deal by {' or '.join(map(repr, DEALS))}")
         if (global_batch_size is None) != (micro_batch_size is None):
@@ -51,6 +55,9 @@ class ElasticSampler(torch.utils.data.Sampler):
                              "cut into micro-batches that the ranks share), or neither")
         #: The declared global batch, or None (Horovod's semantics: a batch per rank).
         self.global_batch = None if global_batch_size is None else GlobalBatch(global_batch_size, micro_batch_size or 0)
+        #: With a global batch: the step's gradients summed in float64 and rounded once, the same
+        #: bits at any world size (False: summed in their dtype, equal up to the order of the sums).
+        self.exact = exact
         if self.global_batch is not None and self.global_batch.size > len(dataset):
             raise ValueError(f"ElasticSampler(global_batch_size={self.global_batch.size}): the data set has only "
                              f"{len(dataset)} samples; give a global batch of at most that many")

@@ -493,7 +493,7 @@ def _apply_global_batch(objects: list[Any]) -> None:
     sampler = declared[0]
     assert sampler.global_batch is not None
     for optimizer in (o for o in objects if callable(getattr(o, "set_accumulation", None))):
-        optimizer.set_accumulation(sampler.accumulation, sampler.reduction_scale)
+        optimizer.set_accumulation(sampler.accumulation, sampler.reduction_scale, exact=sampler.exact)
     if is_initialized():  # (the job's status and the pool's policy hear of it with the next heartbeat)
         context().figures.global_batch(sampler.global_batch.size, sampler.global_batch.micro, sampler.accumulation,
                                        sampler.sharing)
