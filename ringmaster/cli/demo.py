@@ -34,7 +34,7 @@ from ringmaster import __version__, examples
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.plot import EXTRA, draw, need_matplotlib
 from ringmaster.common.errors import JobError, UsageError
-from ringmaster.common.job_history import JobHistory, read_history
+from ringmaster.common.job_history import JobHistory, describe_difference, read_history
 
 #: The demo's training script (the repository's examples/, installed as ringmaster.examples).
 SCRIPT = pathlib.Path(examples.__file__).resolve().parent / "digits.py"
@@ -312,8 +312,8 @@ class Demo:
                      f"{100 * (baseline.final_accuracy() or 0.0):.1f}%)")
         difference = history.largest_loss_difference(baseline)
         if difference is not None:
-            self.say(f"loss at every step against the fault-free run: largest relative difference {difference[0]:.1e} "
-                     f"(step {difference[1]}); the global batch of {GLOBAL_BATCH} stayed the same at every size")
+            self.say(f"loss at every step against the fault-free run: {describe_difference(difference)} (a global batch "
+                     f"of {GLOBAL_BATCH} at every size, its sums exact)")
         self.say(f"picture: {picture}")
         self.say(f"timeline: {self.out_dir / 'timeline.json'} (open it in ui.perfetto.dev); "
                  f"log: {self.out_dir / 'events.jsonl'} (`ringmaster plot` draws any such log)")

@@ -11,7 +11,7 @@ import pathlib
 from typing import Any
 
 from ringmaster.common.errors import UsageError
-from ringmaster.common.job_history import FAULT_KINDS, JobHistory, read_history
+from ringmaster.common.job_history import FAULT_KINDS, JobHistory, describe_difference, read_history
 
 #: The file a run folder keeps its log in (`ringmaster demo` writes it).
 LOG_NAME = "events.jsonl"
@@ -92,9 +92,8 @@ def figure(history: JobHistory, title: str = "", against: JobHistory | None = No
     loss_ax.plot([p.step for p in steps], [max(p.loss or 0.0, LOSS_FLOOR) for p in steps], ".", markersize=2,
                  color="#1f77b4", label="this run")
     if against is not None:
-        difference = history.largest_loss_difference(against)
-        loss_ax.legend(fontsize=8, loc="upper right", title=None if difference is None else
-                       f"largest difference {difference[0]:.1e} (relative, step {difference[1]})", title_fontsize=8)
+        loss_ax.legend(fontsize=8, loc="upper right", title_fontsize=8,
+                       title=f"against the fault-free run: {describe_difference(history.largest_loss_difference(against))}")
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("training loss (rank 0)")
     if steps and all((p.loss or 0.0) >= 0 for p in steps):
@@ -160,7 +159,5 @@ def plot(source: str, out: str, against: str | None = None) -> int:
     path = draw(history, pathlib.Path(out), title=f"{source}", against=reference)
     print(f"wrote {path} ({len(history.generations)} generation(s), {len(history.points)} figure(s))")
     if reference is not None:
-        difference = history.largest_loss_difference(reference)
-        print(f"loss against {against}: " + ("no step in common" if difference is None else
-                                             f"largest relative difference {difference[0]:.2e} at step {difference[1]}"))
+        print(f"loss against {against}: {describe_difference(history.largest_loss_difference(reference))}")
     return 0

@@ -129,14 +129,17 @@ class JobHistory:
         after a rollback replaces the one rolled back)."""
         return {p.step: p.loss for p in self._steps() if p.loss is not None}
 
-    def largest_loss_difference(self, other: "JobHistory") -> tuple[float, int] | None:
+    def largest_loss_difference(self, other: "JobHistory") -> tuple[float, int, int] | None:
         """The largest relative difference between this job's loss and `other`'s at a step both
-        trained, and the step; None when they share no step."""
+        trained, the first step where it is that large, and how many steps both trained; None
+        when they share no step."""
         mine, theirs = self.loss_by_step(), other.loss_by_step()
-        shared = [s for s in mine if s in theirs]
+        shared = sorted(s for s in mine if s in theirs)
         if not shared:
             return None
-        return max((abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12), s) for s in shared)
+        worst = max(abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12) for s in shared)
+        first = next(s for s in shared if abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12) == worst)
+        return worst, first, len(shared)
 
     def _pause(self, at: float, gen: Generation | None) -> float | None:
         """The longest gap between consecutive steps from the last one before `at` to the first
@@ -258,3 +261,13 @@ def _int(value: object) -> int:
 
 def _float(value: object) -> float | None:
     return float(value) if _finite(value) else None  # type: ignore[arg-type]
+
+
+def describe_difference(difference: tuple[float, int, int] | None) -> str:
+    """How two runs' losses compare, in words (`JobHistory.largest_loss_difference`)."""
+    if difference is None:
+        return "no step in common"
+    worst, step, steps = difference
+    if worst == 0.0:
+        return f"the same loss at all {steps} steps"
+    return f"largest relative difference {worst:.1e} (step {step} of {steps})"

@@ -107,7 +107,7 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     # The global batch, summed exactly: the run through a kill and resizes computes the fault-free
     # run's bits, so their losses (printed to 8 significant digits) and accuracies are the same.
     (compared,) = [line for line in said.splitlines() if line.startswith("loss at every step")]
-    assert float(compared.split("difference ")[1].split()[0]) == 0.0, compared
+    assert "the same loss at all 220 steps" in compared, compared  # (10 epochs of 22 steps)
     assert accuracy == baseline, reported
 
     # The events show exactly the faults and changes narrated, and the job succeeded.

@@ -62,6 +62,26 @@ def test_the_verb_on_a_saved_log_and_on_a_run_folder(tmp_path) -> None:
     assert ringmaster("plot", str(folder), "-o", str(tmp_path / "b.png")).returncode == 0
 
 
+def test_against_another_run_draws_its_loss_and_says_the_largest_difference(tmp_path) -> None:
+    """`--against`: the other run's loss drawn under this one's, and the largest relative
+    difference at a step both trained, where a step said twice (trained again after a rollback)
+    counts as its last saying."""
+    mine, theirs = tmp_path / "mine.jsonl", tmp_path / "theirs.jsonl"
+    lines = job_log()
+    mine.write_text("\n".join(lines) + "\n")
+    theirs.write_text("\n".join(lines) + "\n")
+    same = ringmaster("plot", str(mine), "-o", str(tmp_path / "a.png"), "--against", str(theirs))
+    assert same.returncode == 0 and "the same loss at all 28 steps" in same.stdout, same
+    redone = json.dumps({"step": 5, "time": T + 3.5, "loss": 0.2 * 1.01})  # step 5 again, its loss 1% off
+    theirs.write_text("\n".join([*lines, "[hostA/1] " + redone]) + "\n")
+    history, other = read_history(mine.read_text().splitlines()), read_history(theirs.read_text().splitlines())
+    worst, step, steps = history.largest_loss_difference(other)
+    assert step == 5 and steps == 28 and worst == pytest.approx(0.01 / 1.01)
+    fig = figure(history, "a job", other)
+    assert [line.get_label() for line in fig.axes[0].lines][:2] == ["fault-free run", "this run"]
+    assert "largest relative difference 9.9e-03 (step 5 of 28)" in fig.axes[0].get_legend().get_title().get_text()
+
+
 def test_refusals_name_what_was_wrong(tmp_path) -> None:
     missing = ringmaster("plot", str(tmp_path / "nope"), "-o", str(tmp_path / "x.png"))
     assert missing.returncode == 2 and "no such log" in missing.stderr, missing
