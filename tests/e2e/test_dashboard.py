@@ -128,3 +128,29 @@ def test_the_dashboard_drains_a_host_and_takes_it_back(run_job, browser, tmp_pat
     wait_for(lambda: host_states().get("hostB") == "active", 120, "hostB active again on the page")
     stop.touch()
     assert job.wait(240) == 0, job.output[-3000:]
+
+
+def test_the_dashboard_shows_a_declared_global_batch_and_each_ranks_share(run_job, browser, tmp_path) -> None:
+    """A script that declares a global batch (24 samples in micro-batches of 3): the page says
+    it, and each rank's micro-batches per step in this generation (8 over 3 ranks: 2, 3, 3)."""
+    from harness import WORKLOADS
+
+    stop = tmp_path / "stop"
+    (tmp_path / "log").mkdir()
+    job = run_job("-np", "3", "-H", "hostA:3", *FAST, "python", WORKLOADS / "global_batch_job.py", "--log-dir",
+                  tmp_path / "log", "--step-time", "0.05", "--stop-file", stop)
+    url = job.wait_api()
+    job.wait_status(lambda s: s["global_batch"] is not None and len(s["global_batch"]["accumulation"]) == 3, 120,
+                    "the three ranks' shares reported")
+    browser.get(url + "/")
+
+    def shown() -> dict | None:
+        page = _page(browser, """
+            return {batch: document.getElementById('global-batch').textContent,
+                    shares: Array.from(document.querySelectorAll('#ranks tbody tr')).map((tr) => tr.cells[5].textContent)};""")
+        return page if len(page["shares"]) == 3 and "–" not in page["shares"] else None
+
+    page = wait_for(shown, 30, "the global batch and three shares on the page")
+    assert page["batch"] == "24 (8 × 3)" and sorted(page["shares"]) == ["2", "3", "3"], page
+    stop.touch()
+    assert job.wait(120) == 0, job.output

@@ -121,6 +121,10 @@ function render(status) {
   text($("rate"), status.steps_per_second != null ? status.steps_per_second.toFixed(2) : "–");
   text($("loss"), status.loss != null ? status.loss.toPrecision(4) : "–");
   text($("resets"), String(status.resets));
+  // A global batch the script declared: its samples (micro-batches x their size), the same at any
+  // world size, and each rank's share of a step below.
+  const batch = status.global_batch;
+  text($("global-batch"), batch ? batch.size + " (" + batch.micro_batches + " × " + batch.micro_batch + ")" : "–");
   const current = status.generations.find((g) => g.number === status.generation);
   text($("since-reset"), current ? duration(Date.now() / 1000 - current.started) : "–");
   text($("bounds"), status.min_np + " and " + (status.max_np != null ? status.max_np : "every discovered slot's"));
@@ -128,7 +132,8 @@ function render(status) {
     [h.name], [String(h.slots)], [h.state, "state-" + h.state], [h.agent_connected ? "pid " + h.agent_pid : "not connected"],
   ]));
   const ranked = status.workers.filter((w) => w.rank != null).sort((a, b) => a.rank - b.rank);
-  fill("ranks", ranked.map((w) => [[String(w.rank)], [w.worker_id], [w.host], [w.phase], [String(w.commits)]]));
+  const share = (w) => (batch && w.worker_id in batch.accumulation ? String(batch.accumulation[w.worker_id]) : "–");
+  fill("ranks", ranked.map((w) => [[String(w.rank)], [w.worker_id], [w.host], [w.phase], [String(w.commits)], [share(w)]]));
   drawStrip(status);
   remember(history.rate, status.steps_per_second);
   remember(history.loss, status.loss);
