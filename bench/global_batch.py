@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -109,7 +109,7 @@ def worker(name: str, steps: int, out: str) -> None:
                                              micro_batch_size=micro, exact=exact)
         state = hvd.elastic.TorchState(own, optimizer, sampler=sampler)
         state.reset()
-        steps_left = iter(())
+        steps_left: Iterator[list[list[int]]] = iter(())
 
         def step() -> None:
             nonlocal steps_left

@@ -135,11 +135,11 @@ def main() -> int:
                 wait_for_file(args.wait_before_last_epoch, state)
             if global_batch:
                 for micro_batches in sampler.steps():
-                    loss = global_step(micro_batches)
+                    step_loss = global_step(micro_batches)
                     state.step += 1
                     sampler.record_step()
-                    say(step=state.step, epoch=state.epoch, loss=float(f"{loss:.8g}"), size=hvd.size())
-                    hvd.report(loss=loss)
+                    say(step=state.step, epoch=state.epoch, loss=float(f"{step_loss:.8g}"), size=hvd.size())
+                    hvd.report(loss=step_loss)
                     state.commit()
             for batch_idx, (data, target) in enumerate(loader if not global_batch else ()):
                 optimizer.zero_grad()

@@ -37,6 +37,10 @@ def describe_exit(exit_code: int, signal_number: int) -> str:
     return f"exited with code {exit_code}"
 
 
+#: Exit codes of a command that could not start: 126 not executable, 127 not found (the shell's
+#: and the agent's), 2 a usage error or Python's "can't open file". A plain job fails at once.
+COMMAND_ERROR_CODES = frozenset({2, 126, 127})
+
 class Job:
     def __init__(self, settings: JobSettings, pool: HostPool, store_address: tuple[str, int],
                  on_event: Callable[[Event], None] | None = None) -> None:
@@ -200,7 +204,7 @@ class Job:
         verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
         if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN:
             if self._plain():
-                self._plain_failure(worker, how, fact.output, now)  # first: what follows is no news once the job failed
+                self._plain_failure(worker, how, fact.output, exit_code, now)  # first: what follows is no news once the job failed
             elif not worker.registered and fact.output and exit_code != 0 and signal_number == 0:
                 self._command_failed(worker, how, fact.output, now)
         if member and verdict.meaning is not ExitMeaning.FINISHED:
@@ -243,15 +247,21 @@ class Job:
         return (gen is not None and not self.settings.elastic
                 and generation_policy([self.workers[i] for i in gen.member_ids], False) is PLAIN)
 
-    def _plain_failure(self, worker: Worker, how: str, output: str, now: float) -> None:
+    def _plain_failure(self, worker: Worker, how: str, output: str, exit_code: int, now: float) -> None:
         """A worker of a plain job failed: every worker restarts from the first step (unless the
         script loads a checkpoint), so only --max-restarts times; and once a worker has finished,
-        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's). A
-        worker that never reached the rendezvous could not even start: the user's command is
-        wrong, and the job fails at once, with what the worker said."""
+        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's).
+
+        A plain script never connects to the rendezvous, so a worker's error with output is any
+        crash: a rank's exception, or its peers' "connection closed" after it died, whichever
+        the agents report first. Only a command that cannot start (exit 126 or 127: not
+        executable or not found; 2: Python's "can't open file", a usage error) fails the job at
+        once with what the worker said; another error restarts it within --max-restarts (as
+        torchrun does), and is named the same way once no restart is left."""
         self.plain_failures += 1
         limit = self.settings.max_restarts
-        if not worker.registered and output:
+        unstarted = not worker.registered and bool(output)
+        if unstarted and (exit_code in COMMAND_ERROR_CODES or self.plain_failures > limit):
             self._command_failed(worker, how, output, now)
         elif self.finishing:
             self.fail(f"worker {worker.worker_id} on {worker.host} {how} after another worker had finished; any "

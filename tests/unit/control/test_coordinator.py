@@ -546,6 +546,38 @@ def test_a_plain_job_fails_on_a_workers_error_unless_restarts_are_allowed() -> N
     assert "after 2 restart(s)" in twice.coordinator.outcome.message
 
 
+def test_a_plain_workers_crash_with_a_traceback_is_restarted_and_a_command_that_cannot_start_is_not() -> None:
+    """A plain script never connects, so its crash says nothing of the command: a rank's
+    traceback (or a peer's "connection closed" after the failing rank died, whichever the agents
+    report first: CI saw that order) restarts the job within --max-restarts, as torchrun does.
+    A command that cannot start (exit 2, 126, 127 with Python's or the shell's words) fails it at
+    once even with restarts left, naming the command."""
+    rig = Rig(min_np=2, max_restarts=1)
+    rig.set_hosts({"a": 2})
+    rig.agent_connected("a", 1)
+    first = sorted(rig.specs("a"))
+    rig.worker_exited("a", first[0], 1, 0, False, output="RuntimeError: Connection closed by peer [127.0.0.1]:18623")
+    assert rig.coordinator.outcome is None
+    rig.now = 1
+    rig.tick()
+    rig.worker_exited("a", first[1], 1, 0, False)
+    assert rig.coordinator.outcome is None and rig.coordinator.generation.number == 2
+    second = sorted(rig.specs("a"))
+    rig.now = 30
+    rig.worker_exited("a", second[0], 1, 0, False, output="ValueError: a bug at step 40")  # no restart left
+    outcome = rig.coordinator.outcome
+    assert outcome is not None and not outcome.success and "a bug at step 40" in outcome.message
+
+    typo = Rig(min_np=2, max_restarts=3)
+    typo.set_hosts({"a": 2})
+    typo.agent_connected("a", 1)
+    wid = sorted(typo.specs("a"))[0]
+    typo.worker_exited("a", wid, 2, 0, False, output="python: can't open file '/x/trian.py': [Errno 2] No such file")
+    outcome = typo.coordinator.outcome
+    assert outcome is not None and "before it reached the rendezvous" in outcome.message and "trian.py" in outcome.message
+    assert typo.coordinator.generation.number == 1
+
+
 def test_any_plain_workers_error_fails_the_job_even_after_another_finished() -> None:
     """Rank 0 exits 0, then rank 1 exits 3: the job failed (a scheduler or CI reads the code)."""
     rig = Rig(min_np=2, max_restarts=5)

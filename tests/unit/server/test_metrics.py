@@ -85,10 +85,8 @@ def test_a_declared_global_batch_out_of_range_is_refused_and_a_good_one_is_read_
     figures.global_batch(24, 3, 3)
     stats = figures.stats()
     assert check_stats(stats) == "" and (stats.global_batch, stats.micro_batch, stats.accumulation, stats.sharing) == (24, 3, 3, 1)
-    for bad in (dict(global_batch=24, micro_batch=5, accumulation=1, sharing=1),  # not whole micro-batches
-                dict(global_batch=24, micro_batch=3, accumulation=9, sharing=1),  # more than the step's 8
-                dict(global_batch=24, micro_batch=0, accumulation=0, sharing=1),
-                dict(global_batch=-24, micro_batch=3, accumulation=0, sharing=1),
-                dict(global_batch=24, micro_batch=3, accumulation=1, sharing=0),
-                dict(global_batch=0, micro_batch=0, accumulation=2, sharing=0)):
-        assert "global batch" in check_stats(pb.WorkerStats(**bad)), bad
+    for size, micro, share, sharing in ((24, 5, 1, 1),  # not whole micro-batches
+                                        (24, 3, 9, 1),  # more than the step's 8
+                                        (24, 0, 0, 1), (-24, 3, 0, 1), (24, 3, 1, 0), (0, 0, 2, 0)):
+        bad = pb.WorkerStats(global_batch=size, micro_batch=micro, accumulation=share, sharing=sharing)
+        assert "global batch" in check_stats(bad), (size, micro, share, sharing)

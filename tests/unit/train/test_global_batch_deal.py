@@ -77,7 +77,7 @@ def test_a_step_of_micro_batches_is_the_mean_over_the_global_batch_and_a_rollbac
     sampler = hvd.elastic.ElasticSampler(x, seed=7, global_batch_size=12, micro_batch_size=3)
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler)
     state.reset()
-    assert (sampler.accumulation, sampler.reduction_scale, optimizer.backward_passes_per_step) == (4, 0.25, 4)
+    assert (sampler.accumulation, sampler.reduction_scale, getattr(optimizer, "backward_passes_per_step")) == (4, 0.25, 4)
     assert sampler.steps_per_epoch == 4
     seen: list[int] = []
     for number, micro_batches in enumerate(sampler.steps()):
@@ -127,6 +127,6 @@ def test_a_sampler_without_a_global_batch_keeps_horovods_average() -> None:
                                          named_parameters=model.named_parameters(), backward_passes_per_step=2)
     sampler = hvd.elastic.ElasticSampler(list(range(8)))
     hvd.elastic.TorchState(model, optimizer, sampler=sampler).reset()
-    assert optimizer.backward_passes_per_step == 2 and optimizer._hvd_sum_scale is None
+    assert getattr(optimizer, "backward_passes_per_step") == 2 and getattr(optimizer, "_hvd_sum_scale") is None
     with pytest.raises(TypeError, match="needs a global batch"):
         list(sampler.steps())
