@@ -104,13 +104,15 @@ def main() -> None:
                 record = dict(event="commit", step=state.step, epoch=state.epoch, size=hvd.size(), rank=hvd.rank(),
                               group=hvd.elastic.replica_group().index, loss=step_loss, micro=micro_batches,
                               params=torch.cat([p.detach().flatten() for p in model.parameters()]).tolist())
+                # The step is committed once the commit's snapshot is taken, even where the commit
+                # then raises: a host update (the ring changes before the next step), or a peer's
+                # failure seen by its host-update check (the rollback comes back to this commit).
+                before = state.commit_count
                 try:
                     state.commit()
-                except hvd.HostsUpdatedInterrupt as interrupt:
-                    if interrupt.committed:  # (the step is committed; the ring changes before the next one)
+                finally:
+                    if state.commit_count > before:
                         log(**record)
-                    raise
-                log(**record)
                 if stop():
                     return
             state.epoch += 1
