@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from harness import SECRET, credentials, free_port  # noqa: E402
 from simulated_hosts import cpu_seconds, one_change  # noqa: E402
+
 from ringmaster.common.grpc_auth import RendezvousAuth, secured  # noqa: E402
 from ringmaster.common.keys import key_of  # noqa: E402
 from ringmaster.common.seal import CallerSeal, Gate, body_of  # noqa: E402

@@ -38,7 +38,6 @@ RECORDED = ROOT / "bench" / "headline.json"
 def worker_kill_figure() -> float:
     """Seconds from the SIGKILL of one worker process to the first step committed after it."""
     import psutil
-
     from harness import WORKLOADS, Job, read_logs, wait_for
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import pollux_traces  # noqa: E402
+
 from ringmaster.rendezvous.scheduling.model import JobAsk, Settings  # noqa: E402
 from ringmaster.rendezvous.scheduling.plan import schedule  # noqa: E402
 from ringmaster.rendezvous.scheduling.throughput import PerfParams, Scaling, StepSample, fit  # noqa: E402

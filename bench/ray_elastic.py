@@ -94,10 +94,9 @@ def ringmaster_training(log_path: str, steps: int, step_time: float) -> int:
 def ray_train_training(config: dict) -> None:
     """Runs on every Ray Train worker: DDP, a checkpoint every `checkpoint_every` steps; rank 0
     logs `time step size`."""
-    import torch
-
     import ray.train
     import ray.train.torch
+    import torch
 
     context = ray.train.get_context()
     rank, size = context.get_world_rank(), context.get_world_size()
@@ -180,8 +179,8 @@ def run_ringmaster(cluster, folder: pathlib.Path, args: argparse.Namespace) -> d
 
 
 def run_ray_train(cluster, folder: pathlib.Path, args: argparse.Namespace) -> dict[str, float]:
-    from ray.train.v2.torch.torch_trainer import TorchTrainer
     from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.torch.torch_trainer import TorchTrainer
 
     log = folder / "ray_train.log"
     trainer = TorchTrainer(

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 # ----------------------------------------------------------------------------- part 1
 def job_figures(spares: int) -> dict[str, float]:
-    from harness import WORKLOADS, Job, discovery_script, events, read_logs, wait_for, write_hosts
+    from harness import WORKLOADS, Job, discovery_script, events, read_logs, write_hosts
 
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:

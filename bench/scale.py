@@ -51,10 +51,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from ringmaster.worker.agent.starting.spare_pool import rss_bytes  # noqa: E402
 from harness import API_HEADERS, SECRET, free_port, wait_for  # noqa: E402
 from simulated_fleet import FleetProcess  # noqa: E402
 from simulated_hosts import cpu_seconds  # noqa: E402
+
+from ringmaster.worker.agent.starting.spare_pool import rss_bytes  # noqa: E402
 
 #: Hosts added at once in the growth change.
 ADDED_HOSTS = 64

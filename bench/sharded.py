@@ -42,6 +42,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # (its sibling, run as a script or imported)
 import torchft_hsdp  # noqa: E402
+
 WARMUP = 3
 
 

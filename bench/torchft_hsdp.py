@@ -47,8 +47,12 @@ def worker_main(args: argparse.Namespace, build: Callable[[argparse.Namespace, A
     a line per step to `args.out`/<group>_<rank>.jsonl, until killed."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                         set_model_state_dict, set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torch.utils._pytree import tree_leaves

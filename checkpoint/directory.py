@@ -25,8 +25,17 @@ from typing import Any, BinaryIO, Callable
 import torch
 from pydantic import ValidationError
 
-from ringmaster.checkpoint.manifest import (FORMAT, MANIFEST_NAME, STATE_NAME, VERSION, CheckpointError,
-                                            CheckpointFolderError, FileEntry, Manifest, UntrustedCheckpointError)
+from ringmaster.checkpoint.manifest import (
+    FORMAT,
+    MANIFEST_NAME,
+    STATE_NAME,
+    VERSION,
+    CheckpointError,
+    CheckpointFolderError,
+    FileEntry,
+    Manifest,
+    UntrustedCheckpointError,
+)
 from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 
 _PREFIX = "step-"

@@ -9,7 +9,13 @@ from ringmaster.discovery.blacklist import Blacklist, CooldownRange
 from ringmaster.discovery.diff import HostDiff, diff_hosts
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.interface import HostDiscovery, Hosts
-from ringmaster.discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem, parse_host_lines, parse_hosts_flag
+from ringmaster.discovery.parse import (
+    MAX_HOSTS,
+    MAX_SLOTS_PER_HOST,
+    host_name_problem,
+    parse_host_lines,
+    parse_hosts_flag,
+)
 from ringmaster.discovery.script import ScriptDiscovery
 from ringmaster.discovery.static import StaticDiscovery
 

@@ -16,9 +16,9 @@ import re
 import shlex
 from typing import Mapping
 
+from ringmaster.common.bounded_run import failure_detail, run_bounded
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
-from ringmaster.common.bounded_run import failure_detail, run_bounded
 
 #: Node states (sinfo's compact `%t`, suffixes stripped) in which a node runs no new work.
 UNUSABLE_STATES = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "inval", "npc", "futr", "unk", "pow_dn",

@@ -42,7 +42,19 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness import API_HEADERS, PRODUCT_SPARES, ROOT, WORKLOADS, Job, discovery_script, events, free_port, read_logs, wait_for, write_hosts
+from harness import (
+    API_HEADERS,
+    PRODUCT_SPARES,
+    ROOT,
+    WORKLOADS,
+    Job,
+    discovery_script,
+    events,
+    free_port,
+    read_logs,
+    wait_for,
+    write_hosts,
+)
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 MEMORY_KINDS = ("kill_worker", "kill_host", "stop_worker", "add_host", "remove_host", "scale_down", "scale_up")

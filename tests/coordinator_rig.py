@@ -6,7 +6,13 @@ from typing import Any, Callable
 
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.control.effects import (
-    LaunchAgent, PoolEffect, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect, WorkerLaunch,
+    LaunchAgent,
+    PoolEffect,
+    RunWorkers,
+    StopAgent,
+    StopLaunchedAgent,
+    WorkerEffect,
+    WorkerLaunch,
 )
 from ringmaster.rendezvous.control.records import Generation, JobOutcome
 from ringmaster.rendezvous.state import job_record

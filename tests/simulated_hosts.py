@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 import grpc
-
 from harness import SECRET
+
 from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
 from ringmaster.common.seal import body_of, call_metadata
 from ringmaster.proto import ringmaster_pb2 as pb

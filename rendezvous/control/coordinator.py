@@ -26,19 +26,35 @@ from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, HostDiff
-from ringmaster.rendezvous.control.liveness import judge_silence
-from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, Effect, StopAgent, UpdateHosts
+from ringmaster.rendezvous.control.drains import Drains
+from ringmaster.rendezvous.control.effects import AnnounceHosts, Effect, EndGeneration, StopAgent, UpdateHosts
 from ringmaster.rendezvous.control.facts import (
-    AgentConnected, AgentLost, AgentUnreachable, Fact, GenerationFailed, HostsJoined, SessionClosed, TrainingReturned,
+    AgentConnected,
+    AgentLost,
+    AgentUnreachable,
+    Fact,
+    GenerationFailed,
+    HostsJoined,
+    SessionClosed,
+    TrainingReturned,
     WorkerExited,
 )
-from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.formation import Formation, QuietInputs, StoreFactory
 from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
+from ringmaster.rendezvous.control.liveness import judge_silence
 from ringmaster.rendezvous.control.records import (
-    Drain, DrainSource, Generation, Host, JobOutcome, Phase, ResetCause, SavedJob, Summary, Worker,
+    Drain,
+    DrainSource,
+    Generation,
+    Host,
+    JobOutcome,
+    Phase,
+    ResetCause,
+    SavedJob,
+    Summary,
+    Worker,
 )
 from ringmaster.rendezvous.control.stragglers import Straggler, replacing_pays
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page, job_view

@@ -25,8 +25,8 @@ from typing import Callable
 
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
-from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
 from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, RunWorkers, UpdateHosts, WorkerLaunch
+from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.listing import listed
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of

@@ -16,13 +16,20 @@ from typing import Callable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment, order_keys
-from ringmaster.rendezvous.control.groups import whole_groups
 from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
-from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
+from ringmaster.rendezvous.control.groups import whole_groups
+from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.policies import PLAIN, ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import (
-    Causes, Generation, JobCounters, JobOutcome, Phase, ResetCause, Summary, Worker,
+    Causes,
+    Generation,
+    JobCounters,
+    JobOutcome,
+    Phase,
+    ResetCause,
+    Summary,
+    Worker,
 )
 from ringmaster.settings import JobSettings
 

@@ -28,12 +28,21 @@ from ringmaster.rendezvous.pool.metrics import PoolMetrics
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany
 from ringmaster.rendezvous.pool.tokens import queue_of
+from ringmaster.rendezvous.server.body_after_auth import documented, json_body
 from ringmaster.rendezvous.server.body_limit import BodyLimit
-from ringmaster.rendezvous.server.http_api import (MAX_EVENTS_PAGE, MAX_STATUS_PAGE, STATUS_PAGE, EventPage, JobStatus,
-                                                   event_page, is_loopback, job_status, serve_pages)
+from ringmaster.rendezvous.server.http_api import (
+    MAX_EVENTS_PAGE,
+    MAX_STATUS_PAGE,
+    STATUS_PAGE,
+    EventPage,
+    JobStatus,
+    event_page,
+    is_loopback,
+    job_status,
+    serve_pages,
+)
 from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringmaster.settings import MAX_GROUP_SIZE
-from ringmaster.rendezvous.server.body_after_auth import documented, json_body
 
 #: Seconds between two looks at a held poll's orders.
 HOLD_STEP_S = 0.05

@@ -36,15 +36,15 @@ from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
 from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import DEFAULT_HOST_TIMEOUT_S, HostBoard
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
-from ringmaster.rendezvous.pool.scaling_fits import ScalingFits
 from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
+from ringmaster.rendezvous.pool.scaling_fits import ScalingFits
 from ringmaster.rendezvous.pool.table import JobTable, PoolJob
 from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import Launcher, LauncherFactory
+from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.server.step_times import Measured
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
@@ -543,8 +543,10 @@ class PoolService:
                                checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
         board = self.board
-        launcher: LauncherFactory = \
-            lambda options, secret: BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0))
+
+        def launcher(options: AgentOptions, secret: str | None) -> Launcher:
+            return BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0))
+
         server = RendezvousServer(settings, hosts, bind=self.bind, port=0, api_port=0, local_hosts=True,
                                   launcher=launcher, ssh=self.ssh, advertise=self.advertise,
                                   secret=generate_secret(), tls=self.tls,

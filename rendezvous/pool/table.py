@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping
 
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.scheduling.model import DEFAULT_QUEUE, JobAsk
-from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
+from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.settings import MAX_GROUP_SIZE, nearest_whole_groups
 
 #: Priorities a job may have (`--priority`): wide enough for any scheme, bounded.

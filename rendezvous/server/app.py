@@ -29,28 +29,28 @@ from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-from ringmaster.rendezvous.state.agent_leases import AgentLeases
-from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
+from ringmaster.rendezvous.control.records import JobOutcome
+from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, JobView, Page
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.grpc_limits import server_options
-from ringmaster.rendezvous.server.peer_limit import MAX_PER_PEER, keep_peers_within
+from ringmaster.rendezvous.server.grpc_service import RendezvousService
+from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repeats, raise_open_file_limit
+from ringmaster.rendezvous.server.launch_plan import SshOptions
+from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
+from ringmaster.rendezvous.server.metrics import JobMetrics
+from ringmaster.rendezvous.server.peer_limit import MAX_PER_PEER, keep_peers_within
+from ringmaster.rendezvous.server.timeline import TraceBuilder
+from ringmaster.rendezvous.server.torch_store import TorchStoreHost
+from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
+from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import DEFAULT_LEADER_TTL_S, Leadership
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
-from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.control.records import JobOutcome
-from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, JobView, Page
-from ringmaster.rendezvous.server.metrics import JobMetrics
-from ringmaster.rendezvous.server.timeline import TraceBuilder
-from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
-from ringmaster.rendezvous.server.grpc_service import RendezvousService
-from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 from ringmaster.rendezvous.state.open_store import open_store
 from ringmaster.rendezvous.state.url import StoreSpec
-from ringmaster.rendezvous.server.torch_store import TorchStoreHost
+from ringmaster.settings import AGENT_EXIT_GRACE_S, REMOTE_AGENTS_SHUTDOWN_S, JobSettings
 
 #: Seconds between two runs of the coordinator's clock (heartbeat and start timeouts).
 TICK_S = 0.2

@@ -15,28 +15,34 @@ from typing import Any, AsyncIterator, Callable
 
 import grpc
 
+from ringmaster.common.errors import Refused
 from ringmaster.common.figures import FigureTotals, check_stats
 from ringmaster.common.keys import AGENT, WORKER, Identity
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
-from ringmaster.rendezvous.control.stragglers import Persistence, find_stragglers
-from ringmaster.rendezvous.server.step_times import StepTimes
-from ringmaster.common.errors import Refused
 from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.control.coordinator import Coordinator
-from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
-from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.control.effects import (
-    Assign, Effect, LaunchAgent, RunWorkers, StopAgent, StopLaunchedAgent, WorkerEffect,
+    Assign,
+    Effect,
+    LaunchAgent,
+    RunWorkers,
+    StopAgent,
+    StopLaunchedAgent,
+    WorkerEffect,
 )
+from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
+from ringmaster.rendezvous.control.stragglers import Persistence, find_stragglers
+from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.server.assignments_out import AssignmentsOut
 from ringmaster.rendezvous.server.heap import LongLivedHeap
-from ringmaster.rendezvous.state.journal import Journal
 from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
+from ringmaster.rendezvous.server.step_times import StepTimes
 from ringmaster.rendezvous.server.trace_file import JobTimeline
+from ringmaster.rendezvous.state.agent_leases import AgentLeases
+from ringmaster.rendezvous.state.journal import Journal
 
 Clock = Callable[[], float]
 #: Agent sessions kept at most for hosts that discovery does not list: an agent may connect

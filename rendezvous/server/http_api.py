@@ -26,12 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from ringmaster import __version__
 from ringmaster.common.errors import Refused
 from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S
-from ringmaster.settings import DEFAULT_DRAIN_DEADLINE_S
+from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, HostView, JobView, ViewOf, WorkerView
+from ringmaster.rendezvous.server.body_after_auth import documented, json_body
 from ringmaster.rendezvous.server.body_limit import BodyLimit
 from ringmaster.rendezvous.server.host_check import HostCheck
-from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, HostView, JobView, ViewOf, WorkerView
-from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, JobMetrics
-from ringmaster.rendezvous.server.body_after_auth import documented, json_body
+from ringmaster.rendezvous.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ringmaster.rendezvous.server.metrics import JobMetrics
+from ringmaster.settings import DEFAULT_DRAIN_DEADLINE_S
 
 #: The largest world size `POST /scale` takes (a bound, so no absurd number reaches the job).
 MAX_SCALE_NP = 1_000_000

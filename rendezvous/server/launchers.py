@@ -42,7 +42,12 @@ from ringmaster.common.processes import dying_with_parent
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.server.launch_plan import (
-    SRUN_OPTIONS_ENV, SshOptions, agent_command, forwarded_environment, srun_command, ssh_command,
+    SRUN_OPTIONS_ENV,
+    SshOptions,
+    agent_command,
+    forwarded_environment,
+    srun_command,
+    ssh_command,
 )
 
 #: Lines of an agent's (or its ssh's) output kept to say why it failed.

@@ -10,8 +10,8 @@ timeline begins (an earlier run's, or that of a leader that died) becomes `FILE.
 
 from __future__ import annotations
 
-import json
 import errno
+import json
 import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO

@@ -7,9 +7,16 @@ import os
 from typing import Iterable
 
 from ringmaster.proto import ringmaster_pb2 as pb
-
 from ringmaster.rendezvous.control.effects import (
-    AgentEffect, AnnounceHosts, Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts, WorkerEffect,
+    AgentEffect,
+    AnnounceHosts,
+    Assign,
+    EndGeneration,
+    EndJob,
+    Retire,
+    StopAgent,
+    UpdateHosts,
+    WorkerEffect,
 )
 
 

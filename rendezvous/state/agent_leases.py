@@ -20,9 +20,9 @@ import math
 import time
 from typing import Callable
 
-from ringmaster.rendezvous.state.kv import KeyValueStore, RevisionCompacted, StoreUnavailable
 from ringmaster.common.events import Kind, emitter
 from ringmaster.common.logs import STORE
+from ringmaster.rendezvous.state.kv import KeyValueStore, RevisionCompacted, StoreUnavailable
 
 _say = emitter(STORE)
 

@@ -27,7 +27,14 @@ import grpc
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.state.kv import (
-    Change, Entry, RevisionCompacted, StoreAccessRefused, StoreFormatError, StoreUnavailable, decode, encode,
+    Change,
+    Entry,
+    RevisionCompacted,
+    StoreAccessRefused,
+    StoreFormatError,
+    StoreUnavailable,
+    decode,
+    encode,
 )
 from ringmaster.rendezvous.state.url import EtcdAccess
 

@@ -30,10 +30,18 @@ from ringmaster.common.errors import StateError
 from ringmaster.discovery import MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.rendezvous.control.assignment import RankAssignment, WorkerSlot, assign_ranks
 from ringmaster.rendezvous.control.drains import MAX_DRAIN_DEADLINE_S, MAX_DRAIN_REASON
-from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES
 from ringmaster.rendezvous.control.records import (
-    Drain, DrainSource, Generation, Host, JobCounters, Phase, Revised, SavedJob, Worker,
+    Drain,
+    DrainSource,
+    Generation,
+    Host,
+    JobCounters,
+    Phase,
+    Revised,
+    SavedJob,
+    Worker,
 )
+from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES
 
 R = TypeVar("R", bound=Revised)
 

@@ -16,12 +16,12 @@ import asyncio
 from typing import Any
 
 from ringmaster.common.errors import StateError
+from ringmaster.common.events import Kind, emitter
+from ringmaster.common.logs import STORE
 from ringmaster.rendezvous.control.records import SavedJob
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.rendezvous.state.leadership import Leadership
-from ringmaster.common.events import Kind, emitter
-from ringmaster.common.logs import STORE
 
 _say = emitter(STORE)
 

@@ -14,9 +14,9 @@ import os
 from typing import Callable
 
 from ringmaster.common.errors import StateError
-from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 from ringmaster.common.events import Kind, emitter
 from ringmaster.common.logs import STORE
+from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
 
 _say = emitter(STORE)
 

@@ -20,32 +20,38 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
+from ringmaster import __version__
+from ringmaster import settings as defaults
 from ringmaster.cli import pool as pool_verbs
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
 from ringmaster.cli.progress import ProgressLine
-from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
-from ringmaster.common.network import NetworkError, interface_address, route_address
-from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.server.launch_plan import DEFAULT_LAUNCHER, LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions, choose_launcher
-from ringmaster.rendezvous.server.launchers import LAUNCHERS
-from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
-from ringmaster.common.processes import skip_teardown_at_exit
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
+from ringmaster.common.network import NetworkError, interface_address, route_address
+from ringmaster.common.processes import skip_teardown_at_exit
+from ringmaster.common.secret import SECRET_ENV, SecretError, generate_secret, read_private_file, secret_from
+from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, host_name_problem, parse_hosts_flag
-from ringmaster.discovery.slurm import SlurmDiscovery
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.parse import MAX_HOSTFILE_BYTES, parse_hostfile
-from ringmaster import __version__
-from ringmaster import settings as defaults
-from ringmaster.worker.agent.flags import add_drain_flags
+from ringmaster.discovery.slurm import SlurmDiscovery
+from ringmaster.proto import environment as env_names
 from ringmaster.rendezvous.control.records import JobOutcome, Summary
-from ringmaster.settings import JobSettings
+from ringmaster.rendezvous.server.launch_plan import (
+    DEFAULT_LAUNCHER,
+    LAUNCHER_ENV,
+    SSH_OPTIONS_ENV,
+    SshOptions,
+    choose_launcher,
+)
+from ringmaster.rendezvous.server.launchers import LAUNCHERS
 from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
+from ringmaster.settings import JobSettings
+from ringmaster.worker.agent.flags import add_drain_flags
 
 log = logging.getLogger(logs.CLI)
 
@@ -489,7 +495,6 @@ def choose_addresses(bind: str | None, advertise: str | None, interface: str | N
 
 def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     from ringmaster.rendezvous.server.app import RendezvousServer  # heavy (torch, grpc): not for `scale`
-
     from ringmaster.rendezvous.state.kv import StoreUnavailable
 
     if local_hosts:

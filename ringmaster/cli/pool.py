@@ -19,9 +19,9 @@ import urllib.parse
 from typing import Any, TextIO
 
 from ringmaster import settings as defaults
+from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
-from ringmaster.cli import remote
 from ringmaster.cli.remote import table
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, read_secret_file, secret_from
@@ -325,18 +325,18 @@ def pool_agent(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ringmaster.common.events import Kind, emitter
     from ringmaster.common import logs
+    from ringmaster.common.events import Kind, emitter
+    from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
     from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
-    from ringmaster.rendezvous.pool.host_board import HostBoard
     from ringmaster.rendezvous.pool.api import create_pool_app
+    from ringmaster.rendezvous.pool.host_board import HostBoard
     from ringmaster.rendezvous.pool.service import PoolService
     from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
     from ringmaster.rendezvous.scheduling.model import Settings as Rules
     from ringmaster.rendezvous.state.leadership import Leadership
     from ringmaster.rendezvous.state.open_store import open_store
     from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
-    from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
 
     say = emitter(logs.RENDEZVOUS)
     if args.min_resize_interval < 0 or args.blacklist_cooldown < 0 or not 0 <= args.resize_cost <= 3600:

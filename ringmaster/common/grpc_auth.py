@@ -30,10 +30,15 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from ringmaster.common.errors import RingmasterError
 from ringmaster.common.keys import Identity, key_of
-from ringmaster.common.throttle import ProvenConnections, RefusalThrottle, peer_address
 from ringmaster.common.seal import (
-    PROOF_KEY, TOKEN_KEY, Admission, CallerSeal, Gate, body_of,
+    PROOF_KEY,
+    TOKEN_KEY,
+    Admission,
+    CallerSeal,
+    Gate,
+    body_of,
 )
+from ringmaster.common.throttle import ProvenConnections, RefusalThrottle, peer_address
 
 Clock = Callable[[], float]
 #: Seconds a stream answered without headers is given to show that it ended (then its own error

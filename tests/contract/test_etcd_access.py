@@ -10,12 +10,12 @@ import asyncio
 import aetcd.rpc
 import grpc
 import pytest
-
 from etcd_server import ETCD, EtcdServer
+from tls_files import make_tls_files
+
 from ringmaster.rendezvous.state.kv import StoreAccessRefused, StoreUnavailable
 from ringmaster.rendezvous.state.open_store import open_store
 from ringmaster.rendezvous.state.url import parse_store
-from tls_files import make_tls_files
 
 PASSWORD = "s3cret:with@odd/chars"
 

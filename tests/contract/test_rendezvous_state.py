@@ -9,18 +9,17 @@ import asyncio
 import time
 
 import pytest
+from coordinator_rig import Rig, record
 
 from ringmaster.common.events import Kind
-
+from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.rendezvous.control.effects import Assign
+from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.state.journal import Deposed, Journal
 from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
-from ringmaster.rendezvous.control.effects import Assign
-from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
-from coordinator_rig import Rig, record
-from ringmaster.common.reconnect import Backoff, parse_addresses
 
 
 def run(coro):

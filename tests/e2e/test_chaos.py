@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from chaos import MEMORY_KINDS, ChaosRun, plan_faults
 
 pytestmark = pytest.mark.slow

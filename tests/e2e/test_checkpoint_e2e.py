@@ -17,12 +17,11 @@ import subprocess
 
 import pytest
 import torch
+from harness import FAST, Job, elastic_job, events, read_logs, wait_for
+from job_checks import assert_every_sample_once, assert_seen_once_or_padded
 
 from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import STATE_NAME
-from harness import events, read_logs, wait_for
-from job_checks import assert_every_sample_once, assert_seen_once_or_padded
-from harness import FAST, Job, elastic_job
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,6 @@ import os
 import signal
 
 import pytest
-
 from chaos import assert_no_committed_step_lost
 from harness import FAST, discovery_script, elastic_job, events, read_logs, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from browser import headless_browser
 from harness import FAST, SECRET, elastic_job, wait_for
 

@@ -14,8 +14,8 @@ import subprocess
 
 import psutil
 import pytest
-
 from harness import copy_checkout
+
 from ringmaster.settings import SPARES_ENV
 
 pytestmark = pytest.mark.slow

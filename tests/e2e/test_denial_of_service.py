@@ -13,8 +13,8 @@ import urllib.request
 
 import grpc
 import pytest
-
 from harness import FAST, ROOT, WORKLOADS, credentials, elastic_job, wait_for
+
 from ringmaster.common.grpc_auth import secured
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import FAST, ROOT, elastic_job, events, read_logs, wait_for
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,18 @@ import signal
 import sys
 
 import pytest
-
-from harness import FAST, ROOT, WORKLOADS, discovery_script, elastic_job, events, read_logs, scrape, wait_for, write_hosts
+from harness import (
+    FAST,
+    ROOT,
+    WORKLOADS,
+    discovery_script,
+    elastic_job,
+    events,
+    read_logs,
+    scrape,
+    wait_for,
+    write_hosts,
+)
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow

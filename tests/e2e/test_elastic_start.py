@@ -11,7 +11,6 @@ import signal
 import time
 
 import pytest
-
 from harness import elastic_job, read_logs, wait_for
 from job_checks import assert_every_sample_once
 

@@ -11,15 +11,13 @@ import time
 from typing import Callable
 
 import pytest
+from etcd_server import EtcdCluster, EtcdServer
+from harness import discovery_script, elastic_job, events, read_logs, wait_for, write_hosts
+from job_checks import assert_every_sample_once
 
 from ringmaster.common.events import Event, Kind
-
-from etcd_server import EtcdCluster, EtcdServer
-from harness import discovery_script, events, read_logs, wait_for, write_hosts
 from ringmaster.rendezvous.state.etcd_kv import EtcdStore
 from ringmaster.rendezvous.state.kv import StoreUnavailable
-from job_checks import assert_every_sample_once
-from harness import elastic_job
 
 PREFIX = "/failover/"
 

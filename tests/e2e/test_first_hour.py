@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import FAST, ROOT, elastic_job
 
 pytestmark = pytest.mark.slow

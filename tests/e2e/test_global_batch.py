@@ -23,8 +23,8 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import FAST, ROOT, WORKLOADS, discovery_script, events, read_logs, write_hosts
+
 from ringmaster.worker.train import sampling
 from ringmaster.worker.train.global_batch import GlobalBatch
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-
 from harness import WORKLOADS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (an NVIDIA GPU); this machine has none")

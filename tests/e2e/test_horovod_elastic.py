@@ -14,7 +14,6 @@ import json
 import pathlib
 
 import pytest
-
 from harness import WORKLOADS, Job
 
 pytestmark = pytest.mark.slow

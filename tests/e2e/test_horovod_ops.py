@@ -9,7 +9,6 @@ import os
 import signal
 
 import pytest
-
 from harness import FAST, WORKLOADS, discovery_script, wait_for, write_hosts
 
 pytestmark = pytest.mark.slow

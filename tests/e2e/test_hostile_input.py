@@ -9,8 +9,8 @@ import sys
 
 import grpc
 import pytest
-
 from harness import ROOT, WORKLOADS, credentials
+
 from ringmaster.common.grpc_auth import secured
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
@@ -46,8 +46,7 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
 
 
 def test_twenty_hosts_and_max_np_two_start_two_agents(run_job, tmp_path) -> None:
-    from harness import discovery_script
-    from harness import elastic_job
+    from harness import discovery_script, elastic_job
 
     script, _ = discovery_script(tmp_path, {f"host{i}": 1 for i in range(20)})
     job = run_job("--min-np", "1", "--max-np", "2", "--host-discovery-script", script, "--discovery-interval", "0.3",
@@ -66,9 +65,7 @@ def test_a_flood_of_stalled_http_connections_leaves_the_job_its_descriptors(run_
     import resource
     import socket
 
-    from harness import wait_for
-
-    from harness import elastic_job
+    from harness import elastic_job, wait_for
 
     job = run_job("-np", "2", "--discovery-interval", "0.3", *elastic_job(tmp_path / "log", epochs=2, samples=640),
                   preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)))

@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from harness import wait_for
 from pool_rig import AUTH, Pool
 

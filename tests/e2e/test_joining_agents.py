@@ -8,8 +8,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-
-from harness import FAST, PRODUCT_SPARES, credentials, elastic_job, events, first_commit_at, read_logs, wait_for
+from harness import FAST, PRODUCT_SPARES, credentials, elastic_job, first_commit_at, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 
 pytestmark = pytest.mark.slow

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 
 import pytest
-
-from harness import API_HEADERS, FAST, ROOT, elastic_job, scrape, wait_for
+from harness import FAST, ROOT, elastic_job, scrape, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -132,8 +130,8 @@ def _send_spans_no_worker_would(address: str, worker_id: str) -> None:
     """Heartbeats (with the worker's own key) carrying spans the rendezvous must leave out of the
     trace: too many at once, of an unknown kind or out of range."""
     import grpc
-
     from harness import credentials
+
     from ringmaster.common.grpc_auth import secured
     from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
     from ringmaster.proto import ringmaster_pb2 as pb

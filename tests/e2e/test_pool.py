@@ -15,11 +15,10 @@ import urllib.request
 
 import psutil
 import pytest
-
 from browser import headless_browser
 from harness import SECRET, WORKLOADS, events, first_commit_at, read_logs, wait_for
-from pool_rig import Pool, sizes_logged
 from job_checks import assert_every_sample_once, assert_ranks_agree, assert_seen_once_or_padded
+from pool_rig import Pool, sizes_logged
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,7 @@ import time
 
 import psutil
 import pytest
-
-from harness import PRODUCT_SPARES, events, first_commit_at, read_logs, wait_for
+from harness import PRODUCT_SPARES, first_commit_at, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 from pool_rig import Pool
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-
 from harness import WORKLOADS, commit_log, wait_for
 from pool_rig import Pool
 

@@ -12,7 +12,6 @@ import time
 
 import psutil
 import pytest
-
 from harness import WORKLOADS, commit_log, wait_for
 from pool_rig import Pool
 

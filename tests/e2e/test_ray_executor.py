@@ -19,7 +19,6 @@ import time
 from typing import Any, Callable
 
 import pytest
-
 from harness import WORKLOADS, wait_for
 
 # One Ray cluster for the module: its tests run on one xdist worker (two clusters would not fit 2 cores).

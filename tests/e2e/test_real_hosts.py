@@ -11,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-
 from harness import FAST, discovery_script, elastic_job, events, read_logs, wait_for, write_hosts
 from job_checks import assert_every_sample_once
 from netns import NetworkHosts, skip_reason

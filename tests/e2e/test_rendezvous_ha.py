@@ -14,13 +14,12 @@ import signal
 import time
 
 import pytest
-
 from etcd_server import EtcdServer
-from harness import Job, events, free_port, read_logs, wait_for
+from harness import Job, elastic_job, events, free_port, read_logs, wait_for
+from job_checks import assert_every_sample_once
+
 from ringmaster.rendezvous.state.etcd_kv import EtcdStore
 from ringmaster.rendezvous.state.job_record import FORMAT
-from job_checks import assert_every_sample_once
-from harness import elastic_job
 
 pytestmark = pytest.mark.slow
 FAST = ["--discovery-interval", "0.3", "--warmup-grace", "10", "--start-timeout", "20", "--heartbeat-timeout", "4"]

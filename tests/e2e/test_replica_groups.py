@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import FAST, WORKLOADS, events, read_logs, wait_for
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,8 @@ import os
 import signal
 
 import pytest
-
-from harness import discovery_script, events, read_logs, write_hosts
+from harness import FAST, discovery_script, elastic_job, events, read_logs, write_hosts
 from job_checks import assert_every_sample_once, assert_ranks_agree
-from harness import FAST, elastic_job
 
 pytestmark = pytest.mark.slow
 BASE_LR, GAMMA = 0.01, 0.7  # the workload's

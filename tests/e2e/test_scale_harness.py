@@ -57,12 +57,12 @@ def test_an_agent_carries_beats_only_of_its_own_hosts_workers_with_a_sane_age(tm
     negative or not a number, is ignored; a good one counts (`ringmaster_worker_heartbeats_total`).
     The job relays nothing itself here (`--heartbeat-relay never`), so the count is the test's."""
     import grpc
-
     from harness import scrape
+    from simulated_hosts import signed
+
     from ringmaster.common.keys import AGENT, Identity
     from ringmaster.proto import ringmaster_pb2 as pb
     from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-    from simulated_hosts import signed
 
     cluster = scale.Cluster(tmp_path, hosts=2, slots=2, store="memory", fleets=1, heartbeat_s=1.0, discovery_s=0.3,
                             extra=["--heartbeat-relay", "never"])

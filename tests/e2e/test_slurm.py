@@ -18,7 +18,6 @@ import sys
 import time
 
 import pytest
-
 from harness import ROOT, SECRET, WORKLOADS, events, free_port, parse_event_line, read_logs, wait_for
 from job_checks import assert_every_sample_once, assert_ranks_agree
 from slurm_cluster import SlurmCluster, skip_reason

@@ -5,10 +5,10 @@ ends while newcomers still start up does not wait for them."""
 from __future__ import annotations
 
 import pytest
-
 from harness import FAST, discovery_script, elastic_job, events, first_commit_at, read_logs, wait_for, write_hosts
-from ringmaster.settings import FORK_WORKERS_ENV
 from job_checks import assert_every_sample_once, assert_ranks_agree
+
+from ringmaster.settings import FORK_WORKERS_ENV
 
 pytestmark = pytest.mark.slow
 

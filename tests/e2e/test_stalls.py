@@ -12,10 +12,8 @@ import signal
 import time
 
 import pytest
-
-from harness import events, read_logs, wait_for
+from harness import elastic_job, events, read_logs, wait_for
 from job_checks import assert_every_sample_once
-from harness import elastic_job
 
 pytestmark = pytest.mark.slow
 

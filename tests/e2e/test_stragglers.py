@@ -5,10 +5,8 @@ steps per second."""
 
 from __future__ import annotations
 
-import pathlib
 
 import pytest
-
 from cpu_share import cpu_share, process_group
 from harness import FAST, WORKLOADS, commit_log, scrape, wait_for
 

@@ -22,12 +22,12 @@ from typing import Iterator
 
 import grpc
 import pytest
-
 from harness import API_HEADERS, SECRET, WORKLOADS, credentials, elastic_job, wait_for
+
 from ringmaster.common.grpc_auth import RendezvousAuth, secured
 from ringmaster.common.keys import key_of
-from ringmaster.common.secret import generate_secret
 from ringmaster.common.seal import CallerSeal, body_of
+from ringmaster.common.secret import generate_secret
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 
@@ -331,8 +331,9 @@ def test_a_job_over_tls_trains_and_nothing_speaks_to_it_in_the_clear(run_job, tm
     import sys
 
     from harness import FAST, ROOT, elastic_job
-    from ringmaster.common import tls
     from tls_files import make_tls_files
+
+    from ringmaster.common import tls
 
     files = make_tls_files(tmp_path / "tls")
     job = run_job("-np", "2", "--tls-cert", files.cert, "--tls-key", files.key, "--tls-ca", files.ca, *FAST,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from harness import wait_for
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,6 @@ import sys
 import types
 
 import pytest
-
 from harness import ROOT
 
 README_MOST_LINES = 250

@@ -8,6 +8,7 @@ import inspect
 import pkgutil
 
 from namespace_tree import package_dirs
+
 from ringmaster.common.errors import RingmasterError, UsageError
 
 

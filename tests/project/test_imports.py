@@ -13,7 +13,6 @@ import importlib
 import re
 
 import pytest
-
 from harness import ROOT
 
 FOLDERS = ("tests", "bench", "examples", "ringmaster", "rendezvous", "worker", "discovery", "checkpoint", "proto")

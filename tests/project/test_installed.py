@@ -21,7 +21,6 @@ import venv
 import zipfile
 
 import pytest
-
 from harness import ROOT, WORKLOADS, copy_checkout, read_logs
 from pool_rig import Pool
 from test_docs import _hook

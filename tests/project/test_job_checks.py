@@ -8,7 +8,6 @@ moment apart, near an epoch's end (a ring of 3 dealt 8 samples, then a ring of 4
 from __future__ import annotations
 
 import pytest
-
 from job_checks import assert_every_sample_once, assert_seen_once_or_padded
 
 

@@ -7,7 +7,6 @@ import ast
 import pathlib
 
 import pytest
-
 from harness import ROOT
 
 #: Folders of the repository and the part each is (the longest match wins).

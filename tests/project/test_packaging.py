@@ -10,7 +10,6 @@ import sys
 import zipfile
 
 import pytest
-
 from harness import ROOT, copy_checkout
 
 # Both tests on one pytest-xdist worker, so the wheel (4-5 s of pip) is built once. Marked slow:

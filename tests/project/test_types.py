@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import ROOT
 from namespace_tree import link_tree
 

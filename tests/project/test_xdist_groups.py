@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import ROOT
 
 pytestmark = pytest.mark.slow

@@ -16,10 +16,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from sharded_model import build, digest
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-
-from sharded_model import build, digest
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ import logging
 import sys
 
 import ray
-
 import ray_training
+
 from ringmaster.ray import ElasticRayExecutor
 
 

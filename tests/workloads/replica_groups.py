@@ -42,11 +42,10 @@ import time
 
 import torch
 import torch.nn as nn
+from sharded_model import build, digest
 from torch.distributed.tensor import DTensor
 
 import ringmaster.torch as hvd
-from sharded_model import build, digest
-
 
 #: Samples per group and step (each group's members train on the same ones: `by="group"`).
 BATCH = 4

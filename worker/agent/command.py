@@ -18,18 +18,18 @@ from pydantic import ValidationError
 from ringmaster import settings as defaults
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError
-from ringmaster.proto import environment as env_names
-from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.handover import MAX_HANDOVER_BYTES, handed_rendezvous, read_handover
 from ringmaster.common.keys import agent_key, parse_key
-from ringmaster.discovery import host_name_problem
+from ringmaster.common.processes import die_with_parent, exit_if_stuck
+from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.secret import SECRET_ENV, read_private_file, secret_from
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
+from ringmaster.discovery import host_name_problem
+from ringmaster.proto import environment as env_names
 from ringmaster.settings import FORK_WORKERS_ENV, SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent, DrainAsk, warm_ahead
 from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.worker.agent.slots import default_slots
-from ringmaster.common.processes import die_with_parent, exit_if_stuck
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
 EXAMPLE = ("example:\n  ringmaster agent --secret-file job.secret --rendezvous rdzv-host:29400 --host node1\n"

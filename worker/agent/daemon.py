@@ -44,27 +44,27 @@ import grpc
 
 from ringmaster import __version__
 from ringmaster.common import logs
-from ringmaster.common.events import Event, Kind
-from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
-from ringmaster.proto import environment as env_names
 from ringmaster.common.dial import AWAY_CODES, dial
+from ringmaster.common.events import Event, Kind
 from ringmaster.common.grpc_auth import Credentials, Unproven
 from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
+from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
-from ringmaster.common.reconnect import Backoff, parse_addresses
-from ringmaster.worker.agent.notice import NoticeWatcher
+from ringmaster.proto import environment as env_names
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
-from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
+from ringmaster.worker.agent.notice import NoticeWatcher
+from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.starting.spare_pool import SparePool
 from ringmaster.worker.agent.starting.template import ForkedProcess, WorkerTemplate
-from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
 from ringmaster.worker.agent.starting.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
-from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
+from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02

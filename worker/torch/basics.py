@@ -10,10 +10,9 @@ import math
 import torch
 
 from ringmaster.common import figures
+from ringmaster.torch.operations import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (Horovod's names)
 from ringmaster.worker.train.context import WorkerContext
 from ringmaster.worker.train.exiting import exit_promptly, install_crash_hook
-
-from ringmaster.torch.operations import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (Horovod's names)
 
 _context: WorkerContext | None = None
 #: The context kept after an explicit `hvd.shutdown()`: `hvd.init()` takes it up again (see shutdown).

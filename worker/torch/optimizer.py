@@ -26,11 +26,11 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import adasum
 from ringmaster.torch.basics import context
 from ringmaster.torch.buckets import GradientBuckets, take_over
-from ringmaster.worker.train.op_queue import fusion_threshold
 from ringmaster.torch.collectives import allreduce_, sparse_allreduce_async, synchronize
-from ringmaster.torch.process_sets import ProcessSet, global_process_set, ring_of
 from ringmaster.torch.compression import Compression
+from ringmaster.torch.process_sets import ProcessSet, global_process_set, ring_of
 from ringmaster.worker.train import flat as flat_buffers
+from ringmaster.worker.train.op_queue import fusion_threshold
 
 
 class _DistributedOptimizerMixin:

@@ -17,9 +17,9 @@ from ringmaster.checkpoint.directory import CheckpointDirectory
 from ringmaster.checkpoint.manifest import Manifest
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 from ringmaster.checkpoint.writer import BackgroundWriter
 from ringmaster.proto import environment as env_names
+from ringmaster.settings import DEFAULT_CHECKPOINT_KEEP
 
 #: Seconds a finishing worker waits for its last checkpoint to reach the disk.
 FINAL_WRITE_TIMEOUT_S = 600.0

@@ -26,16 +26,15 @@ from ringmaster.common.spans import TIMELINE_SPANS_ENV, SpanRecorder, now_us
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
+from ringmaster.worker.train import exiting
 from ringmaster.worker.train.collectives import Communicator, build_process_group, gloo_device
 from ringmaster.worker.train.errors import HorovodInternalError
-from ringmaster.worker.train import exiting
 from ringmaster.worker.train.exiting import leave
 from ringmaster.worker.train.gpu_sharing import nccl_refusal
-from ringmaster.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from ringmaster.worker.train.host_signals import shield_from_host_signals
 from ringmaster.worker.train.link import JobEnded, RendezvousLink, Retired
 from ringmaster.worker.train.say import Kind, say
-
 
 
 def _credentials(env: dict[str, str], worker_id: str, host: str) -> Credentials | None:

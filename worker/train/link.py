@@ -19,20 +19,18 @@ from typing import Callable
 
 import grpc
 
-from ringmaster.common.errors import JobError
-from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.common.beat_relay import MAX_RELAYED_SPANS, BeatSender
 from ringmaster.common.dial import AWAY_CODES, dial
+from ringmaster.common.errors import JobError
 from ringmaster.common.event_relay import EventReceiver
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.reconnect import Backoff, parse_addresses
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.settings import DEFAULT_RECONNECT_TIMEOUT_S, HEARTBEAT_RPC_TIMEOUT_S, RPC_TIMEOUT_S
 from ringmaster.worker.train.say import Kind, say
-
-
 
 #: Seconds a worker whose ring failed waits for the rendezvous to say so before it reports the
 #: failure itself (`RendezvousLink.ready`): the rendezvous sees a dead worker's session close

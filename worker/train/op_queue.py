@@ -29,12 +29,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from ringmaster.worker.train import negotiation, speculation
+from ringmaster.worker.train import flat, negotiation, speculation
 from ringmaster.worker.train.early_data import EarlyData
-from ringmaster.worker.train.negotiation import Descriptor, Kind, Reduction
-from ringmaster.worker.train import flat
-from ringmaster.worker.train.speculation import Speculation
 from ringmaster.worker.train.errors import CollectiveMismatchError, HorovodInternalError
+from ringmaster.worker.train.negotiation import Descriptor, Kind, Reduction
+from ringmaster.worker.train.speculation import Speculation
 
 #: Bytes fused into one buffer at most, by the operation queue and the optimizer's gradient
 #: buckets (Horovod's HOROVOD_FUSION_THRESHOLD, 64 MB).

@@ -10,8 +10,8 @@ import sys
 from typing import Iterator
 
 import pytest
-
 from harness import wait_for
+
 from ringmaster.common.beat_relay import BeatSender
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb

@@ -13,8 +13,8 @@ import tempfile
 from typing import Iterator
 
 import pytest
-
 from harness import wait_for
+
 from ringmaster.common.event_relay import MAX_EVENT_BYTES, EventReceiver, socket_name
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.agent.event_relay import MAX_WAITING, EventForwarder

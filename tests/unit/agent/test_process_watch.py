@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import wait_for
+
 from ringmaster.worker.agent.process_watch import ProcessSample, ProcessWatch, is_busy, parse_stat, read_stat
 
 

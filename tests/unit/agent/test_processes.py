@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 import pytest
-
 from harness import wait_for
+
 from ringmaster.common.processes import dying_with_parent
 
 STUCK = textwrap.dedent("""

@@ -11,11 +11,11 @@ import textwrap
 import threading
 
 import pytest
-
 from harness import wait_for
+
 from ringmaster.common.events import Kind
-from ringmaster.worker.agent.starting.spare_process import MAX_ASSIGNMENT_BYTES, parse_assignment
 from ringmaster.worker.agent.starting.spare_pool import SparePool, rss_bytes, spare_assignment
+from ringmaster.worker.agent.starting.spare_process import MAX_ASSIGNMENT_BYTES, parse_assignment
 
 PY = sys.executable
 

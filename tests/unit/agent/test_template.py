@@ -15,12 +15,12 @@ import sys
 import threading
 
 import pytest
-
 from harness import wait_for
+from test_spares import PROBE
+
 from ringmaster.common.events import Kind
 from ringmaster.worker.agent.starting.template import TEMPLATE_GONE_CODE, ForkedProcess, WorkerTemplate
 from ringmaster.worker.agent.starting.template_process import CONTROL_FD_ENV
-from test_spares import PROBE
 
 PY = sys.executable
 WAIT_S = 120.0  # (a template imports torch: tens of seconds on a loaded machine)

@@ -14,12 +14,12 @@ import textwrap
 import types
 
 import pytest
-
 import seccomp
 from harness import ROOT, wait_for
+from test_template import PY, WAIT_S, _state, output_of, template_of  # noqa: F401 (template_of: a fixture)
+
 from ringmaster.common.events import Kind
 from ringmaster.worker.agent.starting.template_process import MAX_REQUEST_BYTES, fork_hazard
-from test_template import PY, WAIT_S, _state, output_of, template_of  # noqa: F401 (template_of: a fixture)
 
 pytestmark = pytest.mark.slow  # (templates import torch: with the end-to-end tests)
 

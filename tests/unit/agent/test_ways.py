@@ -10,8 +10,15 @@ import sys
 import pytest
 
 from ringmaster.worker.agent.starting.spare_pool import SparePool
-from ringmaster.worker.agent.starting.ways import (ColdSpare, FreshProcess, StartRequest, TemplateFork, WarmSpare,
-                                                   start_worker, ways_for)
+from ringmaster.worker.agent.starting.ways import (
+    ColdSpare,
+    FreshProcess,
+    StartRequest,
+    TemplateFork,
+    WarmSpare,
+    start_worker,
+    ways_for,
+)
 
 
 class Gives:

@@ -17,13 +17,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.checkpoint.directory import CheckpointDirectory
-from ringmaster.checkpoint.manifest import (MANIFEST_NAME, STATE_NAME, CheckpointError, CheckpointFolderError,
-                                            UntrustedCheckpointError)
+from ringmaster.checkpoint.manifest import (
+    MANIFEST_NAME,
+    STATE_NAME,
+    CheckpointError,
+    CheckpointFolderError,
+    UntrustedCheckpointError,
+)
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.settings import DEFAULT_CHECKPOINT_INTERVAL_S
 from ringmaster.checkpoint.tree import TensorRef, flatten, has_plain_leaves, skeleton_digest, unflatten
 from ringmaster.checkpoint.writer import BackgroundWriter
+from ringmaster.settings import DEFAULT_CHECKPOINT_INTERVAL_S
 from ringmaster.worker.train.checkpointing import Checkpointing
 
 # ---------------------------------------------------------------- tree

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 import pytest
-
 from harness import ROOT
+
 from ringmaster.cli.main import UsageError, build_parser, main, settings_from_args
 
 

@@ -9,6 +9,7 @@ import types
 from typing import Callable
 
 from coordinator_rig import Rig
+
 from ringmaster.cli.progress import ProgressLine, progress_fields, status_text
 from ringmaster.common import logs
 from ringmaster.common.events import Event, Kind, log_event

@@ -8,8 +8,8 @@ from concurrent import futures
 
 import grpc
 import pytest
-
 from harness import free_port
+
 from ringmaster.common import tls
 from ringmaster.common.dial import dial
 from ringmaster.common.reconnect import Backoff

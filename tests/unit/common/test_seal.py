@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ringmaster.common.keys import AGENT, WORKER, Identity, agent_key, key_of, parse_key, worker_key
-from ringmaster.common.secret import generate_secret
 from ringmaster.common.seal import CallerSeal, Gate, Replays, body_of, make_token
+from ringmaster.common.secret import generate_secret
 from ringmaster.proto import ringmaster_pb2 as pb
 
 METHOD = "/ringmaster.v1.Rendezvous/AgentSession"

@@ -8,6 +8,7 @@ import pytest
 
 from ringmaster.common.secret import MIN_SECRET_CHARS, SecretError, read_secret_file, secret_from
 
+
 def test_secret_files_are_made_private_and_read_back(tmp_path) -> None:
     path = tmp_path / "secret"
     made = read_secret_file(path, create=True)

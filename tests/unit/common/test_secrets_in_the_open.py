@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import ROOT
+from tls_files import make_tls_files
+
 from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.common.tls import ServerTls, TlsError
 from ringmaster.rendezvous.state.etcd_kv import tls_credentials
 from ringmaster.rendezvous.state.kv import StoreAccessRefused
 from ringmaster.rendezvous.state.url import EtcdAccess
-from tls_files import make_tls_files
 
 
 def test_a_store_password_in_the_url_is_refused_at_start_and_not_repeated(tmp_path) -> None:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
-from ringmaster.rendezvous.control.effects import (
-    AnnounceHosts,
-    Assign, EndGeneration, EndJob, Retire, StopAgent, UpdateHosts,
-)
-from ringmaster.rendezvous.control.records import Phase
 from coordinator_rig import Rig, record
+
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Kind
+from ringmaster.rendezvous.control.effects import (
+    AnnounceHosts,
+    Assign,
+    EndGeneration,
+    EndJob,
+    Retire,
+    StopAgent,
+    UpdateHosts,
+)
+from ringmaster.rendezvous.control.records import Phase
 from ringmaster.settings import JobSettings
 
 

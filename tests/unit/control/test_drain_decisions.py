@@ -6,8 +6,8 @@ import math
 from typing import Any, Mapping
 
 import pytest
-
 from coordinator_rig import Rig
+
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.effects import EndGeneration, Retire, StopAgent, UpdateHosts

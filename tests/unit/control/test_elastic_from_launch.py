@@ -4,8 +4,8 @@ worker's silence is not its death (`liveness`): the decisions, on a manual clock
 from __future__ import annotations
 
 import pytest
-
 from coordinator_rig import Rig
+
 from ringmaster.rendezvous.control.effects import EndGeneration
 from ringmaster.rendezvous.control.liveness import judge_silence
 from ringmaster.rendezvous.control.records import Phase

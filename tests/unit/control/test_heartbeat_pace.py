@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
+from coordinator_rig import Rig
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator_rig import Rig
 from ringmaster.common.heartbeats import MOST_INTERVAL_S, paced_interval
 from ringmaster.rendezvous.control.heartbeat_pace import AGENT_BEATS_PER_S, WORKER_BEATS_PER_S, pace
 

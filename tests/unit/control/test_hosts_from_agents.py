@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from coordinator_rig import Rig, record
+
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.effects import Retire, UpdateHosts
 from ringmaster.rendezvous.state import job_record

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 
 from coordinator_rig import Rig
+
 from ringmaster.rendezvous.control.view import ALL_ROWS, HOST_STATES, NO_ROWS, HostView, WorkerView
 
 

@@ -4,6 +4,7 @@ that never connected means. Driven through the coordinator rig (no I/O)."""
 from __future__ import annotations
 
 from coordinator_rig import Rig
+
 from ringmaster.rendezvous.control.effects import LaunchAgent, StopLaunchedAgent
 
 

@@ -6,14 +6,19 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping
 
+from coordinator_rig import Rig
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator_rig import Rig
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.effects import UpdateHosts
-from ringmaster.rendezvous.control.stragglers import (Persistence, Straggler, find_stragglers, median_without,
-                                                           replacing_pays)
+from ringmaster.rendezvous.control.stragglers import (
+    Persistence,
+    Straggler,
+    find_stragglers,
+    median_without,
+    replacing_pays,
+)
 
 
 def events(rig: Rig, kind: Kind) -> list[Mapping[str, Any]]:

@@ -7,6 +7,7 @@ Driven without I/O (a manual clock, the coordinator's outbox), as the gRPC layer
 from __future__ import annotations
 
 from coordinator_rig import Rig, record
+
 from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.rendezvous.state import job_record
 

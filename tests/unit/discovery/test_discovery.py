@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.discovery import (
-    Blacklist, CooldownRange, DiscoveryError, ScriptDiscovery, host_name_problem, diff_hosts, parse_host_lines, parse_hosts_flag,
+    Blacklist,
+    CooldownRange,
+    DiscoveryError,
+    ScriptDiscovery,
+    diff_hosts,
+    host_name_problem,
+    parse_host_lines,
+    parse_hosts_flag,
 )
 
 host_names = st.from_regex(r"[a-z][a-z0-9\-]{0,10}[a-z0-9]", fullmatch=True)

@@ -9,10 +9,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from ringmaster.discovery import StaticDiscovery
 from ringmaster.rendezvous.pool.api import create_pool_app
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.scheduling.model import Settings
-from ringmaster.discovery import StaticDiscovery
 
 SECRET = "pool-secret-pool-secret-pool-secret-0"
 AUTH = {"Authorization": f"Bearer {SECRET}"}

@@ -16,7 +16,12 @@ pytest.importorskip("ray", reason="Ray comes with the [ray] extra (.ci/setup ins
 from ringmaster.discovery.parse import MAX_SLOTS_PER_HOST, host_name_problem  # noqa: E402
 from ringmaster.ray import ElasticRayExecutor  # noqa: E402
 from ringmaster.ray.nodes import (  # noqa: E402
-    RayNode, check_worker_resources, host_name, hosts_of, node_from_record, node_slots,
+    RayNode,
+    check_worker_resources,
+    host_name,
+    hosts_of,
+    node_from_record,
+    node_slots,
 )
 
 NODE_A = "a" * 56

@@ -12,12 +12,11 @@ import urllib.request
 import httpx
 import pytest
 import uvicorn
+from coordinator_rig import api_for
 from fastapi.testclient import TestClient
-
 from harness import free_port, wait_for
 
 import ringmaster
-from coordinator_rig import api_for
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.settings import JobSettings
 
@@ -327,6 +326,7 @@ def test_the_dashboard_page_is_served_whole_from_the_api_and_runs_nothing_else()
 
 def test_status_with_metrics_has_the_generations_their_causes_rate_and_loss() -> None:
     from coordinator_rig import Rig
+
     from ringmaster.common.figures import WorkerFigures
     from ringmaster.rendezvous.server.metrics import JobMetrics
 

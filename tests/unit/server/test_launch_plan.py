@@ -7,7 +7,13 @@ import shlex
 import pytest
 
 from ringmaster.common.handover import handover, read_handover
-from ringmaster.common.network import NetworkError, interface_address, is_this_machine, route_address, this_machine_names
+from ringmaster.common.network import (
+    NetworkError,
+    interface_address,
+    is_this_machine,
+    route_address,
+    this_machine_names,
+)
 from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from coordinator_rig import Rig, api_for
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator_rig import Rig, api_for
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.figures import SECONDS_BUCKETS, WorkerFigures, check_stats
 from ringmaster.proto import ringmaster_pb2 as pb
-
 from ringmaster.rendezvous.server.metrics import JobMetrics
 
 

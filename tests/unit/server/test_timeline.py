@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from coordinator_rig import Rig
+
 from ringmaster.cli.main import UsageError, timeline_path
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT, SpanRecorder, check_span
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.server.timeline import FAILURES_TID, RANKS_PID, RENDEZVOUS_PID, TraceBuilder
 from ringmaster.rendezvous.server.trace_file import JobTimeline, TraceFile
-
-import pytest
 
 
 def test_a_recorder_that_is_off_records_nothing() -> None:

@@ -11,8 +11,8 @@ import torch
 
 import ringmaster.torch as hvd
 from ringmaster.torch.buckets import plan_buckets
-from ringmaster.worker.train.op_queue import DEFAULT_FUSION_THRESHOLD_BYTES, fusion_threshold
 from ringmaster.worker.train import flat
+from ringmaster.worker.train.op_queue import DEFAULT_FUSION_THRESHOLD_BYTES, fusion_threshold
 
 
 def test_buckets_follow_reverse_order_split_by_kind_and_threshold() -> None:
@@ -146,6 +146,7 @@ def test_sparse_gradients_are_reduced_as_sparse_tensors_on_a_ring_and_stay_spars
     out in their bucket, the sparse ones through the `sparse` reduction (every rank's indices and
     values gathered, then averaged), and each equals the average of the dense gradients."""
     from gloo_rings import on_ranks
+
     from ringmaster.torch import operations as ops
     from ringmaster.torch.buckets import GradientBuckets
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from gloo_rings import count_collectives, on_ranks, run
+
 from ringmaster.torch import operations as ops
 from ringmaster.worker.train import negotiation, speculation
 from ringmaster.worker.train.collectives import Communicator

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ringmaster.worker.train.context import WorkerContext
 
-
 SCRIPT = textwrap.dedent("""
     import atexit, sys
     import ringmaster.torch as hvd

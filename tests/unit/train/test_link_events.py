@@ -4,6 +4,7 @@ handed to it as its session's thread would)."""
 from __future__ import annotations
 
 from harness import wait_for
+
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.train.link import RendezvousLink
 

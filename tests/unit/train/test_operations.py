@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-
 from gloo_rings import count_collectives, on_ranks, run
+
 from ringmaster.torch import operations as ops
 from ringmaster.worker.train import exchange, negotiation
 from ringmaster.worker.train.collectives import Communicator
-from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.errors import CollectiveMismatchError
+from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.op_queue import EARLY_DATA_ENV, INLINE_BYTES_ENV, Operation
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8, torch.int16,

@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Transfer, consistent_commit, equal_by_sync,
-                                                  transfers)
+from ringmaster.torch.elastic.shard_plan import (
+    NONE,
+    Holding,
+    SyncProof,
+    Transfer,
+    consistent_commit,
+    equal_by_sync,
+    transfers,
+)
 
 SAME = (1, 2, 3)  # a fingerprint shared by ranks holding equal bytes
 

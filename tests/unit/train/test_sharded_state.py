@@ -21,10 +21,9 @@ from torch.distributed.tensor import DTensor
 from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.torch.elastic import ElasticSampler, ShardedState, no_init
-from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
+from ringmaster.torch.elastic import ElasticSampler, ShardedState, kept_memory, no_init
 from ringmaster.torch.elastic.shard_plan import Transfer
-from ringmaster.torch.elastic import kept_memory
+from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for, _memory_of
 from ringmaster.worker.train.errors import CheckpointMismatchError, ReplicasDivergedError
 from ringmaster.worker.train.state_sync import fingerprint

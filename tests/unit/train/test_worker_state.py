@@ -6,7 +6,6 @@ optimizer wrapper keeps its class; `elastic.run` returns the function's result.
 
 from __future__ import annotations
 
-
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ import torch
 
 import ringmaster.torch as hvd
 from ringmaster.checkpoint.directory import CheckpointDirectory
-
 
 pytestmark = pytest.mark.usefixtures("alone")
 

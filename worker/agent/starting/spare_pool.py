@@ -33,9 +33,9 @@ from typing import Callable, Mapping
 
 from ringmaster.common.events import Kind
 from ringmaster.common.keys import WORKER_KEY_ENV
+from ringmaster.common.processes import dying_with_parent
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
-from ringmaster.common.processes import dying_with_parent
 from ringmaster.worker.agent.process_watch import read_stat
 from ringmaster.worker.agent.starting.spare_process import READY_FD_ENV, Assignment
 

@@ -22,8 +22,8 @@ import os
 import runpy
 import sys
 import types
-from importlib.machinery import SourceFileLoader
 from dataclasses import dataclass
+from importlib.machinery import SourceFileLoader
 
 from ringmaster.worker.agent.starting.threads import THREADS_ENV, applicable_threads
 

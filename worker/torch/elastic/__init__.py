@@ -13,14 +13,14 @@ from torch.profiler import record_function
 
 from ringmaster.torch.basics import context as current_context
 from ringmaster.torch.basics import init
-from ringmaster.worker.train.context import WorkerContext
-from ringmaster.worker.train.say import Kind, say
-from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
-from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
 from ringmaster.torch.elastic.generation_mesh import mesh
 from ringmaster.torch.elastic.generation_mesh import release as release_mesh
+from ringmaster.torch.elastic.groups import ReplicaGroup, replica_group
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import ObjectState, State, TorchState
+from ringmaster.worker.train.context import WorkerContext
+from ringmaster.worker.train.errors import HorovodInternalError, HostsUpdatedInterrupt
+from ringmaster.worker.train.say import Kind, say
 
 if TYPE_CHECKING:
     from ringmaster.torch.elastic.sharded_state import ShardedState

@@ -40,23 +40,32 @@ from torch.utils._pytree import tree_leaves
 from ringmaster.checkpoint.digest import tree_digest
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import flatten, unflatten
-from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
-from ringmaster.torch.elastic import fsdp_comms
-from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
-from ringmaster.torch.elastic import kept_memory, no_init
+from ringmaster.torch.elastic import fsdp_comms, kept_memory, no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
-from ringmaster.torch.elastic.shard_plan import (NONE, Holding, SyncProof, Transfer, consistent_commit,
-                                                  equal_by_sync, transfers)
 from ringmaster.torch.elastic.sampler import ElasticSampler
+from ringmaster.torch.elastic.shard_plan import (
+    NONE,
+    Holding,
+    SyncProof,
+    Transfer,
+    consistent_commit,
+    equal_by_sync,
+    transfers,
+)
+from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
 from ringmaster.worker.train.collectives import Communicator
-from ringmaster.worker.train.errors import (CheckpointMismatchError, HorovodInternalError, HostsUpdatedInterrupt,
-                                           ReplicasDivergedError)
-from ringmaster.worker.train.say import Kind, say
+from ringmaster.worker.train.errors import (
+    CheckpointMismatchError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    ReplicasDivergedError,
+)
 from ringmaster.worker.train.replica_guard import compare_live_state_in_groups
+from ringmaster.worker.train.say import Kind, say
 from ringmaster.worker.train.state_sync import SyncPlan, fingerprint
 
 #: Imported while the worker warms up rather than in its first build on a generation's mesh:

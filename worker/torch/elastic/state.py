@@ -27,15 +27,15 @@ from ringmaster.checkpoint import fit
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import has_plain_leaves
 from ringmaster.proto import ringmaster_pb2 as pb
-from ringmaster.worker.train.checkpointing import Checkpointing
-from ringmaster.worker.train.collectives import wait_until
-from ringmaster.worker.train.say import Kind, say
-from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
-from ringmaster.worker.train.replica_guard import compare_live_state, describe
-from ringmaster.worker.train.state_sync import SyncPlan, sync_snapshot
 from ringmaster.torch.basics import Max, context, is_initialized
 from ringmaster.torch.collectives import allreduce_, broadcast_object
 from ringmaster.torch.elastic.sampler import ElasticSampler
+from ringmaster.worker.train.checkpointing import Checkpointing
+from ringmaster.worker.train.collectives import wait_until
+from ringmaster.worker.train.errors import CheckpointMismatchError, HostsUpdatedInterrupt, ReplicasDivergedError
+from ringmaster.worker.train.replica_guard import compare_live_state, describe
+from ringmaster.worker.train.say import Kind, say
+from ringmaster.worker.train.state_sync import SyncPlan, sync_snapshot
 
 #: Snapshot entry with the state's own bookkeeping (the commit count); also in checkpoints.
 RINGMASTER_ENTRY = "ringmaster"
