@@ -34,7 +34,8 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=30, help="faults to inject (default: %(default)s)")
     parser.add_argument("--every", type=float, default=10.0, help="mean seconds between faults (default: %(default)s)")
     parser.add_argument("--store", choices=["memory", "etcd"], default="memory")
-    parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step (default: %(default)s)")
+    parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step (default: "
+                                                                      "%(default)s)")
     args = parser.parse_args()
     kinds = ETCD_KINDS if args.store == "etcd" else MEMORY_KINDS
     plan = plan_faults(args.seed, kinds, args.faults, args.every)

@@ -128,9 +128,9 @@ def commit_figures(megabytes: int, repeats: int) -> None:
         del os.environ["RINGMASTER_CHECKPOINT_DIR"], os.environ["RINGMASTER_CHECKPOINT_EVERY"]
     due = statistics.median(staged)
 
-    print(f"{size / 1e6:8.0f} MB | commit {commit * 1e3:8.1f} ms {gb / commit:6.1f} GB/s | "
-          f"first commit {first * 1e3:8.1f} ms | deepcopy (Horovod) {horovod * 1e3:8.1f} ms {gb / horovod:6.1f} GB/s | "
-          f"plain copy {plain * 1e3:7.1f} ms {gb / plain:6.1f} GB/s | commit/plain {plain / commit:4.0%} of plain bandwidth | "
+    print(f"{size / 1e6:8.0f} MB | commit {commit * 1e3:8.1f} ms {gb / commit:6.1f} GB/s | first commit "
+          f"{first * 1e3:8.1f} ms | deepcopy (Horovod) {horovod * 1e3:8.1f} ms {gb / horovod:6.1f} GB/s | plain copy "
+          f"{plain * 1e3:7.1f} ms {gb / plain:6.1f} GB/s | commit/plain {plain / commit:4.0%} of plain bandwidth | "
           f"commit with checkpoint due {due * 1e3:8.1f} ms ({len(written)} written)"
           + (f" | GPU memory held: commit {held / 1e6:.0f} MB, deepcopy {horovod_held / 1e6:.0f} MB"
              if DEVICE.type == "cuda" else ""), flush=True)

@@ -342,7 +342,8 @@ def _free_port() -> int:
 def ringmaster(mode: str, name: str = "", steps: int = 0) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--spares", "0", sys.executable, __file__,
+        subprocess.run([sys.executable, "-m", "ringmaster.cli", "run",
+                        "-np", "2", "--spares", "0", sys.executable, __file__,
                         "--worker", mode, "--model", name or "-", "--steps", str(steps), "--out", out],
                        cwd=ROOT, check=True, capture_output=True, timeout=1800)
         return json.loads(pathlib.Path(out).read_text())
@@ -396,13 +397,14 @@ def main() -> None:
                             f"({small[f'hvd_{op}'] / small[f'dist_{op}']:4.2f}x)"
                             for op in ("allreduce", "allgather", "broadcast", "alltoall", "barrier")))
     o = ours["overlap"]
-    hidden = {k: (o["compute"] + o[f"{k}_comm"] - o[f"{k}_both"]) / min(o["compute"], o[f"{k}_comm"]) for k in ("dist", "hvd")}
+    hidden = {k: (o["compute"] + o[f"{k}_comm"] - o[f"{k}_both"]) / min(o["compute"], o[f"{k}_comm"]) for k in ("dist",
+                                                                                                                "hvd")}
     print(f"\noverlap, 8 allreduces of 4 MB started before {o['compute'] * 1e3:.1f} ms of compute: torch.distributed "
-          f"async_op {o['dist_both'] * 1e3:.1f} ms (alone {o['dist_comm'] * 1e3:.1f} ms, {hidden['dist']:.0%} hidden) | "
-          f"hvd.allreduce_async_ {o['hvd_both'] * 1e3:.1f} ms (alone {o['hvd_comm'] * 1e3:.1f} ms, "
-          f"{hidden['hvd']:.0%} hidden); with the compute {o['hvd_both'] / o['dist_both']:.2f}x torch.distributed's time "
-          f"(hvd's 'alone' issues each allreduce_ and waits: one agreement round each, so a share over 100% is "
-          f"the async calls' shared rounds and back-to-back starts)")
+          f"async_op {o['dist_both'] * 1e3:.1f} ms (alone {o['dist_comm'] * 1e3:.1f} ms, {hidden['dist']:.0%} hidden) "
+          f"| hvd.allreduce_async_ {o['hvd_both'] * 1e3:.1f} ms (alone {o['hvd_comm'] * 1e3:.1f} ms, "
+          f"{hidden['hvd']:.0%} hidden); with the compute {o['hvd_both'] / o['dist_both']:.2f}x torch.distributed's "
+          "time (hvd's 'alone' issues each allreduce_ and waits: one agreement round each, so a share over 100% is "
+          "the async calls' shared rounds and back-to-back starts)")
 
 
 if __name__ == "__main__":

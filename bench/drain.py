@@ -56,7 +56,8 @@ def one_round(way: str) -> dict[str, float]:
             job.wait_status(lambda s: s["world_size"] == 2, 120, "the job on hostA alone")
 
             def gone() -> float | None:
-                exits = [e for e in job.events() if e.get("kind") in ("worker.exited", "worker.stopped", "worker.finished",
+                exits = [e for e in job.events() if e.get("kind") in ("worker.exited",
+                                                                      "worker.stopped", "worker.finished",
                                                                         "host.lost") and e.get("host") == "hostB"]
                 return max(float(e["time"]) for e in exits) if len(exits) >= (1 if way == "sigkill" else 2) else None
 
@@ -90,7 +91,8 @@ def main() -> None:
         gone = [r["taken_to_gone_s"] for r in rounds]
         pause = [r["longest_pause_s"] for r in rounds]
         print(f"{way:<8} {','.join(f'{x:g}' for x in redone):>14} {statistics.median(gone):>12.3f} "
-              f"{statistics.median(pause):>18.3f}   (each: {', '.join(f'{g:.3f}/{p:.3f}' for g, p in zip(gone, pause))})",
+              f"{statistics.median(pause):>18.3f}   (each: "
+              f"{', '.join(f'{g:.3f}/{p:.3f}' for g, p in zip(gone, pause))})",
               flush=True)
 
 

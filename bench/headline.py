@@ -113,7 +113,8 @@ def main() -> int:
     failed = False
     for name, value, record, regressed in verdicts(figures, recorded):
         tolerance = f"+{record.get('relative', 0) * 100:.0f}% or +{record.get('absolute', 0):g}"
-        print(f"{name:<34} {value:>10.3f} {record['value']:>10.3f}  {tolerance:<16} {'REGRESSED' if regressed else 'ok'}")
+        print(f"{name:<34} {value:>10.3f} {record['value']:>10.3f}  {tolerance:<16} "
+              f"{'REGRESSED' if regressed else 'ok'}")
         failed |= regressed
     print(f"({time.monotonic() - started:.0f} s; the recorded values: {RECORDED.relative_to(ROOT)})")
     if args.record:

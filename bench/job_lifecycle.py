@@ -112,7 +112,8 @@ def main() -> None:
         script = pathlib.Path(tmp) / "worker.py"
         script.write_text(WORKER)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RINGMASTER_SPARES": "0", "OMP_NUM_THREADS": "1"}
-        ringmaster = [sys.executable, "-m", "ringmaster.cli", "run", "-np", str(args.np), "python", str(script), "ringmaster"]
+        ringmaster = [sys.executable, "-m", "ringmaster.cli", "run", "-np", str(args.np),
+                      "python", str(script), "ringmaster"]
         commands = {
             "ringmaster run": (ringmaster, env),
             "ringmaster fresh": (ringmaster, {**env, FORK_WORKERS_ENV: "0"}),

@@ -60,7 +60,8 @@ def ringmaster_newcomer_s(standing: bool = False) -> float:
         d = pathlib.Path(tmp)
         script, hosts = discovery_script(d, {"hostA": 1})
         (d / "log").mkdir()
-        job = Job(["--min-np", "1", "--max-np", "2", "--host-discovery-script", str(script), "--discovery-interval", "0.2",
+        job = Job(["--min-np", "1", "--max-np", "2", "--host-discovery-script", str(script),
+                   "--discovery-interval", "0.2",
                    *(["--api-port", "0"] if standing else []),
                    "python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(d / "log"), "--epochs", "1000",
                    "--samples", "256", "--step-time", str(STEP_TIME_S), "--timestamps"],

@@ -210,7 +210,8 @@ def main() -> None:
         print(f"{name:<10} " + " ".join(f"{c:>22}" for c in cells) + f"   {per_1000 / 1e6:6.2f} MB", flush=True)
     print(recorder_costs())
     if all_scrapes:
-        print(f"GET /metrics during the jobs: median {statistics.median(all_scrapes) * 1e3:.2f} ms over {len(all_scrapes)} scrapes")
+        print(f"GET /metrics during the jobs: median {statistics.median(all_scrapes) * 1e3:.2f} ms over "
+              f"{len(all_scrapes)} scrapes")
 
 
 if __name__ == "__main__":

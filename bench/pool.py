@@ -141,7 +141,8 @@ def utilisation() -> dict[str, float]:
                 (r["state"] == "queued" and r["min_np"] <= free) or (r["state"] == "running" and r["size"] < r["max_np"])
                 for r in rows)
             samples.append((now, placed, could_use))
-            if len(submitted) == len(ARRIVALS) and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows):
+            if len(submitted) == len(ARRIVALS) and all(r["state"] in ("succeeded",
+                                                                      "failed", "cancelled") for r in rows):
                 break
             if now - started > 600:
                 raise RuntimeError("the ten jobs did not finish within 10 minutes")
@@ -179,7 +180,8 @@ def adaptive() -> dict[str, float]:
                 command = ["python", str(WORKLOADS / "paced_job.py"), *args, "--commit-log", str(d / f"{name}.jsonl")]
                 ids.append(str(pool.call("/jobs", {"command": command, "min_np": 1, "max_np": 4, "name": name})["id"]))
                 time.sleep(1.0)
-            rows = [pool.wait_job(job_id, lambda j: j["state"] == "succeeded", 600, f"{job_id} to finish") for job_id in ids]
+            rows = [pool.wait_job(job_id, lambda j: j["state"] == "succeeded", 600,
+                                  f"{job_id} to finish") for job_id in ids]
             jcts = [r["ended_at"] - r["submitted"] for r in rows]
             figures[f"{policy}_mean_jct_s"] = statistics.mean(jcts)
             figures[f"{policy}_makespan_s"] = max(r["ended_at"] for r in rows) - min(r["submitted"] for r in rows)

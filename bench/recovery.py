@@ -41,7 +41,8 @@ def job_figures(spares: int) -> dict[str, float]:
         d = pathlib.Path(tmp)
         script, hosts = discovery_script(d, {"hostA": 2, "hostB": 2})
         (d / "log").mkdir()
-        job = Job(["--min-np", "2", "--max-np", "8", "--host-discovery-script", str(script), "--discovery-interval", "0.2",
+        job = Job(["--min-np", "2", "--max-np", "8", "--host-discovery-script", str(script),
+                   "--discovery-interval", "0.2",
                    "--spares", str(spares),
                    "python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(d / "log"), "--epochs", "1000",
                    "--samples", "256", "--step-time", "0.02", "--timestamps"])
@@ -204,7 +205,8 @@ def main() -> int:
             ("a new host (hostC:2) -> first step at 4 (s)", "discovery_change_to_first_step_s", ".3f"),
             ("  steps the survivors trained meanwhile", "steps_while_newcomers_warmed_up", ".0f"),
             ("  survivors' longest pause between two steps (s)", "survivor_pause_during_grow_s", ".3f"),
-            ("2 slots more on a running host (hostA 2->4) -> first step at 6 (s)", "slots_added_to_first_step_s", ".3f"),
+            ("2 slots more on a running host (hostA 2->4) -> first step at 6 (s)",
+             "slots_added_to_first_step_s", ".3f"),
             ("  survivors' longest pause between two steps (s)", "survivor_pause_during_slots_added_s", ".3f"),
             ("  newcomers that ran in a warm spare", "spares_used", ".0f"),
         ]

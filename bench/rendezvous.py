@@ -48,7 +48,8 @@ def serve(port: int, hosts: int, store: str, extra: list[str]) -> subprocess.Pop
 
 async def generation_times(agents: list[int], repeats: int, etcd: EtcdServer | None) -> None:
     """One event loop for all runs: grpc.aio binds itself to the first loop it sees."""
-    print("## New generation after a member dies (survivors all assigned): median (each run; the server's CPU time, median)")
+    print("## New generation after a member dies (survivors all assigned): median (each run; the server's CPU time, "
+          "median)")
     print("| agents | memory store | etcd store |")
     print("| --- | --- | --- |")
     for count in agents:
@@ -87,7 +88,8 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
         try:
             for host in ("hA", "hB"):
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", f"127.0.0.1:{port}", "--host", host],
+                    [sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous",
+                     f"127.0.0.1:{port}", "--host", host],
                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
 
             def commits() -> list[dict]:

@@ -431,7 +431,8 @@ def main() -> None:
         etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
         print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
               + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f})" for c in changes)
-              + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | {steady['calls_per_s']:.0f} | "
+              + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | "
+                f"{steady['calls_per_s']:.0f} | "
               f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
               f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
 

@@ -214,7 +214,8 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
         victim = next(r for r in reversed(records(logs)) if r["event"] == "entered" and r["rank"] == 3)
         killed = time.time()
         os.kill(victim["pid"], signal.SIGKILL)
-        first = wait_for(lambda: [r for r in steps_at(2) if r["time"] > killed], 300, "the surviving group's step", job)[0]
+        first = wait_for(lambda: [r for r in steps_at(2) if r["time"] > killed], 300,
+                         "the surviving group's step", job)[0]
         resumed = next(r for r in records(logs) if r["event"] == "entered" and r["size"] == 2 and r["rank"] == 0
                        and r["time"] > killed)
         regrown = wait_for(lambda: [r for r in records(logs) if r["event"] == "entered" and r["size"] == 4
@@ -278,14 +279,15 @@ def main() -> None:
     base, step, train = (statistics.median(x) for x in (plain["times"], ours["times"], ours["train_times"]))
     peak = max(plain["peaks"])
     print(f"model: {plain['params'] / 1e6:.1f} M parameters, 2 groups of 2 (HSDP), Gloo, 1 thread per worker")
-    print(f"step time, median of {args.steps}: plain FSDP2 (torchrun) {base * 1e3:.0f} ms; Ringmaster {step * 1e3:.0f} ms "
-          f"with a commit each step ({step / base:.2f}x), {train * 1e3:.0f} ms of it training ({train / base:.2f}x)")
+    print(f"step time, median of {args.steps}: plain FSDP2 (torchrun) {base * 1e3:.0f} ms; Ringmaster {step * 1e3:.0f} "
+          f"ms with a commit each step ({step / base:.2f}x), {train * 1e3:.0f} ms of it training ({train / base:.2f}x)")
     print(f"peak memory per worker: plain FSDP2 {peak:.0f} MB; Ringmaster {ours['peak_mb']:.0f} MB "
           f"({ours['peak_mb'] / peak:.2f}x; on CPU the two commits' host buffers count here)")
     print(f"a group lost (SIGKILL of rank 3): the surviving group back in training {ours['lost_to_training_s']:.2f} s "
           f"later (synced, on its new mesh), its first step committed {ours['lost_to_first_step_s']:.2f} s later")
     print(f"a group added: the survivors' last step to training again {ours['pause_to_training_s']:.2f} s (the new "
-          f"group healed with {ours['healed_mb']:.1f} MB peer to peer), to their first step in it {ours['pause_s']:.2f} s")
+          f"group healed with {ours['healed_mb']:.1f} MB peer to peer), to their first step in it "
+          f"{ours['pause_s']:.2f} s")
     if theirs is None:
         print(f"torchft: not run ({missing}; give --torchft-python a Python with torchft 0.2.0)")
     else:

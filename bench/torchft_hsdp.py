@@ -216,8 +216,8 @@ def summary(ours: dict, theirs: dict, base: float) -> list[str]:
     return [
         f"torchft 0.2.0 HSDP (lighthouse {', '.join(f'{k}={v}' for k, v in LIGHTHOUSE.items())}): step "
         f"{step * 1e3:.0f} ms ({step / base:.2f}x plain FSDP2), peak memory per worker {theirs['peak_mb']:.0f} MB",
-        f"  a group lost: torchft's surviving group's first committed step {theirs['lost_to_first_step_s']:.2f} s after "
-        f"the kill (Ringmaster {ours['lost_to_first_step_s']:.2f} s)",
+        f"  a group lost: torchft's surviving group's first committed step {theirs['lost_to_first_step_s']:.2f} s "
+        f"after the kill (Ringmaster {ours['lost_to_first_step_s']:.2f} s)",
         f"  a group added: torchft's survivors' last step alone to their first step with it "
         f"{theirs['pause_s']:.2f} s (Ringmaster {ours['pause_s']:.2f} s); the new group healed "
         f"{theirs['healed_mb']:.1f} MB peer to peer, stepping with the others {theirs['restart_to_joined_s']:.2f} s "

@@ -47,7 +47,8 @@ def _parse_entry(entry: str, default_slots: int | None, where: str) -> tuple[str
             slots = MAX_SLOTS_PER_HOST + 1
         else:
             raise DiscoveryError(
-                f"{where}: {entry[:100]!r}: slots {slots_text[:20]!r} is not an integer; write 'host:slots', e.g. 'node1:4'"
+                f"{where}: {entry[:100]!r}: slots {slots_text[:20]!r} is not an integer; write 'host:slots', e.g. "
+                "'node1:4'"
             )
     else:
         host = entry.strip()
@@ -132,7 +133,8 @@ def parse_hostfile(text: str, default_slots: int | None = 1, source: str = "--ho
         entries.append(f"{host}\n")
         listed += 1
         if listed > MAX_HOSTS:
-            raise DiscoveryError(f"{source} line {number}: more than {MAX_HOSTS} hosts listed; a job takes at most {MAX_HOSTS}")
+            raise DiscoveryError(f"{source} line {number}: more than {MAX_HOSTS} hosts listed; a job takes at most "
+                                 f"{MAX_HOSTS}")
     hosts = parse_host_lines("".join(entries), default_slots, source) if entries else {}
     if not hosts:
         raise DiscoveryError(f"{source} names no host; write one 'host slots=N' per line")

@@ -105,7 +105,8 @@ class JobSettings(BaseModel):
     elastic_timeout_s: float = Field(DEFAULT_ELASTIC_TIMEOUT_S, gt=0)
     reset_limit: Optional[int] = Field(None, ge=0, description="most resets before the job fails; None: no limit")
     max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, le=1_000_000,
-                              description="a plain job's restarts of all workers after a worker failed, before it fails")
+                              description="a plain job's restarts of all workers after a worker failed, before it "
+                                          "fails")
     discovery_interval_s: float = Field(DEFAULT_DISCOVERY_INTERVAL_S, gt=0)
     discovery_timeout_s: float = Field(DEFAULT_DISCOVERY_TIMEOUT_S, gt=0)
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
@@ -155,7 +156,8 @@ class JobSettings(BaseModel):
     spare_last_hosts: bool = Field(
         True, description="a host whose worker was killed by a signal, or that was lost, stays when blacklisting "
                           "it would leave fewer than min_np slots (the job restarts there); False: Horovod's rule")
-    checkpoint_dir: Optional[str] = Field(None, description="folder of durable checkpoints (absolute); None: in-memory commits only")
+    checkpoint_dir: Optional[str] = Field(None, description="folder of durable checkpoints (absolute); None: "
+                                                            "in-memory commits only")
     checkpoint_every: Optional[int] = Field(None, ge=1, description="write a checkpoint every N commits")
     checkpoint_interval_s: Optional[float] = Field(None, gt=0, description="or every T seconds")
     checkpoint_keep: int = Field(DEFAULT_CHECKPOINT_KEEP, ge=1)
@@ -194,16 +196,19 @@ class AgentSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rendezvous: list[str] = Field(min_length=1, description="HOST:PORT of every rendezvous of the job (leader and standbys)")
+    rendezvous: list[str] = Field(min_length=1, description="HOST:PORT of every rendezvous of the job (leader and "
+                                                            "standbys)")
     host: str = Field(min_length=1, description="this host's name as discovery lists it")
     heartbeat_interval_s: float = Field(DEFAULT_HEARTBEAT_INTERVAL_S, gt=0)
     stop_grace_s: float = Field(DEFAULT_STOP_GRACE_S, ge=0)
     reconnect_timeout_s: float = Field(DEFAULT_RECONNECT_TIMEOUT_S, gt=0)
-    spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES, description="warm spare worker processes kept ready (0: none)")
+    spares: int = Field(DEFAULT_SPARES, ge=0, le=MAX_SPARES,
+                        description="warm spare worker processes kept ready (0: none)")
     slots: int = Field(1, ge=1, le=1024,  # (discovery.MAX_SLOTS_PER_HOST)
                        description="slots this host offers a job that takes hosts from agents")
-    fork_workers: bool = Field(True, description="fork the workers from one warm template process (worker/agent/"
-                                                 "template.py) where their command allows, instead of starting each fresh")
+    fork_workers: bool = Field(True, description="fork the workers from one warm template process "
+                                                 "(worker/agent/template.py) where their command allows, instead of "
+                                                 "starting each fresh")
     warm_join: bool = Field(False, description="warm the spares for every slot before saying hello, so the first "
                                                "workers this host is given start warm")
     drain_grace_s: float = Field(DEFAULT_DRAIN_GRACE_S, gt=0, le=86_400,

@@ -138,7 +138,8 @@ class Report:
         for kind in sorted({f.kind for f in self.faults}):
             mine = [f for f in self.faults if f.kind == kind]
             times = sorted(f.recovery_s for f in mine if f.recovery_s is not None)
-            lines.append(f"| {kind} | {len(mine)} | {len(times)} | {_percentile(times, 50):.2f} | {_percentile(times, 99):.2f} |")
+            lines.append(f"| {kind} | {len(mine)} | {len(times)} | {_percentile(times, 50):.2f} | "
+                         f"{_percentile(times, 99):.2f} |")
         everything = sorted(f.recovery_s for f in self.faults if f.recovery_s is not None)
         lines.append(f"| all | {len(self.faults)} | {len(everything)} | {_percentile(everything, 50):.2f} | "
                      f"{_percentile(everything, 99):.2f} |")
@@ -195,7 +196,8 @@ class ChaosRun:
     def workload(self) -> list[str]:
         return ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(self.log_dir), "--epochs", "100000",
                 "--stop-file", str(self.stop_file), "--samples", str(SAMPLES), "--batch-size", str(BATCH),
-                "--step-time", str(self.step_time_s), "--optimizer", self.optimizer, "--lr-callback", "--base-lr", str(BASE_LR), "--timestamps"]
+                "--step-time", str(self.step_time_s), "--optimizer", self.optimizer,
+                "--lr-callback", "--base-lr", str(BASE_LR), "--timestamps"]
 
     def flags(self) -> list[str]:
         return ["--min-np", str(self.min_np), "--max-np", str(self.max_np), "--host-discovery-script", str(self.script),
@@ -225,7 +227,8 @@ class ChaosRun:
         return job
 
     def _start_agent(self, host: str) -> None:
-        self._spawn(Job(["--rendezvous", self.rendezvous, "--host", host, "--stop-grace", "1", "--reconnect-timeout", "60"],
+        self._spawn(Job(["--rendezvous", self.rendezvous, "--host", host,
+                         "--stop-grace", "1", "--reconnect-timeout", "60"],
                         verb="agent", env=PRODUCT_SPARES))
 
     def status(self) -> dict:
@@ -320,7 +323,8 @@ class ChaosRun:
 
     def _scale(self, np: int) -> None:
         assert self.job is not None and self.job.api_url is not None
-        request = urllib.request.Request(f"{self.job.api_url}/scale", data=json.dumps({"np": np}).encode(), method="POST",
+        request = urllib.request.Request(f"{self.job.api_url}/scale", data=json.dumps({"np": np}).encode(),
+                                         method="POST",
                                          headers=API_HEADERS)
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
@@ -510,7 +514,8 @@ def reference_loss(workdir: pathlib.Path, epochs: int, optimizer: str, size: int
     0.035-0.05 after 12-14 epochs), so a run that ends on 8 workers is held to what 8 reach."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGMASTER_")}
-    subprocess.run([sys.executable, str(WORKLOADS / "elastic_job.py"), "--log-dir", str(workdir), "--epochs", str(epochs),
+    subprocess.run([sys.executable, str(WORKLOADS / "elastic_job.py"),
+                    "--log-dir", str(workdir), "--epochs", str(epochs),
                     "--samples", str(SAMPLES), "--step-time", "0", "--optimizer", optimizer, "--lr-callback",
                     "--base-lr", str(BASE_LR * size), "--batch-size", str(BATCH * size)],
                    cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)

@@ -271,7 +271,8 @@ class Job:
     def wait_status(self, predicate: Callable[[dict], bool], timeout_s: float, what: str) -> dict:
         def check() -> dict | None:
             if self.proc.poll() is not None:
-                raise AssertionError(f"ringmaster exited ({self.proc.returncode}) while waiting for {what}:\n{self.output}")
+                raise AssertionError(f"ringmaster exited ({self.proc.returncode}) while waiting for "
+                                     f"{what}:\n{self.output}")
             try:
                 status = self.status()
             except OSError:

@@ -140,7 +140,8 @@ class NetworkHosts:
         self.gateway = f"10.213.{self.subnet}.1"
         self.workdir = workdir
         self.key = workdir / "id_ed25519"
-        self.hosts = [NetHost(f"rmns{tag}h{i}", f"10.213.{self.subnet}.{10 + i}", f"rmv{tag}{i}"[:15]) for i in range(count)]
+        self.hosts = [NetHost(f"rmns{tag}h{i}", f"10.213.{self.subnet}.{10 + i}",
+                              f"rmv{tag}{i}"[:15]) for i in range(count)]
 
     def start(self, sshd: bool = True) -> "NetworkHosts":
         """Make the namespaces (and start an sshd in each unless told not to)."""
@@ -190,7 +191,8 @@ class NetworkHosts:
     @staticmethod
     def _listening(host: NetHost) -> bool:
         if host.sshd is not None and host.sshd.poll() is not None:
-            raise RuntimeError(f"sshd in {host.netns} exited: {host.sshd.stderr.read().decode() if host.sshd.stderr else ''}")
+            raise RuntimeError(f"sshd in {host.netns} exited: "
+                               f"{host.sshd.stderr.read().decode() if host.sshd.stderr else ''}")
         return f"{host.address}:22" in host.run("ss", "-ltn", capture_output=True, text=True).stdout
 
     def cut_rendezvous(self, cut: bool) -> None:

@@ -107,7 +107,8 @@ class Host(Revised):
 
 @dataclass
 class Worker(Revised):
-    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits", "holds_commit", "steps_since_commit", "pid",
+    VOLATILE: ClassVar[frozenset[str]] = frozenset({"last_heartbeat", "commits",
+                                                    "holds_commit", "steps_since_commit", "pid",
                                                     "ready_at", "stop_requested_at", "busy_at"})
 
     worker_id: str

@@ -51,8 +51,10 @@ HOLD_STEP_S = 0.05
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_ARGS,
-                                     description="the training command each worker runs, e.g. [\"python\", \"train.py\"]")
-    min_np: StrictInt = Field(ge=1, le=1_000_000, description="fewest workers: the job starts with this many together or not at all")
+                                     description="the training command each worker runs, e.g. [\"python\", "
+                                                 "\"train.py\"]")
+    min_np: StrictInt = Field(ge=1, le=1_000_000, description="fewest workers: the job starts with this many together "
+                                                              "or not at all")
     max_np: Optional[StrictInt] = Field(None, ge=1, le=1_000_000, description="most workers (default: min_np)")
     name: Optional[StrictStr] = Field(None, max_length=200, description="a name, which the job's id starts with")
     queue: StrictStr = Field("default", max_length=200, description="the queue (a name --queue-weights gives)")
@@ -61,7 +63,8 @@ class SubmitRequest(BaseModel):
     cpus_per_worker: Union[StrictInt, StrictFloat] = Field(0, ge=0, le=1e6, description="CPUs each worker takes")
     group_size: StrictInt = Field(1, ge=1, le=MAX_GROUP_SIZE,
                                   description="workers per replica group (FSDP2 inside a group): the job is sized in "
-                                              "whole groups, min_np and max_np count them whole (default: 1, no groups)")
+                                              "whole groups, min_np and max_np count them whole (default: 1, no "
+                                              "groups)")
 
     @field_validator("command")
     @classmethod
@@ -253,7 +256,8 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
     async def prometheus(caller: Caller = Depends(reader)) -> Response:
         """The pool's metrics in Prometheus' text format (rendezvous/pool/metrics.py)."""
         if caller.queue is not None:
-            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot read the pool's metrics")
+            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot read the pool's "
+                                                        "metrics")
         return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     serve_pages(app, "ringmaster.rendezvous.pool", {"/": "pool.html", "/pool.js": "pool.js", "/pool.css": "pool.css"})

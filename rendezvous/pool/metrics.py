@@ -37,7 +37,8 @@ class PoolMetrics(Collector):
         live = pool.table.live()
         used = sum(n for job in live for h, n in job.placement.items() if h in usable)
         total = sum(usable.values())
-        slots = GaugeMetricFamily("ringmaster_pool_slots", "The pool's slots: usable (on hosts not blacklisted), used by "
+        slots = GaugeMetricFamily("ringmaster_pool_slots", "The pool's slots: usable (on hosts not blacklisted), used "
+                                                           "by "
                                   "jobs, free, and on blacklisted hosts", labels=["state"])
         for state, value in (("usable", total), ("used", used), ("free", max(0, total - used)),
                              ("blacklisted", sum(n for h, n in pool.hosts.items() if h not in usable))):
@@ -46,7 +47,8 @@ class PoolMetrics(Collector):
         yield GaugeMetricFamily("ringmaster_pool_utilisation", "Used slots over usable slots (0 to 1)",
                                 value=used / total if total else 0.0)
         states = collections.Counter(job.state for job in pool.table.jobs.values())
-        jobs = GaugeMetricFamily("ringmaster_pool_jobs", "The pool's jobs by state (ended ones: those still remembered)",
+        jobs = GaugeMetricFamily("ringmaster_pool_jobs", "The pool's jobs by state (ended ones: those still "
+                                                         "remembered)",
                                  labels=["state"])
         for state in (*LIVE, *ENDED):
             jobs.add_metric([state], states.get(state, 0))
@@ -66,7 +68,9 @@ class PoolMetrics(Collector):
         yield HistogramMetricFamily("ringmaster_pool_wait_seconds", "From submission to a job's first start",
                                     buckets=buckets, sum_value=sum(waits))
         size = GaugeMetricFamily("ringmaster_pool_job_size", "Slots a job holds", labels=["job", "queue"])
-        bounds = GaugeMetricFamily("ringmaster_pool_job_bound", "A job's --min-np and --max-np", labels=["job", "queue", "bound"])
+        bounds = GaugeMetricFamily("ringmaster_pool_job_bound", "A job's --min-np and --max-np", labels=["job",
+                                                                                                         "queue",
+                                                                                                         "bound"])
         rate = GaugeMetricFamily("ringmaster_pool_job_steps_per_second", "A running job's committed steps per second",
                                  labels=["job", "queue"])
         resizes = CounterMetricFamily("ringmaster_pool_job_resizes", "Times the pool changed a job's size (starts, "

@@ -187,8 +187,8 @@ class PoolService:
         declared = self._global_batches.get(job_id)
         if declared is not None and np > declared[2]:
             size, micro, most = declared
-            raise Refused(f"-np {np}: job {job_id}'s global batch of {size} samples is {size // micro} micro-batches of "
-                          f"{micro} per step, work for at most {most} workers; scale to at most {most}")
+            raise Refused(f"-np {np}: job {job_id}'s global batch of {size} samples is {size // micro} micro-batches "
+                          f"of {micro} per step, work for at most {most} workers; scale to at most {most}")
         job = self.table.scale(job_id, np)
         self.dirty.add(job.id)
         job.urgent = True  # asked for by its owner: not held by the interval between resizes
@@ -424,8 +424,9 @@ class PoolService:
         missing = self._gathering(now)
         if missing:
             for job in self.table.live():
-                job.reason = (f"waiting for the pool's host(s) {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
-                              f"to join (at most --start-timeout after the pool named them)")
+                job.reason = ("waiting for the pool's host(s) "
+                              f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} to join (at most "
+                              "--start-timeout after the pool named them)")
             return
         usable = self.usable_hosts(now)
         for job in self.table.live():  # slots of jobs on their way out are not the policy's to give
@@ -463,8 +464,8 @@ class PoolService:
             mine = job.placement if job.state == "running" else {}
             busy = sorted(h for h, n in placement.items() if n > mine.get(h, 0) and leaving.get(h))
             if busy:
-                job.reason = (f"takes {sum(placement.values())} slot(s) once the workers leaving {', '.join(busy)} have "
-                              "gone (at their job's next commit)")
+                job.reason = (f"takes {sum(placement.values())} slot(s) once the workers leaving {', '.join(busy)} "
+                              "have gone (at their job's next commit)")
             elif job.state == "running":
                 self._resize(job, placement, now)
             else:

@@ -86,8 +86,8 @@ def target_sizes(policy: str, capacity: int, jobs: Sequence[JobAsk], may_hold: s
 def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, policy: str) -> str:
     if size == 0:
         if job.running:
-            return (f"suspended: its {job.min_np} slot minimum went to jobs of higher precedence ({policy}); it resumes "
-                    "from its last commit when slots come back")
+            return (f"suspended: its {job.min_np} slot minimum went to jobs of higher precedence ({policy}); it "
+                    "resumes from its last commit when slots come back")
         return (f"waiting: needs {job.min_np} slots together (--min-np); {max(unclaimed, 0)} are not held as the "
                 f"minimum of a job ahead of it ({policy})")
     if not job.running:
@@ -137,8 +137,8 @@ def schedule(policy: str, hosts: Mapping[str, int], jobs: Sequence[JobAsk], now:
                                                "together on the hosts' free resources")
         elif j.id in repack and placements[j.id] != dict(j.placement):
             verdicts[j.id] = Verdict(j.id, placements[j.id],
-                                     f"moves onto {len(placements[j.id])} host(s) from {len(j.placement)}: its measured "
-                                     "scaling says a ring across fewer hosts pays for the pause")
+                                     f"moves onto {len(placements[j.id])} host(s) from {len(j.placement)}: its "
+                                     "measured scaling says a ring across fewer hosts pays for the pause")
         else:
             verdicts[j.id] = Verdict(j.id, placements[j.id],
                                      _reason(j, placed, now, j.id in held, capacity - claimed, policy))

@@ -66,7 +66,8 @@ class StepSample:
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= self.workers:
-            raise ValueError(f"a step sample needs 1 <= hosts <= workers, not {self.hosts} hosts, {self.workers} workers")
+            raise ValueError(f"a step sample needs 1 <= hosts <= workers, not {self.hosts} hosts, {self.workers} "
+                             "workers")
         if not (self.step_s > 0 and math.isfinite(self.step_s)) or self.local_batch <= 0:
             raise ValueError(f"a step sample needs a positive step time and batch, not {self.step_s} s, "
                              f"{self.local_batch} samples")

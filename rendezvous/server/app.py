@@ -325,7 +325,8 @@ class RendezvousServer:
             await leadership.resign()
         if deposed is not None:
             _say(Kind.LEADER_DEPOSED, reason=deposed)
-            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the new leader")
+            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the "
+                                     "new leader")
         assert coordinator.outcome is not None
         return coordinator.outcome
 

@@ -311,7 +311,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             if self.leases is not None:
                 self._background(self.leases.connected(host, record.agent_pid or 0))
             return
-        self.call(lambda now: self.coordinator.agent_disconnected(host, now, "its lease in the store expired (no heartbeat)", silent=True))
+        self.call(lambda now: self.coordinator.agent_disconnected(host, now,
+                                                                  "its lease in the store expired (no heartbeat)", silent=True))
 
     def _background(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -374,7 +375,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         (workers to run, shutdown) until the job ends or the agent goes away, which counts as losing the host."""
         problem = host_name_problem(request.host)
         if problem:  # refused before it reaches the job's state or the store
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent with --host NAME")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"agent hello refused: {problem}; start the agent "
+                                                                  "with --host NAME")
         record = self.coordinator.pool.hosts.get(request.host)
         joining = self.coordinator.settings.hosts_from_agents and request.slots > 0
         if request.slots < 0 or request.slots > MAX_SLOTS_PER_HOST:
@@ -480,8 +482,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         worker = self.coordinator.workers.get(request.worker_id)
         if request.host not in self._agents or (worker is not None and worker.host != request.host):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                f"an exit of worker {request.worker_id[:100]!r} reported for host {request.host[:100]!r}, "
-                                "which has no agent in session or does not run that worker; ignored")
+                                f"an exit of worker {request.worker_id[:100]!r} reported for host "
+                                f"{request.host[:100]!r}, which has no agent in session or does not run that worker; "
+                                "ignored")
         self.call(lambda now: self.coordinator.worker_exited(
             request.host, request.worker_id, request.exit_code, request.signal, request.stopped_by_agent, now,
             output=request.output[:1000]))

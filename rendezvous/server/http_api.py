@@ -67,7 +67,8 @@ class ScaleRequest(BaseModel):
     """Strict: `true`, `2.0`, `"2"` or `1e400` are refused (422), not coerced."""
 
     model_config = ConfigDict(extra="forbid")
-    np: StrictInt = Field(ge=1, le=MAX_SCALE_NP, description="the number of workers wanted (within --min-np and --max-np)")
+    np: StrictInt = Field(ge=1, le=MAX_SCALE_NP, description="the number of workers wanted (within --min-np and "
+                                                             "--max-np)")
 
 
 class ScaleReply(BaseModel):
@@ -106,12 +107,16 @@ class JobStatus(BaseModel):
     max_np: Optional[int] = None
     steps_per_second: Optional[float] = None  # committed steps per second lately (with metrics)
     loss: Optional[float] = None  # the loss last reported by the script (hvd.report), rank 0's
-    generations: list[GenerationStatus] = Field(default_factory=list, description="the newest generations, oldest first")
+    generations: list[GenerationStatus] = Field(default_factory=list,
+                                                description="the newest generations, oldest first")
     global_batch: Optional[GlobalBatchStatus] = Field(None, description="the global batch the script declared, if any")
-    hosts_total: int = Field(0, description="the job's hosts in all; `hosts` holds those from ?offset=, at most ?limit=")
-    workers_total: int = Field(0, description="the job's workers in all; `workers` holds those from ?offset=, at most ?limit=")
-    version: str = Field(__version__, description="the rendezvous's Ringmaster version (`ringmaster --version`); an agent "
-                                                  "of another version is warned of by the event agent.version_differs")
+    hosts_total: int = Field(0, description="the job's hosts in all; `hosts` holds those from ?offset=, at most "
+                                            "?limit=")
+    workers_total: int = Field(0, description="the job's workers in all; `workers` holds those from ?offset=, at most "
+                                              "?limit=")
+    version: str = Field(__version__, description="the rendezvous's Ringmaster version (`ringmaster --version`); an "
+                                                  "agent of another version is warned of by the event "
+                                                  "agent.version_differs")
 
 
 #: Hosts and workers one GET /status lists at most (?limit=; a job of thousands is read in pages).

@@ -70,7 +70,8 @@ def agent_command(python: str, rendezvous: str, host: str, heartbeat_interval_s:
 def ssh_command(host: str, options: SshOptions, remote: list[str], cwd: str) -> list[str]:
     """`ssh ... host 'cd CWD && exec REMOTE'`: never asks for a password, gives up on a host that
     does not answer within SSH_CONNECT_TIMEOUT_S, accepts a host key it has not seen (as horovodrun)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
     if options.port is not None:
         argv += ["-p", str(options.port)]

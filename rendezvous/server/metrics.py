@@ -200,11 +200,12 @@ class _Scraped(Collector):
         yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)", value=job.generation)
         yield GaugeMetricFamily("ringmaster_world_size", "Workers in the current generation", value=job.world_size)
         if job.limit is not None:
-            yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale target)",
+            yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale "
+                                                                 "target)",
                                     value=job.limit)
         hosts = GaugeMetricFamily("ringmaster_hosts", "Discovered hosts by state: active (a worker in the current "
-                                  "generation), warming (workers starting), idle, draining (its workers leave at their next "
-                                  "commit), drained, blacklisted, unreachable (no agent)",
+                                  "generation), warming (workers starting), idle, draining (its workers leave at "
+                                  "their next commit), drained, blacklisted, unreachable (no agent)",
                                   labels=["state"])
         for state, count in job.host_state_counts().items():
             hosts.add_metric([state], count)
@@ -223,7 +224,8 @@ class _Scraped(Collector):
         yield drains
         yield GaugeMetricFamily("ringmaster_committed_steps", "Rank 0's commits (goes back on a rollback)",
                                 value=job.steps)
-        yield GaugeMetricFamily("ringmaster_steps_per_second", f"Committed steps per second over the last {RATE_WINDOW_S:g} s",
+        yield GaugeMetricFamily("ringmaster_steps_per_second", "Committed steps per second over the last "
+                                                               f"{RATE_WINDOW_S:g} s",
                                 value=m.steps_per_second(job))
         slowdowns = GaugeMetricFamily("ringmaster_host_slowdown", "A host's ranks' median time per step besides "
                                       "waiting for the ring, over the other hosts' (1: as fast; a straggler is at "

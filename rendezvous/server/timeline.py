@@ -107,7 +107,8 @@ class TraceBuilder:
             return []
         number, start, args = self._generation
         self._generation = None
-        return [{"name": f"generation {number}", "cat": "rendezvous", "ph": "X", "ts": start, "dur": max(1, at_us - start),
+        return [{"name": f"generation {number}", "cat": "rendezvous", "ph": "X",
+                 "ts": start, "dur": max(1, at_us - start),
                  "pid": RENDEZVOUS_PID, "tid": GENERATIONS_TID, "args": args}]
 
     def _failure(self, event: Event, at_us: int) -> list[dict[str, Any]]:

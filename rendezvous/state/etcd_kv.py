@@ -233,7 +233,8 @@ class EtcdStore:
             self.unreadable += 1
             if self.log is not None:
                 shown = raw_key.decode(errors="replace")[:200]
-                self.log(Event(Kind.STORE_UNREADABLE, {"key": shown, "error": str(exc)[:300], "count": self.unreadable}))
+                self.log(Event(Kind.STORE_UNREADABLE, {"key": shown, "error": str(exc)[:300],
+                                                       "count": self.unreadable}))
             return None
 
     async def put(self, key: str, value: dict[str, Any], lease: int | None = None) -> int:

@@ -126,8 +126,8 @@ class WorkerRecord(_Record):
         in a worker's record means someone else wrote it."""
         foreign = sorted(name for name in place if name not in PLACE_NAMES)
         if foreign:
-            raise ValueError(f"a worker's place holds {', '.join(n[:60] for n in foreign[:3])}, which is not a variable "
-                             "of its place in the ring (the record was written by something else)")
+            raise ValueError(f"a worker's place holds {', '.join(n[:60] for n in foreign[:3])}, which is not a "
+                             "variable of its place in the ring (the record was written by something else)")
         if any(len(value) > MAX_ENV_VALUE_CHARS for value in place.values()):
             raise ValueError(f"a worker's place holds a value of more than {MAX_ENV_VALUE_CHARS} characters")
         return place

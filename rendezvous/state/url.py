@@ -76,8 +76,8 @@ def parse_store(value: str, ca_file: str | None = None, cert_file: str | None = 
         if colon:
             raise StoreUrlError(
                 f"--store {_shown(value)!r}: a password in the URL can be read by every user of this machine (in the "
-                f"command line); write etcd://{user}@... and give the password in --store-password-file FILE (mode 600) "
-                f"or ${STORE_PASSWORD_ENV}")
+                f"command line); write etcd://{user}@... and give the password in --store-password-file FILE (mode "
+                f"600) or ${STORE_PASSWORD_ENV}")
         if not user:
             raise StoreUrlError(f"--store {_shown(value)!r}: write the user before '@' (etcd://USER@HOST:PORT)")
         username = unquote(user)

@@ -36,8 +36,9 @@ class ApiClient:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ApiError(f"--api {api}: give the control API's URL, e.g. http://127.0.0.1:8080 (printed at start)")
         if parsed.scheme == "http" and secret is not None and not is_this_machine(parsed.hostname or "", this_machine_names()):
-            raise ApiError(f"--api {api}: would send the job secret in the clear to {parsed.hostname}, another machine; "
-                           "use the job's https:// URL (a job started with --tls-cert), or run this command on that machine")
+            raise ApiError(f"--api {api}: would send the job secret in the clear to {parsed.hostname}, another "
+                           "machine; use the job's https:// URL (a job started with --tls-cert), or run this command "
+                           "on that machine")
         self.api = api.rstrip("/")
         self._secret = secret
         self._context = ssl.create_default_context(cafile=tls_ca) if tls_ca else \

@@ -312,8 +312,8 @@ class Demo:
                      f"{100 * (baseline.final_accuracy() or 0.0):.1f}%)")
         difference = history.largest_loss_difference(baseline)
         if difference is not None:
-            self.say(f"loss at every step against the fault-free run: {describe_difference(difference)} (a global batch "
-                     f"of {GLOBAL_BATCH} at every size, its sums exact)")
+            self.say(f"loss at every step against the fault-free run: {describe_difference(difference)} (a global "
+                     f"batch of {GLOBAL_BATCH} at every size, its sums exact)")
         self.say(f"picture: {picture}")
         self.say(f"timeline: {self.out_dir / 'timeline.json'} (open it in ui.perfetto.dev); "
                  f"log: {self.out_dir / 'events.jsonl'} (`ringmaster plot` draws any such log)")

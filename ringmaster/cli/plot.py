@@ -93,7 +93,8 @@ def figure(history: JobHistory, title: str = "", against: JobHistory | None = No
                  color="#1f77b4", label="this run")
     if against is not None:
         loss_ax.legend(fontsize=8, loc="upper right", title_fontsize=8,
-                       title=f"against the fault-free run: {describe_difference(history.largest_loss_difference(against))}")
+                       title="against the fault-free run: "
+                             f"{describe_difference(history.largest_loss_difference(against))}")
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("training loss (rank 0)")
     if steps and all((p.loss or 0.0) >= 0 for p in steps):

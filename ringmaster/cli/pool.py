@@ -45,7 +45,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                                          "commits) or suspended (at a durable checkpoint) as --policy says.")
     hosts = serve.add_mutually_exclusive_group(required=True)
     hosts.add_argument("-H", "--hosts", default=None, help="host1:slots,host2:slots (as `run -H`)")
-    hosts.add_argument("--host-discovery-script", default=None, metavar="PATH", help="prints host:slots lines (as `run`)")
+    hosts.add_argument("--host-discovery-script", default=None,
+                       metavar="PATH", help="prints host:slots lines (as `run`)")
     hosts.add_argument("--hosts-from-agents", action="store_true",
                        help="hosts join by connecting: `ringmaster pool agent --pool URL` on each, proving a key "
                             "derived from --join-secret-file; one such process per host serves every job placed there")
@@ -56,7 +57,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                        help="a host whose pool agent has not polled for S seconds leaves the pool (time the pool "
                             "itself did not run is not counted; default: 15)")
     serve.add_argument("--slots-per-host", type=int, default=None, metavar="N", help="slots of hosts that name none")
-    serve.add_argument("--discovery-interval", type=float, default=1.0, metavar="S", help="seconds between two host polls (default: 1)")
+    serve.add_argument("--discovery-interval", type=float, default=1.0,
+                       metavar="S", help="seconds between two host polls (default: 1)")
     serve.add_argument("--policy", choices=POLICIES, default="fifo",
                        help="fifo: first come first served, with backfill; priority: higher --priority shrinks lower "
                             "jobs toward their --min-np, then suspends the lowest; fair: weighted max-min fair shares "
@@ -66,7 +68,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                        help="with --policy goodput: seconds a resize is taken to pause a job, weighed against its gain "
                             "over --min-resize-interval (default: 5)")
     serve.add_argument("--queue-weights", default="", metavar="Q=W,...",
-                       help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always exists)")
+                       help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always "
+                            "exists)")
     serve.add_argument("--min-resize-interval", type=float, default=60.0, metavar="S",
                        help="a job is not resized again within S seconds unless a host under it failed or a job of "
                             "higher precedence needs its slots (default: 60)")
@@ -83,16 +86,17 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                        help="each job writes a durable checkpoint at least every S seconds (what a pool started "
                             "again resumes from) (default: 300)")
     serve.add_argument("--launcher", choices=[n for n in LAUNCHERS if n != "none"], default=None,
-                       help=f"how jobs' agents are started on the hosts, as `run --launcher` (default: ${LAUNCHER_ENV}, "
-                            "else ssh)")
+                       help="how jobs' agents are started on the hosts, as `run --launcher` (default: "
+                            f"${LAUNCHER_ENV}, else ssh)")
     serve.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
     serve.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
     serve.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the pool and its jobs listen on")
     serve.add_argument("--advertise-address", default=None, metavar="HOST", help="what hosts dial (default: --bind)")
-    serve.add_argument("--api-port", type=int, default=0, metavar="P", help="port of the pool's control API (default: a free one)")
+    serve.add_argument("--api-port", type=int, default=0, metavar="P",
+                       help="port of the pool's control API (default: a free one)")
     serve.add_argument("--secret-file", default=None, metavar="FILE",
-                       help=f"the pool's admin secret (default: ${SECRET_ENV}, else one made and kept for this machine's "
-                            "`submit`, `jobs`, `cancel`)")
+                       help=f"the pool's admin secret (default: ${SECRET_ENV}, else one made and kept for this "
+                            "machine's `submit`, `jobs`, `cancel`)")
     serve.add_argument("--queue-tokens", default=None, metavar="FILE",
                        help="per-queue tokens (mode 600; a line `QUEUE TOKEN` each): a token's holder submits, lists, "
                             "scales and cancels the jobs of its queue only")
@@ -101,7 +105,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                             "address hosts dial); hosts' pool agents need it to join from another machine")
     serve.add_argument("--tls-key", default=None, metavar="FILE", help="the key of --tls-cert (mode 600)")
     serve.add_argument("--tls-ca", default=None, metavar="FILE",
-                       help="the CA --tls-cert chains to, handed to the pool agents it starts (default: the certificate)")
+                       help="the CA --tls-cert chains to, handed to the pool agents it starts (default: the "
+                            "certificate)")
     serve.add_argument("--spares", type=int, default=0, metavar="N", help="warm spares per job agent (default: 0)")
     serve.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S, metavar="S",
                        help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
@@ -111,7 +116,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--stragglers", choices=("report", "replace"), default="report",
                        help="a host whose ranks are slower than a job's other hosts' (its step time besides waiting "
                             "for the ring, --straggler-slowdown times or more): report it, or replace it: it leaves "
-                            "the pool for --blacklist-cooldown and the job takes another host at a commit (default: report)")
+                            "the pool for --blacklist-cooldown and the job takes another host at a commit (default: "
+                            "report)")
     serve.add_argument("--straggler-slowdown", type=float, default=1.2, metavar="X",
                        help="how much slower a straggler's ranks are than the other hosts' (default: 1.2)")
     serve.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
@@ -121,13 +127,14 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--log-level", default=None)
 
     agent = verbs.add_parser("agent", help="join this host to a pool (`pool serve --hosts-from-agents`)",
-                             description="Join this host to a pool and serve every job the pool places on it: for each, "
-                                         "start that job's agent (which starts its workers), and stop it when the "
-                                         "pool takes the job off. SIGTERM or SIGINT: the jobs' workers leave this "
+                             description="Join this host to a pool and serve every job the pool places on it: for "
+                                         "each, start that job's agent (which starts its workers), and stop it when "
+                                         "the pool takes the job off. SIGTERM or SIGINT: the jobs' workers leave this "
                                          "host at their next commit, then it leaves the pool.")
     agent.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
                        help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
-    agent.add_argument("--host", default=None, metavar="NAME", help="this host's name in the pool (default: its hostname)")
+    agent.add_argument("--host", default=None, metavar="NAME", help="this host's name in the pool (default: its "
+                                                                    "hostname)")
     agent.add_argument("--slots", type=int, default=None, metavar="N",
                        help="workers this host runs at once (default: the GPUs it sees, else 1)")
     agent.add_argument("--gpus", type=float, default=None, metavar="N",
@@ -151,7 +158,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     _client_flags(submit)
     submit.add_argument("--name", default=None, help="a name (the job's id starts with it)")
     submit.add_argument("--queue", default="default", help="the queue (default: default)")
-    submit.add_argument("--priority", type=int, default=0, help="higher runs first under --policy priority (default: 0)")
+    submit.add_argument("--priority", type=int, default=0, help="higher runs first under --policy priority (default: "
+                                                                "0)")
     submit.add_argument("-np", "--num-proc", dest="np", type=int, default=None, help="workers (min and max alike)")
     submit.add_argument("--min-np", type=int, default=None, help="fewest workers (default: -np, else 1)")
     submit.add_argument("--max-np", type=int, default=None, help="most workers (default: --min-np)")
@@ -182,7 +190,8 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
 def _client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
                         help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
-    parser.add_argument("--secret-file", default=None, metavar="FILE", help=f"the pool's secret (default: ${SECRET_ENV})")
+    parser.add_argument("--secret-file", default=None, metavar="FILE",
+                        help=f"the pool's secret (default: ${SECRET_ENV})")
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help=f"instead of the secret, a queue's token (mode 600) (default: ${TOKEN_ENV})")
     parser.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
@@ -384,7 +393,8 @@ def serve(args: argparse.Namespace) -> int:
             await leadership.acquire(wait=True)  # a standby pool waits here while another leads
         pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
                            launcher=launcher, ssh=SshOptions.from_text(args.ssh_port, args.ssh_identity_file,
-                                                                       os.environ.get(SSH_OPTIONS_ENV, "")), bind=args.bind, advertise=args.advertise_address,
+                                                                       os.environ.get(SSH_OPTIONS_ENV,
+                                                                                      "")), bind=args.bind, advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
                            board=board, join_secret=join_secret, tls=server_tls,
@@ -394,7 +404,8 @@ def serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
-        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port, log_level="warning",
+        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port,
+                                log_level="warning",
                                 lifespan="off", ssl_certfile=server_tls.cert_file if server_tls else None,
                                 ssl_keyfile=server_tls.key_file if server_tls else None)
         api = uvicorn.Server(config)

@@ -166,7 +166,8 @@ class PoolAgent:
         for ident, agent in self.agents.items():
             if ident not in wanted and not agent.stopping:
                 agent.stopping = True
-                self.say(Kind.POOL_AGENT_STOPS, host=self.host, job=agent.order.job, why="the pool took the job off this host")
+                self.say(Kind.POOL_AGENT_STOPS, host=self.host, job=agent.order.job,
+                         why="the pool took the job off this host")
                 agent.launcher.stop(self.host)
         for ident, order in wanted.items():
             if ident in self.agents or ident in self.done or self.stop_event.is_set():

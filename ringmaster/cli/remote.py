@@ -19,7 +19,8 @@ FOLLOW_POLL_S = 0.5
 
 
 def add_api_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at start)")
+    parser.add_argument("--api", required=True, help="the job's control API, e.g. http://127.0.0.1:8080 (printed at "
+                                                     "start)")
     parser.add_argument("--secret-file", default=None, metavar="FILE", help=f"the job secret (default: ${SECRET_ENV})")
     parser.add_argument("--tls-ca", default=None, metavar="FILE",
                         help="the CA of an https:// control API's certificate (default: the system's)")

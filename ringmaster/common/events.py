@@ -226,12 +226,13 @@ SPECS: dict[Kind, Spec] = {
     Kind.COMMITS_LOST: Spec(_W, "every worker died and the job has no --checkpoint-dir: it restarts from its initial "
                                 "state, and the {steps} step(s) committed so far are lost (pass --checkpoint-dir DIR "
                                 "to resume from a durable checkpoint instead)"),
-    Kind.RENDEZVOUS_ISOLATED: Spec(_W, "no heartbeat from any of the {hosts} hosts for {seconds:.1f} s: this rendezvous "
-                                       "may be cut off from them; training goes on without it, waiting up to {wait_s:g} s "
-                                       "(--reconnect-timeout) before counting them lost"),
+    Kind.RENDEZVOUS_ISOLATED: Spec(_W, "no heartbeat from any of the {hosts} hosts for {seconds:.1f} s: this "
+                                       "rendezvous may be cut off from them; training goes on without it, waiting up "
+                                       "to {wait_s:g} s (--reconnect-timeout) before counting them lost"),
     Kind.RENDEZVOUS_REJOINED: Spec(_I, "hosts are heard again after {seconds:.1f} s of silence"),
-    Kind.RENDEZVOUS_STALLED: Spec(_W, "the rendezvous did not run for {seconds:.1f} s (stopped, swapped out or starved "
-                                      "of CPU); hosts and workers are judged by the heartbeats that arrive from now on"),
+    Kind.RENDEZVOUS_STALLED: Spec(_W, "the rendezvous did not run for {seconds:.1f} s (stopped, swapped out or "
+                                      "starved of CPU); hosts and workers are judged by the heartbeats that arrive "
+                                      "from now on"),
     Kind.RENDEZVOUS_LISTENING: Spec(_I, "rendezvous listening on {address}; discovery: {discovery}; store: {store}"),
     Kind.API_LISTENING: Spec(_I, "control API on {url}"),
     Kind.CALL_REFUSED: Spec(_W, "refused a call of {method}: {reason} ({refused} refused so far)"),
@@ -248,7 +249,8 @@ SPECS: dict[Kind, Spec] = {
                                   "wait until it is back"),
     Kind.STORE_RECOVERED: Spec(_I, "the store is reachable again; caught up"),
     Kind.STORE_LEASE_EXPIRED: Spec(_W, "the job's lease in the store expired; rewriting every key"),
-    Kind.STORE_CLEANUP_FAILED: Spec(_W, "could not remove the finished job's keys: {error}; they expire within {ttl_s} s"),
+    Kind.STORE_CLEANUP_FAILED: Spec(_W, "could not remove the finished job's keys: {error}; they expire within "
+                                        "{ttl_s} s"),
     Kind.AGENT_LEASE_FAILED: Spec(_W, "could not record the agent of {host} in the store: {error}"),
     Kind.STORE_UNREADABLE: Spec(_W, "skipped the store's key {key}: {error} ({count} skipped so far; was it written by "
                                     "something other than ringmaster?)"),
@@ -260,7 +262,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_HOSTS: Spec(_I, "the pool's hosts: {hosts} ({slots} slots)"),
     Kind.POOL_TAKEN_UP: Spec(_I, "took up {jobs} job(s) the store kept ({live} not ended; running ones resume from "
                                  "their last checkpoint)"),
-    Kind.POOL_DEPOSED: Spec(_W, "stopped leading the pool: {reason}; its jobs resume under the new leader from their last checkpoints"),
+    Kind.POOL_DEPOSED: Spec(_W, "stopped leading the pool: {reason}; its jobs resume under the new leader from their "
+                                "last checkpoints"),
     Kind.POOL_HOST_BLACKLISTED: Spec(_W, "host {host} {why} under job {job}: out of the pool for {cooldown_s:g} s; "
                                          "every job on it is rescheduled"),
     Kind.POOL_JOB_SUBMITTED: Spec(_I, "job {job} queued in {queue} (priority {priority}, {min_np}-{max_np} workers)"),
@@ -271,8 +274,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_JOB_ENDED: Spec(_I, "job {job} {state}: {outcome}"),
     Kind.POOL_AGENT_JOINED: Spec(_I, "host {host} joined the pool at {pool} with {slots} slot(s)"),
     Kind.POOL_HOST_AGENT_STARTING: Spec(_I, "host {host}: starting its pool agent {how}"),
-    Kind.POOL_HOST_AGENT_ENDED: Spec(_W, "host {host}: its pool agent ended ({how}); out of the pool for {cooldown_s:g} s, "
-                                         "then started again"),
+    Kind.POOL_HOST_AGENT_ENDED: Spec(_W, "host {host}: its pool agent ended ({how}); out of the pool for "
+                                         "{cooldown_s:g} s, then started again"),
     Kind.POOL_HOST_LAPSED: Spec(_W, "host {host} left the pool: its pool agent has not polled for {timeout_s:g} s "
                                     "(--host-timeout); its jobs count it lost"),
     Kind.POOL_STALLED: Spec(_W, "the pool did not run for {seconds:.1f} s (stopped, swapped out or starved of CPU); "
@@ -282,8 +285,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.POOL_AGENT_STOPS: Spec(_I, "host {host}: stops the agent of job {job}: {why}"),
     Kind.POOL_AGENT_TROUBLE: Spec(_W, "host {host}: the pool did not answer ({error}); its jobs' agents go on, "
                                       "asking again in {retry_s:g} s"),
-    Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s), worker template warm: {template}, in {took_s:g} s; "
-                              "connecting"),
+    Kind.AGENT_WARM: Spec(_I, "{spares} warm spare(s) for {slots} slot(s), worker template warm: {template}, in "
+                              "{took_s:g} s; connecting"),
     Kind.AGENT_REFUSED: Spec(_E, "the rendezvous at {address} refused this agent: {error}"),
     Kind.AGENT_UNPROVEN: Spec(_E, "ignoring {address}: {error}"),
     Kind.AGENT_REPORT_REFUSED: Spec(_W, "the rendezvous refused the exit report of {worker}: {error}"),

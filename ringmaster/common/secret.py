@@ -37,8 +37,9 @@ def check_secret(text: str, origin: str) -> str:
     if len(value) > MAX_SECRET_CHARS:
         raise SecretError(f"the job secret in {origin} is longer than {MAX_SECRET_CHARS} characters")
     if len(value) < MIN_SECRET_CHARS:
-        raise SecretError(f"the job secret in {origin} has {len(value)} characters; it needs at least {MIN_SECRET_CHARS} "
-                          "(make one with: python -c 'import secrets; print(secrets.token_hex(32))')")
+        raise SecretError(f"the job secret in {origin} has {len(value)} characters; it needs at least "
+                          f"{MIN_SECRET_CHARS} (make one with: python -c 'import secrets; "
+                          "print(secrets.token_hex(32))')")
     if not value.isprintable():
         raise SecretError(f"the job secret in {origin} holds unprintable characters")
     return value

@@ -58,7 +58,8 @@ class ServerTls:
             return None
         if not cert_file or not key_file:
             raise TlsError("--tls-cert and --tls-key go together: the rendezvous' certificate and its key")
-        return cls(read_pem(cert_file, "--tls-cert"), read_pem(key_file, "--tls-key", private=True), cert_file, key_file)
+        return cls(read_pem(cert_file, "--tls-cert"), read_pem(key_file,
+                                                               "--tls-key", private=True), cert_file, key_file)
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials([(self.key, self.cert)])

@@ -138,7 +138,8 @@ def read_only_later(tmp_path):
             return
         done = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, text=True)
         if done.returncode != 0:
-            pytest.skip(f"running as root without mount privileges, a read-only folder cannot be made: {done.stderr.strip()}")
+            pytest.skip("running as root without mount privileges, a read-only folder cannot be made: "
+                        f"{done.stderr.strip()}")
         mounted.append(folder)
         subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
 

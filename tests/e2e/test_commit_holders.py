@@ -34,7 +34,8 @@ def test_the_last_holder_of_the_commit_is_kept_when_its_host_mate_dies(run_job, 
     os.kill(rank0["pid"], signal.SIGKILL)  # the newcomers hold no commit yet: hostA/1 alone holds it
     kept = job.wait_event("host.kept_for_commit", 60, host="hostA")
     assert "hostA/" in str(kept["workers"]) and rank0["worker_id"] not in kept["workers"], kept
-    job.wait_status(lambda s: s["world_size"] >= 3 and s["steps"] >= status["steps"] + 10, 120, "training after the kill")
+    job.wait_status(lambda s: s["world_size"] >= 3 and s["steps"] >= status["steps"] + 10, 120,
+                    "training after the kill")
     stop.touch()
     assert job.wait(180) == 0, job.output
     logs = read_logs(logs_dir)

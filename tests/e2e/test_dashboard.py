@@ -38,7 +38,8 @@ def test_the_dashboard_shows_a_lost_host_as_a_new_generation_and_scales_the_job(
     wait_for(lambda: _page(browser, "return window.ringmasterFirstRender"), 30, "the page's first drawing")
     load_ms = _page(browser, "return window.ringmasterFirstRender")
     dom_ms = _page(browser, "return performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
-    print(f"\ndashboard: DOM ready {dom_ms:.0f} ms, first drawing with the job's status {load_ms:.0f} ms after navigation")
+    print(f"\ndashboard: DOM ready {dom_ms:.0f} ms, first drawing with the job's status {load_ms:.0f} ms after "
+          "navigation")
 
     def shown() -> dict:
         return _page(browser, """
@@ -92,7 +93,8 @@ def test_the_dashboard_shows_a_lost_host_as_a_new_generation_and_scales_the_job(
     print(f"dashboard: {renders} drawings in {elapsed_s:.0f} s")
     stop.touch()
     assert job.wait(240) == 0, job.output
-    wait_for(lambda: shown()["state"] == "succeeded" or "does not answer" in browser.find_element(By.ID, "problem").text,
+    wait_for(lambda: shown()["state"] == "succeeded" or "does not answer" in browser.find_element(By.ID,
+                                                                                                  "problem").text,
              30, "the page to see the job's end")
 
 

@@ -128,7 +128,8 @@ def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, r
     for growth in (back, scaled):
         assert growth and growth == sorted(growth) and growth[-1] == 4 and all(2 < n <= 4 for n in growth), sizes
     assert kinds.count("job.recovered") == 1 and "job.succeeded" in kinds
-    assert [e["message"].split()[0] for e in events if e["kind"] == "demo.act"] == ["killing", "hostB", "scaling", "scaling"]
+    assert [e["message"].split()[0] for e in events if e["kind"] == "demo.act"] == ["killing",
+                                                                                    "hostB", "scaling", "scaling"]
     assert "what happened:" in said and "recovered in" in said
 
     # `ringmaster plot` draws the same folder again.

@@ -39,7 +39,8 @@ def test_demo_job_trains_to_the_end(run_job) -> None:
     assert summary["success"] is True and summary["resets"] == 0 and summary["generations"] == 1
 
 
-@pytest.mark.parametrize("victim, survivor", [("hostB", "hostA"), ("hostA", "hostB")], ids=["other-host", "rank-0-host"])
+@pytest.mark.parametrize("victim, survivor", [("hostB", "hostA"), ("hostA",
+                                                                   "hostB")], ids=["other-host", "rank-0-host"])
 def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp_path, victim, survivor) -> None:
     script, _ = discovery_script(tmp_path, {"hostA": 2, "hostB": 2})
     logs_dir = tmp_path / "log"
@@ -120,7 +121,8 @@ def test_stopped_worker_is_detected_and_the_ring_recovers(run_job, tmp_path, rel
     victim = next(w for w in status["workers"] if w["host"] == "hostB")
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
-        job.wait_status(lambda s: s["generation"] >= 2 and s["world_size"] == 2, 60, "a ring without the stopped worker")
+        job.wait_status(lambda s: s["generation"] >= 2 and s["world_size"] == 2, 60,
+                        "a ring without the stopped worker")
     finally:
         try:
             os.kill(victim["pid"], signal.SIGCONT)
@@ -263,7 +265,8 @@ def test_plain_torch_distributed_script_is_restarted_as_a_whole(run_job, tmp_pat
 
 def test_serve_and_a_separately_started_agent_run_a_job(run_job, tmp_path) -> None:
     """`ringmaster serve` runs the rendezvous alone; `ringmaster agent` joins it as a real host would."""
-    server = run_job("-H", "hostX:2", "--port", "0", "python", str(WORKLOADS / "collectives.py"), str(tmp_path), verb="serve")
+    server = run_job("-H", "hostX:2", "--port", "0", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
+                     verb="serve")
     address = server.wait_event("rendezvous.listening")["address"]
     agent = run_job("--rendezvous", address, "--host", "hostX", verb="agent")
     assert server.wait(120) == 0, server.output

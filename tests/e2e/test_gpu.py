@@ -8,7 +8,8 @@ import pytest
 import torch
 from harness import WORKLOADS
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (an NVIDIA GPU); this machine has none")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (an NVIDIA GPU); this machine has "
+                                                                      "none")
 
 
 def test_a_commit_of_cuda_tensors_lives_in_host_memory_and_goes_back_to_the_device() -> None:

@@ -34,7 +34,8 @@ Schedule = list[tuple[int | None, list[str]]]
 def write_discovery_script(path: pathlib.Path, logfile: pathlib.Path, schedule: Schedule) -> pathlib.Path:
     """Print the hosts the schedule gives for the current epoch (= lines in the log so far);
     the entry with epoch None applies to every other epoch."""
-    lines = ["#!/bin/bash", "epoch=0", f'if [ -f "{logfile}" ]; then epoch=$(wc -l < "{logfile}" | tr -d "[:space:]"); fi']
+    lines = ["#!/bin/bash", "epoch=0", f'if [ -f "{logfile}" ]; then epoch=$(wc -l < "{logfile}" | tr -d "[:space:]"); '
+                                       'fi']
     default = next((hosts for epoch, hosts in schedule if epoch is None), [])
     lines.append('case "$epoch" in')
     for epoch, hosts in schedule:

@@ -38,7 +38,8 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
     status = serve.status()
     assert [h["name"] for h in status["hosts"]] == ["hostX"]  # nothing was recorded
     # The real agent, started with a bad --host, stops at once with the reason (before it dials).
-    agent = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent", "--rendezvous", address, "--host", "h" * 300],
+    agent = subprocess.run([sys.executable, "-m", "ringmaster.worker.agent",
+                            "--rendezvous", address, "--host", "h" * 300],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert agent.returncode == 2
     assert "--host: a host name of 300 characters is over DNS's limit" in agent.stderr

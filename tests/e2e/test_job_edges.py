@@ -55,7 +55,8 @@ def test_a_pool_job_with_such_an_argument_runs_one_that_cannot_be_an_argument_is
     pool.wait_job(job, lambda j: j["state"] == "succeeded", 120, "the job to run on the same host")
     assert out.read_text() == b"caf\xe9".hex()
     assert not pool.proc.events("pool.host_blacklisted")
-    request = urllib.request.Request(f"{pool.url}/jobs", method="POST", headers={**AUTH, "Content-Type": "application/json"},
+    request = urllib.request.Request(f"{pool.url}/jobs", method="POST", headers={**AUTH,
+                                                                                 "Content-Type": "application/json"},
                                      data=json.dumps({"command": ["python", "\ud800"], "min_np": 1}).encode())
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)

@@ -20,7 +20,8 @@ def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path)
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         job.wait_status(lambda s: s["world_size"] == 4 and s["steps"] >= 5, 120, "4 workers training")
-        wait_for(lambda: scrape(url).get(("ringmaster_commits_total", ()), 0) > 0, 30, "workers' figures in the metrics")
+        wait_for(lambda: scrape(url).get(("ringmaster_commits_total", ()), 0) > 0, 30,
+                 "workers' figures in the metrics")
         job.kill_host("hostB")
         job.wait_event("job.recovered", 60)
         m = scrape(url)

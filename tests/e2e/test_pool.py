@@ -78,7 +78,8 @@ def test_priority_suspends_the_lower_job_at_a_durable_checkpoint_and_it_resumes_
     pool.wait_job(high, lambda j: j["state"] == "succeeded", 180, "high to finish")
     done = pool.wait_job(low, lambda j: j["state"] == "succeeded", 300, "low to resume and finish")
     assert done["resumes"] == 1
-    assert [e["how"] for e in pool.proc.events("pool.job_started", job=low)] == ["starts", "resumes from its checkpoint"]
+    assert [e["how"] for e in pool.proc.events("pool.job_started", job=low)] == ["starts",
+                                                                                 "resumes from its checkpoint"]
     assert any((tmp_path / "ckpt" / low).iterdir())
     logs = read_logs(tmp_path / "low")
     assert_every_sample_once(logs, 6)  # nothing trained twice into the model, nothing skipped, across the suspension

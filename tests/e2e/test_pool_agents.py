@@ -44,7 +44,8 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
     assert refused.wait(30) != 0 and "the pool refused host hX" in refused.output and "HTTP 401" in refused.output
 
     a_host, b_host = pool_agent("hA", 3), pool_agent("hB", 1)
-    wait_for(lambda: {h["name"]: h["slots"] for h in pool.call("/hosts")} == {"hA": 3, "hB": 1}, 60, "both hosts joined")
+    wait_for(lambda: {h["name"]: h["slots"] for h in pool.call("/hosts")} == {"hA": 3,
+                                                                              "hB": 1}, 60, "both hosts joined")
     spawned: set[int] = set()
     try:
         a_stop = tmp_path / "a.stop"  # a trains until told to (after the host was taken)

@@ -26,7 +26,8 @@ def test_goodput_moves_slots_from_a_ring_bound_job_to_a_compute_bound_one(run_jo
                                    "name": "ring-bound"})["id"])
     compute = str(pool.call("/jobs", {"command": paced(compute_log, params=1000, wait=0.1), "min_np": 1, "max_np": 3,
                                       "name": "compute-bound"})["id"])
-    pool.wait_job(compute, lambda j: j["state"] == "running" and j["size"] == 3, 240, "the compute-bound job on 3 slots")
+    pool.wait_job(compute, lambda j: j["state"] == "running" and j["size"] == 3, 240,
+                  "the compute-bound job on 3 slots")
     ring_job = pool.wait_job(ring, lambda j: j["state"] == "running" and j["size"] == 1, 60, "the ring-bound job on 1")
     assert "speed other jobs up more" in ring_job["reason"] or ring_job["reason"].startswith("running"), ring_job
     # (the API may say the new size a moment before the pool's log line is read: waited for)
@@ -37,7 +38,8 @@ def test_goodput_moves_slots_from_a_ring_bound_job_to_a_compute_bound_one(run_jo
     assert grown[-1]["size"] == 3, pool.proc.events("pool.job_resized")
     # The pool's size is its placement; each job takes it at its next commit, which may come later.
     for log, size in ((ring_log, 1), (compute_log, 3)):
-        wait_for(lambda: any(entry["size"] == size for entry in commit_log(log)), 60, f"a commit on {size} in {log.name}")
+        wait_for(lambda: any(entry["size"] == size for entry in commit_log(log)), 60,
+                 f"a commit on {size} in {log.name}")
         steps = [entry["step"] for entry in commit_log(log)]  # resized at commits: no step was trained twice
         assert len(steps) == len(set(steps)), (log.name, steps[-20:])
     assert not pool.proc.events("job.failed") and not pool.proc.events("generation.over")

@@ -55,8 +55,8 @@ def test_run_over_ssh_trains_to_the_end_on_hosts_with_their_own_network(run_job,
     assert {r["size"] for r in events(logs, "done")} == {4}
     connected = {e["host"]: e["time"] for e in job.events("agent.connected")}
     per_host = [connected[e["host"]] - e["time"] for e in launched]
-    print(f"\n[figure] ssh launch to the end of a 2-epoch job on 2 namespace hosts: {time.monotonic() - started:.1f} s; "
-          f"ssh start -> agent connected: {', '.join(f'{t:.2f}' for t in per_host)} s")
+    print(f"\n[figure] ssh launch to the end of a 2-epoch job on 2 namespace hosts: {time.monotonic() - started:.1f} "
+          f"s; ssh start -> agent connected: {', '.join(f'{t:.2f}' for t in per_host)} s")
 
 
 def test_a_discovery_script_printing_real_hosts_grows_and_shrinks_the_job(run_job, net_hosts, tmp_path) -> None:
@@ -240,12 +240,14 @@ def test_a_pool_starts_a_pool_agent_on_each_host_over_ssh_and_runs_a_job_there_o
 
     def call(path: str, body: dict | None = None):
         request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
+                                         headers={"Authorization": f"Bearer {SECRET}",
+                                                  "Content-Type": "application/json"},
                                          method="POST" if body is not None else "GET")
         with urllib.request.urlopen(request, timeout=10, context=context) as answer:
             return json.load(answer)
 
-    wait_for(lambda: all(h["joined"] for h in call("/hosts")) and len(call("/hosts")) == 2, 120, "both pool agents joined")
+    wait_for(lambda: all(h["joined"] for h in call("/hosts")) and len(call("/hosts")) == 2, 120,
+             "both pool agents joined")
     (tmp_path / "log").mkdir()
     job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(tmp_path / "log"),
                                      "--epochs", "2", "--samples", "64", "--step-time", "0.02"],

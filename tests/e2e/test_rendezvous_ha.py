@@ -129,7 +129,8 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_its_host(run_job, 
                     "--store", store_url(own_etcd, "jobs/lease"), *FAST,
                     *elastic_job(tmp_path / "log", epochs=6, samples=96), verb="serve")
     serve.wait_event("rendezvous.listening")
-    agents = {h: run_job("--rendezvous", f"127.0.0.1:{port}", "--host", h, verb="agent") for h in ("hostA", "hostB", "hostC")}
+    agents = {h: run_job("--rendezvous", f"127.0.0.1:{port}", "--host", h,
+                         verb="agent") for h in ("hostA", "hostB", "hostC")}
     wait_for(lambda: commits(tmp_path / "log") >= 10, 120, "training to commit steps")
     assert set(keys(own_etcd, "/jobs/lease/agents/")) == {"hostA", "hostB", "hostC"}
     os.kill(agents["hostC"].proc.pid, signal.SIGSTOP)  # alive but silent: its connection stays open

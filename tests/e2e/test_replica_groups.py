@@ -42,7 +42,8 @@ def test_a_killed_worker_takes_its_group_out_the_other_trains_on_and_a_whole_gro
     os.kill(victim["pid"], signal.SIGKILL)
     shrunk = job.wait_status(lambda s: s["generation"] > first["generation"] and s["world_size"] == 2, 60,
                              "a ring of the surviving group alone")
-    wait_for(lambda: (hold_dir / "held").exists() or job.proc.poll() is not None, 60, "the partner held in its rollback")
+    wait_for(lambda: (hold_dir / "held").exists() or job.proc.poll() is not None, 60,
+             "the partner held in its rollback")
     partner = (hold_dir / "held").read_text()
     started = {w["worker_id"] for w in first["workers"]}
     newcomer = job.wait_status(lambda s: any(w["phase"] == "ready" and w["worker_id"] not in started

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 BASE_LR, GAMMA = 0.01, 0.7  # the workload's
 
 
-@pytest.mark.parametrize("optimizer, scheduler", [("momentum", False), ("adam", True)], ids=["momentum-sgd", "adam-steplr"])
+@pytest.mark.parametrize("optimizer, scheduler", [("momentum", False), ("adam", True)], ids=["momentum-sgd",
+                                                                                             "adam-steplr"])
 def test_scale_up_and_a_failure_leave_every_rank_identical(run_job, tmp_path, optimizer, scheduler) -> None:
     """The scale-up that used to leave survivors and newcomers with different parameters (the
     survivors ran the lr callback, the newcomers loaded a commit taken before it), followed by
@@ -36,7 +37,8 @@ def test_scale_up_and_a_failure_leave_every_rank_identical(run_job, tmp_path, op
     grown = job.wait_status(lambda s: s["steps"] >= steps + 4, 60, "training at size 4")
     victim = next(w for w in grown["workers"] if w["host"] == "hostB" and w["rank"] is not None)
     os.kill(victim["pid"], signal.SIGKILL)
-    after = job.wait_status(lambda s: s["generation"] >= grown["generation"] + 1, 60, "a ring without the killed worker")
+    after = job.wait_status(lambda s: s["generation"] >= grown["generation"] + 1, 60,
+                            "a ring without the killed worker")
     job.wait_status(lambda s: s["steps"] >= after["steps"] + 4, 60, "training after the failure")
     stop.touch()
     assert job.wait(240) == 0, job.output

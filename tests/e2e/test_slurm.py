@@ -187,8 +187,7 @@ def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled
     submitted = time.time()
     job_b = slurm.sbatch(ROOT / "examples" / "slurm" / "add_nodes.sbatch", "--nodes=1", "--nodelist=node1",
                          "--ntasks-per-node=1", f"--output={slurm.workdir}/more.out",
-                         f"--export=ALL,RENDEZVOUS={slurm.node('node0').address}:{port},SECRET_FILE={secret},"
-                         f"PATH={pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")  # (`ringmaster` as installed)
+                         f"--export=ALL,RENDEZVOUS={slurm.node('node0').address}:{port},SECRET_FILE={secret},PATH={pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")  # (`ringmaster` as installed)
     grown = first_commit(log, lambda r: r["size"] == 2)
     joined = wait_for(lambda: [e for e in job_events(slurm, "grow", "agent.connected") if e["host"] == "node1"], 60,
                       "node1's agent connected")[0]
@@ -243,7 +242,8 @@ def test_a_pool_in_an_allocation_starts_each_nodes_pool_agent_as_a_step_and_runs
 
     def call(path: str, body: dict | None = None):
         request = urllib.request.Request(f"https://{node0}:{port}{path}", data=json.dumps(body).encode() if body else None,
-                                         headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
+                                         headers={"Authorization": f"Bearer {SECRET}",
+                                                  "Content-Type": "application/json"},
                                          method="POST" if body else "GET")
         with urllib.request.urlopen(request, timeout=10, context=context) as answer:
             return json.load(answer)
@@ -258,7 +258,8 @@ def test_a_pool_in_an_allocation_starts_each_nodes_pool_agent_as_a_step_and_runs
     try:
         wait_for(joined, 120, "both nodes' pool agents joined", interval_s=0.5)
         job = call("/jobs", {"command": ["python", str(WORKLOADS / "elastic_job.py"), "--log-dir", str(log), "--epochs",
-                                         "2", "--samples", "64", "--step-time", "0.02"], "min_np": 2, "max_np": 2})["id"]
+                                         "2", "--samples", "64", "--step-time",
+                                         "0.02"], "min_np": 2, "max_np": 2})["id"]
         def ended() -> dict | None:
             state = call(f"/jobs/{job}")
             return state if state["state"] in ("succeeded", "failed") else None

@@ -24,7 +24,8 @@ def test_a_slowed_host_is_found_and_replaced_by_a_spare(run_job, tmp_path) -> No
     log = tmp_path / "commits.jsonl"
     job = run_job("-H", "hA:1,hB:1,hC:1", "--min-np", "1", "--max-np", "2", *FAST,
                   "--stragglers", "replace", "--straggler-steps", "30",
-                  "python", str(WORKLOADS / "paced_job.py"), "--compute", "200", "--params", "2000", "--commit-log", str(log))
+                  "python", str(WORKLOADS / "paced_job.py"), "--compute",
+                  "200", "--params", "2000", "--commit-log", str(log))
     job.wait_status(lambda s: s["steps"] >= 30 and s["world_size"] == 2, 120, "training on hA and hB")
     busy = {h["name"] for h in job.status()["hosts"] if h["state"] == "active"}
     assert busy == {"hA", "hB"}, busy

@@ -57,10 +57,12 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
         try:
             calls = {
                 "AgentSession": lambda: next(iter(stub.AgentSession(pb.AgentHello(host="hostX", pid=1), timeout=10))),
-                "ReportWorkerExit": lambda: stub.ReportWorkerExit(pb.WorkerExit(host="hostX", worker_id="hostX/1", exit_code=1), timeout=10),
+                "ReportWorkerExit": lambda: stub.ReportWorkerExit(pb.WorkerExit(host="hostX",
+                                                                                worker_id="hostX/1", exit_code=1), timeout=10),
                 "Ready": lambda: stub.Ready(pb.ReadyRequest(worker_id="hostX/1", failure="forged"), timeout=10),
                 "ReportDone": lambda: stub.ReportDone(pb.DoneRequest(worker_id="hostX/1"), timeout=10),
-                "WorkerSession": lambda: next(iter(stub.WorkerSession(pb.WorkerHello(worker_id="hostX/1", host="hostX"), timeout=10))),
+                "WorkerSession": lambda: next(iter(stub.WorkerSession(pb.WorkerHello(worker_id="hostX/1",
+                                                                                     host="hostX"), timeout=10))),
                 "AgentHeartbeat": lambda: stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), timeout=10),
             }
             for name, call in calls.items():
@@ -154,7 +156,8 @@ class _PosingRendezvous(pb_grpc.RendezvousServicer):
 
     async def AgentSession(self, request, context):
         self.hellos += 1
-        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=[b"/bin/sh", b"-c", os.fsencode(f"id > {self.marker}")])])
+        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=[b"/bin/sh",
+                                                                                          b"-c", os.fsencode(f"id > {self.marker}")])])
         await asyncio.sleep(30)
 
     async def AgentHeartbeat(self, request, context):

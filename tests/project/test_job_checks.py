@@ -63,6 +63,7 @@ def test_a_ring_of_three_dealt_sixteen_may_pad_two_and_only_in_that_epoch() -> N
     """CI's job on hosts with their own network: grown from 2 to 3 with 16 samples of 384 left."""
     logs = {"hostA_1": [synced(1, 0, 384, 2), synced(2, 0, 16, 3), synced(3, 0, 0, 2),
                         ended(0, 386.0, most=2.0, samples=384), ended(1, 386.0, most=2.0, samples=384)]}
-    with pytest.raises(AssertionError, match="epoch 1: samples seen between 1.0 and 2.0 times, 2 repeats where the sampler's padding allows 0"):
+    with pytest.raises(AssertionError, match="epoch 1: samples seen between 1.0 and 2.0 times, 2 repeats where the "
+                                             "sampler's padding allows 0"):
         assert_every_sample_once(logs, 2)
     assert_seen_once_or_padded(logs, logs["hostA_1"][3:4])

@@ -49,9 +49,10 @@ def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path,
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=300)
-    probe = ("import ringmaster.torch as hvd, ringmaster.rendezvous.server.app, ringmaster.cli.main, ringmaster.proto.ringmaster_pb2_grpc;"
-             "import ringmaster.rendezvous.pool.service, ringmaster.rendezvous.scheduling.sizing, ringmaster.cli.pool_agent;"
-             "print(hvd.__file__); print(callable(hvd.elastic.run))")
+    probe = ("import ringmaster.torch as hvd, ringmaster.rendezvous.server.app, ringmaster.cli.main, "
+             "ringmaster.proto.ringmaster_pb2_grpc;import ringmaster.rendezvous.pool.service, "
+             "ringmaster.rendezvous.scheduling.sizing, ringmaster.cli.pool_agent;print(hvd.__file__); "
+             "print(callable(hvd.elastic.run))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(target)})
     assert proc.returncode == 0, proc.stderr

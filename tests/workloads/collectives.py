@@ -36,7 +36,8 @@ def check_state_sync(rank: int) -> dict:
     newcomer = {"model": {"w": torch.zeros(4)}, "epoch": 0, "optimizer": {"state": {}}}  # other layout
     run("one-newcomer", newcomer if rank == 2 else same)
     run("objects-only", dict(same, epoch=rank + 10))  # same tensors, other objects
-    run("all-differ", {"model": {"w": torch.full((4,), float(rank))}, "epoch": rank, "optimizer": {"state": {rank: torch.ones(1)}}})
+    run("all-differ", {"model": {"w": torch.full((4,), float(rank))}, "epoch": rank,
+                       "optimizer": {"state": {rank: torch.ones(1)}}})
     # Rank 0 holds an old commit (a worker back from a ring it left long ago), rank 1 the newest:
     # rank 1's goes everywhere, rank 0's is never handed out.
     older = {"model": {"w": torch.full((4,), 5.0)}, "epoch": 1, "optimizer": {"state": {0: torch.ones(2)}}}
@@ -83,7 +84,8 @@ def check_bucket_order(rank: int) -> dict:
     and keep reducing to the plain average."""
     os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # one tensor per bucket: the order shows
     torch.manual_seed(0)
-    model = torch.nn.ModuleDict({"head": torch.nn.Linear(4, 2), "body": torch.nn.Linear(3, 4), "side": torch.nn.Linear(3, 2)})
+    model = torch.nn.ModuleDict({"head": torch.nn.Linear(4, 2), "body": torch.nn.Linear(3, 4),
+                                 "side": torch.nn.Linear(3, 2)})
     names = [n for n, _ in model.named_parameters()]
     optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
                                               named_parameters=model.named_parameters())

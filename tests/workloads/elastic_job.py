@@ -106,18 +106,23 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=0.05, help="simulated compute per step")
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="sgd")
     parser.add_argument("--compression", choices=["none", "fp16", "bf16"], default="none",
-                        help="gradient compression (fp16/bf16 buckets of 256 KiB and more go around the half-precision ring)")
+                        help="gradient compression (fp16/bf16 buckets of 256 KiB and more go around the "
+                             "half-precision ring)")
     parser.add_argument("--base-lr", type=float, default=BASE_LR, help="learning rate of a ring of one")
     parser.add_argument("--lr-callback", action="store_true",
-                        help="lr = base lr x world size, set again by a reset callback after every reset (Horovod's style)")
+                        help="lr = base lr x world size, set again by a reset callback after every reset (Horovod's "
+                             "style)")
     parser.add_argument("--scheduler", action="store_true", help="StepLR stepped per epoch, kept in the state")
     parser.add_argument("--commit-every", type=int, default=1, help="steps between commits")
     parser.add_argument("--skew-callback", action="store_true",
-                        help="fault injection: the reset callback makes the lr depend on the rank (the replica guard heals it)")
+                        help="fault injection: the reset callback makes the lr depend on the rank (the replica guard "
+                             "heals it)")
     parser.add_argument("--rank-stamp", action="store_true",
-                        help="fault injection: a plain attribute that takes the rank of whoever loads it (cannot be synced)")
+                        help="fault injection: a plain attribute that takes the rank of whoever loads it (cannot be "
+                             "synced)")
     parser.add_argument("--timestamps", action="store_true", help="add wall-clock times (for benchmarks)")
-    parser.add_argument("--stop-file", default=None, help="end training at the end of the epoch in which this file appears")
+    parser.add_argument("--stop-file", default=None, help="end training at the end of the epoch in which this file "
+                                                          "appears")
     parser.add_argument("--file-size-limit-at-step", type=int, default=None, metavar="N",
                         help="fault injection: from step N on, rank 0 may not write files over 256 KiB (RLIMIT_FSIZE: "
                              "the kernel fails larger writes with EFBIG, as a full disk fails them with ENOSPC)")
@@ -128,12 +133,14 @@ def main() -> None:
                              "later layers' gradient buckets went out (with a small HOROVOD_FUSION_THRESHOLD) and "
                              "once every other rank is inside that step's backward too")
     parser.add_argument("--newcomer-delay", type=float, default=0.0, metavar="S",
-                        help="a worker started as a newcomer (to join a running job) waits this long first (a slow model build)")
+                        help="a worker started as a newcomer (to join a running job) waits this long first (a slow "
+                             "model build)")
     parser.add_argument("--busy-start", type=float, default=0.0, metavar="S",
                         help="a worker of the first generation spends about S s in one C call that holds the GIL "
                              "between hvd.init() and hvd.elastic.run (its heartbeat thread cannot run), as a large "
                              "json.loads or an extension's build does")
-    parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this large)")
+    parser.add_argument("--ballast-mb", type=float, default=0.0, help="extra tensor state (makes checkpoints this "
+                                                                      "large)")
     args = parser.parse_args()
 
     if os.environ.get("RINGMASTER_GENERATION") == "0":
@@ -180,7 +187,8 @@ def main() -> None:
 
     def digest() -> str:
         parts: dict[str, Any] = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                 "sampler": sampler.state_dict(), "epoch": state.epoch, "step": state.step, "seen": state.seen}
+                                 "sampler": sampler.state_dict(), "epoch": state.epoch,
+                                 "step": state.step, "seen": state.seen}
         if args.scheduler:
             parts["scheduler"] = state.scheduler.state_dict()
         return state_digest(parts)

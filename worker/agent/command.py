@@ -42,14 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rendezvous", default=None, metavar="HOST:PORT",
                         help="HOST:PORT of the rendezvous; several, comma-separated, for a rendezvous with standbys")
-    parser.add_argument("--host", default=socket.gethostname(), metavar="NAME", help="this host's name as discovery lists it (default: hostname)")
+    parser.add_argument("--host", default=socket.gethostname(),
+                        metavar="NAME", help="this host's name as discovery lists it (default: hostname)")
     parser.add_argument("--heartbeat-interval", type=float, default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S, metavar="S",
                         help="seconds (default: %(default)s)")
     parser.add_argument("--stop-grace", type=float, default=defaults.DEFAULT_STOP_GRACE_S, metavar="S",
                         help="seconds between SIGTERM and SIGKILL (default: %(default)s)")
     parser.add_argument("--reconnect-timeout", type=float, default=None, metavar="S",
                         help="seconds to keep trying to reach a lost rendezvous before stopping the workers (default: "
-                             f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else {defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
+                             f"${env_names.RECONNECT_TIMEOUT}, which the workers read too, else "
+                             f"{defaults.DEFAULT_RECONNECT_TIMEOUT_S:g})")
     parser.add_argument("--spares", type=int, default=None, metavar="N",
                         help=f"warm spare worker processes to keep ready, so a newcomer skips Python's and torch's "
                              f"start (default: ${SPARES_ENV}, else {defaults.DEFAULT_SPARES}; 0: none)")
@@ -84,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
                         help=f"(default: ${logs.LOG_LEVEL_ENV}, else {logs.DEFAULT_LEVEL})")
     parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
-                        help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
+                        help=f"text or json, one object per line (default: ${logs.LOG_FORMAT_ENV}, else "
+                             f"{logs.DEFAULT_FORMAT})")
     return parser
 
 

@@ -82,16 +82,19 @@ class _DistributedOptimizerMixin:
         if self._hvd_op == "adasum" and sum_scale is not None:
             raise ValueError("a global batch sums the ring's gradients: it cannot be used with op=hvd.Adasum")
         if sum_scale is not None and self._hvd_process_set.process_set_id != 0:
-            raise ValueError("a global batch is shared by the whole ring: wrap the optimizer with the global process set")
+            raise ValueError("a global batch is shared by the whole ring: wrap the optimizer with the global process "
+                             "set")
         if passes < 0 or (sum_scale is not None and not sum_scale > 0):
-            raise ValueError(f"set_accumulation(passes={passes}, sum_scale={sum_scale}): give passes >= 0 and a positive scale")
+            raise ValueError(f"set_accumulation(passes={passes}, sum_scale={sum_scale}): give passes >= 0 and a "
+                             "positive scale")
         self._hvd_sum_scale = sum_scale
         self.set_backward_passes_per_step(max(1, passes))
-        if exact and sum_scale is not None and self._hvd_buckets is None and not getattr(self, "_hvd_exact_warned", False):
+        if exact and sum_scale is not None and self._hvd_buckets is None and not getattr(self,
+                                                                                         "_hvd_exact_warned", False):
             self._hvd_exact_warned = True
-            warnings.warn("a global batch's exact sums need DistributedOptimizer's own compression (none, fp16 or bf16): "
-                          "with a compressor of your own the step's gradients are summed in their dtype, equal across "
-                          "world sizes up to the order of the sums")
+            warnings.warn("a global batch's exact sums need DistributedOptimizer's own compression (none, fp16 or "
+                          "bf16): with a compressor of your own the step's gradients are summed in their dtype, equal "
+                          "across world sizes up to the order of the sums")
         if self._hvd_buckets is not None:
             self._hvd_buckets.exact = exact and sum_scale is not None
             self._hvd_buckets.clear()
@@ -207,7 +210,8 @@ def DistributedOptimizer(
     `sparse_as_dense=True`; either way they stay sparse for the optimizer. `num_groups` and
     `groups` (Horovod's fusion groups) are checked and accepted: gradients are fused by size here."""
     if op == "adasum" and backward_passes_per_step != 1:
-        raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or op=hvd.Average")
+        raise ValueError("op=hvd.Adasum takes one step per backward pass here; use backward_passes_per_step=1 or "
+                         "op=hvd.Average")
     if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op != "average"):
         raise ValueError(f"gradient_predivide_factor must be positive and needs op=hvd.Average, got "
                          f"{gradient_predivide_factor} with op={op!r}")
@@ -265,7 +269,8 @@ def _parameter_names(optimizer: torch.optim.Optimizer,
     seen: set[str] = set()
     duplicates = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
     if duplicates:
-        raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(duplicates)}")
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: "
+                         f"{', '.join(duplicates)}")
     by_id = {id(p): n for n, p in named}
     unnamed = [p for p in ordered if id(p) not in by_id]
     if unnamed:

@@ -134,7 +134,8 @@ class Communicator:
             return Pending(self, self._issue_future(lambda: ring.sum_async_(tensor), "allreduce"), "allreduce")
         options = dist.AllreduceOptions()
         options.reduceOp = op
-        return Pending(self, self._issue(lambda: self._ring(tensor).allreduce([tensor], options), "allreduce"), "allreduce")
+        return Pending(self, self._issue(lambda: self._ring(tensor).allreduce([tensor], options),
+                                         "allreduce"), "allreduce")
 
     def sum_into_async_(self, source: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> "Pending":
         """Start summing `source` (left alone) into `out` (same shape and dtype, contiguous), then
@@ -393,8 +394,8 @@ def gloo_device(toward: str | None) -> object:
     interface = os.environ.get(env_names.GLOO_SOCKET_IFNAME)
     if interface:
         if interface not in interface_names():
-            raise NetworkError(f"{env_names.GLOO_SOCKET_IFNAME}={interface} (--network-interface): this host has no such "
-                               f"interface (it has {', '.join(interface_names())}); name one that every host has")
+            raise NetworkError(f"{env_names.GLOO_SOCKET_IFNAME}={interface} (--network-interface): this host has no "
+                               f"such interface (it has {', '.join(interface_names())}); name one that every host has")
         return dist.ProcessGroupGloo.create_device(interface=interface)
     if toward is None:
         return dist.ProcessGroupGloo.create_default_device()

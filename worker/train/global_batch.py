@@ -34,8 +34,8 @@ class GlobalBatch:
                 raise ValueError(f"{name}={value!r}: give a whole number of samples, 1 or more")
         if self.size % self.micro:
             raise ValueError(f"global_batch_size={self.size} is not a whole number of micro-batches of "
-                             f"micro_batch_size={self.micro}: give a global batch that is a multiple of the micro-batch "
-                             f"(e.g. {self.size - self.size % self.micro or self.micro})")
+                             f"micro_batch_size={self.micro}: give a global batch that is a multiple of the "
+                             f"micro-batch (e.g. {self.size - self.size % self.micro or self.micro})")
 
     @property
     def micro_batches(self) -> int:
@@ -74,6 +74,6 @@ class GlobalBatch:
         if rest or not all(processed[i] for i in prefix):
             raise ValueError(f"the sampler's committed progress ({done} samples of the epoch) is not a whole number of "
                              f"global batches of {self.size} in the epoch's order: it was committed without "
-                             "global_batch_size or with another one; keep the global batch of the run that committed it, "
-                             "or start the epoch afresh (sampler.set_epoch)")
+                             "global_batch_size or with another one; keep the global batch of the run that committed "
+                             "it, or start the epoch afresh (sampler.set_epoch)")
         return steps

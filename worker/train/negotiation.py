@@ -349,9 +349,10 @@ def decide(messages: Sequence[torch.Tensor], descriptors: Sequence[Descriptor], 
     for i, d in enumerate(descriptors):
         if i not in matched:
             lacking = [str(r) for r in waiting if d.key() not in index[r]]
-            abandoned[i] = (f"{d.what() if d.name else _unnamed(d.kind, d.seq)} was given up: rank{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} "
-                            "did not issue it within the collective timeout (--collective-timeout). Ranks may issue "
-                            f"named operations in any order, but every rank must issue each one. {waits}")
+            abandoned[i] = (f"{d.what() if d.name else _unnamed(d.kind, d.seq)} was given up: "
+                            f"rank{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} did not issue it within the "
+                            "collective timeout (--collective-timeout). Ranks may issue named operations in any "
+                            f"order, but every rank must issue each one. {waits}")
     return Verdict(agreed, abandoned, joined, None, first_shared, True, next_seq)
 
 

@@ -13,7 +13,8 @@ from ringmaster.worker.agent.notice import NoticeWatcher, parse_notice
 @pytest.mark.parametrize("out, seconds, problem", [
     (b"", None, ""), (b"\n  \n", None, ""), (b"drain 120\n", 120.0, ""), (b"  drain 0.5  ", 0.5, ""),
     (b"drain\n", None, "print `drain SECONDS`"), (b"drain soon\n", None, "is not a number"),
-    (b"drain -3\n", None, "between 0 and"), (b"drain nan\n", None, "between 0 and"), (b"drain 1e9\n", None, "between 0 and"),
+    (b"drain -3\n", None, "between 0 and"), (b"drain nan\n", None, "between 0 and"), (b"drain 1e9\n", None,
+                                                                                      "between 0 and"),
     (b"terminate 30\n", None, "print `drain SECONDS`"), (b"drain 10\ndrain 20\n", None, "printed 2 lines"),
     (b"\xff\xfe drain 10", None, "print `drain SECONDS`"),
 ])

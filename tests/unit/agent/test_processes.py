@@ -65,7 +65,8 @@ def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT, how], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         child = int(parent.stdout.readline())
-        wait_for(lambda: open(f"/proc/{child}/cmdline").read().startswith("sleep\0"), 10, "the child to become the command")
+        wait_for(lambda: open(f"/proc/{child}/cmdline").read().startswith("sleep\0"), 10,
+                 "the child to become the command")
         parent.kill()
         parent.wait()
         wait_for(lambda: _gone(child), 10, "the child to die with its parent")

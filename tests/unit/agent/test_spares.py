@@ -43,7 +43,9 @@ def test_a_python_script_or_module_with_the_same_environment_fits(tmp_path) -> N
     worker_env = {**env, "RANK": "3", "RINGMASTER_WORKER_ID": "h/4", "RINGMASTER_WORKER_KEY": "ab" * 32}
     assignment, why = spare_assignment([PY, "train.py", "--lr", "1"], worker_env, str(tmp_path), env, PY)
     assert why == "" and assignment is not None
-    assert (assignment.kind, assignment.target, assignment.args, assignment.cwd) == ("script", "train.py", ["--lr", "1"], str(tmp_path))
+    assert (assignment.kind, assignment.target, assignment.args, assignment.cwd) == ("script",
+                                                                                     "train.py", ["--lr",
+                                                                                                  "1"], str(tmp_path))
     assert assignment.env == worker_env
     module, _ = spare_assignment([PY, "-m", "pkg.train", "x"], env, str(tmp_path), env, PY)
     assert module is not None and (module.kind, module.target, module.args) == ("module", "pkg.train", ["x"])

@@ -139,7 +139,8 @@ def test_data_digest_sees_a_changed_byte() -> None:
     assert snapshot.data_digest() != before
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks that a commit allocates nothing on the GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks that a commit allocates nothing on the "
+                                                          "GPU")
 def test_commit_of_cuda_state_goes_to_pinned_host_memory_only() -> None:
     model = torch.nn.Linear(1024, 1024).cuda()
     snapshot = HostSnapshot()

@@ -17,10 +17,12 @@ def parse(*argv: str):
 
 
 def test_help_documents_every_flag_and_its_default() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ringmaster.cli", "run", "--help"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "ringmaster.cli", "run",
+                           "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    for flag in ["-np", "--min-np", "--max-np", "-H", "--host-discovery-script", "--slots-per-host", "--elastic-timeout",
+    for flag in ["-np", "--min-np", "--max-np", "-H", "--host-discovery-script",
+                 "--slots-per-host", "--elastic-timeout",
                  "--reset-limit", "--blacklist-cooldown-range", "--discovery-interval", "--heartbeat-timeout",
                  "--collective-timeout", "--warmup-grace", "--stop-grace"]:
         assert flag in text
@@ -58,7 +60,8 @@ def test_horovodrun_spellings_and_defaults() -> None:
     assert (settings.min_np, settings.max_np) == (2, 2)
     settings, _, _ = parse("-np", "1", "--min-num-proc", "1", "--max-num-proc", "3", "-H", "a:4", "python", "t.py")
     assert (settings.min_np, settings.max_np) == (1, 3)
-    args = build_parser().parse_args(["run", "-np", "2", "--log-level", "debug", "--no-spare-last-hosts", "python", "t.py"])
+    args = build_parser().parse_args(["run", "-np", "2", "--log-level",
+                                      "debug", "--no-spare-last-hosts", "python", "t.py"])
     assert args.log_level == "DEBUG"
     assert settings_from_args(args)[0].spare_last_hosts is False
     assert parse("-np", "2", "python", "t.py")[0].spare_last_hosts is True
@@ -68,7 +71,8 @@ def test_horovodrun_spellings_and_defaults() -> None:
     (["python", "t.py"], "say how many workers: -np N"),
     (["-np", "2"], "no training command given"),
     (["-np", "2", "--min-np", "4", "--max-np", "2", "python", "t.py"], "--max-np (2) must be at least --min-np (4)"),
-    (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"], "give one of -H/--hosts, --hostfile and --host-discovery-script"),
+    (["-H", "a:2", "--host-discovery-script", "x.sh", "python", "t.py"],
+     "give one of -H/--hosts, --hostfile and --host-discovery-script"),
     (["-np", "2", "--slots-per-host", "0", "python", "t.py"], "--slots-per-host must be a positive integer"),
     (["-np", "0", "python", "t.py"], "-np must be a positive integer, got 0"),
     (["-np", "2", "--exit-report-timeout", "-1", "python", "t.py"], "--exit-report-timeout: "),
@@ -95,7 +99,8 @@ def test_bad_flags_exit_2_with_the_message(capsys) -> None:
 
 
 @pytest.mark.parametrize("status, body, expected", [
-    (502, b"<html><body>Bad Gateway</body></html>", "answered HTTP 502: (not a Ringmaster answer) <html><body>Bad Gateway"),
+    (502, b"<html><body>Bad Gateway</body></html>", "answered HTTP 502: (not a Ringmaster answer) <html><body>Bad "
+                                                    "Gateway"),
     (200, b"ok", "(not a Ringmaster answer) ok"),
     (409, b'{"detail": "cannot scale to 9 workers: --max-np is 4"}', "answered HTTP 409: cannot scale to 9 workers"),
 ])
@@ -192,7 +197,8 @@ def test_horovodruns_flags_mean_what_they_mean_to_horovodrun(tmp_path) -> None:
     assert (settings.collective_timeout_s, settings.fusion_threshold_bytes) == (45, 32 << 20)
     env = base_env("node1/1", "node1", 0, "r:1", "s:2", settings)
     assert env["RINGMASTER_FUSION_THRESHOLD"] == str(32 << 20)  # what the workers' fusion reads first
-    assert "RINGMASTER_FUSION_THRESHOLD" not in base_env("a/1", "a", 0, "r:1", "s:2", parse("-np", "2", "python", "x.py")[0])
+    assert "RINGMASTER_FUSION_THRESHOLD" not in base_env("a/1", "a", 0,
+                                                         "r:1", "s:2", parse("-np", "2", "python", "x.py")[0])
     args = build_parser().parse_args(["run", "--verbose", "--timeline-filename", "t.json", "-p", "2222", "-i", "id_key",
                                       "--network-interfaces", "eth0", "-np", "2", "python", "x.py"])
     assert (args.log_level, args.timeline, args.ssh_port, args.ssh_identity_file, args.network_interface) == (

@@ -85,7 +85,8 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
     from ringmaster.cli.remote import events
 
     def record(seq: int, kind: str, message: str) -> dict:
-        return {"seq": seq, "kind": kind, "level": "INFO", "generation": 1, "time": 0.0, "message": message, "fields": {}}
+        return {"seq": seq, "kind": kind, "level": "INFO", "generation": 1,
+                "time": 0.0, "message": message, "fields": {}}
 
     for end, code in (("job.succeeded", 0), ("job.failed", 1)):
         pages = [
@@ -129,17 +130,20 @@ def test_logs_follow_waits_for_a_queued_pool_job_to_start_and_then_follows_it() 
             return answer
 
     out, slept = io.StringIO(), list[float]()
-    assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+    assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append,
+                  job="j-1",  # type: ignore[arg-type]
                   ended=lambda: None) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "waiting for it to start" in lines[0] and lines[1].endswith("done")
     assert len(slept) == 2
     answers[:] = [queued]
-    assert events(Client(), 0, follow=True, as_json=False, out=io.StringIO(), sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+    assert events(Client(), 0, follow=True, as_json=False, out=io.StringIO(), sleep=slept.append,
+                  job="j-1",  # type: ignore[arg-type]
                   ended=lambda: 1) == 1  # cancelled before it ran
     answers[:] = [queued]
     try:
-        events(Client(), 0, follow=False, as_json=False, out=io.StringIO(), sleep=slept.append, job="j-1",  # type: ignore[arg-type]
+        events(Client(), 0, follow=False, as_json=False, out=io.StringIO(), sleep=slept.append,
+               job="j-1",  # type: ignore[arg-type]
                ended=lambda: None)
     except ApiError as exc:
         assert exc.status == 409  # without --follow it says so at once

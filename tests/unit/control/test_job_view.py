@@ -31,7 +31,8 @@ def test_counts_and_totals_are_of_every_row_whatever_the_page() -> None:
     states = collections.Counter(h.state for h in full.hosts if h.state)
     expected_states = {state: states.get(state, 0) for state in HOST_STATES}
     assert full.host_state_counts() == summary.host_state_counts() == expected_states
-    assert {s for s, n in expected_states.items() if n} >= {"active", "blacklisted", "unreachable", "warming", "draining"}
+    assert {s for s, n in expected_states.items() if n} >= {"active", "blacklisted",
+                                                            "unreachable", "warming", "draining"}
     phases = collections.Counter(w.phase for w in full.workers if w.live)
     assert dict(full.worker_phases) == dict(summary.worker_phases) == dict(phases)
     assert (summary.hosts_total, summary.workers_total) == (len(full.hosts), len(full.workers))

@@ -141,7 +141,8 @@ def test_a_flood_of_submits_is_answered_429_and_the_queue_keeps_its_jobs(api, mo
 
 
 def test_a_queue_token_reaches_its_queues_jobs_only(tmp_path) -> None:
-    pool = PoolService(StaticDiscovery({"a": 4}), "fair", Settings(queue_weights={"team-a": 1, "team-b": 1}), {}, tmp_path,
+    pool = PoolService(StaticDiscovery({"a": 4}), "fair", Settings(queue_weights={"team-a": 1,
+                                                                                  "team-b": 1}), {}, tmp_path,
                        lambda kind, **fields: None)
     pool.hosts = {"a": 4}
     client = TestClient(create_pool_app(pool, SECRET, {"token-of-team-a-0123": "team-a"}))
@@ -168,8 +169,10 @@ def test_the_queue_tokens_file_is_checked_line_by_line() -> None:
     queues = {"default", "team-a"}
     assert parse_queue_tokens("# tokens\nteam-a  aaaaaaaaaaaaaaaa\ndefault bbbbbbbbbbbbbbbb # the rest\n", queues) == {
         "aaaaaaaaaaaaaaaa": "team-a", "bbbbbbbbbbbbbbbb": "default"}
-    for text, says in (("team-c aaaaaaaaaaaaaaaa", "line 1: unknown queue 'team-c'"), ("team-a short", "shorter than 16"),
-                       ("team-a", "two words"), ("team-a aaaaaaaaaaaaaaaa\ndefault aaaaaaaaaaaaaaaa", "line 2: a token is given twice")):
+    for text, says in (("team-c aaaaaaaaaaaaaaaa", "line 1: unknown queue 'team-c'"), ("team-a short",
+                                                                                       "shorter than 16"),
+                       ("team-a", "two words"), ("team-a aaaaaaaaaaaaaaaa\ndefault aaaaaaaaaaaaaaaa",
+                                                 "line 2: a token is given twice")):
         with pytest.raises(UsageError, match=says):
             parse_queue_tokens(text, queues)
 

@@ -17,7 +17,8 @@ NAMED = {"a": 2, "b": 2}
 
 
 def named_pool(tmp_path: pathlib.Path, start_timeout_s: float = 30.0) -> PoolService:
-    pool = PoolService(StaticDiscovery(NAMED), "fifo", Settings(), {"stop_grace_s": 0.2, "start_timeout_s": start_timeout_s},
+    pool = PoolService(StaticDiscovery(NAMED), "fifo", Settings(), {"stop_grace_s": 0.2,
+                                                                    "start_timeout_s": start_timeout_s},
                        tmp_path, lambda kind, **fields: None)
     pool._named(dict(NAMED), 1000.0)
     pool.hosts = {"a": 2}  # a's pool agent joined; b's not yet

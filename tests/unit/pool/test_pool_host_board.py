@@ -71,7 +71,8 @@ def test_orders_and_what_a_job_hears_of_its_agents() -> None:
     board.timeout_s = 0.0
     assert board.lapse(now=0.0) == []  # (h1 reported just now: it stays)
     board.timeout_s = 10.0
-    assert launcher.ended() == [("nowhere", "host nowhere has no pool agent connected (start `ringmaster pool agent` there)")]
+    assert launcher.ended() == [("nowhere", "host nowhere has no pool agent connected (start `ringmaster pool agent` "
+                                            "there)")]
     board.poll("h1", session, 2, [order.ident], [], now=1.0)
     assert launcher.alive() == 1
     launcher.stop("h1")
@@ -79,7 +80,8 @@ def test_orders_and_what_a_job_hears_of_its_agents() -> None:
     assert launcher.alive() == 1  # withdrawn, but its agent still runs until the host says it ended
     board.poll("h1", session, 2, [], [(order.ident, "exited with code 0"), ("job-2@x:1", "made up")], now=2.0)
     assert launcher.alive() == 0 and launcher.ended() == [("h1", "exited with code 0")]
-    assert board.take_ended(Order("job-2", AgentOptions("x:1", 1.0, 1.0), "").run) == []  # it speaks of its own orders only
+    assert board.take_ended(Order("job-2", AgentOptions("x:1", 1.0, 1.0),
+                                  "").run) == []  # it speaks of its own orders only
 
 
 def test_a_host_that_leaves_ends_its_jobs_agents_there() -> None:

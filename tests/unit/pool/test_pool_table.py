@@ -24,8 +24,8 @@ def table() -> JobTable:
     ({"name": "x" * 65}, "--name"),
     ({"command": ["python", "a\x00b"]}, "NUL"),
     ({"command": ["x"] * 2000}, "longer than"),
-    ({"group_size": 2, "min_np": 3, "max_np": 4}, "--min-np 3 is not a whole number of groups: the job trains in groups "
-                                                  "of 2 (--group-size); give 2 or 4"),
+    ({"group_size": 2, "min_np": 3, "max_np": 4}, "--min-np 3 is not a whole number of groups: the job trains in "
+                                                  "groups of 2 (--group-size); give 2 or 4"),
     ({"group_size": 2, "max_np": 5}, "--max-np 5 is not a whole number of groups"),
     ({"group_size": 0}, "--group-size 0: give 1 (no groups) to 4096"),
     ({"group_size": 5000}, "--group-size 5000"),
@@ -41,7 +41,8 @@ def test_a_bad_submission_is_refused_naming_what_was_wrong(kwargs, says) -> None
 def test_submissions_get_ids_and_are_queued_with_what_was_asked() -> None:
     t = table()
     job = t.submit(["python", "train.py"], 2, None, 5.0, 8, name="resnet", queue="team-a", priority=3)
-    assert (job.id, job.state, job.min_np, job.max_np, job.queue, job.priority) == ("resnet-1", "queued", 2, 2, "team-a", 3)
+    assert (job.id, job.state, job.min_np, job.max_np, job.queue, job.priority) == ("resnet-1",
+                                                                                    "queued", 2, 2, "team-a", 3)
     assert t.submit(["python", "x.py"], 1, 4, 6.0, 8).id == "job-2"
     assert job.ask().placement == {} and job.ask().min_np == 2
 
@@ -93,7 +94,8 @@ def test_a_job_of_replica_groups_is_asked_for_and_scaled_in_whole_groups() -> No
     job = t.submit(["true"], 2, 6, 0.0, 8, group_size=2)
     assert job.group_size == 2 and job.ask().group_size == 2  # what the policies see
     assert t.scale(job.id, 4).max_np == 4
-    with pytest.raises(Refused, match="-np 3 is not a whole number of groups: job .* trains in groups of 2.*give 2 or 4"):
+    with pytest.raises(Refused, match="-np 3 is not a whole number of groups: job .* trains in groups of 2.*give 2 or "
+                                      "4"):
         t.scale(job.id, 3)
     assert job.max_np == 4  # a refused scale changes nothing
 

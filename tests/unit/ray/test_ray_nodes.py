@@ -86,7 +86,8 @@ def test_the_executor_refuses_bad_arguments_naming_them() -> None:
         ElasticRayExecutor(bogus=1)
     with pytest.raises(ValueError, match="heartbeat_interval_s"):
         ElasticRayExecutor(heartbeat_interval_s=-1)
-    with pytest.raises(ValueError, match="min_workers=3 is not a whole number of replica groups of group_size=2: give 2 or 4"):
+    with pytest.raises(ValueError, match="min_workers=3 is not a whole number of replica groups of group_size=2: give "
+                                         "2 or 4"):
         ElasticRayExecutor(min_workers=3, max_workers=4, group_size=2)
     with pytest.raises(ValueError, match="max_workers=5 is not a whole number"):
         ElasticRayExecutor(min_workers=2, max_workers=5, group_size=2)

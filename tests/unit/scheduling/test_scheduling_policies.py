@@ -80,7 +80,8 @@ def test_priority_among_equals_does_not_preempt_a_running_job() -> None:
 def test_fair_divides_by_queue_weight_and_equally_inside_a_queue() -> None:
     hosts = {"a": 6, "b": 6}
     rules = Settings(queue_weights={"team-a": 2, "team-b": 1})
-    jobs = [job("a1", 1, 12, 0, queue="team-a"), job("a2", 1, 12, 1, queue="team-a"), job("b1", 1, 12, 2, queue="team-b")]
+    jobs = [job("a1", 1, 12, 0, queue="team-a"), job("a2", 1, 12, 1,
+                                                     queue="team-a"), job("b1", 1, 12, 2, queue="team-b")]
     assert sizes(schedule("fair", hosts, jobs, NOW, rules)) == {"a1": 4, "a2": 4, "b1": 4}
 
 

@@ -66,7 +66,8 @@ def test_status_of_a_large_job_comes_in_pages() -> None:
 
 
 def test_scale_endpoint_validates_and_applies() -> None:
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=2, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=2, max_np=4),
+                              "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
@@ -111,7 +112,8 @@ def test_drain_and_undrain_endpoints_validate_and_need_the_secret() -> None:
 @pytest.fixture
 def served_api():
     """The control API on a real uvicorn server on a free loopback port."""
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4),
+                              "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     coordinator.set_hosts({"a": 4}, 0.0)
     coordinator.agent_connected("a", 77, 0.0)
@@ -192,7 +194,8 @@ def test_scale_takes_only_a_json_integer(served_api, body) -> None:
 
 @pytest.mark.parametrize("client_host", ["127.0.0.1", "10.1.2.3"])
 def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(client_host) -> None:
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4),
+                              "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     secret = "s" * 32
     client = TestClient(api_for(coordinator, secret=secret), client=(client_host, 50000))
@@ -218,7 +221,8 @@ def test_changes_need_the_job_secret_and_so_does_reading_from_another_machine(cl
 def test_requests_addressed_to_another_name_are_not_answered(host, code) -> None:
     """DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1 makes a
     browser here call the API with `Host: attacker.example`; it must learn nothing."""
-    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4), "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
+    coordinator = Coordinator(JobSettings(command=["x"], min_np=1, max_np=4),
+                              "127.0.0.1:1", RingStoreAddress("127.0.0.1", 2),
                               lambda g: ("127.0.0.1", 3))
     client = TestClient(api_for(coordinator, host_names={"10.9.8.7", "rendezvous.internal"}))
     for path in ("/status", "/events", "/healthz", "/"):  # (every path: the check comes first)

@@ -19,7 +19,8 @@ from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, 
 
 def test_the_remote_command_runs_this_python_in_this_directory_and_carries_no_secret() -> None:
     remote = agent_command("/opt/venv/bin/python", "10.0.0.1:29400", "node1", 1.0, 5.0, remote=True)
-    argv = ssh_command("node1", SshOptions(2222, "/keys/id", ("-o", "UserKnownHostsFile=/dev/null")), remote, "/work dir")
+    argv = ssh_command("node1", SshOptions(2222, "/keys/id", ("-o", "UserKnownHostsFile=/dev/null")), remote,
+                       "/work dir")
     assert argv[:2] == ["ssh", "-o"] and "BatchMode=yes" in argv
     assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/keys/id"
     assert argv[-3:-1] == ["--", "node1"] and "UserKnownHostsFile=/dev/null" in argv

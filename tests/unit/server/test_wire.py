@@ -35,7 +35,8 @@ def test_what_says_the_same_to_many_workers_is_built_once_and_what_differs_is_no
 
     effects: list[WorkerEffect] = [UpdateHosts(f"h/{i}", 7, "grow", False) for i in range(4)]
     effects += [UpdateHosts("h/9", 7, "grow", True), UpdateHosts("h/8", 8, "grow", False),
-                Retire("h/1", "smaller"), Retire("h/2", "smaller"), EndJob("h/3", True, "done"), EndJob("h/4", False, "done")]
+                Retire("h/1", "smaller"), Retire("h/2", "smaller"), EndJob("h/3", True,
+                                                                           "done"), EndJob("h/4", False, "done")]
     sent = worker_events(effects)
     assert [w for w, _m in sent] == [e.worker_id for e in effects]
     messages = [m for _w, m in sent]

@@ -30,7 +30,8 @@ def test_uneven_counts_and_bad_declarations_are_named() -> None:
     batch = GlobalBatch(16, 2)
     assert [len(batch.micro_numbers(r, 3)) for r in range(3)] == [2, 3, 3]
     assert [len(batch.micro_numbers(r, 10)) for r in range(10)].count(0) == 2  # a ring past K: idle ranks
-    with pytest.raises(ValueError, match="global_batch_size=10 is not a whole number of micro-batches of micro_batch_size=4"):
+    with pytest.raises(ValueError, match="global_batch_size=10 is not a whole number of micro-batches of "
+                                         "micro_batch_size=4"):
         GlobalBatch(10, 4)
     for size, micro in ((0, 1), (8, 0), (True, 1), (8, 2.0)):
         with pytest.raises(ValueError, match="whole number of samples"):
@@ -77,7 +78,8 @@ def test_a_step_of_micro_batches_is_the_mean_over_the_global_batch_and_a_rollbac
     sampler = hvd.elastic.ElasticSampler(x, seed=7, global_batch_size=12, micro_batch_size=3)
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler)
     state.reset()
-    assert (sampler.accumulation, sampler.reduction_scale, getattr(optimizer, "backward_passes_per_step")) == (4, 0.25, 4)
+    assert (sampler.accumulation, sampler.reduction_scale, getattr(optimizer,
+                                                                   "backward_passes_per_step")) == (4, 0.25, 4)
     assert sampler.steps_per_epoch == 4
     seen: list[int] = []
     for number, micro_batches in enumerate(sampler.steps()):

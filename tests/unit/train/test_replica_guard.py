@@ -16,7 +16,8 @@ from ringmaster.worker.train.state_sync import plan
 
 def test_tree_digest_sees_every_value_type_and_place_but_not_dict_order() -> None:
     base = {"w": torch.tensor([1.0, 2.0]), "groups": [{"lr": 0.1, "momentum": 0.9}], "epoch": 3}
-    assert tree_digest(base) == tree_digest({"epoch": 3, "groups": [{"momentum": 0.9, "lr": 0.1}], "w": torch.tensor([1.0, 2.0])})
+    assert tree_digest(base) == tree_digest({"epoch": 3, "groups": [{"momentum": 0.9,
+                                                                     "lr": 0.1}], "w": torch.tensor([1.0, 2.0])})
     assert tree_digest(base) == tree_digest(OrderedDict(reversed(list(base.items()))))
     changed = [
         dict(base, w=torch.tensor([2.0, 1.0])),  # swapped values (a sum of words would not see it)

@@ -103,7 +103,8 @@ def test_sums_into_a_new_tensor_leave_the_input_alone_and_scale_once(chunk_bytes
 
     def inputs(rank: int) -> dict[str, torch.Tensor]:
         base = torch.randn(n, generator=torch.Generator().manual_seed(rank))
-        return {"float32": base, "float16": base.half(), "bfloat16": base.bfloat16(), "float64": base[:600_000].double()}
+        return {"float32": base, "float16": base.half(), "bfloat16": base.bfloat16(),
+                "float64": base[:600_000].double()}
 
     def work(comm: Communicator) -> tuple[dict[str, torch.Tensor], dict[str, bool], bool]:
         sources = inputs(comm.rank)

@@ -260,7 +260,8 @@ class SparePool:
         ours, theirs = os.pipe()
         os.set_blocking(ours, False)
         try:
-            proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "ringmaster.worker.agent.starting.spare_process"]),
+            proc = subprocess.Popen(dying_with_parent([sys.executable,
+                                                       "-m", "ringmaster.worker.agent.starting.spare_process"]),
                                     env={**env, READY_FD_ENV: str(theirs)}, pass_fds=(theirs,),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:

@@ -99,7 +99,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         group with `by="group"`) of every rank's (group's) share of the current deal. Called once
         per step in order, that is batch `batch_idx` of the iteration."""
         if self.global_batch is not None:
-            raise TypeError("record_batch: this sampler has a global batch; call record_step() after each optimizer step")
+            raise TypeError("record_batch: this sampler has a global batch; call record_step() after each optimizer "
+                            "step")
         if batch_size < 0:
             raise ValueError(f"record_batch(batch_size={batch_size}): give the samples per rank of the step, 0 or more")
         taken = sampling.samples_of_all_ranks(self.remaining_indices, self.num_replicas, self._recorded, batch_size)

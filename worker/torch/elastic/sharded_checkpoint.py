@@ -88,8 +88,8 @@ class _CheckedReader(FileSystemReader):
             metadata = _MetadataOnly(io.BytesIO(path.read_bytes())).load()
         except UntrustedCheckpointError as exc:
             raise UntrustedCheckpointError(
-                f"{path} holds an object of {exc}, which DCP's metadata never does; loading it would run code from "
-                "the file, so it is refused. If only this job can write that folder, pass --checkpoint-trusted") from None
+                f"{path} holds an object of {exc}, which DCP's metadata never does; loading it would run code from the "
+                "file, so it is refused. If only this job can write that folder, pass --checkpoint-trusted") from None
         except Exception as exc:  # truncated, emptied, not a pickle: the file is not what DCP wrote
             raise CheckpointMismatchError(f"{path} cannot be read as DCP metadata ({type(exc).__name__}: "
                                           f"{str(exc)[:200]}); move that checkpoint away") from None
