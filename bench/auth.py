@@ -54,7 +54,8 @@ def _serve(secret: str | None, port: multiprocessing.Queue) -> None:
     async def serve() -> None:
         servicer: object = _Heartbeats()
         if secret:
-            servicer = RendezvousAuth(secret, lambda method, why: None).guard(servicer, pb.DESCRIPTOR.services_by_name["Rendezvous"])
+            servicer = RendezvousAuth(secret, lambda method,
+                                      why: None).guard(servicer, pb.DESCRIPTOR.services_by_name["Rendezvous"])
         server = grpc.aio.server()
         pb_grpc.add_RendezvousServicer_to_server(servicer, server)
         port.put(server.add_insecure_port("127.0.0.1:0"))
@@ -157,7 +158,8 @@ def _rendezvous(port: int, hosts: int, secret: str | None) -> None:
     asyncio.run(server.run(initial))
 
 
-async def generation_changes(agents: list[int], repeats: int) -> list[tuple[int, list[float], list[float], list[float], list[float]]]:
+async def generation_changes(agents: list[int],
+                             repeats: int) -> list[tuple[int, list[float], list[float], list[float], list[float]]]:
     """For each count: (count, seconds and server CPU seconds of a change, unsigned; the same, signed)."""
     context = multiprocessing.get_context("spawn")
     rows = []
@@ -166,7 +168,8 @@ async def generation_changes(agents: list[int], repeats: int) -> list[tuple[int,
         for _ in range(repeats):
             for signed in (False, True):  # interleaved, so drift in the machine's load hits both alike
                 port = free_port()
-                process = context.Process(target=_rendezvous, args=(port, count, SECRET if signed else None), daemon=True)
+                process = context.Process(target=_rendezvous, args=(port, count, SECRET if signed else None),
+                                          daemon=True)
                 process.start()
                 try:
                     elapsed, cpu = await one_change(f"127.0.0.1:{port}", count, process.pid, SECRET if signed else None)

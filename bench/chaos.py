@@ -39,7 +39,8 @@ def main() -> int:
     args = parser.parse_args()
     kinds = ETCD_KINDS if args.store == "etcd" else MEMORY_KINDS
     plan = plan_faults(args.seed, kinds, args.faults, args.every)
-    print(f"seed {args.seed}: {len(plan)} faults, one every {args.every:g} s on average, store {args.store}", flush=True)
+    print(f"seed {args.seed}: {len(plan)} faults, one every {args.every:g} s on average, store {args.store}",
+          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         run = ChaosRun(pathlib.Path(tmp), args.seed, plan, store=args.store, step_time_s=args.step_time,
                        say=lambda line: print(line, flush=True))

@@ -143,7 +143,8 @@ def step_figures(name: str, model: torch.nn.Module, inputs: int, steps: int) -> 
     dataset = torch.utils.data.TensorDataset(x, y)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)
     loader = torch.utils.data.DataLoader(dataset, batch_size=16, sampler=sampler)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                         named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0)
     runs: dict[int, list[float]] = {0: [], 10: [], 1: []}
     for _ in range(3):  # interleaved rounds, best of each: warm-up and noise hit all alike
@@ -169,7 +170,8 @@ def step_figures(name: str, model: torch.nn.Module, inputs: int, steps: int) -> 
     results = {every: min(times) for every, times in runs.items()}
     base = results[0]
     print(f"{name:>28} | step {base * 1e3:7.3f} ms | commit every 10 steps {results[10] * 1e3:7.3f} ms "
-          f"({(results[10] / base - 1):+.1%}) | every step {results[1] * 1e3:7.3f} ms ({(results[1] / base - 1):+.1%})", flush=True)
+          f"({(results[10] / base - 1):+.1%}) | every step {results[1] * 1e3:7.3f} ms ({(results[1] / base - 1):+.1%})",
+          flush=True)
 
 
 def main() -> None:
@@ -191,7 +193,8 @@ def main() -> None:
         commit_figures(megabytes, args.repeats)
     print("Part 2: step time (job of one)")
     step_figures("example model (Linear(1,1))", torch.nn.Linear(1, 1).to(DEVICE), 1, args.steps)
-    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                              torch.nn.ReLU(),
                               torch.nn.Linear(1024, 1024)).to(DEVICE)
     step_figures("MLP 3x1024 (12.6 MB)", mlp, 1024, args.steps // 4)
 

@@ -85,7 +85,8 @@ def resnet18() -> Any:
             out = self.bn2(self.conv2(out))
             return torch.relu(out + (x if self.down is None else self.down(x)))
 
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                               nn.MaxPool2d(3, 2, 1)]
     cin = 64
     for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
         layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
@@ -369,7 +370,8 @@ def main() -> None:
         result = ringmaster("train", name, args.steps)
         for label, digests in result["digests"].items():
             assert len(set(digests)) == 1, f"ranks differ after {name} ({label}): {digests}"
-        cells = {"floor": floor(name, args.steps), **{label: statistics.median(t) for label, t in result["times"].items()}}
+        cells = {"floor": floor(name, args.steps),
+                 **{label: statistics.median(t) for label, t in result["times"].items()}}
         base = cells["DDP"]
         row = [f"{s * 1e3:6.1f} {2 * batch / s:6.0f}/s {s / base:4.2f}x" for s in cells.values()]
         print(f"{name:<10} " + " ".join(f"{c:>19}" for c in row), flush=True)

@@ -96,7 +96,8 @@ def verdicts(figures: dict[str, float], recorded: dict[str, dict]) -> list[tuple
     out = []
     for name, record in recorded.items():
         value = figures[name]
-        allowed = max(record["value"] * (1 + record.get("relative", 0.0)), record["value"] + record.get("absolute", 0.0))
+        allowed = max(record["value"] * (1 + record.get("relative", 0.0)),
+                      record["value"] + record.get("absolute", 0.0))
         out.append((name, value, record, value > allowed))
     return out
 

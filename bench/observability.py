@@ -126,14 +126,16 @@ def run(model_name: str, steps: int, mode: str) -> tuple[float, int, list[float]
         extra = ["--timeline", timeline] if mode == "metrics+timeline" else []
         proc = subprocess.Popen(
             [sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--log-format", "json", *extra, sys.executable,
-             __file__, "--worker", model_name, "--steps", str(steps), "--out", out, *(["--bare"] if mode == "bare" else [])],
+             __file__, "--worker", model_name, "--steps", str(steps), "--out", out,
+             *(["--bare"] if mode == "bare" else [])],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         scrapes: list[float] = []
         scraper = threading.Thread(target=_scrape_while, args=(proc, scrapes), daemon=True)
         if mode != "bare":
             scraper.start()
         else:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+            threading.Thread(target=lambda: [None for _ in proc.stderr],
+                             daemon=True).start()  # type: ignore[union-attr]
         try:
             code = proc.wait(timeout=900)
         finally:

@@ -144,7 +144,8 @@ def _rank_main(rank: int, size: int, store_port: int, rounds: int, results) -> N
         barrier(f"fresh{r}")
         port = int(store.get(f"port{r}").decode())
         t0 = time.perf_counter()
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=timeout)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+                                timeout=timeout)
         dist.all_reduce(torch.ones(1))
         fresh.append(time.perf_counter() - t0)
         dist.destroy_process_group()

@@ -84,7 +84,8 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
                 "--store", f"etcd://127.0.0.1:{etcd.client_port}/bench/down/{time.time_ns()}",
                 sys.executable, str(ROOT / "tests" / "workloads" / "elastic_job.py"), "--log-dir", tmp,
                 "--epochs", "3", "--samples", "128", "--step-time", "0.05", "--timestamps"]
-        procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+        procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)]
         try:
             for host in ("hA", "hB"):
                 procs.append(subprocess.Popen(
@@ -104,7 +105,8 @@ def down_window(etcd: EtcdServer, down_s: float) -> None:
             procs[0].wait()
             time.sleep(down_s)  # the outage itself: what is measured is training during it
             restarted = time.time()
-            procs[0] = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            procs[0] = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
             code = procs[0].wait(timeout=300)
             records = sorted(commits(), key=lambda r: r["time"])
             steps = [r["step"] for r in records]

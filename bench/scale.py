@@ -119,7 +119,8 @@ class Cluster:
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         address = f"127.0.0.1:{self.port}"
         wait_for(lambda: self._listening(), 60, f"the rendezvous to listen on {address}")
-        self.fleets = [FleetProcess(address, SECRET, self.heartbeat_s, self.carry_events) for _ in range(self.fleet_count)]
+        self.fleets = [FleetProcess(address, SECRET, self.heartbeat_s,
+                                    self.carry_events) for _ in range(self.fleet_count)]
         self.add(self.names)
         self.wait_settled(len(self.names) * self.slots, 0, self.first_timeout_s, "the first generation")
         return self.last_assigned() - started

@@ -15,7 +15,8 @@ class ScriptDiscovery:
     `DiscoveryError` naming the cause (with the tail of its stderr).
     """
 
-    def __init__(self, command: str, default_slots: int | None = None, timeout_s: float = DEFAULT_DISCOVERY_TIMEOUT_S) -> None:
+    def __init__(self, command: str, default_slots: int | None = None,
+                 timeout_s: float = DEFAULT_DISCOVERY_TIMEOUT_S) -> None:
         self.command = command
         self.default_slots = default_slots
         self.timeout_s = timeout_s

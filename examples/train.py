@@ -30,7 +30,8 @@ def main() -> int:
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
 
     model = torch.nn.Linear(1, 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr), named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr),
+                                         named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0)
 
     @hvd.elastic.run

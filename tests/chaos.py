@@ -214,7 +214,8 @@ class ChaosRun:
 
         self.etcd = EtcdCluster(self.dir / "etcd").start()
         port = free_port()
-        self.serve_args = ["--port", str(port), "--store", f"etcd://{','.join(m.address for m in self.etcd.members)}/chaos",
+        self.serve_args = ["--port", str(port), "--store",
+                           f"etcd://{','.join(m.address for m in self.etcd.members)}/chaos",
                            *self.flags(), *self.workload()]
         self.job = self._spawn(Job(self.serve_args, verb="serve", env=PRODUCT_SPARES))
         self.job.wait_event("rendezvous.listening")
@@ -437,7 +438,8 @@ class ChaosRun:
         reference = None
         if compare_loss:
             sizes = sorted({r["size"] for r in events(logs, "synced")})
-            references = {size: reference_loss(self.dir / f"reference-{size}", epochs, self.optimizer, size) for size in sizes}
+            references = {size: reference_loss(self.dir / f"reference-{size}", epochs, self.optimizer,
+                                               size) for size in sizes}
             size, reference = max(references.items(), key=lambda item: item[1])
             assert final_loss <= 2 * reference + 0.01, \
                 f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults on {size} workers " \
@@ -446,7 +448,8 @@ class ChaosRun:
         slowest = max((f.recovery_s or 0.0 for f in injected), default=0.0)
         checks["no hang"] = f"every fault absorbed within {self.recovery_bound_s:g} s (slowest {slowest:.2f} s)"
         kept, computed, progress = goodput(logs)
-        return Report(self.seed, self.store, injected, skipped, wall_s, kept, computed, progress, final_loss, reference, checks)
+        return Report(self.seed, self.store, injected, skipped, wall_s, kept, computed, progress, final_loss, reference,
+                      checks)
 
 
 def generations_table(logs: dict[str, list[dict]]) -> str:

@@ -47,7 +47,8 @@ class SimulatedHost:
     async def run_agent(self) -> None:
         hello = pb.AgentHello(host=self.name, pid=os.getpid())
         async for command in self.stub.AgentSession(hello, wait_for_ready=True,
-                                                 metadata=signed("AgentSession", Identity(AGENT, self.name), hello, self.secret)):
+                                                 metadata=signed("AgentSession", Identity(AGENT, self.name), hello,
+                                                                 self.secret)):
             for spec in command.workers:
                 if self.worker_id is None:
                     self.worker_id = spec.worker_id
@@ -78,7 +79,9 @@ class SimulatedHost:
         assert self.worker_call is not None and self.worker_id is not None
         self.worker_call.cancel()
         report = pb.WorkerExit(host=self.name, worker_id=self.worker_id, signal=9)
-        await self.stub.ReportWorkerExit(report, metadata=signed("ReportWorkerExit", Identity(AGENT, self.name), report, self.secret))
+        await self.stub.ReportWorkerExit(report,
+                                         metadata=signed("ReportWorkerExit", Identity(AGENT, self.name), report,
+                                                         self.secret))
 
 
 def cpu_seconds(pid: int) -> float:

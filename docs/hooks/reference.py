@@ -228,7 +228,8 @@ def events_reference() -> str:
     rows = ["| kind | level | what it says (fields in braces) |", "| --- | --- | --- |"]
     for kind in Kind:
         spec = SPECS[kind]
-        rows.append(f"| `{kind.value}` | {logging.getLevelName(spec.level)} | `` {_code_cell(spec.text)} `` |")  # (code: attr_list would take a closing {field} for attributes)
+        # (code: attr_list would take a closing {field} for attributes)
+        rows.append(f"| `{kind.value}` | {logging.getLevelName(spec.level)} | `` {_code_cell(spec.text)} `` |")
     return "\n".join(rows)
 
 

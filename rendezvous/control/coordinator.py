@@ -97,7 +97,8 @@ class Coordinator:
         self._failure_reported = -1  # the generation whose failure a report has told already
         self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
         #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
-        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0, settings.heartbeat_relay)
+        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0,
+                               settings.heartbeat_relay)
         self._agents_stopped = False  # told every agent to stop, the job having ended
         self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
@@ -193,7 +194,8 @@ class Coordinator:
     def agent_heartbeat(self, host: str, now: float) -> None:
         self.pool.agent_heartbeat(host, now)
 
-    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection", silent: bool = False) -> None:
+    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection",
+                           silent: bool = False) -> None:
         self.pool.agent_disconnected(host, now, reason, silent)
 
     def worker_exited(self, host: str, worker_id: str, exit_code: int, signal_number: int, stopped_by_agent: bool,

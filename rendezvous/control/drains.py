@@ -77,7 +77,8 @@ class Drains:
         if old is not None and not old.done:
             drain = Drain(source, reason, old.requested_at, deadline_at, incarnation, had_workers=old.had_workers)
         else:
-            drain = Drain(source, reason, now, deadline_at, incarnation, had_workers=busy, done=not busy and old is not None)
+            drain = Drain(source, reason, now, deadline_at, incarnation, had_workers=busy,
+                          done=not busy and old is not None)
             self._expired.pop(host, None)
         record.drain = drain
         if not drain.done:
@@ -141,7 +142,8 @@ class Drains:
 
     def resumed(self) -> None:
         """Watch again the drains a previous rendezvous left under way (`HostPool.resumed`)."""
-        self._active = {name for name, host in self.pool.hosts.items() if host.drain is not None and not host.drain.done}
+        self._active = {name for name, host in self.pool.hosts.items()
+                        if host.drain is not None and not host.drain.done}
 
     def _finished(self, host: str, drain: Drain, now: float) -> None:
         self.pool.hosts[host].drain = replace(drain, done=True)  # (a new object: the host's record is rewritten)

@@ -83,5 +83,6 @@ class HostsJoined:
     change: HostDiff
 
 
-Fact = Union[AgentConnected, AgentLost, AgentUnreachable, WorkerExited, SessionClosed, GenerationFailed, TrainingReturned,
+Fact = Union[AgentConnected, AgentLost, AgentUnreachable, WorkerExited, SessionClosed, GenerationFailed,
+             TrainingReturned,
              HostsJoined]

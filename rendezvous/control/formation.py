@@ -313,7 +313,8 @@ class Formation:
         worker_id = f"{host}/{job.next_id}"
         job.next_id += 1
         store = "{}:{}".format(*job.store_address)
-        return Worker(worker_id, host, slot, base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
+        return Worker(worker_id, host, slot,
+                      base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
 
     # ------------------------------------------------------------------ a healthy generation
     def _maybe_request_update(self, eligible: set[str], now: float) -> None:
@@ -325,7 +326,8 @@ class Formation:
             return
         members = [job.workers[i] for i in gen.member_ids]
         if gen.update_sequence:
-            if job.checkpoint_at_update:  # a drain left too few after the update went out: say it again, with a checkpoint
+            # a drain left too few after the update went out: say it again, with a checkpoint
+            if job.checkpoint_at_update:
                 self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
             return
         if gen.awaited_at is not None:  # members reset for the announcement: the update is theirs now
@@ -481,7 +483,8 @@ class Formation:
         """Elastic job: start workers on free slots; they join once warmed up."""
         job = self.job
         gen = job.generation
-        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids], job.settings.elastic).grows_in_place():
+        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids],
+                                                job.settings.elastic).grows_in_place():
             return
         live = [w for w in job.live_workers() if not w.stopping]
         room = (job.limit if job.limit is not None else 1 << 30) - len(live)
@@ -534,4 +537,5 @@ class Formation:
                 continue
             self.sent_to_agents[host.name] = key
             argv = tuple(job.settings.command)
-            job.outbox.append(RunWorkers(host.name, tuple(WorkerLaunch(w.worker_id, w.slot, argv, dict(w.env)) for w in specs)))
+            job.outbox.append(RunWorkers(host.name,
+                                         tuple(WorkerLaunch(w.worker_id, w.slot, argv, dict(w.env)) for w in specs)))

@@ -169,7 +169,8 @@ class HostPool:
             self._launched[host] = True
         self._emit(now, Kind.AGENT_RECONNECTED if again else Kind.AGENT_CONNECTED, host=host, pid=pid)
         if version is not None and version != __version__ and not again:
-            self._emit(now, Kind.AGENT_VERSION_DIFFERS, host=host, agent_version=version or "(older than 0.2.0: none sent)",
+            self._emit(now, Kind.AGENT_VERSION_DIFFERS, host=host,
+                       agent_version=version or "(older than 0.2.0: none sent)",
                        version=__version__)
         self._observe(AgentConnected(host, frozenset(running or ()), incarnation))
         if self.settings.hosts_from_agents and slots > 0:
@@ -196,7 +197,8 @@ class HostPool:
         if host in self.hosts:
             self.hosts[host].last_heartbeat = now
 
-    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection", silent: bool = False) -> None:
+    def agent_disconnected(self, host: str, now: float, reason: str = "closed its connection",
+                           silent: bool = False) -> None:
         """The host's agent is gone: its session closed, or (`silent`) it stopped answering
         without closing it, as a host cut off by a partition (or frozen) does."""
         record = self.hosts.get(host)

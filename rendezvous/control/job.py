@@ -208,10 +208,12 @@ class Job:
         how = describe_exit(exit_code, signal_number)
         was_live, member = worker.live, job.is_member(worker)
         worker.phase = Phase.EXITED
-        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live, member)
+        verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live,
+                                                 member)
         if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN:
             if self._plain():
-                self._plain_failure(worker, how, fact.output, exit_code, now)  # first: what follows is no news once the job failed
+                # first: what follows is no news once the job failed
+                self._plain_failure(worker, how, fact.output, exit_code, now)
             elif not worker.registered and fact.output and exit_code != 0 and signal_number == 0:
                 self._command_failed(worker, how, fact.output, now)
         if member and verdict.meaning is not ExitMeaning.FINISHED:
@@ -376,7 +378,8 @@ class Job:
             if policy_of(worker).rejoins(worker):
                 self.outbox.append(EndGeneration(worker_id, gen.number, reason, rejoin=worker.elastic))
             elif worker.phase is Phase.SPAWNING and start_later:
-                continue  # still starting: told when it connects, it joins a later generation (`Formation._generation_finished`)
+                # still starting: told when it connects, it joins a later generation (`Formation._generation_finished`)
+                continue
             else:
                 # A plain script cannot rejoin: restart it with the rest, as torchrun does.
                 worker.stopping = True
@@ -388,7 +391,8 @@ class Job:
         cause, causes = self.causes.take(is_reset=self.generation is not None)
         last = self.generation
         order = order_keys(members, dict(zip(last.member_ids, last.order)) if last is not None else {})
-        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/", hosts_baseline=self.hosts_sequence,
+        gen = Generation(number, members, cause, store_prefix=f"ringmaster/gen{number}/",
+                         hosts_baseline=self.hosts_sequence,
                          order=order)
         if self.generation is not None:
             self.summary.resets += 1

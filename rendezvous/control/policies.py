@@ -49,7 +49,8 @@ class JobPolicy:
         clean = exit_code == 0 and signal_number == 0
         if worker.done or (clean and self.clean_exit_finishes(member)):
             return ExitVerdict(ExitMeaning.FINISHED)
-        return ExitVerdict(ExitMeaning.FAILED, blacklist=not clean, by_itself=not clean and self.own_error(signal_number))
+        return ExitVerdict(ExitMeaning.FAILED, blacklist=not clean,
+                           by_itself=not clean and self.own_error(signal_number))
 
     def clean_exit_finishes(self, member: bool) -> bool:
         raise NotImplementedError

@@ -127,7 +127,8 @@ def job_view(job: Job, pool: HostPool, now: float, page: Page = ALL_ROWS) -> Job
             continue
         drain = h.drain
         # (the pid of an agent that is gone is no agent's any more)
-        hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected, h.agent_pid if h.agent_connected else None,
+        hosts.append(HostView(h.name, h.slots, h.discovered, h.agent_connected,
+                              h.agent_pid if h.agent_connected else None,
                               blacklisted, state, f"{drain.source.value}: {drain.reason}" if drain is not None else "",
                               max(0.0, drain.deadline_at - now) if drain is not None and not drain.done else None))
     ranks = gen.by_worker if gen else {}

@@ -7,7 +7,8 @@ from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.settings import JobSettings
 
 
-def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str, settings: JobSettings) -> dict[str, str]:
+def base_env(worker_id: str, host: str, slot: int, rendezvous: str, store: str,
+             settings: JobSettings) -> dict[str, str]:
     """What every worker needs to find the rendezvous and the store. A newcomer (generation 0)
     gets its rank when it joins; LOCAL_RANK is its slot until then."""
     env = {

@@ -235,14 +235,16 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
 
     @app.get("/jobs/{job_id}/status", response_model=JobStatus)
     async def status(job_id: str, offset: int = Query(0, ge=0, le=2**31),
-                     limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE), caller: Caller = Depends(authorized)) -> JobStatus:
+                     limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE),
+                     caller: Caller = Depends(authorized)) -> JobStatus:
         running = server(job_id, caller)
         view = running.view((offset, limit))
         assert view is not None
         return job_status(view, running.auth.refused if getattr(running, "auth", None) else 0, running.metrics)
 
     @app.get("/jobs/{job_id}/events", response_model=EventPage)
-    async def events(job_id: str, since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE),
+    async def events(job_id: str, since: int = Query(0, ge=0, le=2**62),
+                     limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE),
                      caller: Caller = Depends(authorized)) -> EventPage:
         try:
             view, wall = pool.view_of(known(job_id, caller))

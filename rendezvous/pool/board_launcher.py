@@ -34,7 +34,8 @@ class BoardLauncher(Launcher):
             return
         self._attempts[host] = self._attempts.get(host, 0) + 1
         self._ordered.add(host)
-        self._board.order(host, Order(self._job, self._options, agent_key(self._secret, host).hex(), self._attempts[host],
+        self._board.order(host,
+                          Order(self._job, self._options, agent_key(self._secret, host).hex(), self._attempts[host],
                                       self._gpus_per_worker))
 
     def stop(self, host: str) -> None:

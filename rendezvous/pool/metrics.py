@@ -57,7 +57,8 @@ class PoolMetrics(Collector):
         yield GaugeMetricFamily("ringmaster_pool_queue_length", "Jobs waiting for slots (queued or suspended)",
                                 value=len(waiting))
         yield GaugeMetricFamily("ringmaster_pool_oldest_wait_seconds", "How long the job waiting longest has waited",
-                                value=max((now - job.submitted for job in waiting if job.state == "queued"), default=0.0))
+                                value=max((now - job.submitted for job in waiting if job.state == "queued"),
+                                          default=0.0))
         waits = sorted(job.started_at - job.submitted for job in pool.table.jobs.values() if job.started_at is not None)
         buckets, count = [], 0
         for bound in WAIT_BUCKETS:

@@ -50,7 +50,8 @@ def job_key(prefix: str, job_id: str) -> str:
 def to_record(job: PoolJob) -> dict[str, Any]:
     return JobRecord(id=job.id, name=job.name, queue=job.queue, priority=job.priority, min_np=job.min_np,
                      max_np=job.max_np, submitted_max_np=job.submitted_max_np or job.max_np, command=job.command,
-                     submitted=float(job.submitted), state=job.state, placement=dict(job.placement), message=job.message,
+                     submitted=float(job.submitted), state=job.state, placement=dict(job.placement),
+                     message=job.message,
                      started_at=job.started_at, ended_at=job.ended_at, resumes=job.resumes,
                      sizes=[(float(t), int(n)) for t, n in job.sizes[-SIZES_KEPT:]], demand=dict(job.demand),
                      group_size=job.group_size).model_dump()

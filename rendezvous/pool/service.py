@@ -107,7 +107,8 @@ class PoolService:
         self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
         self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
         self._hints: dict[str, tuple[int, float]] = {}  # each job's reported (batch per worker, noise scale)
-        self._global_batches: dict[str, tuple[int, int, int]] = {}  # each job's declared (batch, micro-batch, most workers)
+        # each job's declared (batch, micro-batch, most workers)
+        self._global_batches: dict[str, tuple[int, int, int]] = {}
         self.job_settings = dict(job_settings)
         #: What the pool does with a straggler a job reports (--stragglers): "replace" takes the
         #: host out for the cooldown, so the job is placed on another host at its next commit.
@@ -541,7 +542,8 @@ class PoolService:
         command = [sys.executable, *job.command[1:]] if job.command[0] in ("python", "python3") else job.command
         settings = JobSettings(command=command, min_np=job.min_np, max_np=job.max_np, elastic=True,  # (resized at will)
                                group_size=job.group_size,
-                               checkpoint_dir=str(self.checkpoint_root / job.id), **self.job_settings)  # type: ignore[arg-type]
+                               checkpoint_dir=str(self.checkpoint_root / job.id),
+                               **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
         board = self.board
 
@@ -598,7 +600,8 @@ class PoolService:
             host = str(event.fields.get("host", ""))
             if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():
                 why = "was lost" if lost else f"is a straggler ({float(event.fields.get('slowdown', 0)):.2f}x slower)"
-                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s, why=why)
+                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s,
+                         why=why)
                 self._take_out(host, time.time())
 
     def _take_out(self, host: str, now: float) -> None:

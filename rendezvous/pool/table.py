@@ -110,7 +110,8 @@ class JobTable:
         self._recent: collections.deque[float] = collections.deque()
         self.forgotten: list[str] = []  # ids of ended jobs forgotten since the store last heard
 
-    def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int, name: str | None = None,
+    def submit(self, command: list[str], min_np: int, max_np: int | None, now: float, capacity: int,
+               name: str | None = None,
                queue: str = DEFAULT_QUEUE, priority: int = 0, taken: Callable[[str], bool] = lambda _: False,
                demand: Mapping[str, float] | None = None, totals: Mapping[str, float] | None = None,
                group_size: int = 1) -> PoolJob:
@@ -190,7 +191,8 @@ class JobTable:
         if job.state in ENDED:
             raise Refused(f"job {job_id} has already ended ({job.state}): nothing to cancel")
         if job.state in ("queued", "suspended"):
-            self.end(job, "cancelled", "cancelled before it ran" if job.state == "queued" else "cancelled while suspended",
+            self.end(job, "cancelled",
+                     "cancelled before it ran" if job.state == "queued" else "cancelled while suspended",
                      now)
         elif job.state != "cancelling":
             job.state = "cancelling"

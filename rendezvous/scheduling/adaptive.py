@@ -131,4 +131,5 @@ def las(jobs: list[JobAsk], left: Left, fixed: Mapping[str, int], settings: Sett
 
 def las_order(jobs: list[JobAsk], settings: Settings) -> list[str]:
     """`las`' precedence (placement and the stability rule follow it)."""
-    return [j.id for j in sorted(jobs, key=lambda j: (j.attained_s >= settings.las_threshold_slot_s, j.submitted, j.id))]
+    return [j.id for j in sorted(jobs,
+                                 key=lambda j: (j.attained_s >= settings.las_threshold_slot_s, j.submitted, j.id))]

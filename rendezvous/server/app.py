@@ -152,7 +152,8 @@ class RendezvousServer:
     async def run(self, initial_hosts: Mapping[str, int]) -> JobOutcome:
         """Lead the job (or stand by until it can), then run it to its end. Raises
         StoreUnavailable, AnotherLeader or IncompatibleState before anything starts."""
-        self._open_files = raise_open_file_limit()[0]  # the rings' store, gRPC and the API share this process' descriptors
+        # the rings' store, gRPC and the API share this process' descriptors
+        self._open_files = raise_open_file_limit()[0]
         asyncio.get_running_loop().set_exception_handler(quiet_repeats())
         store = await open_store(self.store_spec)
         try:
@@ -185,7 +186,8 @@ class RendezvousServer:
             if self.timeline is not None:
                 self.timeline.close()
 
-    async def _lead_with_timeline(self, store: KeyValueStore, initial_hosts: Mapping[str, int], prefix: str) -> JobOutcome:
+    async def _lead_with_timeline(self, store: KeyValueStore, initial_hosts: Mapping[str, int],
+                                  prefix: str) -> JobOutcome:
         wanted = f"{self.advertise}:{self.port}" if self.port else f"{self.advertise}:(a free port)"
         leadership = Leadership(store, prefix, wanted, self.leader_ttl_s)
         await leadership.acquire(wait=not self.use_local_hosts)
@@ -239,7 +241,8 @@ class RendezvousServer:
         service.leases = leases
         self.service = service
         pb_grpc.add_RendezvousServicer_to_server(
-            self.auth.guard(service, pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
+            self.auth.guard(service,
+                            pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
             grpc_server)
         background: list[asyncio.Task] = []
         api = None

@@ -312,7 +312,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 self._background(self.leases.connected(host, record.agent_pid or 0))
             return
         self.call(lambda now: self.coordinator.agent_disconnected(host, now,
-                                                                  "its lease in the store expired (no heartbeat)", silent=True))
+                                                                  "its lease in the store expired (no heartbeat)",
+                                                                  silent=True))
 
     def _background(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -370,7 +371,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return None
 
     # ---------------------------------------------------------------- agents
-    async def AgentSession(self, request: pb.AgentHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
+    async def AgentSession(self, request: pb.AgentHello,
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AgentCommand]:
         """An agent's session: its hello (host name checked first), then the commands for its host
         (workers to run, shutdown) until the job ends or the agent goes away, which counts as losing the host."""
         problem = host_name_problem(request.host)
@@ -411,7 +413,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
-                                                               incarnation=request.incarnation[:64], slots=request.slots,
+                                                               incarnation=request.incarnation[:64],
+                                                               slots=request.slots,
                                                                version="".join(c for c in request.version[:MAX_VERSION_CHARS] if c.isprintable())))
         try:
             async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
@@ -510,7 +513,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True, message=f"draining host {host} until {drain.deadline_at - self.clock():.1f} s from now")
 
     # ---------------------------------------------------------------- workers
-    async def WorkerSession(self, request: pb.WorkerHello, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerEvent]:
+    async def WorkerSession(self, request: pb.WorkerHello,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerEvent]:
         """A worker's session: assignments, generation-over, host updates, retire and job-end
         notices until it leaves; a session that closes early is a failed worker, noticed at once."""
         queue: asyncio.Queue = asyncio.Queue()

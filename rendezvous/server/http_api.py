@@ -149,7 +149,8 @@ def event_page(view: JobView, since: int, limit: int, wall_offset: float) -> Eve
     start = max(since, first) - first
     chosen = kept[start:start + limit]
     records = [
-        EventRecord(seq=first + start + i, kind=e.kind.value, level=logging.getLevelName(e.level), generation=e.generation,
+        EventRecord(seq=first + start + i, kind=e.kind.value, level=logging.getLevelName(e.level),
+                    generation=e.generation,
                     time=e.time + wall_offset, message=e.message,
                     fields={k: v for k, v in e.as_dict().items() if k not in ("kind", "generation")})
         for i, e in enumerate(chosen)
@@ -289,7 +290,8 @@ def create_app(
         return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.get("/status", response_model=JobStatus, dependencies=[Depends(authorized_unless_local)])
-    async def status(offset: int = Query(0, ge=0, le=2**31), limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE)) -> JobStatus:
+    async def status(offset: int = Query(0, ge=0, le=2**31),
+                     limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE)) -> JobStatus:
         return job_status(view(page=(offset, limit)), refused_calls(), metrics)
 
     @app.get("/metrics", dependencies=[Depends(authorized_unless_local)])
@@ -300,7 +302,8 @@ def create_app(
         return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/events", response_model=EventPage, dependencies=[Depends(authorized_unless_local)])
-    async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
+    async def events(since: int = Query(0, ge=0, le=2**62),
+                     limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE)) -> EventPage:
         now = view(page=NO_ROWS)
         page = event_page(now, since, limit, time.time() - now.time)
         if followers is not None:

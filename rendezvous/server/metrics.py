@@ -197,7 +197,8 @@ class _Scraped(Collector):
     def collect(self) -> Iterator:
         m = self.m
         job = m.view()
-        yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)", value=job.generation)
+        yield GaugeMetricFamily("ringmaster_generation", "The current generation (0 before the first)",
+                                value=job.generation)
         yield GaugeMetricFamily("ringmaster_world_size", "Workers in the current generation", value=job.world_size)
         if job.limit is not None:
             yield GaugeMetricFamily("ringmaster_target_workers", "The most workers wanted (--max-np or the scale "
@@ -235,12 +236,15 @@ class _Scraped(Collector):
         yield slowdowns
         loss = m.loss(job)
         if loss is not None:
-            yield GaugeMetricFamily("ringmaster_loss", "The training loss last reported (hvd.report; rank 0's)", value=loss)
+            yield GaugeMetricFamily("ringmaster_loss", "The training loss last reported (hvd.report; rank 0's)",
+                                    value=loss)
         totals = m.figures.totals
         yield CounterMetricFamily("ringmaster_commits", "Commits by all workers", value=totals.commits.count)
-        yield _histogram("ringmaster_commit_seconds", "Time of one commit (snapshot and checkpoint hand-off)", totals.commits)
+        yield _histogram("ringmaster_commit_seconds", "Time of one commit (snapshot and checkpoint hand-off)",
+                         totals.commits)
         yield _histogram("ringmaster_sync_seconds", "Time of one state sync after a reset", totals.syncs)
-        yield CounterMetricFamily("ringmaster_rollbacks", "Workers' restores to their last commit", value=totals.rollbacks)
+        yield CounterMetricFamily("ringmaster_rollbacks", "Workers' restores to their last commit",
+                                  value=totals.rollbacks)
         yield CounterMetricFamily("ringmaster_checkpoint_writes", "Durable checkpoints written",
                                   value=totals.checkpoints_written)
         yield CounterMetricFamily("ringmaster_checkpoint_failures", "Durable checkpoint writes that failed",
@@ -248,10 +252,12 @@ class _Scraped(Collector):
         yield CounterMetricFamily("ringmaster_checkpoint_bytes", "Tensor bytes of the durable checkpoints written",
                                   value=totals.checkpoint_bytes)
         yield CounterMetricFamily("ringmaster_discovery_runs", "Host discovery runs", value=m.discovery.runs)
-        yield CounterMetricFamily("ringmaster_discovery_errors", "Host discovery runs that failed", value=m.discovery.errors)
+        yield CounterMetricFamily("ringmaster_discovery_errors", "Host discovery runs that failed",
+                                  value=m.discovery.errors)
         yield GaugeMetricFamily("ringmaster_store_degraded", "1 while the store is unreachable (training goes on)",
                                 value=1 if m._store_degraded() else 0)
-        leader = GaugeMetricFamily("ringmaster_leader_info", "The rendezvous that leads the job (this one)", labels=["address"])
+        leader = GaugeMetricFamily("ringmaster_leader_info", "The rendezvous that leads the job (this one)",
+                                   labels=["address"])
         leader.add_metric([m._address], 1)
         yield leader
         yield CounterMetricFamily("ringmaster_refused_calls", "gRPC calls refused: no key proven, or a call the caller "

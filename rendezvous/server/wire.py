@@ -34,7 +34,8 @@ def _shared_fields(kind: type) -> tuple[str, ...]:
 
 
 #: What decides the message of an effect that is the same for every worker it goes to.
-_SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind) for kind in (EndGeneration, UpdateHosts, AnnounceHosts, Retire, EndJob)}
+_SHARED: dict[type, tuple[str, ...]] = {kind: _shared_fields(kind)
+                                         for kind in (EndGeneration, UpdateHosts, AnnounceHosts, Retire, EndJob)}
 
 
 #: An effect as it goes to its worker: (worker id, effect, the end of a generation it also says).

@@ -129,7 +129,8 @@ class Journal:
                 await self.store.revoke_lease(self.lease)
             entries, _ = await self.store.get_prefix(self.state_prefix)
             for start in range(0, len(entries), MAX_TXN_OPS):
-                await self.store.transact(self.leadership.guard, {}, [e.key for e in entries[start:start + MAX_TXN_OPS]])
+                await self.store.transact(self.leadership.guard, {},
+                                          [e.key for e in entries[start:start + MAX_TXN_OPS]])
         except StoreUnavailable as exc:
             _say(Kind.STORE_CLEANUP_FAILED, error=str(exc), ttl_s=self.job_ttl_s)
 

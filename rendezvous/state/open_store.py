@@ -19,4 +19,5 @@ async def open_store(spec: StoreSpec) -> KeyValueStore:
     from ringmaster.rendezvous.state.etcd_kv import EtcdStore  # only etcd users pay for its client
 
     store_log = logging.getLogger(STORE)
-    return await EtcdStore.connect(list(spec.endpoints), log=lambda event: log_event(store_log, event), access=spec.access)
+    return await EtcdStore.connect(list(spec.endpoints), log=lambda event: log_event(store_log, event),
+                                   access=spec.access)

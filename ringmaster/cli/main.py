@@ -113,7 +113,8 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                         help="keep a host whose worker was killed by a signal (or that was lost) when blacklisting it "
                              "would leave fewer than --min-np slots: the job restarts there from its last commit or "
                              "checkpoint; --no-spare-last-hosts blacklists it as Horovod does (default: spare)")
-    parser.add_argument("--exit-report-timeout", type=float, metavar="S", default=defaults.DEFAULT_EXIT_REPORT_TIMEOUT_S,
+    parser.add_argument("--exit-report-timeout", type=float, metavar="S",
+                        default=defaults.DEFAULT_EXIT_REPORT_TIMEOUT_S,
                         help="seconds the next ring waits for a crashed worker's exit status before re-forming "
                              "without it (default: %(default)s)")
     parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
@@ -542,7 +543,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         bind, advertise = choose_addresses(args.bind, args.advertise_address, args.network_interface, remote)
         server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)
         if server_tls is not None:  # the agents `run` starts, here or over ssh, get the CA in their environment
-            os.environ[TLS_CA_ENV] = read_pem(args.tls_ca, "--tls-ca").decode() if args.tls_ca else server_tls.cert.decode()
+            os.environ[TLS_CA_ENV] = read_pem(args.tls_ca,
+                                              "--tls-ca").decode() if args.tls_ca else server_tls.cert.decode()
     except RingmasterError as exc:  # flags, discovery at start, --store, --secret-file, addresses
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -589,7 +591,8 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     try:
         outcome = asyncio.run(main())
     except StoreUnavailable as exc:
-        print(f"ringmaster: error: cannot reach the store given by --store ({store.describe()}): {exc}", file=sys.stderr)
+        print(f"ringmaster: error: cannot reach the store given by --store ({store.describe()}): {exc}",
+              file=sys.stderr)
         return 2
     except RingmasterError as exc:  # another leader, a store this version cannot read
         print(f"ringmaster: error: {exc}", file=sys.stderr)

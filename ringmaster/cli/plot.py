@@ -136,7 +136,8 @@ def figure(history: JobHistory, title: str = "", against: JobHistory | None = No
     from matplotlib.patches import Patch
     shown = dict.fromkeys(main_cause(g.causes) for g in generations)
     size_ax.legend(handles=[Patch(color=CAUSE_COLOURS.get(c, "#eeeeee"), label=f"ring formed: {c.replace('_', ' ')}")
-                            for c in shown], fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, frameon=False)
+                            for c in shown], fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4,
+                   frameon=False)
     fig.tight_layout()
     return fig
 

@@ -210,7 +210,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.verb == "jobs":
             return list_jobs(client, out)
         if args.verb == "logs":
-            return remote.events(client, 0, args.follow, args.json, out, job=args.job, ended=lambda: job_ended(client, args.job))
+            return remote.events(client, 0, args.follow, args.json, out, job=args.job,
+                                 ended=lambda: job_ended(client, args.job))
         answer = client.post(f"/jobs/{urllib.parse.quote(args.job, safe='')}/cancel", {})
         print(f"ringmaster: job {answer.get('id')} is {answer.get('state')}", file=out)
         return 0
@@ -327,7 +328,8 @@ def pool_agent(args: argparse.Namespace) -> int:
                          f"--join-secret-file` names, copied here), or ${SECRET_ENV}")
     key = pool_host_key(join_secret, host).hex()
     del join_secret  # the host's key is all it keeps
-    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca, emitter(logs.POOL_AGENT),
+    return run_pool_agent(args.pool, host, slots, {"gpu": gpus, "cpu": cpus}, key, args.tls_ca,
+                          emitter(logs.POOL_AGENT),
                           warm_ahead=args.warm_ahead)
 
 
@@ -366,7 +368,8 @@ def serve(args: argparse.Namespace) -> int:
         ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
         if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
     source.find_hosts()  # a bad host list or script refuses to start here
-    tokens = parse_queue_tokens(read_private_file(args.queue_tokens, "--queue-tokens", 1 << 20), {"default", *rules.queue_weights}) \
+    tokens = parse_queue_tokens(read_private_file(args.queue_tokens, "--queue-tokens", 1 << 20),
+                                {"default", *rules.queue_weights}) \
         if args.queue_tokens else {}
     secret = secret_from(args.secret_file, os.environ, create=True)
     made = secret is None
@@ -389,12 +392,14 @@ def serve(args: argparse.Namespace) -> int:
         store = await open_store(spec)
         leadership = None
         if spec.kind != "memory":
-            leadership = Leadership(store, spec.prefix + "pool/", f"{args.advertise_address or args.bind}:{args.api_port}")
+            leadership = Leadership(store, spec.prefix + "pool/",
+                                    f"{args.advertise_address or args.bind}:{args.api_port}")
             await leadership.acquire(wait=True)  # a standby pool waits here while another leads
         pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
                            launcher=launcher, ssh=SshOptions.from_text(args.ssh_port, args.ssh_identity_file,
                                                                        os.environ.get(SSH_OPTIONS_ENV,
-                                                                                      "")), bind=args.bind, advertise=args.advertise_address,
+                                                                                      "")), bind=args.bind,
+                           advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
                            board=board, join_secret=join_secret, tls=server_tls,

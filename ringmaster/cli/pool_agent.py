@@ -176,7 +176,8 @@ class PoolAgent:
                                    order.reconnect_timeout_s, order.spares, order.drain_grace_s)
             environment = job_environment(order, self.resources)
             ready, self.ready = self.ready, None
-            if ready is not None and ready.fits(options, environment) and ready.give(self.host, order.key, order.rendezvous):
+            if ready is not None and ready.fits(options,
+                                                environment) and ready.give(self.host, order.key, order.rendezvous):
                 launcher: LocalLauncher = ready  # warm: its spares have been importing torch meanwhile
                 self.say(Kind.POOL_AGENT_STARTS, host=self.host, job=order.job, rendezvous=order.rendezvous, warm=True)
             else:

@@ -33,7 +33,8 @@ def progress_fields(server: RendezvousServer) -> dict[str, object] | None:
     if view is None or not view.generation or metrics is None:
         return None
     return {"number": view.generation, "size": view.world_size, "steps": view.steps,
-            "rate": round(metrics.steps_per_second(), 2), "since_reset_s": round(view.time - view.generation_formed_at, 1)}
+            "rate": round(metrics.steps_per_second(), 2),
+            "since_reset_s": round(view.time - view.generation_formed_at, 1)}
 
 
 def status_text(fields: dict[str, object]) -> str:

@@ -136,7 +136,8 @@ def render_status(job: dict[str, Any]) -> str:
               str(h.get("agent_pid") or "-")) for h in job.get("hosts", [])]
     lines += ["", *table(("host", "slots", "state", "agent pid"), hosts)]
     workers = [(w["worker_id"], w["host"], "-" if w.get("rank") is None else str(w["rank"]), w["phase"],
-                str(w.get("commits", 0)), str(w.get("pid") or "-"), w.get("failed") or ("done" if w.get("done") else ""))
+                str(w.get("commits", 0)), str(w.get("pid") or "-"),
+                w.get("failed") or ("done" if w.get("done") else ""))
                for w in job.get("workers", [])]
     lines += ["", *table(("worker", "host", "rank", "phase", "commits", "pid", "note"), workers)]
     return "\n".join(lines)

@@ -27,7 +27,8 @@ def run_bounded(command: str, timeout_s: float, max_bytes: int | None = None,
     Returns (outcome, exit code, stdout, stderr); outcome is "done", "timeout" or "too-much".
     `OSError` if it cannot be started."""
     proc = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, env=env)  # so a timeout kills its children too
+                            # so a timeout kills its children too
+                            stderr=subprocess.PIPE, start_new_session=True, env=env)
     try:
         outcome, stdout, stderr = _read_bounded(proc, timeout_s, max_bytes or MAX_OUTPUT_BYTES)
     finally:

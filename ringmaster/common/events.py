@@ -189,7 +189,8 @@ SPECS: dict[Kind, Spec] = {
                                    "{steps} steps); {action}"),
     Kind.HOSTS_UPDATED: Spec(_I, "hosts updated ({reason}); workers re-form the ring at their next commit"),
     Kind.HOSTS_ANNOUNCED: Spec(_I, "the ring will grow ({reason}); workers train on until the newcomers are ready"),
-    Kind.SLOTS_SHORT: Spec(_W, "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
+    Kind.SLOTS_SHORT: Spec(_W,
+                           "only {capacity} slot(s) available, --min-np is {min_np}; waiting up to {timeout_s:g} s"),
     Kind.AGENT_CONNECTED: Spec(_I, "agent for host {host} connected (pid {pid})"),
     Kind.AGENT_RECONNECTED: Spec(_I, "agent for host {host} reconnected (pid {pid})"),
     Kind.AGENT_VERSION_DIFFERS: Spec(_W, "the agent of host {host} runs Ringmaster {agent_version}, the rendezvous "
@@ -241,7 +242,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.TIMELINE_WRITTEN: Spec(_I, "timeline written to {path} ({megabytes:.1f} MB{rotated}); open it in "
                                     "chrome://tracing or ui.perfetto.dev"),
     Kind.EVENT_LOOP_ERROR: Spec(_W, "event loop: {error}{repeats:repeats}"),
-    Kind.LEADER_STANDING_BY: Spec(_I, "standing by: the rendezvous at {leader} leads this job; taking over if it stops"),
+    Kind.LEADER_STANDING_BY: Spec(_I,
+                                  "standing by: the rendezvous at {leader} leads this job; taking over if it stops"),
     Kind.LEADER_LEADING_ON: Spec(_W, "the leader lease had run out but no other rendezvous took the job: leading on"),
     Kind.LEADER_DEPOSED: Spec(_W, "stopped leading the job: {reason}"),
     Kind.STORE_FAILOVER: Spec(_W, "etcd at {previous} did not answer ({error}); now using etcd at {endpoint}"),
@@ -328,7 +330,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.CHECKPOINT_RESUMED: Spec(_I, "resumed from the checkpoint of step {step} in {directory} (written by "
                                       "{world_size} worker(s) in generation {written_in})"),
     Kind.CHECKPOINT_IGNORED: Spec(_W, "checkpoint of step {step} in {directory} holds no state dict; ignored"),
-    Kind.CHECKPOINT_PARTIAL: Spec(_W, "checkpoint of step {step} lacks {missing:list}: those keep their initial values"),
+    Kind.CHECKPOINT_PARTIAL: Spec(_W,
+                                  "checkpoint of step {step} lacks {missing:list}: those keep their initial values"),
     Kind.CHECKPOINT_WRITE_FAILED: Spec(_W, "{error}"),
     Kind.CHECKPOINT_WRITTEN: Spec(_I, "{detail}"),
     Kind.CHECKPOINT_SKIPPED: Spec(_W, "{reason}"),

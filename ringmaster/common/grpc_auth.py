@@ -47,7 +47,8 @@ ENDED_WAIT_S = 2.0
 #: Refusals a caller acts on for good (it stops, retires or drops a report): they must prove
 #: the caller's key too. Others (UNAVAILABLE, DEADLINE_EXCEEDED, ...) only make it try again,
 #: and UNAUTHENTICATED cannot be proven to a caller whose key is wrong.
-DECISIONS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.PERMISSION_DENIED,
+DECISIONS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+                       grpc.StatusCode.PERMISSION_DENIED,
                        grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE,
                        grpc.StatusCode.ABORTED})
 

@@ -237,7 +237,8 @@ def _point(text: str) -> Point | None:
     if record.get("done") or not (_finite(loss) or _finite(acc)):
         return None
     size = record.get("size")
-    return Point(float(record["time"]), record["step"], _float(loss), _float(acc), size if isinstance(size, int) else None)
+    return Point(float(record["time"]), record["step"], _float(loss), _float(acc),
+                 size if isinstance(size, int) else None)
 
 
 def _waiting(text: str) -> float | None:

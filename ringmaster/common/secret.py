@@ -72,7 +72,8 @@ def read_private_file(path: str | os.PathLike[str], flag: str, limit: int = MAX_
     return raw.decode(errors="replace")
 
 
-def secret_from(secret_file: str | None, environ: dict[str, str] | os._Environ[str], create: bool = False) -> str | None:
+def secret_from(secret_file: str | None, environ: dict[str, str] | os._Environ[str],
+                create: bool = False) -> str | None:
     """The secret from `--secret-file` (first) or `$RINGMASTER_SECRET`; None when neither is given."""
     if secret_file:
         return read_secret_file(secret_file, create)

@@ -114,7 +114,8 @@ class ElasticRayExecutor:
                                "add nodes or ask for less (cpus_per_worker, gpus_per_worker)")
         self._started = True
 
-    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> list[Any]:
+    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+            kwargs: Mapping[str, Any] | None = None) -> list[Any]:
         """Run `fn(*args, **kwargs)` on every worker until the job ends; every final rank's return
         value, in rank order. Raises RayJobFailed (the reason) when the job does not succeed.
         Detached, this driver only waits: Ctrl-C (or its death) leaves the job running."""

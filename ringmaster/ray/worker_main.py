@@ -36,7 +36,8 @@ def main() -> int:
 
     call_path, results = os.environ.get(CALL_ENV), os.environ.get(RESULTS_ENV)
     if not call_path or not results:
-        print(f"ringmaster.ray.worker_main runs only as a worker of ElasticRayExecutor ({CALL_ENV} is not set)", file=sys.stderr)
+        print(f"ringmaster.ray.worker_main runs only as a worker of ElasticRayExecutor ({CALL_ENV} is not set)",
+              file=sys.stderr)
         return 2
     with open(call_path, "rb") as file:
         fn, args, kwargs = cloudpickle.load(file)
@@ -44,7 +45,8 @@ def main() -> int:
     data = cloudpickle.dumps(value)
     if len(data) > MAX_RESULT_BYTES:
         print(f"ringmaster.ray: the training function returned {len(data)} bytes (serialized); at most "
-              f"{MAX_RESULT_BYTES} come back to the driver: return less (write large results to storage)", file=sys.stderr)
+              f"{MAX_RESULT_BYTES} come back to the driver: return less (write large results to storage)",
+              file=sys.stderr)
         return 1
     _write_result(results, _final_rank(), data)
     return 0

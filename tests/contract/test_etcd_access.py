@@ -74,7 +74,8 @@ def test_a_store_over_tls_with_a_password_keeps_the_job(secure_etcd) -> None:
     ("etcd://root@{a}/p", PASSWORD, StoreUnavailable, "no etcd endpoint answered"),
 ])
 def test_wrong_credentials_or_no_tls_are_named_without_the_password(secure_etcd, url, password, kind, message) -> None:
-    spec = parse_store(url.format(a=secure_etcd.address), ca_file=str(secure_etcd.tls.ca) if url.startswith("etcds") else None,
+    spec = parse_store(url.format(a=secure_etcd.address),
+                       ca_file=str(secure_etcd.tls.ca) if url.startswith("etcds") else None,
                        password=password)
     with pytest.raises(kind, match=message) as info:
         run(open_store(spec))

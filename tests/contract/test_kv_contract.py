@@ -38,7 +38,9 @@ def test_json_values_under_a_prefix_with_revisions(make_store, prefix) -> None:
         r2 = await store.put(prefix + "members/b", {"slots": 1})
         await store.put(prefix + "x-other/c", {"slots": 9})
         entries, revision = await store.get_prefix(prefix + "members/")
-        assert [(e.key, e.value) for e in entries] == [(prefix + "members/a", {"slots": 2}), (prefix + "members/b", {"slots": 1})]
+        assert [(e.key,
+                 e.value) for e in entries] == [(prefix + "members/a", {"slots": 2}),
+                                                (prefix + "members/b", {"slots": 1})]
         assert r2 > r1 and revision >= r2 and entries[0].mod_revision == r1
         await store.delete(prefix + "members/a")
         entries, _ = await store.get_prefix(prefix + "members/")

@@ -94,7 +94,8 @@ def test_per_member_keys_in_json_and_a_record_that_round_trips() -> None:
     # The members are two runs: the survivors kept their order keys (0 and 2) from generation 1.
     runs = {"members/0": {"host": "a", "workers": [1]}, "members/2": {"host": "b", "workers": [3]}}
     assert [ids[0], ids[2]] == ["a/1", "b/3"]
-    assert set(values) == {"job", "generation", "hosts/a", "hosts/b", *live, *runs} and f"workers/{ids[1]}" not in values
+    assert set(values) == {"job", "generation", "hosts/a", "hosts/b", *live,
+                           *runs} and f"workers/{ids[1]}" not in values
     assert {key: values[key] for key in runs} == runs
     assert values["generation"]["number"] == 2 and values["generation"]["size"] == 2
     assert values["job"]["version"] == job_record.VERSION

@@ -79,7 +79,8 @@ def set_up_as_the_readme_says(tmp_path: pathlib.Path) -> pathlib.Path:
     return checkout
 
 
-@pytest.mark.timeout(1500)  # (the set-up: a venv with torch; the demo itself is given 600 s: a fault-free run and the faulted one)
+# (the set-up: a venv with torch; the demo itself is given 600 s: a fault-free run and the faulted one)
+@pytest.mark.timeout(1500)
 def test_the_quick_demo_shows_a_host_killed_brought_back_and_scaling(tmp_path, reaped) -> None:
     checkout = set_up_as_the_readme_says(tmp_path)
     out = tmp_path / "demo"

@@ -33,7 +33,8 @@ def test_demo_job_trains_to_the_end(run_job) -> None:
     job = run_job("-np", "2", "python", "examples/train.py", "--epochs", "2")
     assert job.wait(180) == 0, job.output
     assert "done: y = " in job.output
-    formed = [(e["generation"], e["number"], e["size"], e["hosts"], e["cause"]) for e in job.events("generation.formed")]
+    formed = [(e["generation"], e["number"], e["size"], e["hosts"],
+               e["cause"]) for e in job.events("generation.formed")]
     assert formed == [(1, 1, 2, {"localhost": 2}, "job start")]
     summary = job.wait_event("job.summary")
     assert summary["success"] is True and summary["resets"] == 0 and summary["generations"] == 1
@@ -328,7 +329,8 @@ def test_ringmaster_scale_shrinks_and_grows_a_running_job(run_job, tmp_path) -> 
 
 
 @pytest.mark.parametrize("compression, hidden", [("none", 8), ("fp16", 1 << 17)])
-def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(run_job, tmp_path, compression, hidden) -> None:
+def test_a_peer_dying_with_buckets_in_flight_leaves_no_half_reduced_gradients(run_job, tmp_path, compression,
+                                                                              hidden) -> None:
     """A worker dies inside backward while its later layers' gradient buckets are already being
     reduced: the survivors' wait fails fast, the step is dropped with its gradients (none is
     left half-reduced for the next optimizer step), and the ring re-forms without its host.

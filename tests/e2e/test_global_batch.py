@@ -92,7 +92,8 @@ def assert_each_sample_once_per_epoch(steps: dict[int, dict], group_size: int = 
             unit = r["group"] if group_size > 1 else r["rank"]
             assert r["micro"] == deal.micro_batches_of(order, index, unit, units), (step, r["rank"])
         epochs.setdefault(epoch, []).extend(i for unit in range(units)
-                                            for micro in deal.micro_batches_of(order, index, unit, units) for i in micro)
+                                            for micro in deal.micro_batches_of(order, index, unit,
+                                                                               units) for i in micro)
     for epoch, taken in epochs.items():
         assert sorted(taken) == list(range(SAMPLES)) or (epoch == max(epochs) and len(set(taken)) == len(taken)), epoch
 
@@ -184,7 +185,8 @@ def test_the_status_shows_each_workers_share_and_scale_refuses_sizes_with_nothin
     status = job.wait_status(lambda s: s["world_size"] == 3 and s["global_batch"] is not None
                              and len(s["global_batch"]["accumulation"]) == 3, 120, "three workers' shares reported")
     declared = status["global_batch"]
-    assert (declared["size"], declared["micro_batch"], declared["micro_batches"], declared["most_workers"]) == (24, 3, 8, 8)
+    assert (declared["size"], declared["micro_batch"], declared["micro_batches"],
+            declared["most_workers"]) == (24, 3, 8, 8)
     assert sorted(declared["accumulation"].values()) == [2, 3, 3]
     refused = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", api, "-np", "9"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -51,7 +51,8 @@ def write_discovery_script(path: pathlib.Path, logfile: pathlib.Path, schedule: 
 def run_scenario(run_job, tmp_path: pathlib.Path, *, schedule: Schedule | None = None, hosts: str | None = None,
                  exit_schedule: dict | None = None, exit_mode: str = "exception", np: int = 2, min_np: int = 2,
                  max_np: int = 4, extra: list[str] | None = None, epochs: int | None = None,
-                 epoch_wait: float | None = None, log_level: str = "DEBUG", timeout_s: float = 150) -> tuple[int, list[dict], Job]:
+                 epoch_wait: float | None = None, log_level: str = "DEBUG",
+                 timeout_s: float = 150) -> tuple[int, list[dict], Job]:
     """Run one scenario as horovodrun's flags would; returns (exit status, rank 0's epoch lines, the job)."""
     logfile = tmp_path / "log.jsonl"
     args = ["-np", np, "--min-num-proc", min_np, "--log-level", log_level, *FLAGS, *(extra or [])]

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None:
-    serve = run_job("-H", "hostX:1", "--start-timeout", "60", "python", str(WORKLOADS / "collectives.py"), str(tmp_path),
+    serve = run_job("-H", "hostX:1", "--start-timeout", "60", "python", str(WORKLOADS / "collectives.py"),
+                    str(tmp_path),
                     verb="serve")
     address = serve.wait_event("rendezvous.listening")["address"]
     for host, code, fragment in [  # each signed as the agent of the host it names
@@ -33,7 +34,8 @@ def test_agent_hellos_with_bad_host_names_are_refused(run_job, tmp_path) -> None
         assert fragment in (info.value.details() or "")
     with secured(grpc.insecure_channel(address), credentials("hostX")) as channel:
         with pytest.raises(grpc.RpcError) as info:  # too big for any message of the protocol
-            next(iter(pb_grpc.RendezvousStub(channel).AgentSession(pb.AgentHello(host="x" * 3_000_000, pid=1), timeout=10)))
+            next(iter(pb_grpc.RendezvousStub(channel).AgentSession(pb.AgentHello(host="x" * 3_000_000, pid=1),
+                                                                   timeout=10)))
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value
     status = serve.status()
     assert [h["name"] for h in status["hosts"]] == ["hostX"]  # nothing was recorded

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_metrics_events_and_status_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
-    job = run_job("--min-np", "2", "-H", "hostA:2,hostB:2", *FAST, *elastic_job(tmp_path / "log", epochs=5, samples=192))
+    job = run_job("--min-np", "2", "-H", "hostA:2,hostB:2", *FAST,
+                  *elastic_job(tmp_path / "log", epochs=5, samples=192))
     url = job.wait_api()
     follower = subprocess.Popen([sys.executable, "-m", "ringmaster.cli", "events", "--api", url, "--follow"], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -57,7 +58,8 @@ def test_run_shows_a_live_status_line_on_a_terminal(tmp_path) -> None:
     primary, secondary = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "ringmaster.cli", "run", "-np", "2", "--launcher", "local",
                              "python", str(ROOT / "examples" / "train.py"), "--epochs", "12"],  # a line per epoch
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary, start_new_session=True)
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+                            start_new_session=True)
     os.close(secondary)
     seen = b""
     try:
@@ -99,7 +101,8 @@ def test_the_timeline_of_a_job_that_loses_a_host(run_job, tmp_path) -> None:
     job.wait_event("job.recovered", 60)
     assert job.wait(240) == 0, job.output
     trace = json.loads(path.read_text())  # plain JSON once the job has ended
-    assert not [e for e in trace if e.get("tid") in (777, 778, -1) or e.get("ts") in (0, 1)], "refused spans were written"
+    assert not [e for e in trace if e.get("tid") in (777, 778,
+                                                     -1) or e.get("ts") in (0, 1)], "refused spans were written"
 
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace if e["name"] == "thread_name"}
     assert {names[(0, 0)], names[(0, 1)], names[(0, 2)]} == {"generations", "hosts", "failures"}

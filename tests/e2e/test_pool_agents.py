@@ -92,7 +92,8 @@ def test_one_pool_agent_per_host_serves_every_job_placed_there_and_a_host_taken_
                 pass
     lost = pool.proc.events("host.lost")
     around = [(round(e.get("time", 0) - lost[0]["time"], 3), e.get("job"), e.get("kind"), e.get("host"))
-              for e in pool.proc.events() + b_host.events() if abs(e.get("time", 0) - lost[0]["time"]) < 3] if lost else []
+              for e in pool.proc.events() + b_host.events() if abs(e.get("time",
+                                                                         0) - lost[0]["time"]) < 3] if lost else []
     assert not lost and not pool.proc.events("pool.host_blacklisted"), around
     assert len(b_host.events("pool.agent_joined")) == 1  # it never lapsed out of the pool and back
     logs = read_logs(tmp_path / "a")

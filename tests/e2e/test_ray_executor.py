@@ -104,7 +104,8 @@ def _log(path) -> list[tuple[str, int, int]]:
                 (line.split() for line in file if line.endswith("\n") and line.strip())]
 
 
-def _run_in_thread(executor: ElasticRayExecutor, fn: Callable[..., Any], **kwargs: Any) -> tuple[threading.Thread, dict]:
+def _run_in_thread(executor: ElasticRayExecutor, fn: Callable[..., Any],
+                   **kwargs: Any) -> tuple[threading.Thread, dict]:
     box: dict = {}
 
     def run() -> None:

@@ -36,7 +36,8 @@ def slurm(tmp_path):
 
 
 def batch_script(cluster: SlurmCluster, name: str, run_flags: list[str], epochs: int, samples: int,
-                 step_time: float = 0.08, nodes: str = "--nodes=2", workload_flags: tuple[str, ...] = ()) -> pathlib.Path:
+                 step_time: float = 0.08, nodes: str = "--nodes=2",
+                 workload_flags: tuple[str, ...] = ()) -> pathlib.Path:
     """An sbatch script as a user writes it (examples/slurm/ is the one to copy): `exec` so that
     Slurm's signals reach `ringmaster run` itself."""
     log = cluster.workdir / "log"
@@ -145,7 +146,8 @@ def test_slurms_preemption_signal_checkpoints_requeues_and_the_job_resumes_losin
     log = slurm.workdir / "log"
     first_commit(log, lambda r: r["size"] == 2 and r["step"] >= 6)
     signalled = time.time()
-    done = subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env, capture_output=True, text=True,
+    done = subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm.env, capture_output=True,
+                          text=True,
                           timeout=30)
     assert done.returncode == 0, done.stderr
     requeued = wait_for(lambda: next(iter(job_events(slurm, "preempt", "job.requeued")), None), 120, "the requeue")
@@ -159,7 +161,8 @@ def test_slurms_preemption_signal_checkpoints_requeues_and_the_job_resumes_losin
     assert resumed and min(r["step"] for r in resumed) >= last_before, (last_before, resumed[:2])
     after = min(r["time"] for r in events(logs, "commit") if r["time"] > requeued["time"])
     drained = job_events(slurm, "preempt", "host.drained")
-    assert {e["host"] for e in drained} == {"node0", "node1"} and all(e["outcome"] == "commit" for e in drained), drained
+    assert {e["host"] for e in drained} == {"node0",
+                                            "node1"} and all(e["outcome"] == "commit" for e in drained), drained
     assert_every_sample_once(logs, 6)  # nothing trained twice into the model, nothing skipped, across the requeue
     start = min(r["step"] for r in resumed)  # (the requeued run numbers its generations from 1 again)
     assert len({r["digest"] for r in resumed if r["step"] == start}) == 1, resumed
@@ -241,7 +244,8 @@ def test_a_pool_in_an_allocation_starts_each_nodes_pool_agent_as_a_step_and_runs
     context = ssl.create_default_context(cafile=str(tls.ca))
 
     def call(path: str, body: dict | None = None):
-        request = urllib.request.Request(f"https://{node0}:{port}{path}", data=json.dumps(body).encode() if body else None,
+        request = urllib.request.Request(f"https://{node0}:{port}{path}",
+                                         data=json.dumps(body).encode() if body else None,
                                          headers={"Authorization": f"Bearer {SECRET}",
                                                   "Content-Type": "application/json"},
                                          method="POST" if body else "GET")

@@ -5,7 +5,6 @@ steps per second."""
 
 from __future__ import annotations
 
-
 import pytest
 from cpu_share import cpu_share, process_group
 from harness import FAST, WORKLOADS, commit_log, scrape, wait_for

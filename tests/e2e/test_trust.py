@@ -58,7 +58,8 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
             calls = {
                 "AgentSession": lambda: next(iter(stub.AgentSession(pb.AgentHello(host="hostX", pid=1), timeout=10))),
                 "ReportWorkerExit": lambda: stub.ReportWorkerExit(pb.WorkerExit(host="hostX",
-                                                                                worker_id="hostX/1", exit_code=1), timeout=10),
+                                                                                worker_id="hostX/1", exit_code=1),
+                                                                  timeout=10),
                 "Ready": lambda: stub.Ready(pb.ReadyRequest(worker_id="hostX/1", failure="forged"), timeout=10),
                 "ReportDone": lambda: stub.ReportDone(pb.DoneRequest(worker_id="hostX/1"), timeout=10),
                 "WorkerSession": lambda: next(iter(stub.WorkerSession(pb.WorkerHello(worker_id="hostX/1",
@@ -111,7 +112,8 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
     for host, creds in (("hostY", credentials("hostY")), ("hostX", credentials("hostY"))):
         with secured(grpc.insecure_channel(address), creds) as channel:
             assert _code(lambda: pb_grpc.RendezvousStub(channel).ReportWorkerExit(
-                pb.WorkerExit(host=host, worker_id=worker, exit_code=1), timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
+                pb.WorkerExit(host=host, worker_id=worker,
+                              exit_code=1), timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
     stop.touch()
     assert serve.wait(180) == 0, serve.output
     code = agent.wait(60)

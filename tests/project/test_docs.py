@@ -103,7 +103,8 @@ def test_the_control_apis_and_settings_are_in_the_reference(site) -> None:
     apis = _page(site, "reference", "control-api")
     assert "GET /status" in apis and "POST /scale" in apis and "POST /jobs" in apis
     settings = _page(site, "reference", "settings")
-    assert not [f for model in (JobSettings, AgentSettings) for f in model.model_fields if f"<code>{f}</code>" not in settings]
+    assert not [f for model in (JobSettings,
+                                AgentSettings) for f in model.model_fields if f"<code>{f}</code>" not in settings]
     from ringmaster.common.events import Kind
 
     events = _page(site, "reference", "events")

@@ -38,7 +38,8 @@ def _imports() -> tuple[tuple[str, int, str, str | None], ...]:
         tree = ast.parse(text, str(path))
         where = str(path.relative_to(ROOT))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "ringmaster":
+            if isinstance(node,
+                          ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "ringmaster":
                 found += [(where, node.lineno, node.module, alias.name) for alias in node.names]
             elif isinstance(node, ast.Import):
                 found += [(where, node.lineno, alias.name, None) for alias in node.names

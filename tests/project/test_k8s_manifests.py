@@ -35,7 +35,8 @@ def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 def objects() -> dict[tuple[str, str], dict]:
     dry = kubectl("apply", "--dry-run=client", "-k", str(K8S))
     if dry.returncode != 0:
-        assert "connection refused" in dry.stderr or "unable to recognize" in dry.stderr, dry.stderr  # no server, nothing else
+        # no server, nothing else
+        assert "connection refused" in dry.stderr or "unable to recognize" in dry.stderr, dry.stderr
     built = kubectl("kustomize", str(K8S))
     assert built.returncode == 0, built.stderr
     decoded = kubectl("label", "--local", "-f", "-", "-o", "json", "ringmaster.checked=yes", stdin=built.stdout)

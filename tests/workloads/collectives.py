@@ -55,7 +55,8 @@ def check_buckets(rank: int, size: int) -> dict:
     # Buckets follow the reverse order of the parameters: the unused branch, declared first, is
     # in the last bucket, which goes out at step(); the body's buckets go out during backward.
     model = torch.nn.ModuleDict({"unused": torch.nn.Linear(2, 2),
-                                 "body": torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))})
+                                 "body": torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
+                                                             torch.nn.Linear(8, 2))})
     seen: dict = {}
     for predivide, compression in ((1.0, "none"), (2.0, "none"), (1.0, "fp16"), (1.0, "bf16")):
         optimizer: Any = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
@@ -72,7 +73,8 @@ def check_buckets(rank: int, size: int) -> dict:
         optimizer.step()
         tolerance = {"none": 1e-6, "fp16": 1e-3, "bf16": 1e-2}[compression]
         seen[f"matches_{predivide:g}_{compression}"] = all(
-            torch.allclose(p.grad, expected[n], rtol=tolerance, atol=tolerance) for n, p in model["body"].named_parameters())
+            torch.allclose(p.grad, expected[n], rtol=tolerance,
+                           atol=tolerance) for n, p in model["body"].named_parameters())
         seen["unused_grads"] = [p.grad.abs().sum().item() for p in model["unused"].parameters()]
     del os.environ["HOROVOD_FUSION_THRESHOLD"]
     return seen
@@ -101,7 +103,8 @@ def check_bucket_order(rank: int) -> dict:
         local = {n: p.grad.clone() for n, p in model.named_parameters()}
         expected = {n: hvd.allreduce(g) for n, g in local.items()}
         optimizer.step()
-        seen[f"matches_{step}"] = all(torch.allclose(p.grad, expected[n], atol=1e-6) for n, p in model.named_parameters())
+        seen[f"matches_{step}"] = all(torch.allclose(p.grad, expected[n], atol=1e-6)
+                                      for n, p in model.named_parameters())
         seen[f"order_{step}"] = [names[i] for i in optimizer._hvd_buckets.order]
     del os.environ["HOROVOD_FUSION_THRESHOLD"]
     return seen
@@ -146,8 +149,10 @@ def main() -> None:
     result["big_digest"] = hashlib.sha256(summed.numpy().tobytes() + averaged.numpy().tobytes()).hexdigest()
     result["big_untouched"] = torch.equal(big, torch.arange(1_500_001, dtype=torch.float32) * (rank + 1))
     # 600 KB of float16 / bfloat16: summed around the half-precision ring of point-to-point transfers
-    result["half_sum"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.float16), op=hvd.Sum).tolist()))
-    result["bf16_average"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.bfloat16)).tolist()))
+    result["half_sum"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0, dtype=torch.float16),
+                                                  op=hvd.Sum).tolist()))
+    result["bf16_average"] = sorted(set(hvd.allreduce(torch.full((300_001,), rank + 1.0,
+                                                                 dtype=torch.bfloat16)).tolist()))
     result["allgather"] = hvd.allgather(torch.full((rank + 1, 2), rank)).tolist()
     result["broadcast"] = hvd.broadcast(torch.tensor([rank * 10.0]), root_rank=size - 1).tolist()
     result["object"] = hvd.broadcast_object({"from": rank, "text": "hi"}, root_rank=0)
@@ -156,7 +161,8 @@ def main() -> None:
     torch.manual_seed(rank)  # different weights per rank, made equal by broadcast_parameters
     model = torch.nn.Linear(3, 1)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                         named_parameters=model.named_parameters())
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     before = model.weight.detach().clone()
     x = torch.full((1, 3), float(rank + 1))
@@ -186,7 +192,8 @@ def main() -> None:
     result["adasum_weights"] = model.weight.detach().tolist()
     result["buckets"] = check_buckets(rank, size)
     result["bucket_order"] = check_bucket_order(rank)
-    result["grouped"] = [t.tolist() for t in hvd.grouped_allreduce([torch.tensor([float(rank)]), torch.tensor([rank, 1])],
+    result["grouped"] = [t.tolist() for t in hvd.grouped_allreduce([torch.tensor([float(rank)]),
+                                                                    torch.tensor([rank, 1])],
                                                                     op=hvd.Sum)]
     result["sync"] = check_state_sync(rank)
     if "--cuda" in sys.argv:

@@ -52,7 +52,8 @@ def _canonical(value: Any) -> Any:
     """Plain, exactly comparable form: tensors as (dtype, shape, values), dicts sorted."""
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu()
-        return ("tensor", str(t.dtype), tuple(t.shape), t.double().flatten().tolist() if t.is_floating_point() else t.flatten().tolist())
+        return ("tensor", str(t.dtype), tuple(t.shape),
+                t.double().flatten().tolist() if t.is_floating_point() else t.flatten().tolist())
     if isinstance(value, dict):
         return ("dict", sorted((repr(k), _canonical(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
@@ -161,13 +162,15 @@ def main() -> None:
         log(event="busy_end")
     data = torch.Generator().manual_seed(99)
     features = torch.randn(args.samples, 4, generator=data)
-    targets = features @ torch.tensor([[1.5], [-2.0], [0.5], [1.0]]) + 0.3 + 0.05 * torch.randn(args.samples, 1, generator=data)
+    targets = features @ torch.tensor([[1.5], [-2.0], [0.5],
+                                       [1.0]]) + 0.3 + 0.05 * torch.randn(args.samples, 1, generator=data)
     dataset = torch.utils.data.TensorDataset(torch.arange(args.samples), features, targets)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     torch.manual_seed(1234)
     model: torch.nn.Module = (HeadFirst(args.hidden) if args.head_first else
-                              torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1)))
+                              torch.nn.Sequential(torch.nn.Linear(4, args.hidden), torch.nn.Tanh(),
+                                                  torch.nn.Linear(args.hidden, 1)))
     lr = args.base_lr * (hvd.size() if args.lr_callback else 1)
     if args.optimizer == "adam":
         base: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -247,7 +250,8 @@ def main() -> None:
     def train(state) -> None:
         generation = hvd.context().assignment.generation
         log(event="synced", generation=generation, rank=hvd.rank(), size=hvd.size(), step=state.step, epoch=state.epoch,
-            left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(), lr=optimizer.param_groups[0]["lr"],
+            left=len(sampler.remaining_indices), checksum=checksum(model), digest=digest(),
+            lr=optimizer.param_groups[0]["lr"],
             threads=torch.get_num_threads(), group=hvd.elastic.replica_group().index,
             group_size=hvd.elastic.replica_group().size)
         while state.epoch < state.last_epoch:

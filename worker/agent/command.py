@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"the agent needs the job secret of its rendezvous (--secret-file FILE or ${SECRET_ENV}) or its "
                      "host's key (--agent-key-file FILE)")
     try:
-        ca_pem = read_pem(args.tls_ca, "--tls-ca") if args.tls_ca else (os.environ.get(TLS_CA_ENV) or "").encode() or None
+        ca_pem = read_pem(args.tls_ca,
+                          "--tls-ca") if args.tls_ca else (os.environ.get(TLS_CA_ENV) or "").encode() or None
     except RingmasterError as exc:
         parser.error(str(exc))
     agent = Agent(settings, key, on_stopping=exit_if_stuck, ca_pem=ca_pem, spares=warmed)

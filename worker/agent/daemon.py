@@ -164,7 +164,8 @@ class Agent:
         self._warmed_ahead = spares is not None  # its first workers start in those spares; the template later
         self.template: WorkerTemplate | None = None  # started with the agent (`run`)
         # How a worker is started: warm spare, template fork, cold spare, fresh (starting/ways.py).
-        self._ways = ways_for(self.spares, self._template_for_fork, lambda kind, **fields: say(self.host, kind, **fields),
+        self._ways = ways_for(self.spares, self._template_for_fork, lambda kind,
+                              **fields: say(self.host, kind, **fields),
                               _forward_output)
         self._told_to_stop = False
         self.drain_grace_s = settings.drain_grace_s
@@ -182,7 +183,8 @@ class Agent:
         self._events = EventForwarder(self._beats.folder if self._beats.available else "", self._pid_of)
         self._notices = NoticeWatcher(settings.notice_script, settings.notice_interval_s, self._noticed,
                                       lambda problem: say(self.host, Kind.AGENT_NOTICE_FAILED, problem=problem),
-                                      self._stop, {**os.environ, env_names.HOST: self.host}) if settings.notice_script else None
+                                      self._stop,
+                                      {**os.environ, env_names.HOST: self.host}) if settings.notice_script else None
 
     @property
     def _last_call_s(self) -> float:
@@ -212,7 +214,8 @@ class Agent:
                     exit_code = 2
                     break
                 if command is _LOST:
-                    say(self.host, Kind.AGENT_GAVE_UP, addresses=", ".join(self.addresses), timeout_s=self.reconnect_timeout_s)
+                    say(self.host, Kind.AGENT_GAVE_UP, addresses=", ".join(self.addresses),
+                        timeout_s=self.reconnect_timeout_s)
                     exit_code = 1
                     break
                 if isinstance(command, DrainAsk):
@@ -525,7 +528,8 @@ class Agent:
         return start_worker(self._ways, StartRequest(list(spec.argv), env, spec.worker_id))
 
     def _start_template(self) -> None:
-        self.template = WorkerTemplate(self._worker_env({}, None), lambda kind, **fields: say(self.host, kind, **fields))
+        self.template = WorkerTemplate(self._worker_env({}, None), lambda kind,
+                                       **fields: say(self.host, kind, **fields))
 
     def _template_for_fork(self) -> WorkerTemplate | None:
         """The worker template to fork from (started now if the agent has none yet), or None

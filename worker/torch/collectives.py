@@ -228,7 +228,8 @@ class _GroupedAllreduce(torch.autograd.Function):
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
                       op: str | None = None, compression: Any = Compression.none, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
+                      postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
     """The reductions of a list of tensors, as new tensors (the inputs are left alone)."""
     compressed = [compression.compress(t) for t in tensors]
     reduced = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
@@ -501,7 +502,8 @@ def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
     return [broadcast_object(obj if r == comm.rank else None, r) for r in range(comm.size)]
 
 
-def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], root_rank: int) -> None:
+def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+                         root_rank: int) -> None:
     """Overwrite parameters (a state_dict or named_parameters) with `root_rank`'s, in place.
 
     Tensors are sent as one flat buffer per dtype, not one collective each.

@@ -52,7 +52,8 @@ class Checkpointing:
             interval = float(env[env_names.CHECKPOINT_INTERVAL]) if env.get(env_names.CHECKPOINT_INTERVAL) else None
             keep = int(env.get(env_names.CHECKPOINT_KEEP) or DEFAULT_CHECKPOINT_KEEP)
             trusted = env.get(env_names.CHECKPOINT_TRUSTED, "") == "1"
-            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load, trusted,
+            return cls(CheckpointDirectory(folder, keep), CheckpointPolicy(every, interval), report, report_load,
+                       trusted,
                        report_written)
         except ValueError as exc:
             raise ValueError(f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}") from None

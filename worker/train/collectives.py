@@ -478,7 +478,8 @@ def _future_of(work: dist.Work) -> tuple[torch.futures.Future, bool]:
         return future, False
 
 
-def wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> bool:
+def wait_until(wake: threading.Event, finished: Callable[[], bool], timeout_s: float,
+               check: Callable[[], None]) -> bool:
     """Wait until `finished()`; `check()` may raise on each wake-up. False on timeout."""
     deadline = time.monotonic() + timeout_s
     while not finished():

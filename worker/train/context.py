@@ -121,7 +121,8 @@ class WorkerContext:
 
     def _join_alone(self) -> None:
         store = dist.HashStore()
-        self.assignment = pb.Assignment(generation=1, rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
+        self.assignment = pb.Assignment(generation=1, rank=0, size=1, local_rank=0, local_size=1, cross_rank=0,
+                                        cross_size=1)
         pg = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=self.timeout_s))
         self.comm = Communicator(pg, 0, 1, 1, None, self.timeout_s)
 

@@ -58,7 +58,8 @@ class EarlyData:
         if self.early is not None:
             for peer, data in enumerate(self.early.sends):
                 if data is not None:
-                    self._works.append(self.pg.send([data], peer, speculation.data_tag(self.round_number, data.numel())))
+                    self._works.append(self.pg.send([data], peer,
+                                                    speculation.data_tag(self.round_number, data.numel())))
 
     def complete(self, announcements: Sequence[Announcement]) -> tuple[bool, list[torch.Tensor | None] | None]:
         """Complete every transfer of the round. Then (whether the bytes that came complete the

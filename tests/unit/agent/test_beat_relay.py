@@ -33,7 +33,8 @@ class Senders:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", SENDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        proc = subprocess.Popen([sys.executable, "-c", SENDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True,
                                 env={**os.environ, env_names.AGENT_BEATS: self.folder}, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -62,7 +63,8 @@ def rig() -> Iterator[tuple[BeatCollector, dict[int, str], Senders]]:
 
 def _beat(worker_id: str, commits: int, spans: int = 0) -> bytes:
     return pb.WorkerHeartbeatRequest(worker_id=worker_id, commits=commits, elastic=True,
-                                     spans=[pb.Span(kind=pb.SPAN_COMMIT, start_us=i, duration_us=1) for i in range(spans)]
+                                     spans=[pb.Span(kind=pb.SPAN_COMMIT, start_us=i,
+                                                    duration_us=1) for i in range(spans)]
                                      ).SerializeToString()
 
 

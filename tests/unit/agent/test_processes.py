@@ -62,7 +62,8 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.parametrize("how", ["setpriv", "fallback"])
 def test_a_command_started_dying_with_parent_dies_with_it(how) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, how], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, how], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
     try:
         child = int(parent.stdout.readline())
         wait_for(lambda: open(f"/proc/{child}/cmdline").read().startswith("sleep\0"), 10,

@@ -62,9 +62,11 @@ def test_the_interpreter_named_by_another_link_in_its_folder_is_the_same_python(
     for link in (bin_dir / "python3", bin_dir / "python", other / "python"):
         link.symlink_to(PY)
     env = {"PATH": os.environ["PATH"]}
-    fits, why = spare_assignment([str(bin_dir / "python"), "train.py"], env, str(tmp_path), env, str(bin_dir / "python3"))
+    fits, why = spare_assignment([str(bin_dir / "python"), "train.py"], env, str(tmp_path), env,
+                                 str(bin_dir / "python3"))
     assert fits is not None, why
-    unfit, why = spare_assignment([str(other / "python"), "train.py"], env, str(tmp_path), env, str(bin_dir / "python3"))
+    unfit, why = spare_assignment([str(other / "python"), "train.py"], env, str(tmp_path), env,
+                                  str(bin_dir / "python3"))
     assert unfit is None and "is not this agent's Python" in why
 
 
@@ -92,7 +94,8 @@ def test_an_environment_that_differs_beyond_the_worker_variables_starts_fresh(tm
                        {**spare_env, "MKL_NUM_THREADS": "1"}, {"PATH": os.environ["PATH"]}):
         assignment, why = spare_assignment([PY, "train.py"], worker_env, str(tmp_path), spare_env, PY)
         assert assignment is None and "differs from the spare's in" in why
-    assignment, _ = spare_assignment([PY, "train.py"], {**spare_env, "OMP_NUM_THREADS": "1"}, str(tmp_path), spare_env, PY)
+    assignment, _ = spare_assignment([PY, "train.py"], {**spare_env, "OMP_NUM_THREADS": "1"}, str(tmp_path), spare_env,
+                                     PY)
     assert assignment is not None and assignment.env["OMP_NUM_THREADS"] == "1"
 
 
@@ -177,7 +180,8 @@ def test_a_spare_is_indistinguishable_from_a_fresh_python_for_its_script(pool_of
     proc = pool.take(argv, env, "hostA/2")
     assert proc is not None
     assert proc.wait(60) == 0
-    fresh = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    fresh = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=60)
     wait_for(lambda: not any(t.is_alive() for t in output.threads), 10, "the spare's output")
     ran = [line for line in output.lines if line.startswith("[hostA/2] {")]
     assert len(ran) == 1, output.lines
@@ -308,14 +312,17 @@ def test_spares_that_die_before_use_turn_spares_off_once(pool_of) -> None:
 @pytest.mark.slow  # (seconds of real interpreters starting: with the end-to-end tests)
 def test_a_spare_whose_agent_closes_its_stdin_exits_without_running_anything(tmp_path) -> None:
     marker = tmp_path / "ran"
-    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(b"", timeout=60)
         assert proc.returncode == 0, err
-        proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([PY, "-m", "ringmaster.worker.agent.starting.spare_process"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        out, err = proc.communicate(b'{"kind": "script", "target": "' + str(marker).encode() + b'", "args": []}\n', timeout=60)
+        out, err = proc.communicate(b'{"kind": "script", "target": "' + str(marker).encode() + b'", "args": []}\n',
+                                    timeout=60)
         assert proc.returncode == 3 and b"refused its assignment" in err and not marker.exists()
     finally:
         if proc.poll() is None:

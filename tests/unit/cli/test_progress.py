@@ -49,7 +49,8 @@ def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_rese
     fields = progress_fields(server)  # type: ignore[arg-type]
     assert fields == {"number": 1, "size": 2, "steps": 40, "rate": 0.0, "since_reset_s": 12.5}
     assert status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
-    assert progress_fields(types.SimpleNamespace(view=lambda page: None, metrics=None)) is None  # type: ignore[arg-type]
+    assert progress_fields(types.SimpleNamespace(view=lambda page: None,
+                                                 metrics=None)) is None  # type: ignore[arg-type]
 
 
 def test_on_a_terminal_the_line_is_redrawn_and_cleared_before_each_log_line() -> None:
@@ -104,7 +105,8 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
                 return pages.pop(0)  # (an IndexError if it asked once more after the end)
 
         out, slept = io.StringIO(), list[float]()
-        assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append) == code  # type: ignore[arg-type]
+        assert events(Client(), 0, follow=True, as_json=False, out=out,
+                      sleep=slept.append) == code  # type: ignore[arg-type]
         lines = out.getvalue().splitlines()
         assert len(lines) == 2 and lines[0].endswith("[gen 1] generation 1 formed") and lines[1].endswith("the end")
         assert asked == [0, 1, 1] and slept == [0.5]

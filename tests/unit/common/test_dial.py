@@ -17,7 +17,8 @@ from ringmaster.common.reconnect import Backoff
 
 def _server(address: str) -> grpc.Server:
     """A real gRPC server on `address` (one method; dial only needs it to accept)."""
-    handler = grpc.method_handlers_generic_handler("t.T", {"M": grpc.unary_unary_rpc_method_handler(lambda r, c: b"ok")})
+    handler = grpc.method_handlers_generic_handler("t.T",
+                                                   {"M": grpc.unary_unary_rpc_method_handler(lambda r, c: b"ok")})
     server = grpc.server(futures.ThreadPoolExecutor(1))
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(address)

@@ -37,7 +37,8 @@ def a_log() -> list[str]:
 def test_events_figures_generations_and_what_each_change_cost() -> None:
     history = read_history(a_log())
     assert history.t0 == T and history.skipped == 0
-    assert [(g.number, g.size, g.causes) for g in history.generations] == [(1, 4, ()), (2, 2, ("host_lost",)), (3, 4, ("scale",))]
+    assert [(g.number, g.size,
+             g.causes) for g in history.generations] == [(1, 4, ()), (2, 2, ("host_lost",)), (3, 4, ("scale",))]
     assert history.final_accuracy() == 0.93
     fault, removed, scale = history.disruptions()
     assert removed.kind == "hosts.changed" and removed.recovered_s is None

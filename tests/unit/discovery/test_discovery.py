@@ -159,7 +159,8 @@ def test_a_child_left_holding_the_pipe_is_not_waited_for(tmp_path: pathlib.Path)
     """`echo host:2; setsid sleep 25 &`: the script is done at once; its child (its own session,
     out of reach of a group kill) keeps stdout open. Discovery answers without waiting for it."""
     pidfile = tmp_path / "child.pid"
-    discovery = ScriptDiscovery(_script(tmp_path, f"echo localhost:2\nsetsid sleep 25 &\necho $! > {pidfile}\n"), timeout_s=3)
+    discovery = ScriptDiscovery(_script(tmp_path, f"echo localhost:2\nsetsid sleep 25 &\necho $! > {pidfile}\n"),
+                                timeout_s=3)
     try:
         started = time.monotonic()
         assert discovery.find_hosts() == {"localhost": 2}

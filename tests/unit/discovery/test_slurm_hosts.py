@@ -81,7 +81,8 @@ def test_the_sbatch_example_asks_slurm_for_what_elasticity_needs_and_its_flags_p
     from ringmaster.cli.main import build_parser
 
     text = (pathlib.Path(__file__).resolve().parents[3] / "examples" / "slurm" / "train.sbatch").read_text()
-    directives = [line.split(None, 1)[1].split("#")[0].strip() for line in text.splitlines() if line.startswith("#SBATCH")]
+    directives = [line.split(None,
+                             1)[1].split("#")[0].strip() for line in text.splitlines() if line.startswith("#SBATCH")]
     for needed in ("--no-kill", "--requeue", "--signal=B:USR1@90", "--open-mode=append"):
         assert needed in directives
     command = text[text.index("exec ringmaster run"):].replace("\\\n", " ").splitlines()[0]

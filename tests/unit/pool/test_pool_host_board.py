@@ -98,7 +98,8 @@ def test_a_host_that_leaves_ends_its_jobs_agents_there() -> None:
 @pytest.fixture
 def pool_api(tmp_path: pathlib.Path):
     board = HostBoard(timeout_s=10)
-    pool = PoolService(board, "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None, board=board, join_secret=JOIN)
+    pool = PoolService(board, "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None, board=board,
+                       join_secret=JOIN)
     return TestClient(create_pool_app(pool, ADMIN)), board
 
 

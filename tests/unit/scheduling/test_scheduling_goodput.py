@@ -111,8 +111,10 @@ def _jobs_with_scaling(draw):
         min_np = draw(st.integers(1, 6))
         scaling = None
         if draw(st.booleans()):
-            scaling = Scaling(PerfParams(draw(st.floats(0.01, 1.0)), 0.0, draw(st.floats(0.0001, 2.0)), draw(st.floats(0.0, 0.1)),
-                                         draw(st.floats(0.0001, 2.0)), draw(st.floats(0.0, 0.1)), draw(st.floats(1.0, 10.0))),
+            scaling = Scaling(PerfParams(draw(st.floats(0.01, 1.0)), 0.0, draw(st.floats(0.0001, 2.0)),
+                                         draw(st.floats(0.0, 0.1)),
+                                         draw(st.floats(0.0001, 2.0)), draw(st.floats(0.0, 0.1)),
+                                         draw(st.floats(1.0, 10.0))),
                               batch=32, explored=draw(st.integers(1, 16)))
         jobs.append(JobAsk(f"j{i}", min_np, min_np + draw(st.integers(0, 12)), submitted=float(i), scaling=scaling))
     return jobs

@@ -124,7 +124,8 @@ def test_a_held_job_does_not_grow_into_slots_left_free() -> None:
     rules = Settings(min_resize_interval_s=60)
     v = schedule("fifo", hosts, [job("j", 2, 8, 0, {"a": 4}, resized_at=NOW - 1)], NOW, rules)
     assert v["j"].size == 4 and v["j"].reason.startswith("held")
-    assert schedule("fifo", hosts, [job("j", 2, 8, 0, {"a": 4}, resized_at=NOW - 1, urgent=True)], NOW, rules)["j"].size == 8
+    assert schedule("fifo", hosts, [job("j", 2, 8, 0, {"a": 4}, resized_at=NOW - 1, urgent=True)], NOW,
+                    rules)["j"].size == 8
 
 
 def test_a_job_that_lost_a_host_below_its_minimum_waits_and_keeps_its_survivors_when_let_in() -> None:

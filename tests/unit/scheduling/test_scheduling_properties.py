@@ -97,7 +97,8 @@ def _gains_from(job: JobAsk, size: int, free: int, hosts: dict[str, int]) -> boo
     job = replace(job, placement=usable if sum(usable.values()) >= job.min_np else {})
     rules = replace(RULES, host_slots=max(hosts.values()))
     curve = value_curve(job, trusted_size(job, rules), rules)
-    return any(curve[n] > curve[size] for n in range(size + job.group_size, min(len(curve), size + free + 1), job.group_size))
+    return any(curve[n] > curve[size] for n in range(size + job.group_size, min(len(curve), size + free + 1),
+                                                     job.group_size))
 
 
 @settings(max_examples=200, deadline=None)

@@ -131,7 +131,8 @@ def served_api():
         thread.join(timeout=10)
 
 
-def raw_post(port: int, head: bytes, body_chunks: tuple[bytes, ...] | list[bytes] = (), timeout_s: float = 5.0) -> bytes:
+def raw_post(port: int, head: bytes, body_chunks: tuple[bytes, ...] | list[bytes] = (),
+             timeout_s: float = 5.0) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(head)
         for chunk in body_chunks:
@@ -309,7 +310,8 @@ def test_a_job_ending_waits_only_for_an_events_reader_that_has_not_fetched_the_l
     client.get("/events", params={"since": followers.served_upto})
     assert followers.caught_up(coordinator.view(0.5), 1.5)
     coordinator.scale(2, 0.0)  # a new event
-    assert not followers.caught_up(coordinator.view(1.0), 1.5) and followers.caught_up(coordinator.view(2.0), 1.5)  # gone quiet
+    # gone quiet
+    assert not followers.caught_up(coordinator.view(1.0), 1.5) and followers.caught_up(coordinator.view(2.0), 1.5)
 
 
 def test_the_dashboard_page_is_served_whole_from_the_api_and_runs_nothing_else() -> None:

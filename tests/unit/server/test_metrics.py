@@ -54,7 +54,8 @@ def test_metrics_follow_the_job_through_a_failure_and_the_workers_figures() -> N
     assert m[("ringmaster_generation", ())] == 2 and m[("ringmaster_world_size", ())] == 2
     assert m[("ringmaster_resets_total", (("cause", "host_lost"),))] == 1
     assert m[("ringmaster_hosts", (("state", "blacklisted"),))] == 1
-    assert m[("ringmaster_recovery_seconds_count", ())] == 1 and abs(m[("ringmaster_recovery_seconds_sum", ())] - 0.4) < 1e-9
+    assert m[("ringmaster_recovery_seconds_count",
+              ())] == 1 and abs(m[("ringmaster_recovery_seconds_sum", ())] - 0.4) < 1e-9
     assert m[("ringmaster_commits_total", ())] == 4
     assert m[("ringmaster_commit_seconds_bucket", (("le", "0.005"),))] == 2  # cumulative buckets
     assert m[("ringmaster_commit_seconds_bucket", (("le", "+Inf"),))] == 4
@@ -83,7 +84,8 @@ def test_a_declared_global_batch_out_of_range_is_refused_and_a_good_one_is_read_
     figures = WorkerFigures()
     figures.global_batch(24, 3, 3)
     stats = figures.stats()
-    assert check_stats(stats) == "" and (stats.global_batch, stats.micro_batch, stats.accumulation, stats.sharing) == (24, 3, 3, 1)
+    assert check_stats(stats) == "" and (stats.global_batch, stats.micro_batch, stats.accumulation,
+                                         stats.sharing) == (24, 3, 3, 1)
     for size, micro, share, sharing in ((24, 5, 1, 1),  # not whole micro-batches
                                         (24, 3, 9, 1),  # more than the step's 8
                                         (24, 0, 0, 1), (-24, 3, 0, 1), (24, 3, 1, 0), (0, 0, 2, 0)):

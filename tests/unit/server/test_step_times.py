@@ -71,7 +71,8 @@ def test_a_scripts_batch_and_noise_scale_reach_the_rendezvous_and_leave_with_the
 
 
 @settings(max_examples=200, deadline=None)
-@given(beats=st.lists(st.tuples(st.integers(1, 40), st.floats(0.001, 5.0), st.floats(0.0, 1.0)), min_size=1, max_size=60),
+@given(beats=st.lists(st.tuples(st.integers(1, 40), st.floats(0.001, 5.0), st.floats(0.0, 1.0)), min_size=1,
+                      max_size=60),
        window=st.integers(5, 300))
 def test_a_workers_pace_is_its_newest_whole_heartbeats_that_hold_the_window(beats, window) -> None:
     """The running window equals the newest heartbeats taken one by one until `window` steps."""

@@ -68,7 +68,9 @@ def test_the_trace_of_a_job_with_one_failure_has_generations_failure_and_arrows_
     rig, builder, trace, clock = _rig_with_trace()
     ids = rig.start_elastic({"a": 1, "b": 1, "c": 1})
     for rank, wid in enumerate(ids):
-        trace += builder.on_spans(wid, [pb.Span(kind=pb.SPAN_FORWARD, start_us=1_100_000, duration_us=50, rank=rank, generation=1),
+        trace += builder.on_spans(wid,
+                                  [pb.Span(kind=pb.SPAN_FORWARD, start_us=1_100_000, duration_us=50, rank=rank,
+                                           generation=1),
                                         pb.Span(kind=pb.SPAN_ALLREDUCE, start_us=1_100_060, duration_us=20, rank=rank,
                                                 generation=1, detail=1)])
     clock[0] = 2_000_000
@@ -79,10 +81,16 @@ def test_the_trace_of_a_job_with_one_failure_has_generations_failure_and_arrows_
     rig.worker_ready(ids[1], 1, "allreduce failed", True)
     # Survivors tell their recovery: a restore (begun before the rendezvous saw the failure: the
     # arrow still lands on it), then the wait and the ring build.
-    trace += builder.on_spans(ids[0], [pb.Span(kind=pb.SPAN_RESTORE, start_us=1_999_000, duration_us=2000, rank=0, generation=1),
-                                       pb.Span(kind=pb.SPAN_WAITING, start_us=2_001_000, duration_us=90_000, rank=0, generation=2)])
-    trace += builder.on_spans(ids[1], [pb.Span(kind=pb.SPAN_WAITING, start_us=2_002_000, duration_us=90_000, rank=1, generation=2),
-                                       pb.Span(kind=pb.SPAN_RING_BUILD, start_us=2_092_000, duration_us=3000, rank=1, generation=2)])
+    trace += builder.on_spans(ids[0],
+                              [pb.Span(kind=pb.SPAN_RESTORE, start_us=1_999_000, duration_us=2000, rank=0,
+                                       generation=1),
+                                       pb.Span(kind=pb.SPAN_WAITING, start_us=2_001_000, duration_us=90_000, rank=0,
+                                               generation=2)])
+    trace += builder.on_spans(ids[1],
+                              [pb.Span(kind=pb.SPAN_WAITING, start_us=2_002_000, duration_us=90_000, rank=1,
+                                       generation=2),
+                                       pb.Span(kind=pb.SPAN_RING_BUILD, start_us=2_092_000, duration_us=3000, rank=1,
+                                               generation=2)])
     trace += builder.close(3_000_000)
 
     generations = [e for e in trace if e["ph"] == "X" and e["pid"] == RENDEZVOUS_PID and e["name"].startswith("generation")]

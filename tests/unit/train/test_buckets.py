@@ -26,7 +26,8 @@ def test_buckets_follow_reverse_order_split_by_kind_and_threshold() -> None:
     # goes out during backward; then up to the threshold.
     assert [[id(t) for t in g] for g in plan_buckets([w1, w2, a], 64 << 20)] == [[id(a), id(w2)], [id(w1)]]
     w0 = torch.zeros(1 << 17)  # 0.5 MB
-    assert [len(g) for g in plan_buckets([w1, w2, w0, w0.clone(), w0.clone()], 64 << 20)] == [2, 3]  # 2 x 0.5 MB reach it
+    # 2 x 0.5 MB reach it
+    assert [len(g) for g in plan_buckets([w1, w2, w0, w0.clone(), w0.clone()], 64 << 20)] == [2, 3]
     big = torch.zeros(100)
     assert [len(g) for g in plan_buckets([a, big, b], 32)] == [1, 1, 1]  # too big: a bucket of its own
 
@@ -112,7 +113,8 @@ def test_an_optimizer_with_its_own_zero_grad_keeps_it(alone) -> None:
                     p.grad = None
 
     model = torch.nn.Linear(2, 1)
-    optimizer: Any = hvd.DistributedOptimizer(Plain(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+    optimizer: Any = hvd.DistributedOptimizer(Plain(model.parameters(), lr=0.1),
+                                              named_parameters=model.named_parameters())
     model(torch.ones(1, 2)).sum().backward()
     optimizer.step()
     optimizer.zero_grad()

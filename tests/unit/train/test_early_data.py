@@ -36,7 +36,8 @@ def _transfers(n: int, round_number: int, announced: list[Announcement]) -> tupl
             if mine.sent[peer] != NONE:
                 messages[(rank, peer, speculation.data_tag(round_number, mine.sent[peer]), mine.sent[peer])] += 1
             if mine.expected[peer] != NONE:
-                receives[(peer, rank, speculation.data_tag(round_number, mine.expected[peer]), mine.expected[peer])] += 1
+                receives[(peer, rank, speculation.data_tag(round_number, mine.expected[peer]),
+                          mine.expected[peer])] += 1
         matching = speculation.match(rank, round_number, announced)
         for peer, tag in matching.empty_to:
             messages[(rank, peer, tag, 0)] += 1

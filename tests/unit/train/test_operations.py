@@ -22,7 +22,8 @@ from ringmaster.worker.train.errors import CollectiveMismatchError
 from ringmaster.worker.train.negotiation import Descriptor, Kind
 from ringmaster.worker.train.op_queue import EARLY_DATA_ENV, INLINE_BYTES_ENV, Operation
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8, torch.int16,
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+          torch.int16,
           torch.uint8]
 
 
@@ -64,7 +65,8 @@ def test_allreduce_matches_the_single_process_reduction_for_every_op_and_dtype(o
 
     for result in on_ranks(n, work):
         assert result.dtype == dtype
-        tolerance = {torch.float16: 0.05, torch.bfloat16: 0.5}.get(dtype, 1e-6) * max(1.0, float(reference.abs().max()) / 100)
+        tolerance = {torch.float16: 0.05,
+                     torch.bfloat16: 0.5}.get(dtype, 1e-6) * max(1.0, float(reference.abs().max()) / 100)
         assert torch.allclose(result.to(torch.float64), reference, atol=tolerance), (result, reference)
 
 
@@ -318,7 +320,8 @@ def test_a_process_set_runs_on_a_ring_of_its_own_members() -> None:
             return sub.size, sub.rank, summed.tolist(), gathered.tolist()
         with pytest.raises(ValueError, match="not in the process set"):
             comm.subgroup(evens)
-        return run(comm.subgroup((1,)), ops.allreduce(torch.tensor([5.0]), torch.empty(1), ops.Sum, 1.0, 1.0, None)).tolist()
+        return run(comm.subgroup((1,)),
+                   ops.allreduce(torch.tensor([5.0]), torch.empty(1), ops.Sum, 1.0, 1.0, None)).tolist()
 
     results = on_ranks(3, work)
     assert results[0] == (2, 0, [4.0], [0, 2]) and results[2] == (2, 1, [4.0], [0, 2])

@@ -97,7 +97,8 @@ def test_a_scheduler_in_the_state_rolls_back_with_its_optimizer(alone) -> None:
         optimizer.step()
         scheduler.step()
     state.restore()
-    assert state.scheduler is scheduler and scheduler.optimizer is optimizer  # restored in place, not replaced by a copy
+    # restored in place, not replaced by a copy
+    assert state.scheduler is scheduler and scheduler.optimizer is optimizer
     assert scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == 0.5
     scheduler.step()
     assert optimizer.param_groups[0]["lr"] == 0.25  # the live scheduler still drives the live optimizer

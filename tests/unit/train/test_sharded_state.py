@@ -291,7 +291,8 @@ def test_planted_code_in_the_metadata_or_the_values_is_refused_unless_trusted(me
     folder = _folder(tmp_path)
     folder.write(_build(mesh), {"extra": Planted()}, 1, 0, {})
     path = folder.checkpoints()[0]
-    with pytest.raises(UntrustedCheckpointError, match="'extra' holds objects other than tensors.*--checkpoint-trusted"):
+    with pytest.raises(UntrustedCheckpointError,
+                       match="'extra' holds objects other than tensors.*--checkpoint-trusted"):
         folder.load(path, _build(mesh), {"extra": None})
     assert "planted code ran" not in capsys.readouterr().out
     (path / ".metadata").write_bytes(pickle.dumps(Planted()))

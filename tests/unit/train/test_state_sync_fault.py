@@ -63,7 +63,8 @@ def _pair(work: Any) -> list[Any]:
 ROOT_STATE: dict[str, Any] = {"model": {"w": torch.full((1000,), 7.0)}, "steps": torch.arange(5), "epoch": 4}
 
 
-def _sync(rank: int, comm: Communicator, share: dict[str, Any], mine: dict[str, Any]) -> tuple[BaseException | None, Any]:
+def _sync(rank: int, comm: Communicator, share: dict[str, Any],
+          mine: dict[str, Any]) -> tuple[BaseException | None, Any]:
     """Rank 0 holds ROOT_STATE's commit, rank 1 `mine`; sync, and say how it ended and what is held."""
     snapshot = HostSnapshot()
     snapshot.capture(ROOT_STATE if rank == 0 else mine)

@@ -43,7 +43,8 @@ def test_restore_brings_back_the_committed_model_and_optimizer(make_optimizer) -
     state.commit()
     committed_model = {k: v.clone() for k, v in model.state_dict().items()}
     committed_opt = optimizer.state_dict()
-    committed_buffers = {k: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)} for k, v in committed_opt["state"].items()}
+    committed_buffers = {k: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)}
+                         for k, v in committed_opt["state"].items()}
     for _ in range(3):
         step()
     state.epoch = 9
@@ -157,7 +158,8 @@ def test_a_job_of_one_resumes_from_its_durable_checkpoint(tmp_path, monkeypatch)
         model = torch.nn.Linear(3, 1)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
         sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=False)
-        return model, optimizer, sampler, hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, step=0)
+        return model, optimizer, sampler, hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler,
+                                                                 step=0)
 
     model, optimizer, sampler, state = make()
 

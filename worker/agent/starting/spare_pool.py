@@ -58,7 +58,8 @@ MAX_FAILURES = 3
 #: Variables a worker's environment may hold that a spare's did not (or with other values).
 WORKER_VARIABLES = frozenset(
     {value for name, value in vars(env_names).items() if name.isupper() and isinstance(value, str)}
-    | {WORKER_KEY_ENV, TLS_CA_ENV}  # (and the thread count, env_names.THREADS: the spare applies it, spare_process.become)
+    # (and the thread count, env_names.THREADS: the spare applies it, spare_process.become)
+    | {WORKER_KEY_ENV, TLS_CA_ENV}
 )
 
 
@@ -143,7 +144,8 @@ class _Spare:
 class SparePool:
     """The agent's spares. Not thread-safe: the agent's main thread owns it."""
 
-    def __init__(self, count: int, env: Callable[[], dict[str, str]], forward: Callable[[subprocess.Popen, list[str]], None],
+    def __init__(self, count: int, env: Callable[[], dict[str, str]],
+                 forward: Callable[[subprocess.Popen, list[str]], None],
                  say: Callable[..., None], max_rss_bytes: int = DEFAULT_MAX_RSS_BYTES,
                  replace_after_s: float = DEFAULT_REPLACE_AFTER_S, fresh_hold_s: float = DEFAULT_FRESH_HOLD_S,
                  clock: Callable[[], float] = time.monotonic,

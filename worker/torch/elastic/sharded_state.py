@@ -244,7 +244,8 @@ class ShardedState(ObjectState):
         self._live_is_commit = False  # the live values are this worker's newest commit (it left at a commit)
         # Samplers are kept across generations (nothing of them is sharded): committed, restored,
         # re-dealt at every reset, written in durable checkpoints, as in TorchState.
-        self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items() if isinstance(value, ElasticSampler)}
+        self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items()
+                      if isinstance(value, ElasticSampler)}
         for name, handler in self._kept.items():
             del kwargs[name]
             object.__setattr__(self, name, handler.value)

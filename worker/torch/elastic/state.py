@@ -430,7 +430,8 @@ class TorchState(ObjectState):
     """State of a PyTorch job: `TorchState(model=model, optimizer=opt, scheduler=sched, sampler=s,
     epoch=0, batch=0)`."""
 
-    def __init__(self, model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, **kwargs: Any) -> None:
+    def __init__(self, model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                 **kwargs: Any) -> None:
         if model is not None:
             kwargs["model"] = model
         if optimizer is not None:
