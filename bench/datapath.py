@@ -21,9 +21,9 @@ faults), where `hvd.allreduce` sums from the input straight into a pooled result
 with identical parameters (checked for every way). Then Horovod's other collectives against
 torch.distributed's on the same processes (`hvd.allgather` / `all_gather_into_tensor`,
 `hvd.reducescatter` / `reduce_scatter_tensor`, `hvd.alltoall` / `all_to_all_single`; 1, 16 and
-64 MB per rank; at 1 MB also Horovod's call with its data sent only after its round), and how much of 8 allreduces of 4 MB started before some compute it hides
-(`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` + `wait`), and
-small operations (8 values per rank: what a script averages or gathers each step) of each kind.
+64 MB per rank; at 1 MB also Horovod's call with its data sent only after its round), and how much of 8 allreduces of 4
+MB started before some compute it hides (`hvd.allreduce_async_` + `synchronize` against `all_reduce(async_op=True)` +
+`wait`), and small operations (8 values per rank: what a script averages or gathers each step) of each kind.
 `--spares 0`: a warm spare importing torch beside the job would take a core from it for a few seconds.
 
 Run: python bench/datapath.py [--steps 60] [--models mlp-1.3m,mlp-25m,resnet-18]

@@ -35,7 +35,7 @@ from ringmaster.settings import FORK_WORKERS_ENV
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STEPS = 20
 
-WORKER = '''
+WORKER = """
 import os, sys, time
 import torch
 
@@ -46,7 +46,8 @@ model = torch.nn.Linear(1000, 1000)
 if mode == "ringmaster":
     import ringmaster.torch as hvd
     hvd.init()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
 
     @hvd.elastic.run
@@ -74,7 +75,7 @@ else:
             say("FIRST")
     dist.destroy_process_group()
 say("LAST")
-'''.replace("{steps}", str(STEPS))
+""".replace("{steps}", str(STEPS))
 
 
 def one_run(command: list[str], env: dict[str, str], workers: int) -> tuple[float, float, float, float]:

@@ -107,8 +107,12 @@ class Model:
         ends = np.array([0.0] + [min(float(v["progress"][e - 1]) for v in self.validation.values())
                                  for e in range(1, self.epochs + 1)])
         lower, upper, w = self._bracket(batch)
-        sqr = (1 - w) * self.validation[lower]["grad_sqr"][:self.epochs] + w * self.validation[upper]["grad_sqr"][:self.epochs]
-        var = (1 - w) * self.validation[lower]["grad_var"][:self.epochs] + w * self.validation[upper]["grad_var"][:self.epochs]
+        sqr = (1 - w) * self.validation[lower]["grad_sqr"][: self.epochs] + w * self.validation[upper]["grad_sqr"][
+            : self.epochs
+        ]
+        var = (1 - w) * self.validation[lower]["grad_var"][: self.epochs] + w * self.validation[upper]["grad_var"][
+            : self.epochs
+        ]
         scale = batch / self.init_batch
         gains = (var + sqr) / (var / scale + sqr)
         return Epochs(ends, gains)

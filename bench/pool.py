@@ -138,8 +138,10 @@ def utilisation() -> dict[str, float]:
             placed = sum(r["size"] for r in rows if r["state"] in ("running", "suspending", "cancelling"))
             free = SLOTS - placed
             could_use = free > 0 and any(
-                (r["state"] == "queued" and r["min_np"] <= free) or (r["state"] == "running" and r["size"] < r["max_np"])
-                for r in rows)
+                (r["state"] == "queued" and r["min_np"] <= free)
+                or (r["state"] == "running" and r["size"] < r["max_np"])
+                for r in rows
+            )
             samples.append((now, placed, could_use))
             if len(submitted) == len(ARRIVALS) and all(r["state"] in ("succeeded",
                                                                       "failed", "cancelled") for r in rows):

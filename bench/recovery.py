@@ -58,7 +58,9 @@ def job_figures(spares: int) -> dict[str, float]:
             first_after = wait_record(d, lambda r: r["event"] == "commit" and r["size"] == 2 and r["time"] > killed_at)
             logs = read_logs(d / "log")
             survivors = [w for w in logs if w.startswith("hostA")]
-            began = max(r["step"] for w in survivors for r in logs[w] if r["event"] == "begin" and r["time"] < killed_at)
+            began = max(
+                r["step"] for w in survivors for r in logs[w] if r["event"] == "begin" and r["time"] < killed_at
+            )
             resumed = min(r["step"] for r in events(logs, "synced") if r["size"] == 2)
             figures["kill_to_first_step_s"] = first_after["time"] - killed_at
             # the step in flight at the kill is redone unless it was committed before the ring broke
@@ -70,7 +72,9 @@ def job_figures(spares: int) -> dict[str, float]:
             logs = read_logs(d / "log")
             figures["survivor_pause_during_grow_s"] = longest_pause(logs, survivors, changed_at, grown["time"])
             figures["steps_while_newcomers_warmed_up"] = sum(
-                1 for r in logs[survivors[0]] if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
+                1
+                for r in logs[survivors[0]]
+                if r["event"] == "commit" and changed_at < r["time"] < grown["time"] and r["size"] == 2
             )
             # Slots added on a host whose agent runs (its spares warm): hostA 2 -> 4.
             wait_warm(job, ["hostA"], spares)
@@ -214,7 +218,9 @@ def main() -> int:
         for label, key, spec in rows:
             print(f"  {label:<58}" + "".join(f"{format(f[key], spec):>10}" for f in runs.values()))
     print(f"ring rebuild to first allreduce (median of {args.rounds - 1} rounds, slowest rank):")
-    print(f"  {'ranks':>5}  {'ringmaster (prefix on long-lived store)':>40}  {'fresh init_process_group':>25}  speed-up")
+    print(
+        f"  {'ranks':>5}  {'ringmaster (prefix on long-lived store)':>40}  {'fresh init_process_group':>25}  speed-up"
+    )
     for size in (2, 4, 8):
         ours, fresh = rebuild_figures(size, args.rounds)
         print(f"  {size:>5}  {ours * 1000:>37.2f} ms  {fresh * 1000:>22.2f} ms  {fresh / ours:>7.1f}x")

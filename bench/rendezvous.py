@@ -133,7 +133,9 @@ async def write_after_member_loss(root: pathlib.Path, kill_raft_leader: bool) ->
 
     cluster = EtcdCluster(root).start()
     try:
-        victim = cluster.raft_leader() if kill_raft_leader else next(m for m in cluster.members if not m.is_raft_leader())
+        victim = (
+            cluster.raft_leader() if kill_raft_leader else next(m for m in cluster.members if not m.is_raft_leader())
+        )
         others = [m.endpoint for m in cluster.members if m is not victim]
         store = await EtcdStore.connect([victim.endpoint, *others])
         try:

@@ -80,7 +80,12 @@ class HostSnapshot:
 
     def replace(self, other: "HostSnapshot") -> None:
         """Become `other` (its buffers taken, not copied): the end of a sync that received it whole."""
-        self.skeleton, self.layout, self.buffers, self.tensors = other.skeleton, other.layout, other.buffers, other.tensors
+        self.skeleton, self.layout, self.buffers, self.tensors = (
+            other.skeleton,
+            other.layout,
+            other.buffers,
+            other.tensors,
+        )
         self.ranges, self.devices, self.pinned = other.ranges, other.devices, other.pinned
         self.allocations += other.allocations
 

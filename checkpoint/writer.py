@@ -89,7 +89,11 @@ class BackgroundWriter:
                 reason = _describe(exc)
                 if reason != self._failing:  # once per cause, not at every due checkpoint
                     newest = self.written[-1] if self.written else None
-                    kept = f"the newest checkpoint written is step {newest}" if newest is not None else "no checkpoint was written yet"
+                    kept = (
+                        f"the newest checkpoint written is step {newest}"
+                        if newest is not None
+                        else "no checkpoint was written yet"
+                    )
                     self._report(
                         f"could not write the checkpoint of step {step} to {self.directory.path}: {reason}; "
                         f"training goes on with in-memory commits and {kept}"

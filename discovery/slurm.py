@@ -128,7 +128,10 @@ class SlurmDiscovery:
         except OSError as exc:
             raise DiscoveryError(f"cannot run {command.split()[0]}: {exc}") from None
         if outcome != "done":
-            raise DiscoveryError(f"{command[:80]}: {'took longer than %g s' % self._timeout_s if outcome == 'timeout' else 'printed too much'}")
+            raise DiscoveryError(
+                f"{command[:80]}: "
+                + ("took longer than %g s" % self._timeout_s if outcome == "timeout" else "printed too much")
+            )
         if code != 0:
             raise DiscoveryError(failure_detail(command[:80], code or 0, stderr))
         return stdout.decode(errors="replace")

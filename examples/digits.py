@@ -104,9 +104,13 @@ def main() -> int:
     torch.manual_seed(args.seed)
     train_set, test_set = digits()
     global_batch = args.global_batch_size is not None
-    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed,
-                                         global_batch_size=args.global_batch_size,
-                                         micro_batch_size=(args.micro_batch_size or args.batch_size) if global_batch else None)
+    sampler = hvd.elastic.ElasticSampler(
+        train_set,
+        shuffle=True,
+        seed=args.seed,
+        global_batch_size=args.global_batch_size,
+        micro_batch_size=(args.micro_batch_size or args.batch_size) if global_batch else None,
+    )
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
 
     model = network()

@@ -185,7 +185,8 @@ class JobSettings(BaseModel):
                 f"--heartbeat-timeout ({self.heartbeat_timeout_s:g} s) must exceed the heartbeat interval "
                 f"({self.heartbeat_interval_s:g} s)"
             )
-        if self.checkpoint_dir is None and (self.checkpoint_every is not None or self.checkpoint_interval_s is not None):
+        if self.checkpoint_dir is None and (self.checkpoint_every is not None
+                                            or self.checkpoint_interval_s is not None):
             raise ValueError("--checkpoint-every and --checkpoint-interval need --checkpoint-dir DIR")
         return self
 

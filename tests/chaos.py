@@ -333,8 +333,14 @@ class ChaosRun:
     def absorbed(self, fault: Injected) -> float | None:
         """When the job committed a step after `fault` (in a newer generation where one is due)."""
         new_generation = fault.new_generation and fault.kind not in ("restart_serve", "kill_etcd_member")
-        times = [r["time"] for w, records in read_logs(self.log_dir).items() for r in records
-                 if r["event"] == "commit" and r["time"] > fault.at and (not new_generation or r["generation"] > fault.generation)]
+        times = [
+            r["time"]
+            for w, records in read_logs(self.log_dir).items()
+            for r in records
+            if r["event"] == "commit"
+            and r["time"] > fault.at
+            and (not new_generation or r["generation"] > fault.generation)
+        ]
         return min(times) if times else None
 
     def wait_absorbed(self, fault: Injected) -> None:
@@ -441,10 +447,14 @@ class ChaosRun:
             references = {size: reference_loss(self.dir / f"reference-{size}", epochs, self.optimizer,
                                                size) for size in sizes}
             size, reference = max(references.items(), key=lambda item: item[1])
-            assert final_loss <= 2 * reference + 0.01, \
-                f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults on {size} workers " \
+            assert final_loss <= 2 * reference + 0.01, (
+                f"seed {self.seed}: final loss {final_loss:.4f} against {reference:.4f} without faults on "
+                f"{size} workers "
                 f"(the worst of the sizes the job had: {', '.join(f'{n}: {v:.4f}' for n, v in references.items())})"
-            checks["loss"] = f"{final_loss:.4f} after {epochs} epochs; fault-free at most {reference:.4f} ({size} workers)"
+            )
+            checks["loss"] = (
+                f"{final_loss:.4f} after {epochs} epochs; fault-free at most {reference:.4f} ({size} workers)"
+            )
         slowest = max((f.recovery_s or 0.0 for f in injected), default=0.0)
         checks["no hang"] = f"every fault absorbed within {self.recovery_bound_s:g} s (slowest {slowest:.2f} s)"
         kept, computed, progress = goodput(logs)
@@ -478,8 +488,10 @@ def assert_no_committed_step_lost(logs: dict[str, list[dict]]) -> None:
         first = min((r["time"] for r in events(logs, "synced") if r["generation"] == record["generation"]))
         before = [step for t, step in commits if t < first]
         if before:
-            assert record["step"] >= max(before), \
-                f"generation {record['generation']} resumed at step {record['step']}, but step {max(before)} was committed"
+            assert record["step"] >= max(before), (
+                f"generation {record['generation']} resumed at step {record['step']}, "
+                f"but step {max(before)} was committed"
+            )
 
 
 def goodput(logs: dict[str, list[dict]]) -> tuple[int, int, float]:

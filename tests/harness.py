@@ -70,8 +70,8 @@ def _port_slice() -> tuple[int, int]:
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    """A port nobody holds now on `address` (loopback unless said), from this worker's slice of `PORT_BAND`, taken in turn
-    (a port just given up is not handed out again at once)."""
+    """A port nobody holds now on `address` (loopback unless said), from this worker's slice of `PORT_BAND`, taken in
+    turn (a port just given up is not handed out again at once)."""
     low, high = _port_slice()
     if not _next_port:
         _next_port.append(low + (os.getpid() * 7919) % (high - low))  # (a process of its own: elsewhere)

@@ -16,8 +16,11 @@ def padding_bound(logs: dict[str, list[dict]], epoch: int) -> int:
     ring whose size does not divide it pads the last step with up to size-1 repeats. Deals are
     what each (re-)entry into training logs as `synced` (the deal at an epoch's start deals the
     whole data set, which the tests size to divide by every world size)."""
-    deals = {(r["generation"], r["left"], r["size"]) for r in events(logs,
-                                                                     "synced") if r.get("epoch") == epoch and "left" in r}
+    deals = {
+        (r["generation"], r["left"], r["size"])
+        for r in events(logs, "synced")
+        if r.get("epoch") == epoch and "left" in r
+    }
     return sum(-left % size for _, left, size in deals)
 
 

@@ -142,7 +142,9 @@ class SlurmCluster:
     def _died(self, proc: subprocess.Popen | None, what: str) -> bool:
         if proc is not None and proc.poll() is not None:
             said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            logs = "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.workdir.glob("*.log"))
+            logs = "".join(
+                f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.workdir.glob("*.log")
+            )
             raise RuntimeError(f"{what} exited with code {proc.returncode}: {said}{logs}")
         return False
 
@@ -188,7 +190,9 @@ class SlurmCluster:
         return dict(part.split("=", 1) for part in out.split() if "=" in part).get(name, "")
 
     def logs(self) -> str:
-        return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in sorted(self.workdir.glob("*.log")))
+        return "".join(
+            f"\n--- {p.name}\n{p.read_text(errors='replace')[-4000:]}" for p in sorted(self.workdir.glob("*.log"))
+        )
 
     def remove(self) -> None:
         for job in subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True,

@@ -76,7 +76,9 @@ def _flag_rows(parser: argparse.ArgumentParser) -> list[str]:
         if action.option_strings and action.nargs != 0:
             metavar = action.metavar or action.dest.upper()
             names += f" `{' '.join(metavar) if isinstance(metavar, tuple) else metavar}`"
-        helped = (action.help or "") % {"default": action.default} if "%(default)" in (action.help or "") else action.help
+        helped = (
+            (action.help or "") % {"default": action.default} if "%(default)" in (action.help or "") else action.help
+        )
         rows.append(f"| {names} | {_cell(helped or '')} |")
     return rows
 

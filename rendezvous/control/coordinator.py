@@ -239,7 +239,9 @@ class Coordinator:
                 elif gen.announced_sequence and worker.phase is Phase.MEMBER:
                     job.outbox.append(AnnounceHosts(worker_id, gen.announced_sequence,
                                                     "newcomers were announced while this worker was reconnecting"))
-        placed = worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
+        placed = (
+            worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
+        )
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)
             return
@@ -375,8 +377,11 @@ class Coordinator:
         if gen is None or self.job.outcome is not None:
             return
         members = {a.host for a in gen.members}  # (a host with only warming workers is spare)
-        spare = sum(h.slots for h in self.pool.ordered_hosts()
-                    if h.name not in members and h.drain is None and not self.pool.blacklist.is_blacklisted(h.name, now))
+        spare = sum(
+            h.slots
+            for h in self.pool.ordered_hosts()
+            if h.name not in members and h.drain is None and not self.pool.blacklist.is_blacklisted(h.name, now)
+        )
         for straggler in found:
             if (gen.number, straggler.host) in self._stragglers_told:
                 continue
@@ -464,7 +469,11 @@ class Coordinator:
         job.workers, job.generation = saved.workers, saved.generation
         job.next_id, job.hosts_sequence = counters.next_id, counters.hosts_sequence
         job.target_np, job.finishing = counters.target_np, counters.finishing
-        job.summary.generations, job.summary.resets, job.summary.steps = counters.generations, counters.resets, counters.steps
+        job.summary.generations, job.summary.resets, job.summary.steps = (
+            counters.generations,
+            counters.resets,
+            counters.steps,
+        )
         job.summary.started_at = now
         job.generation_started = now - self.settings.crash_loop_window_s  # not a quick failure
         store = f"{self.ring_store.host}:{self.ring_store.port}"

@@ -290,7 +290,8 @@ def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: 
     def host_of(name: str, request: Request) -> str:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         expected = pool_host_key(join_secret, name).hex() if len(name) <= 253 else ""
-        if scheme.lower() != "bearer" or not expected or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        if (scheme.lower() != "bearer" or not expected
+                or not hmac.compare_digest(token.strip().encode(), expected.encode())):
             raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"},
                                 detail=f"host {name[:80]!r} must prove its key, derived from the pool's join secret "
                                        "(`ringmaster pool agent --secret-file FILE`, the file `pool serve "

@@ -280,7 +280,9 @@ class HostBoard:
     def running(self, run: str) -> int:
         """Hosts whose agent says it runs the run's agent (ordered or on its way out)."""
         with self._lock:
-            return sum(1 for joined in self._hosts.values() if any(joined.given.get(ident) == run for ident in joined.running))
+            return sum(
+                1 for joined in self._hosts.values() if any(joined.given.get(ident) == run for ident in joined.running)
+            )
 
     def pids(self) -> dict[str, int | None]:
         """Each joined host's pool agent's process id, as it says."""

@@ -141,7 +141,9 @@ class JobTable:
         if not 1 <= min_np <= max_np:
             raise Refused(f"--min-np {min_np} and --max-np {max_np}: need 1 <= min-np <= max-np")
         if not 1 <= group_size <= MAX_GROUP_SIZE:
-            raise Refused(f"--group-size {group_size}: give 1 (no groups) to {MAX_GROUP_SIZE} workers per replica group")
+            raise Refused(
+                f"--group-size {group_size}: give 1 (no groups) to {MAX_GROUP_SIZE} workers per replica group"
+            )
         for flag, count in (("--min-np", min_np), ("--max-np", max_np)):
             if count % group_size:
                 raise Refused(whole_groups_refusal(flag, count, group_size))

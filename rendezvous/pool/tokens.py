@@ -31,7 +31,9 @@ def parse_queue_tokens(text: str, queues: set[str], where: str = "--queue-tokens
             raise UsageError(f"{where} line {number}: unknown queue {queue[:80]!r}; this pool has "
                              f"{', '.join(sorted(queues))} (--queue-weights names the queues)")
         if len(token) < MIN_TOKEN_CHARS:
-            raise UsageError(f"{where} line {number}: the token of {queue} is shorter than {MIN_TOKEN_CHARS} characters")
+            raise UsageError(
+                f"{where} line {number}: the token of {queue} is shorter than {MIN_TOKEN_CHARS} characters"
+            )
         if token in tokens:
             raise UsageError(f"{where} line {number}: a token is given twice")
         tokens[token] = queue

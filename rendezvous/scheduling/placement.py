@@ -11,10 +11,10 @@ at a commit anyway, and new workers start) whose workers would span more hosts t
 packing needs is packed again: elastic jobs resized over hours would otherwise end up on many half-used hosts, their
 rings crossing hosts they need not (a job shrunk from 9 workers on 7 hosts to 4 stayed on two
 hosts for the rest of its run, half as fast as on one). A job the caller names in `repack` is
-packed again at the size it has too (the caller judged that fewer hosts pay for the pause). Workers on hosts that are gone (failed, blacklisted, drained) are simply not kept. Where
-workers ask for GPUs or CPUs besides their slot, a host takes as many as all of them fit, and
-two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0). A job of
-replica groups (`--group-size K`) takes whole groups of a host's slots where it can (hosts of 3
+packed again at the size it has too (the caller judged that fewer hosts pay for the pause). Workers on hosts that are
+gone (failed, blacklisted, drained) are simply not kept. Where workers ask for GPUs or CPUs besides their slot, a host
+takes as many as all of them fit, and two jobs that use GPUs never share a host (each numbers the GPUs it sees from 0).
+A job of replica groups (`--group-size K`) takes whole groups of a host's slots where it can (hosts of 3
 slots hold a job of 4 in groups of 2 as 2 + 2, not 3 + 1: a group split over two hosts sends
 its FSDP2 all-gathers between them), and splits a group only where no host has room for one.
 Pure: hosts' slots (and resources), current placements and target sizes in; placements out.

@@ -76,7 +76,9 @@ def target_sizes(policy: str, capacity: int, jobs: Sequence[JobAsk], may_hold: s
     while True:
         sizes = SIZERS[policy](list(jobs), Left(capacity, totals), fixed, settings)
         starts = any(sizes[j.id] > 0 and not j.running for j in jobs)
-        moved = [j for j in held if j.id not in fixed and sizes[j.id] != j.size and not (starts and sizes[j.id] < j.size)]
+        moved = [
+            j for j in held if j.id not in fixed and sizes[j.id] != j.size and not (starts and sizes[j.id] < j.size)
+        ]
         if not moved:
             return sizes, {j.id for j in held if j.id in fixed}
         for job in moved:

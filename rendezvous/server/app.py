@@ -255,7 +255,9 @@ class RendezvousServer:
                 await leases.adopt()
                 service.call(lambda now: coordinator.resume(restored, now, agents_survive=not launcher.starts_agents))
             await grpc_server.start()
-            hosts_from = self.discovery.describe() + (" and agents that join by connecting" if self.settings.hosts_from_agents else "")
+            hosts_from = self.discovery.describe() + (
+                " and agents that join by connecting" if self.settings.hosts_from_agents else ""
+            )
             _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=hosts_from,
                  store=self.store_spec.describe())
             if self.api_port is not None:

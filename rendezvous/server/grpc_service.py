@@ -412,10 +412,17 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._carriers.discard(request.host)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
-        self.call(lambda now: self.coordinator.agent_connected(request.host, request.pid, now, list(request.running),
-                                                               incarnation=request.incarnation[:64],
-                                                               slots=request.slots,
-                                                               version="".join(c for c in request.version[:MAX_VERSION_CHARS] if c.isprintable())))
+        self.call(
+            lambda now: self.coordinator.agent_connected(
+                request.host,
+                request.pid,
+                now,
+                list(request.running),
+                incarnation=request.incarnation[:64],
+                slots=request.slots,
+                version="".join(c for c in request.version[:MAX_VERSION_CHARS] if c.isprintable()),
+            )
+        )
         try:
             async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
                                             self._agent_gone):

@@ -107,7 +107,8 @@ class StepTimes:
         now = (generation, stats.steps.count, stats.steps.seconds, stats.wait_seconds)
         last = self._last.get(worker_id)
         self._last[worker_id] = now
-        if last is None or host is None or last[0] != generation or now[1] < last[1] or now[2] < last[2] or now[3] < last[3]:
+        if (last is None or host is None or last[0] != generation
+                or now[1] < last[1] or now[2] < last[2] or now[3] < last[3]):
             return
         steps, seconds, waited = now[1] - last[1], now[2] - last[2], now[3] - last[3]
         if steps <= 0:

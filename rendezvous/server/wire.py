@@ -105,7 +105,12 @@ def fill(event: pb.WorkerEvent, effect: WorkerEffect, ends: EndGeneration | None
         a, into = effect.place, event.assignment
         into.SetInParent()
         into.generation, into.rank, into.size = effect.generation, a.rank, a.size
-        into.local_rank, into.local_size, into.cross_rank, into.cross_size = a.local_rank, a.local_size, a.cross_rank, a.cross_size
+        into.local_rank, into.local_size, into.cross_rank, into.cross_size = (
+            a.local_rank,
+            a.local_size,
+            a.cross_rank,
+            a.cross_size,
+        )
         into.store_host, into.store_port, into.store_prefix = effect.store_host, effect.store_port, effect.store_prefix
         into.hosts_sequence = effect.hosts_sequence
         if ends is not None:

@@ -104,7 +104,9 @@ def _read(path: str | None, what: str, private: bool = False) -> bytes | None:
     except OSError as exc:
         raise StoreAccessRefused(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise StoreAccessRefused(f"{what} {path} can be read by other users (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        raise StoreAccessRefused(
+            f"{what} {path} can be read by other users (mode {stat.S_IMODE(mode):o}); chmod 600 it"
+        )
     return data
 
 
@@ -202,7 +204,8 @@ class EtcdStore:
                     raise
                 raise StoreAccessRefused(
                     f"etcd at {endpoint} refused this store's access: {exc}; check the user and password in --store "
-                    "(etcd[s]://USER@... with --store-password-file) and that the user's role covers the prefix") from None
+                    "(etcd[s]://USER@... with --store-password-file) and that the user's role covers the prefix"
+                ) from None
             except (*_UNREACHABLE, OSError) as exc:
                 failures.append(f"{endpoint} ({type(exc).__name__})")
                 self._move_on(client, type(exc).__name__)

@@ -299,7 +299,9 @@ def read_job(values: dict[str, dict[str, Any]]) -> SavedJob | None:
             key.removeprefix(HOSTS): _host(key.removeprefix(HOSTS), HostRecord.model_validate(v))
             for key, v in values.items() if key.startswith(HOSTS) and _name_fits(key, skipped)
         }
-        generation_record = GenerationRecord.model_validate(values[GENERATION_KEY]) if GENERATION_KEY in values else None
+        generation_record = (
+            GenerationRecord.model_validate(values[GENERATION_KEY]) if GENERATION_KEY in values else None
+        )
         current = generation_record.number if generation_record is not None else 0
         workers = {
             key.removeprefix(WORKERS): _worker(key.removeprefix(WORKERS), WorkerRecord.model_validate(v), current)

@@ -91,7 +91,9 @@ def decode(key: str, raw: bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError:
-        raise StoreFormatError(f"the value of {key!r} is not JSON; was this prefix written by something else?") from None
+        raise StoreFormatError(
+            f"the value of {key!r} is not JSON; was this prefix written by something else?"
+        ) from None
     if not isinstance(value, dict):
         raise StoreFormatError(f"the value of {key!r} is not a JSON object")
     return value

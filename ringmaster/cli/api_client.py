@@ -35,7 +35,8 @@ class ApiClient:
         parsed = urllib.parse.urlparse(api)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ApiError(f"--api {api}: give the control API's URL, e.g. http://127.0.0.1:8080 (printed at start)")
-        if parsed.scheme == "http" and secret is not None and not is_this_machine(parsed.hostname or "", this_machine_names()):
+        if (parsed.scheme == "http" and secret is not None
+                and not is_this_machine(parsed.hostname or "", this_machine_names())):
             raise ApiError(f"--api {api}: would send the job secret in the clear to {parsed.hostname}, another "
                            "machine; use the job's https:// URL (a job started with --tls-cert), or run this command "
                            "on that machine")

@@ -347,8 +347,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
         raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
     if command[0] in ("python", "python3"):
         command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
-    for flag, address in (("--bind", getattr(args, "bind", None)), ("--advertise-address", getattr(args,
-                                                                                                   "advertise_address", None))):
+    for flag, address in (("--bind", getattr(args, "bind", None)),
+                          ("--advertise-address", getattr(args, "advertise_address", None))):
         if address and ":" in address:
             raise UsageError(f"{flag} {address}: IPv6 addresses are not supported; give an IPv4 address "
                              "(0.0.0.0 listens on every interface) or a host name")
@@ -396,28 +396,33 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
                or (max_np is not None and min_np < max_np))
     try:
         settings = JobSettings(
-            command=command, min_np=min_np, max_np=max_np, group_size=args.group_size, elastic_timeout_s=args.elastic_timeout,
-            reset_limit=args.reset_limit, max_restarts=args.max_restarts, discovery_interval_s=args.discovery_interval,
+            command=command, min_np=min_np, max_np=max_np, group_size=args.group_size,
+            elastic_timeout_s=args.elastic_timeout, reset_limit=args.reset_limit, max_restarts=args.max_restarts,
+            discovery_interval_s=args.discovery_interval,
             discovery_timeout_s=args.discovery_timeout, heartbeat_interval_s=args.heartbeat_interval,
             heartbeat_timeout_s=args.heartbeat_timeout, heartbeat_relay=args.heartbeat_relay,
             collective_timeout_s=args.collective_timeout, busy_timeout_s=args.busy_timeout, elastic=elastic,
             reconnect_timeout_s=args.reconnect_timeout,
             start_timeout_s=args.start_timeout, stop_grace_s=args.stop_grace,
-            spares=args.spares if args.spares is not None else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES,
+            spares=(args.spares if args.spares is not None
+                    else os.environ.get(defaults.SPARES_ENV) or defaults.DEFAULT_SPARES),
             drain_grace_s=getattr(args, "drain_grace", defaults.DEFAULT_DRAIN_GRACE_S),
-            notice_script=os.path.abspath(args.preemption_notice_script) if getattr(args,
-                                                                                    "preemption_notice_script", None)
-            else None, notice_interval_s=getattr(args, "notice_interval", defaults.DEFAULT_NOTICE_INTERVAL_S),
+            notice_script=(os.path.abspath(args.preemption_notice_script)
+                           if getattr(args, "preemption_notice_script", None) else None),
+            notice_interval_s=getattr(args, "notice_interval", defaults.DEFAULT_NOTICE_INTERVAL_S),
             blacklist_cooldown_s=tuple(args.blacklist_cooldown_range) if args.blacklist_cooldown_range else None,
-            hosts_from_agents=args.hosts_from_agents, warmup_grace_s=args.warmup_grace, crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
+            hosts_from_agents=args.hosts_from_agents, warmup_grace_s=args.warmup_grace,
+            crash_loop_window_s=args.crash_loop_window, crash_loop_limit=args.crash_loop_limit,
             exit_report_timeout_s=args.exit_report_timeout, spare_last_hosts=args.spare_last_hosts,
             checkpoint_dir=os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None,
             checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_keep=args.checkpoint_keep,
             checkpoint_trusted=args.checkpoint_trusted,
             timeline=timeline_path(args.timeline, os.environ), timeline_max_mb=args.timeline_max_mb,
-            fusion_threshold_bytes=None if args.fusion_threshold_mb is None else int(args.fusion_threshold_mb * (1 << 20)),
-            stragglers=args.stragglers, straggler_slowdown=args.straggler_slowdown, straggler_steps=args.straggler_steps,
+            fusion_threshold_bytes=(None if args.fusion_threshold_mb is None
+                                    else int(args.fusion_threshold_mb * (1 << 20))),
+            stragglers=args.stragglers, straggler_slowdown=args.straggler_slowdown,
+            straggler_steps=args.straggler_steps,
         )
     except ValidationError as exc:
         raise UsageError("; ".join(_flag_error(e) for e in exc.errors())) from None
@@ -627,11 +632,13 @@ def requeue(environ: Mapping[str, str]) -> int:
 
         try:
             done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=30)
-            how = (f"Slurm job {job_id} requeued: it starts again and resumes from its checkpoint" if done.returncode == 0
+            how = (f"Slurm job {job_id} requeued: it starts again and resumes from its checkpoint"
+                   if done.returncode == 0
                    else f"scontrol requeue {job_id} failed ({done.stderr.strip()[:300]}); submit the job with "
                         "--requeue, or again by hand: it resumes from its checkpoint")
         except (OSError, subprocess.TimeoutExpired) as exc:
-            how = f"scontrol requeue {job_id} could not run ({exc}); submit the job again: it resumes from its checkpoint"
+            how = (f"scontrol requeue {job_id} could not run ({exc}); submit the job again: it resumes from its "
+                   "checkpoint")
     log_event(log, Event(Kind.JOB_REQUEUED, {"how": how, "exit_code": PREEMPTED_EXIT}))
     return PREEMPTED_EXIT
 

@@ -171,8 +171,11 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
                         help="workers per replica group (FSDP2 inside a group, hvd.elastic.mesh()): the pool sizes the "
                              "job in whole groups, so -np, --min-np and --max-np must be multiples of K (default: 1)")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
-    jobs = sub.add_parser("jobs", help="list a pool's jobs", description="List a pool's jobs: id, queue, priority, "
-                                                                         "state, size, hosts, steps/s and why it is so.")
+    jobs = sub.add_parser(
+        "jobs",
+        help="list a pool's jobs",
+        description="List a pool's jobs: id, queue, priority, state, size, hosts, steps/s and why it is so.",
+    )
     _client_flags(jobs)
     cancel = sub.add_parser("cancel", help="cancel a job of a pool", description="Cancel a pool's job: a running one's "
                                                                                  "workers are stopped.")

@@ -347,7 +347,8 @@ SPECS: dict[Kind, Spec] = {
 class _TextFormatter(string.Formatter):
     """str.format with a few specs for the shapes events carry: `hosts` ({a: 2} -> "a:2"),
     `list`, `paren` (" (x)" or nothing), `cooldown` ("for 2.0 s" or "permanently"),
-    `repeats` (" (N more like it ...)" or nothing), `ranks` ("ranks 1, 2" or "no rank"), `lost` (" (N more lost ...)" or nothing)."""
+    `repeats` (" (N more like it ...)" or nothing), `ranks` ("ranks 1, 2" or "no rank"), `lost` (" (N more lost ...)" or
+    nothing)."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if format_spec == "hosts":

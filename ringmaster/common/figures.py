@@ -122,13 +122,15 @@ def check_stats(stats: pb.WorkerStats) -> str:
             return f"{name} is out of range"
     if not math.isfinite(stats.wait_seconds) or not 0 <= stats.wait_seconds <= stats.steps.seconds + 1e-6:
         return "the time waited for the ring is negative, not finite, or longer than the steps"
-    if not 0 <= stats.batch_size <= MAX_BATCH or not (math.isfinite(stats.noise_scale) and 0 <= stats.noise_scale <= MAX_NOISE_SCALE):
+    if (not 0 <= stats.batch_size <= MAX_BATCH
+            or not (math.isfinite(stats.noise_scale) and 0 <= stats.noise_scale <= MAX_NOISE_SCALE)):
         return "the batch size or the gradient noise scale is out of range"
     if stats.has_loss and not math.isfinite(stats.loss):
         return "the loss is not finite"
     if stats.global_batch or stats.micro_batch or stats.accumulation:
         if not (0 < stats.micro_batch <= stats.global_batch <= MAX_BATCH and stats.global_batch % stats.micro_batch == 0
-                and 0 <= stats.accumulation <= stats.global_batch // stats.micro_batch and 1 <= stats.sharing <= MAX_BATCH):
+                and 0 <= stats.accumulation <= stats.global_batch // stats.micro_batch
+                and 1 <= stats.sharing <= MAX_BATCH):
             return "the global batch, its micro-batch or this worker's share of it is out of range"
     return ""
 
@@ -188,7 +190,8 @@ class FigureTotals:
 
     def update(self, worker_id: str, stats: pb.WorkerStats) -> None:
         previous = self._latest.get(worker_id)
-        if previous is not None and (stats.commits.count < previous.commits.count or stats.syncs.count < previous.syncs.count):
+        if previous is not None and (stats.commits.count < previous.commits.count
+                                     or stats.syncs.count < previous.syncs.count):
             return  # (out of order, or not this worker's)
         if previous is not None:
             self.totals.add(previous, -1)

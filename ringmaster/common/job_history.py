@@ -99,7 +99,8 @@ class JobHistory:
         chosen = [e for e in self.of_kind(*kinds)]
         merged: list[dict[str, Any]] = []
         for e in chosen:
-            if merged and e["kind"] in FAULT_KINDS and merged[-1]["kind"] in FAULT_KINDS and e["at"] - merged[-1]["at"] < 1.0:
+            if (merged and e["kind"] in FAULT_KINDS and merged[-1]["kind"] in FAULT_KINDS
+                    and e["at"] - merged[-1]["at"] < 1.0):
                 if e["kind"] == "host.lost" and merged[-1]["kind"] != "host.lost":  # (the host's loss names it best)
                     merged[-1] = {**e, "at": merged[-1]["at"]}
                 continue

@@ -2,8 +2,8 @@
 
 A caller proves its key (`keys`) with a token in the call's metadata: its identity, a timestamp,
 its call's number and an HMAC under its key over all that, the method and the request's bytes,
-so a token is good for that one request and nothing else. The answering side picks a nonce of its own; both then derive the
-call's session key from the caller's key, its token and that nonce. Under the session key:
+so a token is good for that one request and nothing else. The answering side picks a nonce of its own; both then derive
+the call's session key from the caller's key, its token and that nonce. Under the session key:
 - the stream's opening carries a proof (the server knows the caller's key: it is the job's);
 - every streamed message carries a `seal` (its sequence number, from 1, and a MAC over its
   bytes, its direction and that number), so a relay that does not hold the key can insert,
@@ -172,7 +172,9 @@ class CallerSeal:
         sequence, mac = message.seal.sequence, message.seal.mac
         message.ClearField("seal")
         if sequence != self._received + 1:
-            return f"message {sequence} came where message {self._received + 1} was due (replayed, reordered or dropped)"
+            return (
+                f"message {sequence} came where message {self._received + 1} was due (replayed, reordered or dropped)"
+            )
         if not hmac.compare_digest(self._session.message_mac(sequence, body_of(message)), mac):
             return f"message {sequence} does not carry this session's MAC (changed or inserted on the way)"
         self._received = sequence
@@ -244,7 +246,10 @@ class Gate:
         if not hmac.compare_digest(expected, mac):
             return None, f"its token does not prove the key of {identity} over this request"
         if abs(now - when) > self.window_s:
-            return None, f"its job token is {abs(now - when):.0f} s from this host's clock (more than {self.window_s:g} s)"
+            return (
+                None,
+                f"its job token is {abs(now - when):.0f} s from this host's clock (more than {self.window_s:g} s)",
+            )
         return Admission(identity, series, number, SessionKeys(key, method, token, secrets.token_hex(8))), ""
 
     def admit(self, admission: Admission, now: float) -> str | None:
@@ -284,7 +289,9 @@ class Replays:
         else:
             behind = highest - counter
             if behind >= self._slack:
-                return f"its number is {behind} calls behind this caller's newest (a replay, or a caller far out of order)"
+                return (
+                    f"its number is {behind} calls behind this caller's newest (a replay, or a caller far out of order)"
+                )
             bit = 1 << behind
             if mask & bit:
                 return "its job token was used before (a replayed call)"

@@ -33,8 +33,10 @@ class RayNodeDiscovery:
         self._drain_state_unknown = False
 
     def describe(self) -> str:
-        return f"the Ray cluster's alive nodes ({self.cpus_per_worker:g} CPU{'' if self.cpus_per_worker == 1 else 's'}" \
-               f"{f', {self.gpus_per_worker:g} GPU' if self.gpus_per_worker else ''} per worker)"
+        return (
+            f"the Ray cluster's alive nodes ({self.cpus_per_worker:g} CPU{'' if self.cpus_per_worker == 1 else 's'}"
+            f"{f', {self.gpus_per_worker:g} GPU' if self.gpus_per_worker else ''} per worker)"
+        )
 
     def node_id(self, host: str) -> str | None:
         """The node id of `host`, as of the last poll (None: no alive node is that host)."""

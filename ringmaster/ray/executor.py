@@ -95,7 +95,9 @@ class ElasticRayExecutor:
                 elastic_timeout_s=elastic_timeout_s, reset_limit=reset_limit, discovery_interval_s=discovery_interval_s,
                 checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else None, **settings)
         except ValidationError as exc:
-            problems = "; ".join(f"{_ARGUMENTS.get(_where(e['loc']), _where(e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{_ARGUMENTS.get(_where(e['loc']), _where(e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
             raise ValueError(f"ElasticRayExecutor: {problems}") from None
         self._started = False
         self.dashboard_url: str | None = None

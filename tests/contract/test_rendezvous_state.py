@@ -394,7 +394,8 @@ def test_an_agent_whose_lease_expires_is_reported_and_its_key_removed(make_store
     with_store(make_store, body)
 
 
-def test_a_new_leader_ignores_inherited_leases_running_out_and_replaces_them_on_reconnection(make_store, prefix) -> None:
+def test_a_new_leader_ignores_inherited_leases_running_out_and_replaces_them_on_reconnection(
+        make_store, prefix) -> None:
     """While no rendezvous runs nobody refreshes leases, so their expiry is no sign of death."""
     async def body(store):
         old = AgentLeases(store, prefix, 2, lambda host: None)

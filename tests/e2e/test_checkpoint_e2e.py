@@ -193,8 +193,10 @@ def test_a_checkpoint_folder_of_another_model_stops_the_job_naming_it(run_job, t
     other = run_job("-np", "2", *FAST, "--checkpoint-dir", ckpt, *elastic_job(tmp_path / "log2", epochs=1, samples=16),
                     "--hidden", "16")
     assert other.wait(180) == 1, other.output
-    assert "does not fit this model: model.0.weight has shape [8, 4] float32 in the checkpoint and [16, 4] float32 here" \
+    assert (
+        "does not fit this model: model.0.weight has shape [8, 4] float32 in the checkpoint and [16, 4] float32 here"
         in other.output
+    )
     assert not other.events("generation.formed", number=2)  # stopped, not restarted over and over
 
 

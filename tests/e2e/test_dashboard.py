@@ -42,15 +42,19 @@ def test_the_dashboard_shows_a_lost_host_as_a_new_generation_and_scales_the_job(
           "navigation")
 
     def shown() -> dict:
-        return _page(browser, """
+        return _page(
+            browser,
+            """
             const rows = (id) => Array.from(document.querySelectorAll('#' + id + ' tbody tr'))
                 .map((tr) => Array.from(tr.cells).map((td) => td.textContent));
             return {generation: document.body.dataset.generation, state: document.body.dataset.state,
                     world: document.getElementById('world-size').textContent,
                     loss: document.getElementById('loss').textContent,
-                    strip: Array.from(document.querySelectorAll('#strip .gen')).map((g) => [g.dataset.number, g.dataset.cause]),
+                    strip: Array.from(document.querySelectorAll('#strip .gen'))
+                        .map((g) => [g.dataset.number, g.dataset.cause]),
                     hosts: rows('hosts'), ranks: rows('ranks'),
-                    events: Array.from(document.querySelectorAll('#events li')).map((li) => li.textContent)};""")
+                    events: Array.from(document.querySelectorAll('#events li')).map((li) => li.textContent)};""",
+        )
 
     first = wait_for(lambda: (lambda s: s if s["generation"] == "1" and len(s["ranks"]) == 4 else None)(shown()), 30,
                      "generation 1 with 4 ranks on the page")
@@ -146,9 +150,13 @@ def test_the_dashboard_shows_a_declared_global_batch_and_each_ranks_share(run_jo
     browser.get(url + "/")
 
     def shown() -> dict | None:
-        page = _page(browser, """
+        page = _page(
+            browser,
+            """
             return {batch: document.getElementById('global-batch').textContent,
-                    shares: Array.from(document.querySelectorAll('#ranks tbody tr')).map((tr) => tr.cells[5].textContent)};""")
+                    shares: Array.from(document.querySelectorAll('#ranks tbody tr'))
+                        .map((tr) => tr.cells[5].textContent)};""",
+        )
         return page if len(page["shares"]) == 3 and "–" not in page["shares"] else None
 
     page = wait_for(shown, 30, "the global batch and three shares on the page")

@@ -57,7 +57,9 @@ def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp
         before = [r["step"] for r in logs[worker] if r["event"] == "commit" and r["generation"] == 1]
         resumed = [r for r in logs[worker] if r["event"] == "synced" and r["generation"] == 2]
         assert resumed, f"{worker} never rejoined:\n{job.output}"
-        assert resumed[0]["step"] >= max(before), f"{worker} lost committed steps: last commit {max(before)}, resumed at {resumed[0]['step']}"
+        assert resumed[0]["step"] >= max(before), (
+            f"{worker} lost committed steps: last commit {max(before)}, resumed at {resumed[0]['step']}"
+        )
         assert resumed[0]["size"] == 2
     done = events(logs, "done")
     assert len(done) == 2 and all(r["size"] == 2 for r in done)
@@ -214,7 +216,9 @@ def test_collectives_on_a_real_ring(run_job, tmp_path) -> None:
         # gradients went out in buckets while backward ran, and reduce to the plain average
         buckets = result["buckets"]
         assert buckets["buckets"] >= 4 and buckets["in_flight_after_backward"] >= 2, buckets
-        assert buckets["matches_1_none"] and buckets["matches_2_none"] and buckets["unused_grads"] == [0.0, 0.0], buckets
+        assert buckets["matches_1_none"] and buckets["matches_2_none"] and buckets["unused_grads"] == [0.0, 0.0], (
+            buckets
+        )
         assert buckets["matches_1_fp16"] and buckets["matches_1_bf16"], buckets
         assert result["grouped"] == [[3.0], [3, 3]]
         order = result["bucket_order"]

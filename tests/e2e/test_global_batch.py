@@ -67,7 +67,12 @@ def assert_same_trajectory(churned: dict[int, dict], clean: dict[int, dict], exa
         scale = max(abs(p) for p in reference["params"])
         params = max(abs(a - b) for a, b in zip(record["params"], reference["params"])) / scale
         if exact:
-            assert record["params"] == reference["params"] and loss <= LOSS_TOLERANCE_EXACT, (step, record["size"], loss, params)
+            assert record["params"] == reference["params"] and loss <= LOSS_TOLERANCE_EXACT, (
+                step,
+                record["size"],
+                loss,
+                params,
+            )
         else:
             assert loss <= TOLERANCE and params <= TOLERANCE, (step, record["size"], loss, params)
         worst = max(worst, loss, params)
@@ -190,7 +195,9 @@ def test_the_status_shows_each_workers_share_and_scale_refuses_sizes_with_nothin
     assert sorted(declared["accumulation"].values()) == [2, 3, 3]
     refused = subprocess.run([sys.executable, "-m", "ringmaster.cli", "scale", "--api", api, "-np", "9"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1 and "global batch of 24 samples is 8 micro-batches of 3" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "global batch of 24 samples is 8 micro-batches of 3" in refused.stderr, (
+        refused.stderr
+    )
     scale(api, 2)
     job.wait_status(lambda s: s["world_size"] == 2 and s["global_batch"] is not None
                     and sorted(s["global_batch"]["accumulation"].values()) == [4, 4], 120, "two shares of 4")

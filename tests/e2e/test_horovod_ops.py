@@ -52,7 +52,9 @@ def test_every_horovod_op_name_works_as_horovod_s_on_three_workers(run_job, tmp_
         assert "names rank 3 but the job has 3 workers now" in got["set_too_big"]
         assert got["removed"] == [True, None, False] and "is not registered" in got["removed_use"]
         assert got["barrier_set"]
-        assert got["syncbn_error"] < 1e-5 and got["syncbn_grad_error"] < 1e-4 and got["syncbn_running_error"] < 1e-5, got
+        assert got["syncbn_error"] < 1e-5 and got["syncbn_grad_error"] < 1e-4 and got["syncbn_running_error"] < 1e-5, (
+            got
+        )
         assert got["timeline_bad_folder"].startswith("ValueError: start_timeline('/no/such/folder/t.json')")
         assert got["reinit"] == [not_initialized, 3.0] * 10
         assert "is not registered" in got["sets_after_shutdown"]

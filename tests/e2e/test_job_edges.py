@@ -40,7 +40,7 @@ def test_an_argument_that_is_not_utf8_reaches_the_worker_as_the_same_bytes(run_j
     assert out.read_text() == " ".join(b.hex() for b in (b"caf\xe9", b"plain"))
 
 
-def test_a_pool_job_with_such_an_argument_runs_one_that_cannot_be_an_argument_is_refused_and_a_failing_job_takes_no_host_out(
+def test_a_pool_job_with_such_an_argument_runs_one_that_cannot_be_one_is_refused_no_host_taken_out(
         run_job, tmp_path) -> None:
     pool = Pool(run_job, tmp_path, "-H", "hA:1")
     script, out = tmp_path / "argv.py", tmp_path / "argv.txt"

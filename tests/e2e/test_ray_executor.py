@@ -273,7 +273,11 @@ def test_ctrl_c_in_run_stops_the_workers_then_propagates(cluster, tmp_path) -> N
     assert executor.last_outcome is not None and executor.last_outcome.interrupted
 
     def workers() -> list:
-        return [p for p in psutil.process_iter(["cmdline"]) if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])]
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "ringmaster.ray.worker_main" in " ".join(p.info["cmdline"] or [])
+        ]
 
     wait_for(lambda: not workers(), 30, "no worker left")
 
@@ -330,7 +334,8 @@ def _attached(name: str):
     return found[0]
 
 
-def test_a_detached_job_goes_on_when_its_driver_is_killed_and_another_driver_reads_its_result(cluster, tmp_path) -> None:
+def test_a_detached_job_goes_on_when_its_driver_is_killed_and_another_driver_reads_its_result(
+        cluster, tmp_path) -> None:
     made, _nodes = cluster
     log = tmp_path / "log"
     driver = _driver(made, "survivor", log, steps=150)

@@ -151,7 +151,8 @@ def test_a_partitioned_host_fences_itself_and_returns_when_the_link_heals(run_jo
     print(f"\n[figure] partition -> first commit of the survivors' ring: {first_commit - cut_at:.2f} s")
 
 
-def test_the_network_interface_flag_and_a_loopback_rendezvous_that_remote_hosts_cannot_dial(run_job, net_hosts, tmp_path) -> None:
+def test_the_network_interface_flag_and_a_loopback_rendezvous_that_remote_hosts_cannot_dial(
+        run_job, net_hosts, tmp_path) -> None:
     net = net_hosts(1)
     host = net.hosts[0].address
     # --network-interface: the rendezvous, its store and the rings use that interface's address.
@@ -189,7 +190,8 @@ def test_a_rendezvous_cut_off_from_every_host_leaves_training_going_on(run_job, 
     assert not job.events("host.lost") and not job.events("generation.formed", number=2), job.output
 
 
-def test_serve_with_agents_started_by_something_else_on_hosts_with_their_own_network(run_job, net_hosts, tmp_path) -> None:
+def test_serve_with_agents_started_by_something_else_on_hosts_with_their_own_network(
+        run_job, net_hosts, tmp_path) -> None:
     """`ringmaster serve` in the root namespace and `ringmaster agent` started on each host by
     something other than ringmaster (Kubernetes, Slurm: here `ip netns exec`), as the README's
     multi-machine setup says; an agent with another secret is refused and says so."""

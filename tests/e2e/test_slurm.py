@@ -188,9 +188,14 @@ def test_a_second_allocations_agents_join_the_job_and_leave_when_it_is_cancelled
     secret.write_text(SECRET)
     secret.chmod(0o600)
     submitted = time.time()
-    job_b = slurm.sbatch(ROOT / "examples" / "slurm" / "add_nodes.sbatch", "--nodes=1", "--nodelist=node1",
-                         "--ntasks-per-node=1", f"--output={slurm.workdir}/more.out",
-                         f"--export=ALL,RENDEZVOUS={slurm.node('node0').address}:{port},SECRET_FILE={secret},PATH={pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")  # (`ringmaster` as installed)
+    job_b = slurm.sbatch(
+        ROOT / "examples" / "slurm" / "add_nodes.sbatch",
+        "--nodes=1",
+        "--nodelist=node1",
+        "--ntasks-per-node=1",
+        f"--output={slurm.workdir}/more.out",
+        f"--export=ALL,RENDEZVOUS={slurm.node('node0').address}:{port},SECRET_FILE={secret},PATH={pathlib.Path(sys.executable).parent}:{os.environ['PATH']}",
+    )  # (`ringmaster` as installed)
     grown = first_commit(log, lambda r: r["size"] == 2)
     joined = wait_for(lambda: [e for e in job_events(slurm, "grow", "agent.connected") if e["host"] == "node1"], 60,
                       "node1's agent connected")[0]

@@ -158,8 +158,13 @@ class _PosingRendezvous(pb_grpc.RendezvousServicer):
 
     async def AgentSession(self, request, context):
         self.hellos += 1
-        yield pb.AgentCommand(workers=[pb.WorkerSpec(worker_id=f"{request.host}/1", argv=[b"/bin/sh",
-                                                                                          b"-c", os.fsencode(f"id > {self.marker}")])])
+        yield pb.AgentCommand(
+            workers=[
+                pb.WorkerSpec(
+                    worker_id=f"{request.host}/1", argv=[b"/bin/sh", b"-c", os.fsencode(f"id > {self.marker}")]
+                )
+            ]
+        )
         await asyncio.sleep(30)
 
     async def AgentHeartbeat(self, request, context):

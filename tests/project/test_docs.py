@@ -1,6 +1,7 @@
 """The documentation site stays true: it builds strictly (a broken link, anchor or page left out
 of the navigation fails the build), its reference names every flag of every verb and every
-public name of the Python API, every flag is written on a page a user reads too, and README.md stays a page one reads in five minutes."""
+public name of the Python API, every flag is written on a page a user reads too, and README.md stays a page one reads in
+five minutes."""
 
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ def test_every_public_name_of_the_python_api_has_its_entry(site) -> None:
 
     outside = [name for name, value in vars(hvd).items() if not name.startswith("_") and name != "annotations"
                and not isinstance(value, types.ModuleType) and name not in hvd.__all__]
-    assert not outside, f"public names of ringmaster.torch missing from its __all__ (and so from the reference): {outside}"
+    assert not outside, (
+        f"public names of ringmaster.torch missing from its __all__ (and so from the reference): {outside}"
+    )
 
 
 @pytest.mark.slow  # (builds the whole site: seconds, not for `pytest -q`)

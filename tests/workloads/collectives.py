@@ -145,7 +145,9 @@ def main() -> None:
     averaged = hvd.allreduce(big, prescale_factor=2.0)
     expected = torch.arange(1_500_001, dtype=torch.float64) * (size * (size + 1) / 2)
     result["big_sum_error"] = float((summed.double() - expected * 0.5).abs().max())
-    result["big_average_error"] = float(((averaged.double() - expected * 2.0 / size) / expected.clamp(min=1)).abs().max())
+    result["big_average_error"] = float(
+        ((averaged.double() - expected * 2.0 / size) / expected.clamp(min=1)).abs().max()
+    )
     result["big_digest"] = hashlib.sha256(summed.numpy().tobytes() + averaged.numpy().tobytes()).hexdigest()
     result["big_untouched"] = torch.equal(big, torch.arange(1_500_001, dtype=torch.float32) * (rank + 1))
     # 600 KB of float16 / bfloat16: summed around the half-precision ring of point-to-point transfers

@@ -184,8 +184,15 @@ def main() -> None:
     if args.rank_stamp:
         extra["stamp"] = RankStamp()
     state = hvd.elastic.TorchState(
-        model=model, optimizer=optimizer, sampler=sampler, epoch=0, last_epoch=args.epochs, step=0, seen=torch.zeros(args.samples),
-        ballast=torch.zeros(int(args.ballast_mb * (1 << 18))), **extra,
+        model=model,
+        optimizer=optimizer,
+        sampler=sampler,
+        epoch=0,
+        last_epoch=args.epochs,
+        step=0,
+        seen=torch.zeros(args.samples),
+        ballast=torch.zeros(int(args.ballast_mb * (1 << 18))),
+        **extra,
     )
 
     def digest() -> str:
@@ -269,7 +276,8 @@ def main() -> None:
                 time.sleep(args.step_time)
                 state.step += 1
                 state.sampler.record_batch(batch_idx, args.batch_size)
-                if args.file_size_limit_at_step is not None and state.step == args.file_size_limit_at_step and hvd.rank() == 0:
+                if (args.file_size_limit_at_step is not None and state.step == args.file_size_limit_at_step
+                        and hvd.rank() == 0):
                     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
                     log(event="fault", step=state.step)
                 if state.step % args.commit_every == 0:

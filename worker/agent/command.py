@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                  "spares": f"--spares (or ${SPARES_ENV})", "drain_grace_s": "--drain-grace",
                  "notice_interval_s": "--notice-interval", "notice_script": "--preemption-notice-script",
                  "slots": "--slots"}
-        problems = "; ".join(f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{flags.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else ''}: {e['msg']}" for e in exc.errors()
+        )
         parser.error(problems)
     try:
         key = _agent_key(handed, args.agent_key_file, args.secret_file, settings.host)

@@ -242,11 +242,21 @@ def DistributedOptimizer(
     else:
         average = op == "average"
         wrapped._hvd_buckets = GradientBuckets(
-            [p for p in params if p.requires_grad], fusion_threshold(), backward_passes_per_step, wire_dtype,
+            [p for p in params if p.requires_grad],
+            fusion_threshold(),
+            backward_passes_per_step,
+            wire_dtype,
             lambda: ring_of(process_set),
-            prescale=lambda: 1.0 if wrapped._hvd_sum_scale is not None or not average else 1.0 / gradient_predivide_factor,
-            postscale=lambda: wrapped._hvd_sum_scale if wrapped._hvd_sum_scale is not None else
-            gradient_predivide_factor / ring_of(process_set).size if average else 1.0,
+            prescale=lambda: (
+                1.0 if wrapped._hvd_sum_scale is not None or not average else 1.0 / gradient_predivide_factor
+            ),
+            postscale=lambda: (
+                wrapped._hvd_sum_scale
+                if wrapped._hvd_sum_scale is not None
+                else gradient_predivide_factor / ring_of(process_set).size
+                if average
+                else 1.0
+            ),
             spans=_worker_spans(),
             sparse=None if sparse_as_dense else lambda grads: _reduce_sparse(grads, op, process_set),
         )

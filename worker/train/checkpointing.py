@@ -56,7 +56,9 @@ class Checkpointing:
                        trusted,
                        report_written)
         except ValueError as exc:
-            raise ValueError(f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}") from None
+            raise ValueError(
+                f"bad checkpoint settings in the environment ({env_names.CHECKPOINT_DIR}=...): {exc}"
+            ) from None
 
     def after_commit(self, snapshot: HostSnapshot, step: int, rank: int, size: int, generation: int) -> None:
         """Hand the commit to the writer if a checkpoint is due (rank 0 only; never waits)."""

@@ -28,7 +28,8 @@ PROBE = textwrap.dedent("""
     print(json.dumps({
         "argv": sys.argv, "globals": seen, "path0": sys.path[0], "cwd": os.getcwd(), "env": dict(os.environ),
         "main_is_this": sys.modules["__main__"].__dict__ is globals(),
-        "signals": {s: repr(signal.getsignal(getattr(signal, s))) for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGUSR1")},
+        "signals": {s: repr(signal.getsignal(getattr(signal, s)))
+                    for s in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGUSR1")},
         "stdin": sys.stdin.read(),
         "niceness": os.getpriority(os.PRIO_PROCESS, 0),  # (the thread running the script)
     }, sort_keys=True))

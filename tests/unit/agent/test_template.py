@@ -61,7 +61,8 @@ def output_of(proc: ForkedProcess) -> tuple[str, str]:
     return got["out"].decode(), got["err"].decode()
 
 
-def test_a_forked_worker_is_indistinguishable_from_a_fresh_python_and_keeps_its_exit_code(template_of, tmp_path) -> None:
+def test_a_forked_worker_is_indistinguishable_from_a_fresh_python_and_keeps_its_exit_code(
+        template_of, tmp_path) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     template, said = template_of({**os.environ, "PROBE_EXIT": "3"})
     assert template.ready(WAIT_S), said

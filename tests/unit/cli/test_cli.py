@@ -161,7 +161,9 @@ def test_a_mistyped_flag_is_named_with_the_verbs_usage_and_the_flag_meant(capsys
         main(["run", "--min-nps", "2", "python", "t.py"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: ringmaster run") and "unrecognized arguments: --min-nps (did you mean --min-np?)" in err
+    assert (
+        err.startswith("usage: ringmaster run") and "unrecognized arguments: --min-nps (did you mean --min-np?)" in err
+    )
 
 
 def test_version_and_an_agent_help_without_internal_flags() -> None:

@@ -48,7 +48,9 @@ def test_the_status_line_says_generation_size_steps_rate_and_time_since_the_rese
     rig.now = 12.5
     fields = progress_fields(server)  # type: ignore[arg-type]
     assert fields == {"number": 1, "size": 2, "steps": 40, "rate": 0.0, "since_reset_s": 12.5}
-    assert status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
+    assert (
+        status_text(fields) == "generation 1, world size 2, 40 steps committed, 0 steps/s, 12.5 s since the last reset"
+    )
     assert progress_fields(types.SimpleNamespace(view=lambda page: None,
                                                  metrics=None)) is None  # type: ignore[arg-type]
 

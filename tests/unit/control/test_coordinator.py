@@ -579,7 +579,9 @@ def test_a_plain_workers_crash_with_a_traceback_is_restarted_and_a_command_that_
     wid = sorted(typo.specs("a"))[0]
     typo.worker_exited("a", wid, 2, 0, False, output="python: can't open file '/x/trian.py': [Errno 2] No such file")
     outcome = typo.coordinator.outcome
-    assert outcome is not None and "before it reached the rendezvous" in outcome.message and "trian.py" in outcome.message
+    assert (
+        outcome is not None and "before it reached the rendezvous" in outcome.message and "trian.py" in outcome.message
+    )
     assert typo.coordinator.generation.number == 1
 
 
@@ -870,7 +872,10 @@ def test_a_restart_without_a_checkpoint_says_how_many_steps_are_lost() -> None:
         rig.worker_connected(wid, 5)
         rig.worker_ready(wid, 0, "", True)
     assert rig.coordinator.generation.number == 2  # restarted, from the initial state
-    assert any("no --checkpoint-dir" in w and "237 step(s) committed so far are lost" in w for w in rig.coordinator.summary.warnings)
+    assert any(
+        "no --checkpoint-dir" in w and "237 step(s) committed so far are lost" in w
+        for w in rig.coordinator.summary.warnings
+    )
     rig.worker_done(rig.coordinator.generation.member_ids[0], 12, warning="the final checkpoint was not written")
     summary, *warnings = summary_events(JobOutcome(True, "done"), rig.coordinator.summary)
     assert summary.kind is Kind.JOB_SUMMARY

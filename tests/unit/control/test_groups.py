@@ -20,7 +20,8 @@ def _slots(prefix: str, hosts: list[str]) -> list[WorkerSlot]:
 @given(st.integers(1, 4), st.lists(st.sampled_from(HOSTS), max_size=16), st.data(),
        st.lists(st.sampled_from(HOSTS), max_size=12), st.one_of(st.none(), st.integers(1, 8)))
 def test_a_generation_is_whole_groups_with_every_surviving_group_kept_in_order(
-        k: int, previous_hosts: list[str], data: st.DataObject, newcomer_hosts: list[str], groups_cap: int | None) -> None:
+        k: int, previous_hosts: list[str], data: st.DataObject, newcomer_hosts: list[str],
+        groups_cap: int | None) -> None:
     previous = _slots("p", previous_hosts[: len(previous_hosts) - len(previous_hosts) % k])
     alive = data.draw(st.lists(st.booleans(), min_size=len(previous), max_size=len(previous)))
     survivors = [slot for slot, up in zip(previous, alive) if up]

@@ -71,7 +71,9 @@ def test_an_argument_no_os_can_take_is_refused_naming_it_and_a_byte_that_is_not_
     client, pool = api
     refused = client.post("/jobs", headers={**AUTH, "Content-Type": "application/json"},
                           content=b'{"command": ["python", "ok", "\\ud800x"], "min_np": 1}')
-    assert refused.status_code == 422 and "command[2]" in refused.text and "lone surrogate" in refused.text, refused.text
+    assert refused.status_code == 422 and "command[2]" in refused.text and "lone surrogate" in refused.text, (
+        refused.text
+    )
     taken = client.post("/jobs", headers={**AUTH, "Content-Type": "application/json"},
                         content=b'{"command": ["python", "caf\\udce9.py"], "min_np": 1}')  # (a shell's b"caf\xe9.py")
     assert taken.status_code == 200, taken.text

@@ -49,8 +49,9 @@ def test_the_fit_uses_the_compute_time_workers_report() -> None:
     """With the compute part of each step known, few samples pin compute and sync apart."""
     samples = _samples(TRUE, [(1, 1), (1, 4), (2, 8)], (64,), noise=0.0, with_compute=True)
     fitted = fit(samples)
-    assert fitted.compute_s + 64 * fitted.compute_per_sample_s == pytest.approx(TRUE.compute_s + 64 * TRUE.compute_per_sample_s,
-                                                                                rel=0.02)
+    assert fitted.compute_s + 64 * fitted.compute_per_sample_s == pytest.approx(
+        TRUE.compute_s + 64 * TRUE.compute_per_sample_s, rel=0.02
+    )
 
 
 def test_a_job_never_run_across_hosts_is_not_predicted_faster_across_them() -> None:

@@ -1,7 +1,7 @@
 """The rules every policy keeps, checked on random pools and queues (hypothesis): sizes within
 each job's min and max or zero, in whole replica groups, never more slots than exist on any host, whole minimums only,
-no waiting job that would fit, work conserved (under `goodput`: where a job gains from it), workers never moved without cause, held jobs
-left alone unless a job starts."""
+no waiting job that would fit, work conserved (under `goodput`: where a job gains from it), workers never moved without
+cause, held jobs left alone unless a job starts."""
 
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def test_every_policy_keeps_the_pools_rules(pool, policy) -> None:
             assert all(verdict.placement.get(h, 0) >= n for h, n in usable_before.items()), (job, verdict)
         elif verdict.size > sum(usable_before.values()):  # growing: what it had is kept, or it is packed on fewer hosts
             kept = all(verdict.placement.get(h, 0) >= n for h, n in usable_before.items())
-            assert kept or len(verdict.placement) < len(usable_before) + len(set(verdict.placement) - set(usable_before)), \
-                (job, verdict)
+            assert kept or len(verdict.placement) < len(usable_before) + len(
+                set(verdict.placement) - set(usable_before)
+            ), (job, verdict)
         elif verdict.size > 0:  # shrinking: only gives back, or it is packed on fewer hosts (it pauses anyway)
             gives_back = all(n <= usable_before.get(h, 0) for h, n in verdict.placement.items())
             assert gives_back or len(verdict.placement) < len(usable_before), (job, verdict)

@@ -266,7 +266,11 @@ def test_events_dropped_from_the_bounded_history_are_counted_not_lost_silently()
         coordinator.summary.add_event(Event(Kind.HOSTS_CHANGED, {"description": f"change {i}"}, 1, 0.0))
     client = TestClient(api_for(coordinator, clock=lambda: 0.0))
     page = client.get("/events", params={"since": 0, "limit": 1}).json()
-    assert page["dropped"] == 5 and page["events"][0]["seq"] == 5 and page["events"][0]["fields"]["description"] == "change 5"
+    assert (
+        page["dropped"] == 5
+        and page["events"][0]["seq"] == 5
+        and page["events"][0]["fields"]["description"] == "change 5"
+    )
 
 
 def test_ringmaster_status_and_events_print_a_running_api(served_api, capsys) -> None:

@@ -93,7 +93,9 @@ def test_the_trace_of_a_job_with_one_failure_has_generations_failure_and_arrows_
                                                generation=2)])
     trace += builder.close(3_000_000)
 
-    generations = [e for e in trace if e["ph"] == "X" and e["pid"] == RENDEZVOUS_PID and e["name"].startswith("generation")]
+    generations = [
+        e for e in trace if e["ph"] == "X" and e["pid"] == RENDEZVOUS_PID and e["name"].startswith("generation")
+    ]
     assert [g["name"] for g in generations] == ["generation 1", "generation 2"]
     # (the survivors were placed in generation 2 at the failure, before their Ready came)
     assert generations[0]["ts"] == 1_000_000 and generations[0]["dur"] == 1_000_000

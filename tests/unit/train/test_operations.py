@@ -392,7 +392,9 @@ def test_an_operation_one_rank_never_issues_is_given_up_everywhere_after_the_tim
     assert after0 == after1 == [2.0, 2.0] and 1.0 <= waited0 < 10 and 1.0 <= waited1 < 10
     assert zero.startswith("barrier (unnamed no. 1) was given up: rank 1 did not issue it") and "timeout" in zero
     assert one.startswith("allreduce 'only-on-rank-1' was given up: rank 0 did not issue it")
-    assert "rank 0 waited with barrier (unnamed no. 1)" in one and "rank 1 waited with allreduce 'only-on-rank-1'" in one
+    assert (
+        "rank 0 waited with barrier (unnamed no. 1)" in one and "rank 1 waited with allreduce 'only-on-rank-1'" in one
+    )
 
 
 @pytest.mark.usefixtures("either_path")

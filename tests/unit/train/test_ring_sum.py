@@ -88,8 +88,9 @@ def test_large_half_precision_sums_go_around_the_ring_and_match_float32(chunk_by
         return a, b, comm._ring_sum is not None
 
     results = _on_three_ranks(work)
-    want = torch.stack([torch.randn(n,
-                                    generator=torch.Generator().manual_seed(r)).half().float() for r in range(3)]).sum(0)
+    want = torch.stack(
+        [torch.randn(n, generator=torch.Generator().manual_seed(r)).half().float() for r in range(3)]
+    ).sum(0)
     for a, b, used_the_ring in results:
         assert used_the_ring
         assert torch.equal(b, torch.full((n,), 6.0, dtype=torch.bfloat16))

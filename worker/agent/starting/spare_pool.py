@@ -80,7 +80,10 @@ def spare_assignment(argv: list[str], env: Mapping[str, str], cwd: str, spare_en
         if not os.path.isfile(path) or zipfile.is_zipfile(path):
             return None, f"{target} is not a script file"  # started fresh, so Python itself says what it is
     else:
-        return None, "the command gives the interpreter options (only `python script.py` and `python -m module` are warm)"
+        return (
+            None,
+            "the command gives the interpreter options (only `python script.py` and `python -m module` are warm)",
+        )
     differing = sorted(name for name in set(env) | set(spare_env)
                        if env.get(name) != spare_env.get(name) and name not in WORKER_VARIABLES)
     if differing:

@@ -90,7 +90,8 @@ def pidfd_problem() -> str | None:
     try:
         pidfd = os.pidfd_open(os.getpid())
     except (OSError, AttributeError) as exc:
-        return f"this host gives no pidfds (pidfd_open: {exc}), through which the agent signals and waits for a forked worker"
+        return (f"this host gives no pidfds (pidfd_open: {exc}), through which the agent signals and waits for a "
+                "forked worker")
     try:
         signal.pidfd_send_signal(pidfd, 0)
     except (OSError, AttributeError) as exc:

@@ -106,7 +106,11 @@ def _enter_generation(state: State, context, reset: bool, skip_sync: bool) -> No
     if not skip_sync:
         with record_function("ringmaster.sync"):
             plan = state.sync_committed(after_reset=reset)
-            after_reset, sent_to, root = plan.after_reset, sorted(set(plan.skeleton_to) | set(plan.tensors_to)), plan.root
+            after_reset, sent_to, root = (
+                plan.after_reset,
+                sorted(set(plan.skeleton_to) | set(plan.tensors_to)),
+                plan.root,
+            )
     synced = time.perf_counter()
     with record_function("ringmaster.reset_callbacks"):
         if after_reset:

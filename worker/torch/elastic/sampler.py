@@ -116,7 +116,9 @@ class ElasticSampler(torch.utils.data.Sampler):
     # ---------------------------------------------------------------- with a global batch
     def _declared(self, what: str) -> GlobalBatch:
         if self.global_batch is None:
-            raise TypeError(f"{what} needs a global batch: ElasticSampler(..., global_batch_size=B, micro_batch_size=m)")
+            raise TypeError(
+                f"{what} needs a global batch: ElasticSampler(..., global_batch_size=B, micro_batch_size=m)"
+            )
         return self.global_batch
 
     @property

@@ -4,9 +4,10 @@
 never a second copy on the GPU) and checks for host updates; every N commits rank 0 also hands
 the commit to the durable checkpoint writer. `restore()` copies the last commit back in place.
 After the ring was re-formed, `elastic.run` aligns every rank's commit with the newest one in
-the ring (rank 0's unless another rank holds more commits), moving only what differs (see `ringmaster.worker.train.state_sync`); a job starting with no commit anywhere resumes
-from the newest durable checkpoint that verifies. Then every rank runs the reset callbacks on
-that same state, and the replica guard (`verify_replicas`) proves the ranks identical.
+the ring (rank 0's unless another rank holds more commits), moving only what differs (see
+`ringmaster.worker.train.state_sync`); a job starting with no commit anywhere resumes from the newest durable checkpoint
+that verifies. Then every rank runs the reset callbacks on that same state, and the replica guard (`verify_replicas`)
+proves the ranks identical.
 
 Modules, optimizers, learning-rate schedulers and samplers get a handler each; any other
 keyword becomes an attribute saved, restored and broadcast as a Python object.
@@ -48,9 +49,11 @@ class State:
         self._reset_callbacks: list[Callable[[], None]] = []
         self._commits = 0
         self._snapshot = HostSnapshot()
-        self._durable = Checkpointing.from_environ(lambda message: say(Kind.CHECKPOINT_WRITE_FAILED, error=message),
-                                                   report_load=lambda message: say(Kind.CHECKPOINT_SKIPPED, reason=message),
-                                                   report_written=lambda message: say(Kind.CHECKPOINT_WRITTEN, detail=message))
+        self._durable = Checkpointing.from_environ(
+            lambda message: say(Kind.CHECKPOINT_WRITE_FAILED, error=message),
+            report_load=lambda message: say(Kind.CHECKPOINT_SKIPPED, reason=message),
+            report_written=lambda message: say(Kind.CHECKPOINT_WRITTEN, detail=message),
+        )
         self._tried_disk = False
         self._resumed = False  # loaded a durable checkpoint that the ring has not synced yet
 
@@ -217,8 +220,9 @@ class State:
 
     def sync_committed(self, after_reset: bool = False) -> SyncPlan:
         """Give every worker the ring's newest commit (the most commits; rank 0's when it holds
-        that many: `state_sync`), moving only what differs, and load it where it changed. Called by `elastic.run` after each reset, when every live state equals its
-        commit. A rank 0 that never committed first looks for a durable checkpoint.
+        that many: `state_sync`), moving only what differs, and load it where it changed. Called by `elastic.run` after
+        each reset, when every live state equals its commit. A rank 0 that never committed first looks for a durable
+        checkpoint.
 
         `after_reset` says this rank went through a reset; the plan returned says whether any
         rank did (or rank 0 resumed from a checkpoint): then reset callbacks are due everywhere."""
