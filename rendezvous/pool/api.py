@@ -131,7 +131,7 @@ class Caller(BaseModel):
 
 def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None) -> FastAPI:
     """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
-    Hosts' pool agents prove keys derived from the pool's join secret (`pool.join_secret`)."""
+    Hosts' pool agents prove keys derived from the pool's join secret (`pool.pool_hosts.join_secret`)."""
     app = FastAPI(title="Ringmaster pool API")
     app.add_middleware(BodyLimit, hint='a job is {"command": [...], "min_np": N} and a few more fields (POST /jobs; '
                                       'GET /docs lists them): the command must fit, with its arguments')
@@ -271,15 +271,16 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
                                                         "pool's admin secret")
         now = time.time()
         rows = []
-        declared, pids = pool.board.find_resources(), pool.board.pids()
-        for name, slots in {**pool.expected, **pool.hosts}.items():
+        hosts = pool.pool_hosts
+        declared, pids = hosts.board.find_resources(), hosts.board.pids()
+        for name, slots in {**hosts.expected, **hosts.hosts}.items():
             on = {j.id: j.placement[name] for j in pool.table.live() if name in j.placement}
-            rows.append(HostRow(name=name, slots=slots, joined=name in pool.hosts, resources=declared.get(name, {}),
+            rows.append(HostRow(name=name, slots=slots, joined=name in hosts.hosts, resources=declared.get(name, {}),
                                 agent_pid=pids.get(name), used=sum(on.values()), jobs=on,
-                                blacklisted_for_s=max(0.0, pool.blacklisted.get(name, 0) - now)))
+                                blacklisted_for_s=max(0.0, hosts.blacklisted.get(name, 0) - now)))
         return rows
 
-    add_host_routes(app, pool.board, pool.join_secret, lambda: pool.stopping)
+    add_host_routes(app, pool.pool_hosts.board, pool.pool_hosts.join_secret, lambda: pool.stopping)
     return app
 
 

@@ -33,7 +33,7 @@ class PoolMetrics(Collector):
 
     def collect(self) -> Iterator:
         pool, now = self.pool, self.clock()
-        usable = pool.usable_hosts(now)
+        usable = pool.pool_hosts.usable_hosts(now)
         live = pool.table.live()
         used = sum(n for job in live for h, n in job.placement.items() if h in usable)
         total = sum(usable.values())
@@ -41,7 +41,7 @@ class PoolMetrics(Collector):
                                                            "by "
                                   "jobs, free, and on blacklisted hosts", labels=["state"])
         for state, value in (("usable", total), ("used", used), ("free", max(0, total - used)),
-                             ("blacklisted", sum(n for h, n in pool.hosts.items() if h not in usable))):
+                             ("blacklisted", sum(n for h, n in pool.pool_hosts.hosts.items() if h not in usable))):
             slots.add_metric([state], value)
         yield slots
         yield GaugeMetricFamily("ringmaster_pool_utilisation", "Used slots over usable slots (0 to 1)",

@@ -28,39 +28,29 @@ from ringmaster.common.events import Event, Kind
 from ringmaster.common.logs import JOB_LABEL
 from ringmaster.common.secret import generate_secret
 from ringmaster.common.tls import ServerTls
-from ringmaster.discovery import DiscoveryError, HostDiscovery
-from ringmaster.rendezvous.control.host_pool import STALL_S
+from ringmaster.discovery import HostDiscovery
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import NO_ROWS, JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
-from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import DEFAULT_HOST_TIMEOUT_S, HostBoard
+from ringmaster.rendezvous.pool.job_book import JobBook
+from ringmaster.rendezvous.pool.job_measures import JobMeasures
 from ringmaster.rendezvous.pool.placement_hosts import PlacementHosts
-from ringmaster.rendezvous.pool.records import from_record, job_key, to_record
-from ringmaster.rendezvous.pool.scaling_fits import ScalingFits
+from ringmaster.rendezvous.pool.pool_hosts import PoolHosts
 from ringmaster.rendezvous.pool.table import JobTable, PoolJob
 from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
-from ringmaster.rendezvous.scheduling.throughput import Scaling
 from ringmaster.rendezvous.server.app import RendezvousServer
 from ringmaster.rendezvous.server.launch_plan import SshOptions
 from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
-from ringmaster.rendezvous.server.step_times import Measured
-from ringmaster.rendezvous.state.kv import KeyValueStore, StoreUnavailable
+from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import DEFAULT_START_TIMEOUT_S, JobSettings
 
-#: Launchers that start a pool agent on each named host (`--launcher`).
-HOST_AGENT_LAUNCHERS = ("local", "ssh", "slurm")
-#: Seconds the pool agents it started have, when the pool stops, to stop.
-HOST_AGENTS_STOP_S = 10.0
 #: The most workers a job may ask for together where hosts join by connecting (known later).
 MAX_GANG = 1_000_000
 #: Seconds between two scheduling rounds when nothing wakes the pool earlier.
 SCHEDULE_INTERVAL_S = 0.5
-#: Seconds between two looks at whether the pool's own loop runs, and at its hosts' silence
-#: (`_watch_own_stalls`); a look later than due by `STALL_S` (the rendezvous' rule) is a stall.
-STALL_PROBE_S = 0.25
 
 
 @dataclass
@@ -73,6 +63,9 @@ class _Lease:
 
 
 class PoolService:
+    """The pool: its hosts (`PoolHosts`), its jobs (`JobTable`, kept by `JobBook`), what they
+    measured (`JobMeasures`), and the leases of the running ones, resized by the policy's verdicts."""
+
     def __init__(self, source: HostDiscovery, policy: str, rules: Rules, job_settings: Mapping[str, object],
                  checkpoint_root: pathlib.Path, say: Callable[..., None], launcher: str = "local",
                  ssh: SshOptions = SshOptions(), bind: str = "127.0.0.1", advertise: str | None = None,
@@ -84,31 +77,13 @@ class PoolService:
         **fields)` tells the pool's events. With a `store` (led through `leadership`), the jobs
         are kept under `prefix` and taken up again by the next pool that leads it.
 
-        Every host runs one pool agent, which joins the pool's `board` and serves every job placed
-        there. With `board` given (`--hosts-from-agents`) the source is that board: hosts join by
-        connecting. Otherwise `source` (-H, a discovery script) names the hosts and `launcher`
-        starts a pool agent on each (`host_agents`), proving a key derived from `join_secret`."""
-        self.source = source
+        The hosts (`pool_hosts`): with `board` given (`--hosts-from-agents`) the source is that
+        board, hosts join by connecting; otherwise `source` (-H, a discovery script) names them
+        and `launcher` starts a pool agent on each, proving a key derived from `join_secret`."""
         self.tls = tls  # every job's rendezvous serves with it (None: plain)
-        self.joining = board is not None
-        self.board = board if board is not None else HostBoard(host_timeout_s)
-        self.join_secret = join_secret or generate_secret()
-        self.url = ""  # the pool's API, which the pool agents it starts dial (set before `run`)
-        self.host_agents: Launcher | None = None
-        self.launched: set[str] = set()  # hosts whose pool agent this pool started and has not stopped
-        self.expected: dict[str, int] = {}  # the hosts the source names (all joined ones when they join)
-        #: When the source first named hosts; until every one named has joined (or --start-timeout
-        #: after this), no job is placed: see `_gathering`.
-        self._named_at: float | None = None
-        self._gathered = False
-        self._taken_up = False
         self.policy = policy
         self.rules = rules
-        self.fits = ScalingFits()  # each job's measured scaling (--policy goodput)
-        self._measured: dict[str, dict[tuple[int, int], Measured]] = {}  # each job's step times by (hosts, workers)
-        self._hints: dict[str, tuple[int, float]] = {}  # each job's reported (batch per worker, noise scale)
-        # each job's declared (batch, micro-batch, most workers)
-        self._global_batches: dict[str, tuple[int, int, int]] = {}
+        self.measures = JobMeasures()
         self.job_settings = dict(job_settings)
         #: What the pool does with a straggler a job reports (--stragglers): "replace" takes the
         #: host out for the cooldown, so the job is placed on another host at its next commit.
@@ -119,54 +94,37 @@ class PoolService:
         self.ssh = ssh
         self.bind = bind
         self.advertise = advertise
-        self.discovery_interval_s = discovery_interval_s
-        self.blacklist_cooldown_s = blacklist_cooldown_s
         self.table = JobTable(set(rules.queue_weights))
-        self.hosts: dict[str, int] = {}
-        self.blacklisted: dict[str, float] = {}  # host -> until
         self.leases: dict[str, _Lease] = {}
         self.changed = asyncio.Event()
+        self.pool_hosts = PoolHosts(
+            source, board if board is not None else HostBoard(host_timeout_s), board is not None, say, self.changed,
+            self._host_taken_out,
+            float(self.job_settings.get("start_timeout_s", DEFAULT_START_TIMEOUT_S)),  # type: ignore[arg-type]
+            launcher, ssh, join_secret, discovery_interval_s, blacklist_cooldown_s)
+        self.book = JobBook(self.table, store, leadership, prefix, say)
+        self.leadership = leadership
         self._stop = False
-        self.store, self.leadership, self.prefix = store, leadership, prefix
-        self.dirty: set[str] = set()  # jobs whose record the store has not heard yet
         self.deposed: str | None = None
         self._finished = False
 
     # ---------------------------------------------------------------- what the API asks
-    def capacity(self, now: float) -> int:
-        return sum(self.usable_hosts(now).values())
-
-    def resources(self) -> dict[str, dict[str, float]]:
-        """What each usable host declares besides its slots (its pool agent says it)."""
-        declared = self.board.find_resources()
-        return {h: declared.get(h, {}) for h in self.hosts}
-
-    def resource_totals(self) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for declared in self.resources().values():
-            for name, amount in declared.items():
-                totals[name] = totals.get(name, 0.0) + amount
-        return totals
-
-    def usable_hosts(self, now: float) -> dict[str, int]:
-        return {h: n for h, n in self.hosts.items() if self.blacklisted.get(h, 0) <= now}
-
     def submit(self, command: list[str], min_np: int, max_np: int | None, name: str | None, queue: str,
                priority: int, demand: Mapping[str, float] | None = None, group_size: int = 1) -> PoolJob:
-        if command and self.launcher == "local" and not self.joining and command[0] not in ("python", "python3") \
+        hosts = self.pool_hosts
+        if command and self.launcher == "local" and not hosts.joining and command[0] not in ("python", "python3") \
                 and shutil.which(command[0]) is None:
             raise Refused(f"command {command[0][:200]!r} is not found on this machine, where the pool's hosts run it: "
                           "give its path, or install it")
         now = time.time()
         # Hosts that join by connecting come and go: a job may be queued before they are there;
         # named hosts are judged once their pool agents have said what they have.
-        capacity = max(self.capacity(now), sum(self.expected.values())) if not self.joining else MAX_GANG
-        every_host_joined = bool(self.expected) and set(self.hosts) == set(self.expected)
-        totals = self.resource_totals() if not self.joining and every_host_joined else None
+        capacity = max(hosts.capacity(now), sum(hosts.expected.values())) if not hosts.joining else MAX_GANG
+        totals = hosts.resource_totals() if not hosts.joining and hosts.every_host_joined() else None
         job = self.table.submit(command, min_np, max_np, now, capacity, name, queue, priority,
                                 taken=lambda job_id: (self.checkpoint_root / job_id).exists(), demand=demand,
                                 totals=totals, group_size=group_size)
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         self.say(Kind.POOL_JOB_SUBMITTED, job=job.id, queue=job.queue, priority=job.priority, min_np=job.min_np,
                  max_np=job.max_np)
         self.changed.set()
@@ -174,7 +132,7 @@ class PoolService:
 
     def cancel(self, job_id: str) -> PoolJob:
         job = self.table.cancel(job_id, time.time())
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         lease = self.leases.get(job_id)
         if job.state == "cancelling" and lease is not None:
             lease.server.request_stop("cancelled through the pool")
@@ -184,14 +142,13 @@ class PoolService:
         return job
 
     def scale(self, job_id: str, np: int) -> PoolJob:
-        self._step_times(job_id)  # (what the job's script declared of its batch, up to date)
-        declared = self._global_batches.get(job_id)
+        declared = self.measures.global_batch(job_id, self._server(job_id))  # (what its script declared, up to date)
         if declared is not None and np > declared[2]:
             size, micro, most = declared
             raise Refused(f"-np {np}: job {job_id}'s global batch of {size} samples is {size // micro} micro-batches "
                           f"of {micro} per step, work for at most {most} workers; scale to at most {most}")
         job = self.table.scale(job_id, np)
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         job.urgent = True  # asked for by its owner: not held by the interval between resizes
         self.changed.set()
         return job
@@ -216,6 +173,11 @@ class PoolService:
             raise KeyError(f"job {job_id} is {job.state} and has not run yet: no events ({job.reason})")
         return job.last_view, job.last_view_wall
 
+    def measured(self, job_id: str) -> list[dict[str, float]]:
+        """What `job_id` measured (its step time by size), for its row in the API."""
+        return [{"hosts": m.hosts, "workers": m.workers, "steps": m.steps, "step_s": round(m.step_s, 6),
+                 "compute_s": round(m.compute_s, 6)} for m in self.measures.step_times(job_id, self._server(job_id))]
+
     def stop(self) -> None:
         self._stop = True
         self.changed.set()
@@ -232,11 +194,9 @@ class PoolService:
         await self.take_up()
         if self.policy == "goodput":  # its first fit would import scipy.optimize on this loop, for seconds
             await asyncio.to_thread(importlib.import_module, "scipy.optimize")
-        if not self.joining and self.launcher in HOST_AGENT_LAUNCHERS:
-            self.host_agents = pool_agent_launcher(
-                self.launcher, self.url, self.join_secret, lambda host: self.expected.get(host, 1), self.ssh,
-                on_event=lambda host, how: self.say(Kind.POOL_HOST_AGENT_STARTING, host=host, how=how))
-        background = [asyncio.create_task(self._poll_hosts()), asyncio.create_task(self._watch_own_stalls())]
+        self.pool_hosts.start_agents()
+        background = [asyncio.create_task(self.pool_hosts.poll(lambda: self._stop)),
+                      asyncio.create_task(self.pool_hosts.watch_own_stalls())]
         if self.leadership is not None:
             background.append(asyncio.create_task(self.leadership.keep(lambda trouble: None)))
         try:
@@ -258,139 +218,24 @@ class PoolService:
                 lease.server.request_stop("the pool is stopping")
             if self.leases:
                 await asyncio.gather(*(lease.task for lease in self.leases.values()), return_exceptions=True)
-            if self.host_agents is not None:
-                await asyncio.to_thread(self.host_agents.stop_all, HOST_AGENTS_STOP_S)
+            await self.pool_hosts.stop_agents()
             self._finished = True
 
     async def take_up(self, expected: Mapping[str, int] | None = None) -> None:
-        """The jobs a store kept (a pool that led before): running ones resume from their last
-        checkpoint; a record that does not parse is said and skipped. `expected`: the hosts the
-        source named when the pool started. Done before the API serves (else a submission in
-        between would be judged against no hosts and could take a kept job's id); once."""
-        if self._taken_up:
+        """The jobs a store kept (`JobBook`). `expected`: the hosts the source named when the pool
+        started. Done before the API serves (else a submission in between would be judged
+        against no hosts and could take a kept job's id); once."""
+        if self.book.taken_up:
             return
-        self._taken_up = True
         if expected is not None:
-            self._named(dict(expected), time.time())
-        if self.store is None:
-            return
-        entries, _ = await self.store.get_prefix(job_key(self.prefix, ""))
-        jobs = []
-        for entry in entries:
-            try:
-                jobs.append(from_record(entry.value))
-            except ValueError as exc:
-                self.say(Kind.STORE_UNREADABLE, key=entry.key, error=str(exc), count=1)
-        self.table.load(jobs)
-        if jobs:
-            self.say(Kind.POOL_TAKEN_UP, jobs=len(jobs), live=len(self.table.live()))
-            self.dirty.update(job.id for job in jobs)
+            self.pool_hosts.named(dict(expected), time.time())
+        await self.book.take_up()
 
     async def _save(self) -> None:
-        """Write the records of the jobs that changed, in one transaction that holds only while
-        this pool leads (a deposed pool writes nothing)."""
-        if self.store is None or not (self.dirty or self.table.forgotten):
-            return
-        # Taken out before the write: a job submitted or changed while it is on its way (the API
-        # answers on this loop meanwhile) is in the next write, not cleared with this one.
-        saving, self.dirty = self.dirty, set()
-        forgotten, self.table.forgotten = self.table.forgotten, []
-        puts = {job_key(self.prefix, i): to_record(self.table.jobs[i]) for i in saving if i in self.table.jobs}
-        deletes = [job_key(self.prefix, i) for i in forgotten]
-        guards = self.leadership.guard if self.leadership is not None else {}
-        try:
-            written = await self.store.transact(guards, puts, deletes)
-        except StoreUnavailable as exc:
-            self.say(Kind.STORE_DEGRADED, error=str(exc))
-            written = None
-        if not written:  # kept to be written when the store answers again (or never, by a deposed pool)
-            self.dirty |= saving
-            self.table.forgotten[:0] = forgotten
-        if written is False:
-            self.deposed = "the pool's leader key changed: another pool leads"
+        deposed = await self.book.save()
+        if deposed is not None:
+            self.deposed = deposed
             self._stop = True
-
-    async def _poll_hosts(self) -> None:
-        """The hosts the source names, their pool agents started and stopped to match (when this
-        pool starts them), and the pool's hosts: those whose pool agent has joined."""
-        last_error = None
-        while True:
-            try:
-                expected = await asyncio.to_thread(self.source.find_hosts)
-            except DiscoveryError as exc:
-                if str(exc) != last_error:
-                    last_error = str(exc)
-                    self.say(Kind.DISCOVERY_FAILED, error=last_error)
-            else:
-                last_error = None
-                self._named(expected, time.time())
-            if self.host_agents is not None:
-                self._start_host_agents(time.time())
-            joined = self.board.find_hosts()
-            hosts = {h: min(n, joined[h]) for h, n in self.expected.items() if h in joined}
-            if hosts != self.hosts:
-                self.hosts = hosts
-                self.say(Kind.POOL_HOSTS, hosts=",".join(f"{h}:{n}" for h, n in hosts.items()) or "(none)",
-                         slots=sum(hosts.values()))
-                self.changed.set()
-            await asyncio.sleep(self.discovery_interval_s)
-
-    async def _watch_own_stalls(self) -> None:
-        """Let hosts whose pool agent went silent leave, but first find the time the pool itself
-        did not run (a SIGSTOP, swapping, a starved machine, a long blocking call): hosts polled
-        meanwhile, so the board does not count it as their silence, and it is said. Else every
-        host would leave the pool after a long enough stall, and every job on them would lose
-        them (as the rendezvous judges its hosts, `host_pool`). One task does both, in that order."""
-        probed = time.monotonic()
-        while True:
-            await asyncio.sleep(STALL_PROBE_S)
-            now = time.monotonic()
-            late, probed = now - probed - STALL_PROBE_S, now
-            if late > STALL_S:
-                self.board.stalled(late)
-                self.say(Kind.POOL_STALLED, seconds=late)
-            for host in self.board.lapse(time.time()):
-                self.say(Kind.POOL_HOST_LAPSED, host=host, timeout_s=self.board.timeout_s)
-                self.changed.set()
-
-    def _named(self, expected: dict[str, int], now: float) -> None:
-        self.expected = expected
-        if expected and self._named_at is None:
-            self._named_at = now
-
-    def _gathering(self, now: float) -> list[str]:
-        """The hosts the source named whose pool agent has not joined yet, while the pool starts
-        (or takes over): until each has (or is out of the pool) or --start-timeout passed since
-        they were named, no job is placed. Else the first host to join would take the first job
-        whole at its minimum, and the stability rule (--min-resize-interval) would hold it there
-        while the other hosts joined a moment later stood idle. Hosts that join by connecting
-        (`--hosts-from-agents`) are named by joining: nothing to wait for."""
-        if self._gathered or self.joining or self._named_at is None:
-            return []
-        missing = sorted(h for h in self.expected if h not in self.hosts and self.blacklisted.get(h, 0) <= now)
-        timeout_s = float(self.job_settings.get("start_timeout_s", DEFAULT_START_TIMEOUT_S))  # type: ignore[arg-type]
-        if not missing or now - self._named_at >= timeout_s:
-            self._gathered = True
-            return []
-        return missing
-
-    def _start_host_agents(self, now: float) -> None:
-        """A pool agent on each named host (not while it is out of the pool), none on the others;
-        one that ended keeps its host out for --blacklist-cooldown, then is started again."""
-        launcher = self.host_agents
-        assert launcher is not None
-        for host, how in launcher.ended():
-            self.launched.discard(host)
-            if host in self.expected and not self._stop:
-                self.say(Kind.POOL_HOST_AGENT_ENDED, host=host, how=how[:500], cooldown_s=self.blacklist_cooldown_s)
-                self._take_out(host, now)
-        for host in sorted(set(self.expected) - self.launched):
-            if self.blacklisted.get(host, 0) <= now:
-                launcher.start(host)
-                self.launched.add(host)
-        for host in sorted(self.launched - set(self.expected)):
-            launcher.stop(host)  # its stdin closes: it drains its jobs off the host, then leaves
-            self.launched.discard(host)
 
     def _reap(self) -> None:
         for job_id, lease in list(self.leases.items()):
@@ -408,7 +253,7 @@ class PoolService:
             except Exception as exc:  # the job could not run at all (its rendezvous failed to start)
                 outcome = JobOutcome(False, f"its rendezvous failed: {exc}")
             now = time.time()
-            self.dirty.add(job.id)
+            self.book.dirty.add(job.id)
             if job.state == "cancelling":
                 self.table.end(job, "cancelled", "cancelled while it ran", now)
             elif outcome.preempted:
@@ -422,14 +267,14 @@ class PoolService:
                      state=job.state, outcome=outcome.message)
 
     def _schedule(self, now: float) -> None:
-        missing = self._gathering(now)
+        missing = self.pool_hosts.gathering(now)
         if missing:
             for job in self.table.live():
                 job.reason = ("waiting for the pool's host(s) "
                               f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} to join (at most "
                               "--start-timeout after the pool named them)")
             return
-        usable = self.usable_hosts(now)
+        usable = self.pool_hosts.usable_hosts(now)
         for job in self.table.live():  # slots of jobs on their way out are not the policy's to give
             if job.state in ("suspending", "cancelling"):
                 for host, n in job.placement.items():
@@ -437,17 +282,14 @@ class PoolService:
                         usable[host] -= n
         usable = {h: n for h, n in usable.items() if n > 0}
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
-        for gone in set(self._measured) - {j.id for j in self.table.live()}:
-            del self._measured[gone]
-            self._hints.pop(gone, None)
-            self._global_batches.pop(gone, None)
-            self.fits.forget(gone)
-        asks = [j.ask(now, self._scaling(j) if self.policy == "goodput" else None) for j in jobs]
+        self.measures.forget_all_but(j.id for j in self.table.live())
+        asks = [j.ask(now, self.measures.scaling(j.id, self._server(j.id)) if self.policy == "goodput" else None)
+                for j in jobs]
         verdicts = schedule(self.policy, usable, asks, now, self.rules, self._free_resources(usable))
         grows = []
         for job in jobs:  # first what running jobs give back (at their next commit) ...
             verdict = verdicts[job.id]
-            job.reason = verdict.reason + (self._blacklisted_note(now) if not verdict.placement else "")
+            job.reason = verdict.reason + (self.pool_hosts.blacklisted_note(now) if not verdict.placement else "")
             placement = dict(verdict.placement)
             if job.state in ("queued", "suspended"):
                 if placement:
@@ -472,42 +314,13 @@ class PoolService:
             else:
                 self._start(job, placement, now)
 
-    def _blacklisted_note(self, now: float) -> str:
-        """What a waiting job's reason adds while hosts are out of the pool after failures."""
-        out = sorted((until, host) for host, until in self.blacklisted.items() if until > now)
-        if not out:
-            return ""
-        named = ", ".join(f"{host} for {until - now:.0f} s" for until, host in out[:5])
-        return f" ({len(out)} host(s) out of the pool after failures: {named}{' ...' if len(out) > 5 else ''})"
-
-    def measured(self, job_id: str) -> list[dict[str, float]]:
-        """What `job_id` measured (its step time by size), for its row in the API."""
-        return [{"hosts": m.hosts, "workers": m.workers, "steps": m.steps, "step_s": round(m.step_s, 6),
-                 "compute_s": round(m.compute_s, 6)} for m in self._step_times(job_id)]
-
-    def _step_times(self, job_id: str) -> list[Measured]:
-        """The job's step times by size, its running rendezvous' merged into what earlier runs
-        measured (kept across a suspension; a size measured again replaces it)."""
+    def _server(self, job_id: str) -> RendezvousServer | None:
         lease = self.leases.get(job_id)
-        if lease is not None and lease.server.metrics is not None:
-            known = self._measured.setdefault(job_id, {})
-            known.update({(m.hosts, m.workers): m for m in lease.server.metrics.step_times.samples()})
-            self._hints[job_id] = lease.server.metrics.scaling_hints()
-            declared = lease.server.metrics.global_batch()
-            if declared is not None:
-                self._global_batches[job_id] = declared[:3]
-        return [m for _, m in sorted(self._measured.get(job_id, {}).items())]
-
-    def _scaling(self, job: PoolJob) -> Scaling | None:
-        """How `job` sped up at the sizes it ran, with what its script reported (hvd.report)."""
-        measured = self._step_times(job.id)
-        batch, noise = self._hints.get(job.id, (0, 0.0))
-        declared = self._global_batches.get(job.id)
-        return self.fits.scaling(job.id, measured, batch, noise, declared[:2] if declared is not None else None)
+        return lease.server if lease is not None else None
 
     def _free_resources(self, usable: Mapping[str, int]) -> dict[str, dict[str, float]]:
         """Each usable host's resources less what the workers of jobs on their way out take."""
-        free = {h: dict(r) for h, r in self.resources().items() if h in usable}
+        free = {h: dict(r) for h, r in self.pool_hosts.resources().items() if h in usable}
         for job in self.table.live():
             if job.state in ("suspending", "cancelling"):
                 for host, n in job.placement.items():
@@ -545,7 +358,7 @@ class PoolService:
                                checkpoint_dir=str(self.checkpoint_root / job.id),
                                **self.job_settings)  # type: ignore[arg-type]
         hosts = PlacementHosts(placement)
-        board = self.board
+        board = self.pool_hosts.board
 
         def launcher(options: AgentOptions, secret: str | None) -> Launcher:
             return BoardLauncher(board, job.id, options, secret, job.demand.get("gpu", 0.0))
@@ -561,7 +374,7 @@ class PoolService:
             JOB_LABEL.reset(label)
         task.add_done_callback(lambda _: self.changed.set())
         self.leases[job.id] = _Lease(server, hosts, task)
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         job.state, job.placement, job.resized_at, job.urgent = "running", placement, now, False
         job.started_at = job.started_at or now
         job.resumes += resuming
@@ -577,14 +390,14 @@ class PoolService:
             lease.server.service.hosts_found(dict(placement))
         job.placement, job.resized_at, job.urgent = placement, now, False
         job.sized(now)
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         self.say(Kind.POOL_JOB_RESIZED, job=job.id, before=before, size=job.size, hosts=_hosts(placement),
                  reason=job.reason)
 
     def _suspend(self, job: PoolJob, reason: str, now: float) -> None:
         self.leases[job.id].server.request_preemption(f"the pool takes its slots: {reason}")
         job.state = "suspending"
-        self.dirty.add(job.id)
+        self.book.dirty.add(job.id)
         job.reason = "suspending: a durable checkpoint at its next commit, then its workers stop"
         self.say(Kind.POOL_JOB_SUSPENDING, job=job.id, reason=reason)
 
@@ -598,20 +411,18 @@ class PoolService:
         slow = event.kind is Kind.STRAGGLER_FOUND and self.stragglers == "replace"
         if lost or slow:
             host = str(event.fields.get("host", ""))
-            if host in self.hosts and self.blacklisted.get(host, 0) <= time.time():
+            if self.pool_hosts.in_pool(host, time.time()):
                 why = "was lost" if lost else f"is a straggler ({float(event.fields.get('slowdown', 0)):.2f}x slower)"
-                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id, cooldown_s=self.blacklist_cooldown_s,
-                         why=why)
-                self._take_out(host, time.time())
+                self.say(Kind.POOL_HOST_BLACKLISTED, host=host, job=job_id,
+                         cooldown_s=self.pool_hosts.blacklist_cooldown_s, why=why)
+                self.pool_hosts.take_out(host, time.time())
 
-    def _take_out(self, host: str, now: float) -> None:
-        """A host failed: out of the pool for --blacklist-cooldown, every job on it rescheduled at
-        once (not held by the interval between resizes)."""
-        self.blacklisted[host] = now + self.blacklist_cooldown_s
+    def _host_taken_out(self, host: str) -> None:
+        """A host left the pool for its cooldown: every job on it is rescheduled at once (not held
+        by the interval between resizes)."""
         for job in self.table.live():
             if host in job.placement:
                 job.urgent = True
-        self.changed.set()
 
 
 def _hosts(placement: Mapping[str, int]) -> str:

@@ -426,7 +426,7 @@ def serve(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.02)
         port = api.servers[0].sockets[0].getsockname()[1]
         url = f"{'https' if server_tls else 'http'}://{args.advertise_address or args.bind}:{port}"
-        pool.url = url  # (the pool agents it starts on named hosts dial it)
+        pool.pool_hosts.url = url  # (the pool agents it starts on named hosts dial it)
         if made:
             saved.append(save_job_secret(url, secret))
         say(Kind.POOL_LISTENING, url=url, policy=args.policy, slots=sum(hosts.values()),

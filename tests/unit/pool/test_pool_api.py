@@ -23,7 +23,7 @@ def api(tmp_path: pathlib.Path):
     said: list[tuple] = []
     pool = PoolService(StaticDiscovery({"a": 4, "b": 4}), "fifo", Settings(queue_weights={"team-a": 2}), {}, tmp_path,
                        lambda kind, **fields: said.append((kind, fields)))
-    pool.hosts = {"a": 4, "b": 4}
+    pool.pool_hosts.hosts = {"a": 4, "b": 4}
     return TestClient(create_pool_app(pool, SECRET)), pool
 
 
@@ -146,7 +146,7 @@ def test_a_queue_token_reaches_its_queues_jobs_only(tmp_path) -> None:
     pool = PoolService(StaticDiscovery({"a": 4}), "fair", Settings(queue_weights={"team-a": 1,
                                                                                   "team-b": 1}), {}, tmp_path,
                        lambda kind, **fields: None)
-    pool.hosts = {"a": 4}
+    pool.pool_hosts.hosts = {"a": 4}
     client = TestClient(create_pool_app(pool, SECRET, {"token-of-team-a-0123": "team-a"}))
     team_a = {"Authorization": "Bearer token-of-team-a-0123"}
     mine = client.post("/jobs", json={"command": ["true"], "min_np": 1, "queue": "team-a"}, headers=team_a)
@@ -217,7 +217,7 @@ def test_a_job_that_waits_while_hosts_are_blacklisted_says_so(api) -> None:
     answer = client.post("/jobs", json={"command": ["python", "train.py"], "min_np": 2}, headers=AUTH)
     assert answer.status_code == 200, answer.text
     now = time.time()
-    pool.blacklisted.update({"a": now + 300, "b": now + 120})
+    pool.pool_hosts.blacklisted.update({"a": now + 300, "b": now + 120})
     pool._schedule(now)
     reason = client.get(f"/jobs/{answer.json()['id']}", headers=AUTH).json()["reason"]
     assert "2 host(s) out of the pool after failures: b for 120 s, a for 300 s" in reason, reason

@@ -20,8 +20,8 @@ def named_pool(tmp_path: pathlib.Path, start_timeout_s: float = 30.0) -> PoolSer
     pool = PoolService(StaticDiscovery(NAMED), "fifo", Settings(), {"stop_grace_s": 0.2,
                                                                     "start_timeout_s": start_timeout_s},
                        tmp_path, lambda kind, **fields: None)
-    pool._named(dict(NAMED), 1000.0)
-    pool.hosts = {"a": 2}  # a's pool agent joined; b's not yet
+    pool.pool_hosts.named(dict(NAMED), 1000.0)
+    pool.pool_hosts.hosts = {"a": 2}  # a's pool agent joined; b's not yet
     return pool
 
 
@@ -31,7 +31,7 @@ def test_the_first_job_waits_for_every_named_host_and_starts_on_all_of_them(tmp_
         job = pool.submit(["python", "train.py"], 2, 4, "j", "default", 0)
         pool._schedule(1001.0)
         waiting = (job.state, job.reason)
-        pool.hosts = dict(NAMED)  # b joined
+        pool.pool_hosts.hosts = dict(NAMED)  # b joined
         pool._schedule(1002.0)
         try:
             return waiting[0], waiting[1], dict(job.placement)
@@ -48,16 +48,16 @@ def test_the_first_job_waits_for_every_named_host_and_starts_on_all_of_them(tmp_
 
 def test_the_wait_ends_at_the_start_timeout_and_never_comes_back(tmp_path) -> None:
     pool = named_pool(tmp_path, start_timeout_s=30.0)
-    assert pool._gathering(1029.9) == ["b"]
-    assert pool._gathering(1030.0) == []
-    pool.hosts = {}  # a host lost later is the scheduler's business, not a reason to wait again
-    assert pool._gathering(1031.0) == []
+    assert pool.pool_hosts.gathering(1029.9) == ["b"]
+    assert pool.pool_hosts.gathering(1030.0) == []
+    pool.pool_hosts.hosts = {}  # a host lost later is the scheduler's business, not a reason to wait again
+    assert pool.pool_hosts.gathering(1031.0) == []
 
 
 def test_a_host_out_of_the_pool_is_not_waited_for(tmp_path) -> None:
     pool = named_pool(tmp_path)
-    pool.blacklisted["b"] = time.time() + 600  # its pool agent ended: out for the cooldown
-    assert pool._gathering(time.time()) == []
+    pool.pool_hosts.blacklisted["b"] = time.time() + 600  # its pool agent ended: out for the cooldown
+    assert pool.pool_hosts.gathering(time.time()) == []
 
 
 def test_hosts_that_join_by_connecting_are_never_waited_for(tmp_path) -> None:
@@ -65,6 +65,6 @@ def test_hosts_that_join_by_connecting_are_never_waited_for(tmp_path) -> None:
 
     board = HostBoard(timeout_s=10)
     pool = PoolService(board, "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None, board=board)
-    pool._named({"a": 2, "b": 2}, 1000.0)
-    pool.hosts = {"a": 2}
-    assert pool._gathering(1001.0) == []
+    pool.pool_hosts.named({"a": 2, "b": 2}, 1000.0)
+    pool.pool_hosts.hosts = {"a": 2}
+    assert pool.pool_hosts.gathering(1001.0) == []

@@ -168,7 +168,7 @@ def test_the_pool_places_jobs_by_dominant_resource_fairness_on_what_joined_hosts
                            {"stop_grace_s": 0.2},
                            tmp_path, lambda kind, **fields: None, board=board)
         session, _ = board.poll("h1", None, 100, [], [], time.time(), {"cpu": 9.0, "gpu": 18.0})
-        pool.hosts = board.find_hosts()
+        pool.pool_hosts.hosts = board.find_hosts()
         a = pool.submit(["python", "train.py"], 1, 100, "a", "qa", 0, {"cpu": 1.0, "gpu": 4.0})
         b = pool.submit(["python", "train.py"], 1, 100, "b", "qb", 0, {"cpu": 3.0})
         pool._schedule(time.time())
@@ -198,8 +198,8 @@ def test_a_worker_that_asks_for_what_no_host_declares_is_refused_at_submission(t
     from ringmaster.discovery import StaticDiscovery
 
     pool = PoolService(StaticDiscovery({"h": 4}), "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None)
-    pool.board.poll("h", None, 4, [], [], 0.0, {"cpu": 2.0})  # its pool agent joined, with no GPU
-    pool.expected = pool.hosts = {"h": 4}
+    pool.pool_hosts.board.poll("h", None, 4, [], [], 0.0, {"cpu": 2.0})  # its pool agent joined, with no GPU
+    pool.pool_hosts.expected = pool.pool_hosts.hosts = {"h": 4}
     with pytest.raises(Refused, match="need 2 gpu; the pool's hosts declare 0 in all"):
         pool.submit(["python", "train.py"], 2, 2, None, "default", 0, {"gpu": 1.0})
     with pytest.raises(Refused, match="unknown resource 'tpu'"):

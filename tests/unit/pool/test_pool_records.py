@@ -23,7 +23,7 @@ PREFIX = "/ringmaster/test/"
 def pool_on(store, leadership, tmp_path: pathlib.Path, said: list) -> PoolService:
     pool = PoolService(StaticDiscovery({"a": 4}), "fifo", Settings(), {}, tmp_path, lambda k, **f: said.append((k, f)),
                        store=store, leadership=leadership, prefix=PREFIX)
-    pool.hosts = {"a": 4}
+    pool.pool_hosts.hosts = {"a": 4}
     return pool
 
 
@@ -39,9 +39,9 @@ def test_a_pool_that_leads_next_takes_up_every_job_as_it_was_left(tmp_path) -> N
         running.state, running.placement, running.started_at = "running", {"a": 2}, 1.0
         ended = old.submit(["true"], 1, 1, "e", "default", 0)
         old.table.end(ended, "succeeded", "done", 2.0)
-        old.dirty.update(old.table.jobs)
+        old.book.dirty.update(old.table.jobs)
         await old._save()
-        assert not old.dirty
+        assert not old.book.dirty
         await first.resign()
 
         second = Leadership(store, PREFIX + "pool/", "second")
@@ -57,7 +57,7 @@ def test_a_pool_that_leads_next_takes_up_every_job_as_it_was_left(tmp_path) -> N
         assert any(kind.value == "pool.taken_up" for kind, _ in said)
 
         await old._save()  # the deposed pool writes nothing
-        old.dirty.add(queued.id)
+        old.book.dirty.add(queued.id)
         await old._save()
         assert old.deposed and "another pool leads" in old.deposed
 
@@ -136,7 +136,7 @@ def test_a_job_submitted_while_the_store_write_is_on_its_way_is_written_with_the
         store = HeldStore()
         pool = PoolService(StaticDiscovery({"h": 2}), "fifo", Settings(), {}, tmp_path, lambda kind, **fields: None,
                            store=store)
-        pool.expected = pool.hosts = {"h": 2}
+        pool.pool_hosts.expected = pool.pool_hosts.hosts = {"h": 2}
         pool.submit(["python", "a.py"], 1, 1, None, "default", 0)
         writing = asyncio.create_task(pool._save())
         await asyncio.sleep(0)  # the write of job-1 is on its way
