@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 import time
+from functools import partial
 from typing import Callable, Mapping
 
 import grpc
@@ -32,6 +33,7 @@ from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import ALL_ROWS, NO_ROWS, JobView, Page
+from ringmaster.rendezvous.server.call_rights import call_refused, identity_problem
 from ringmaster.rendezvous.server.discovery_poller import poll_discovery
 from ringmaster.rendezvous.server.grpc_limits import server_options
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
@@ -225,18 +227,19 @@ class RendezvousServer:
         )
         self.coordinator = coordinator
         service = RendezvousService(coordinator, journal=journal, launcher=launcher)
-        self.auth = RendezvousAuth(self.secret, self._refused, service.identity_problem, service.authorize) \
+        self.auth = RendezvousAuth(self.secret, self._refused, identity_problem,
+                                   partial(call_refused, coordinator)) \
             if self.secret is not None else None
         self.metrics = JobMetrics(lambda: coordinator.view(service.clock(), NO_ROWS),
                                   lambda: self.auth.refused if self.auth is not None else 0,
                                   lambda: journal.degraded, address=self.address)
-        service.figures = self.metrics.figures
-        service.step_times = self.metrics.step_times
+        service.beat_figures.figures = self.metrics.figures
+        service.beat_figures.step_times = self.metrics.step_times
         self.metrics.heartbeats = lambda: service.beats
-        self.metrics.worker_messages = lambda: service.messages
-        service.on_assignments_out = self.metrics.assignments_out
+        self.metrics.worker_messages = lambda: service.outbox.messages
+        service.outbox.on_assignments_out = self.metrics.assignments_out
         self.metrics.step_times.window_steps = self.settings.straggler_steps
-        service.timeline = self.timeline
+        service.beat_figures.timeline = self.timeline
         leases = AgentLeases(store, prefix, lambda: coordinator.pace.agent_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service

@@ -16,31 +16,19 @@ from typing import Any, AsyncIterator, Callable
 import grpc
 
 from ringmaster.common.errors import Refused
-from ringmaster.common.figures import FigureTotals, check_stats
-from ringmaster.common.keys import AGENT, WORKER, Identity
-from ringmaster.common.spans import MAX_SPANS_PER_HEARTBEAT
 from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.effects import (
-    Assign,
     Effect,
-    LaunchAgent,
-    RunWorkers,
-    StopAgent,
-    StopLaunchedAgent,
-    WorkerEffect,
 )
 from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
-from ringmaster.rendezvous.control.stragglers import Persistence, find_stragglers
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
-from ringmaster.rendezvous.server import wire
-from ringmaster.rendezvous.server.assignments_out import AssignmentsOut
+from ringmaster.rendezvous.server.beat_figures import BeatFigures
 from ringmaster.rendezvous.server.heap import LongLivedHeap
 from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
-from ringmaster.rendezvous.server.step_times import StepTimes
-from ringmaster.rendezvous.server.trace_file import JobTimeline
+from ringmaster.rendezvous.server.session_outbox import SessionOutbox
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.state.journal import Journal
 
@@ -50,8 +38,6 @@ Clock = Callable[[], float]
 MAX_UNLISTED_AGENTS = 64
 #: The most of an agent's version string kept (a PEP 440 version with its local part is far shorter).
 MAX_VERSION_CHARS = 80
-#: The calls an agent makes (for its own host); the others are a worker's (for itself).
-_AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", "DrainHost"})
 #: Put in a session's queue to end its stream quietly (its agent opened a new session).
 _REPLACED = object()
 
@@ -59,10 +45,6 @@ _REPLACED = object()
 #: Most seconds the first input after a quiet while waits for others to be decided on with it
 #: (a lost host's agent and worker sessions close within milliseconds of each other).
 GATHER_S = 0.1
-#: Seconds between two looks for stragglers (at a heartbeat, not on a timer of its own).
-STRAGGLER_CHECK_S = 1.0
-#: ... or at least this many times what the last check cost (it looks at every rank).
-STRAGGLER_DUTY = 20.0
 #: Most worker beats an agent's heartbeat may carry (a host's workers: slots are far fewer), and
 #: the oldest one taken (seconds): an agent keeps only beats newer than a worker's silence.
 MAX_RELAYED_BEATS = MAX_SLOTS_PER_HOST
@@ -83,16 +65,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     def __init__(self, coordinator: Coordinator, clock: Clock = time.monotonic, journal: Journal | None = None,
                  leases: AgentLeases | None = None, launcher: Launcher | None = None) -> None:
         self.coordinator = coordinator
-        self.launcher = launcher or NoLauncher()  # starts and stops agents as the pool asks
         self.clock = clock
         self.journal = journal
         self.leases = leases
-        self._agents: dict[str, asyncio.Queue] = {}
-        self._incarnations: dict[str, str] = {}  # host -> the agent process whose session is open
-        self._workers: dict[str, asyncio.Queue] = {}
-        # A large job's messages go to these hosts' agents for their workers that listen (event_relay.py).
-        self._carriers: set[str] = set()
-        self._hearing_agent: set[str] = set()
+        self.outbox = SessionOutbox(launcher or NoLauncher())
         self.changed = asyncio.Event()  # set after every coordinator call; the job loop watches it
         self._held: list[Effect] = []
         self._saved_marker: tuple = ()  # what the journal last saved was built at (see keep_journal)
@@ -103,21 +79,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._settle_scheduled = False
         self._settle_cost = 0.0  # seconds the last settling pass took
         self._settled_at = 0.0  # when it ended (time.perf_counter)
-        self.figures: FigureTotals | None = None  # the workers' figures, where metrics are kept
-        self.step_times: StepTimes | None = None  # the job's step times by size (the pool's goodput policy)
-        self._ring_shape: tuple[int, dict[str, str], tuple[int, int]] = (0, {}, (0, 0))
-        self._stragglers_checked = 0.0  # (time.monotonic) of the last straggler check
-        self._straggler_every = STRAGGLER_CHECK_S  # seconds between two checks
-        self._straggler_watch = Persistence()  # hosts found slow in the last checks
-        self.timeline: JobTimeline | None = None  # the job's timeline (--timeline), fed by the workers' spans
+        self.beat_figures = BeatFigures()  # what heartbeats carry besides liveness
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
-        self.messages = {"stream": 0, "agent": 0}  # messages to workers, by the way they went (metrics)
         self.heap = LongLivedHeap()
         self._heap_generation = 0  # the last generation a freeze was planned for
-        self._assignments_out = AssignmentsOut()
-        #: Told (generation, seconds) when the last of a generation's assignments was handed to gRPC,
-        #: the seconds since the failure seen (or the generation's forming, with no failure): the metrics.
-        self.on_assignments_out: Callable[[int, float], None] | None = None
 
     # ---------------------------------------------------------------- for the other readers and inputs
     def view(self, page: Page = ALL_ROWS) -> JobView:
@@ -178,7 +143,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         """Hand what the coordinator said to the sessions (after the journal saved it, with a store)."""
         messages = self.coordinator.drain()
         if self.journal is None:
-            self._deliver(messages)
+            self.outbox.deliver(self.coordinator, messages)
         else:
             self._held.extend(messages)
             self._dirty.set()
@@ -197,74 +162,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         gen = self.coordinator.generation
         if gen is None or gen.number != number or gen.over is not None or not self.heap.wanted(len(gen.member_ids)):
             return
-        if time.monotonic() < latest and (self._held or any(q.qsize() for q in self._agents.values())
-                                          or any(q.qsize() for q in self._workers.values())):
+        if time.monotonic() < latest and (self._held or self.outbox.pending()):
             asyncio.get_running_loop().call_later(HEAP_FREEZE_DELAY_S, self._freeze_heap, number, latest)
             return
         self.heap.settled(number, len(gen.member_ids))
-
-    def _deliver(self, effects: list[Effect]) -> None:
-        to_workers: list[WorkerEffect] = []
-        for effect in effects:
-            if isinstance(effect, LaunchAgent):
-                self.launcher.start(effect.host)
-            elif isinstance(effect, StopLaunchedAgent):
-                self.launcher.stop(effect.host)
-            elif isinstance(effect, (RunWorkers, StopAgent)):
-                queue = self._agents.get(effect.host)
-                if queue is not None:
-                    queue.put_nowait(wire.agent_command(effect))
-            else:
-                to_workers.append(effect)
-        if to_workers:
-            self._to_workers(to_workers)
-
-    def _to_workers(self, effects: list[WorkerEffect]) -> None:
-        """Each worker's messages on its stream, or, for a large job's workers that listen to an
-        agent that carries them, inside one command per host (event_relay.py)."""
-        commands: dict[str, pb.AgentCommand] = {}
-        streamed: list[wire.Planned] = []
-        assigning: list[Any] = []  # the messages that carry assignments (to see when the last goes)
-        generation = 0
-        carry = self.coordinator.pace.relay and self._carriers
-        workers = self.coordinator.workers
-        for planned in wire.plan(effects):
-            worker_id, effect, ends = planned
-            if worker_id not in self._workers:
-                continue  # (no session: nobody to tell)
-            worker = workers.get(worker_id) if carry and worker_id in self._hearing_agent else None
-            if worker is not None and worker.host in self._carriers and wire.carriable(effect):
-                command = commands.get(worker.host)
-                if command is None:
-                    command = commands[worker.host] = pb.AgentCommand()
-                wire.fill(command.events.add(worker_id=worker_id).event, effect, ends)
-                if isinstance(effect, Assign):
-                    generation = max(generation, effect.generation)
-                    assigning.append(command)
-            else:
-                streamed.append(planned)
-        for (worker_id, message), (_, effect, _) in zip(wire.messages(streamed), streamed):
-            self._workers[worker_id].put_nowait(message)
-            if isinstance(effect, Assign):
-                generation = max(generation, effect.generation)
-                assigning.append(message)
-        self.messages["stream"] += len(streamed)
-        for host, command in commands.items():
-            self._agents[host].put_nowait(command)
-            self.messages["agent"] += len(command.events)
-        if assigning:
-            job = self.coordinator.job
-            began = job.fault_at if job.fault_at is not None else job.generation_formed_at
-            self._assignments_out.queued(generation, began, assigning)
-
-    def _handed_over(self, message: Any) -> None:
-        """A session hands `message` to gRPC to write: the metrics hear when a generation's last
-        assignment went. (Once the write is done, the session resumes only when the loop comes
-        back to it: at 4,096 x 8, seconds after the workers held their messages.)"""
-        if self._assignments_out.watching:
-            done = self._assignments_out.handed_over(message, self.clock())
-            if done is not None and self.on_assignments_out is not None:
-                self.on_assignments_out(*done)
 
     async def keep_journal(self) -> None:
         """Save the coordinator's record after changes (gathered, see `call`), then release what it said.
@@ -289,7 +190,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 cost = self._save_cost = time.perf_counter() - started
                 await self.journal.save(values)
                 self._saved_marker = marker
-            self._deliver(batch)
+            self.outbox.deliver(self.coordinator, batch)
             await asyncio.sleep(cost)  # as in `call`: let changes gather for as long as a record takes
 
     async def saved(self) -> None:
@@ -306,7 +207,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         window = 2.0 * (self.leases.ttl_s if self.leases is not None else 0.0)
         pool = self.coordinator.pool
         record = pool.hosts.get(host)
-        if host in self._agents and record is not None and (
+        if host in self.outbox.agents and record is not None and (
                 pool.stalled_recently(now, window) or pool.waiting_out_isolation(now)):
             if self.leases is not None:
                 self._background(self.leases.connected(host, record.agent_pid or 0))
@@ -329,7 +230,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 message = await queue.get()
                 if message is _REPLACED:
                     return
-                self._handed_over(message)  # (handed to gRPC now: after the yield a busy loop resumes late)
+                # (handed to gRPC now: after the yield a busy loop resumes late)
+                self.outbox.handed_over(message, self.clock())
                 yield message
                 if is_last(message):
                     return
@@ -337,38 +239,6 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             if sessions.get(key) is queue:
                 del sessions[key]
                 self.call(on_close, key)
-
-    # ---------------------------------------------------------------- who may call what
-    @staticmethod
-    def identity_problem(identity: Identity) -> str | None:
-        """Why a caller's identity cannot be a part of this job (checked before its key is derived)."""
-        problem = host_name_problem(identity.host)
-        if problem or identity.role == AGENT:
-            return problem
-        host, _, number = identity.worker.rpartition("/")
-        if host != identity.host or not (number.isascii() and number.isdigit() and len(number) < 12):
-            return f"{identity.worker[:100]!r} is not a worker id of host {identity.host}"
-        return None
-
-    def authorize(self, method: str, identity: Identity, request: object) -> str | None:
-        """Why `identity` may not make this call, or None: an agent speaks for its own host only,
-        a worker for itself only (and only on the host it was placed on)."""
-        if method in _AGENT_CALLS:
-            if identity.role != AGENT:
-                return f"{method} is an agent's call"
-            if request.host != identity.host:  # type: ignore[attr-defined]
-                return f"it speaks for host {request.host[:100]!r}"  # type: ignore[attr-defined]
-            return None
-        if identity.role != WORKER:
-            return f"{method} is a worker's call"
-        if request.worker_id != identity.worker:  # type: ignore[attr-defined]
-            return f"it speaks for worker {request.worker_id[:100]!r}"  # type: ignore[attr-defined]
-        if method == "WorkerSession" and request.host != identity.host:  # type: ignore[attr-defined]
-            return f"it says it runs on {request.host[:100]!r}"  # type: ignore[attr-defined]
-        worker = self.coordinator.workers.get(identity.worker)
-        if worker is not None and worker.host != identity.host:
-            return f"worker {identity.worker} was placed on {worker.host}"
-        return None
 
     # ---------------------------------------------------------------- agents
     async def AgentSession(self, request: pb.AgentHello,
@@ -389,14 +259,14 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{MAX_HOSTS} hosts have joined by connecting already, the most a job takes; host "
                                 f"{request.host} is refused")
-        if not joining and (record is None or not record.discovered) and request.host not in self._agents \
+        if not joining and (record is None or not record.discovered) and request.host not in self.outbox.agents \
                 and self._unlisted_agents() >= MAX_UNLISTED_AGENTS:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{MAX_UNLISTED_AGENTS} agents of hosts that discovery does not list are connected "
                                 f"already; host {request.host} is taken once discovery lists it")
-        live = self._agents.get(request.host)
+        live = self.outbox.agents.get(request.host)
         if live is not None:
-            if self._incarnations.get(request.host) != request.incarnation:  # one agent process per host
+            if self.outbox.incarnations.get(request.host) != request.incarnation:  # one agent process per host
                 owner = record.agent_pid if record is not None else None
                 await context.abort(
                     grpc.StatusCode.ALREADY_EXISTS,
@@ -404,12 +274,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                     "or start this one with another --host")
             live.put_nowait(_REPLACED)  # the same agent again (its old connection went dead): the old session just ends
         queue: asyncio.Queue = asyncio.Queue()
-        self._agents[request.host] = queue
-        self._incarnations[request.host] = request.incarnation
+        self.outbox.agents[request.host] = queue
+        self.outbox.incarnations[request.host] = request.incarnation
         if request.carries_events:
-            self._carriers.add(request.host)
+            self.outbox.carriers.add(request.host)
         else:
-            self._carriers.discard(request.host)
+            self.outbox.carriers.discard(request.host)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(
@@ -424,35 +294,20 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             )
         )
         try:
-            async for message in self._pump(self._agents, request.host, queue, lambda m: m.shutdown,
+            async for message in self._pump(self.outbox.agents, request.host, queue, lambda m: m.shutdown,
                                             self._agent_gone):
                 yield message
         finally:
-            self._reroute(queue)
-
-    def _reroute(self, queue: asyncio.Queue) -> None:
-        """The workers' messages an agent's ended session did not carry go on their own streams
-        (the same agent's new session replaced it, and the host still runs them)."""
-        while not queue.empty():
-            command = queue.get_nowait()
-            moved = []
-            for hosted in getattr(command, "events", ()):
-                stream = self._workers.get(hosted.worker_id)
-                if stream is not None:
-                    event = hosted.event  # (one object: the one queued is the one watched)
-                    stream.put_nowait(event)
-                    moved.append(event)
-                    self.messages["stream"] += 1
-            self._assignments_out.moved(command, moved)
+            self.outbox.reroute(queue)
 
     def _unlisted_agents(self) -> int:
         """Agents in session for hosts that discovery does not list (they wait to be listed)."""
         hosts = self.coordinator.pool.hosts
-        return sum(1 for host in self._agents if host not in hosts or not hosts[host].discovered)
+        return sum(1 for host in self.outbox.agents if host not in hosts or not hosts[host].discovered)
 
     def _agent_gone(self, host: str, now: float) -> None:
-        self._incarnations.pop(host, None)
-        self._carriers.discard(host)
+        self.outbox.incarnations.pop(host, None)
+        self.outbox.carriers.discard(host)
         if self.leases is not None:
             self._background(self.leases.disconnected(host))
         self.coordinator.agent_disconnected(host, now)
@@ -490,7 +345,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         """A worker process exited: its code or signal, and whether its agent stopped it. Only the
         agent in session for the worker's host reports it."""
         worker = self.coordinator.workers.get(request.worker_id)
-        if request.host not in self._agents or (worker is not None and worker.host != request.host):
+        if request.host not in self.outbox.agents or (worker is not None and worker.host != request.host):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"an exit of worker {request.worker_id[:100]!r} reported for host "
                                 f"{request.host[:100]!r}, which has no agent in session or does not run that worker; "
@@ -504,11 +359,11 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         """The agent's host goes away (SIGTERM, a notice) or its notice was withdrawn. Only the
         agent in session for the host asks; a bad deadline is refused naming it."""
         host = request.host
-        if host not in self._agents:
+        if host not in self.outbox.agents:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"a drain of host {host[:100]!r}, which has no agent in session; ignored")
         source = DrainSource.NOTICE if request.notice else DrainSource.SIGNAL
-        incarnation = self._incarnations.get(host, "")
+        incarnation = self.outbox.incarnations.get(host, "")
         try:
             if request.withdraw:
                 self.call(lambda now: self.coordinator.undrain_host(host, now, source, "its notice was withdrawn"))
@@ -525,29 +380,29 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         """A worker's session: assignments, generation-over, host updates, retire and job-end
         notices until it leaves; a session that closes early is a failed worker, noticed at once."""
         queue: asyncio.Queue = asyncio.Queue()
-        self._workers[request.worker_id] = queue
+        self.outbox.workers[request.worker_id] = queue
         if request.hears_agent:
-            self._hearing_agent.add(request.worker_id)
+            self.outbox.hearing_agent.add(request.worker_id)
         else:
-            self._hearing_agent.discard(request.worker_id)
+            self.outbox.hearing_agent.discard(request.worker_id)
         try:
             self.call(lambda now: self.coordinator.worker_connected(
                 request.worker_id, request.pid, now, request.after_generation if request.waiting else None,
                 request.failure, request.elastic))
         except Refused as refused:
-            del self._workers[request.worker_id]
-            self._hearing_agent.discard(request.worker_id)
+            del self.outbox.workers[request.worker_id]
+            self.outbox.hearing_agent.discard(request.worker_id)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(refused))
         try:
-            async for message in self._pump(self._workers, request.worker_id, queue,
+            async for message in self._pump(self.outbox.workers, request.worker_id, queue,
                                             lambda m: m.HasField("job_ended") or m.HasField("retire"),
                                             self.coordinator.worker_disconnected):
                 yield message
         finally:
-            if request.worker_id not in self._workers:  # (not when a newer session replaced this one)
-                self._hearing_agent.discard(request.worker_id)
-            if self._assignments_out.watching:  # (what it did not write goes nowhere)
-                self._assignments_out.dropped(queue.get_nowait() for _ in range(queue.qsize()))
+            if request.worker_id not in self.outbox.workers:  # (not when a newer session replaced this one)
+                self.outbox.hearing_agent.discard(request.worker_id)
+            if self.outbox.assignments_out.watching:  # (what it did not write goes nowhere)
+                self.outbox.assignments_out.dropped(queue.get_nowait() for _ in range(queue.qsize()))
 
     async def Ready(self, request: pb.ReadyRequest, context) -> pb.Ack:
         """A worker is ready for the generation after `after_generation` (a survivor after a reset,
@@ -567,42 +422,13 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         return pb.Ack(ok=True, heartbeat_interval_s=self.coordinator.pace.worker_s)
 
     def _take_beat(self, request: pb.WorkerHeartbeatRequest, heard_at: float | None = None) -> None:
-        """A worker's heartbeat: its commit count, whether it runs `hvd.elastic.run`, and its
-        figures (kept for the metrics when they have the shape a worker sends)."""
+        """A worker's heartbeat: its commit count, whether it runs `hvd.elastic.run`, and what it
+        carries besides (`BeatFigures`)."""
         self.coordinator.worker_heartbeat(request.worker_id, request.commits, request.elastic, self.clock(),
                                           steps_since_commit=request.steps_since_commit, heard_at=heard_at)
-        worker = self.coordinator.workers.get(request.worker_id)
-        if self.figures is not None and request.HasField("stats") and worker is not None and worker.live \
-                and not check_stats(request.stats):  # (an exited worker's figures are in the totals already)
-            self.figures.update(request.worker_id, request.stats)
-            if self.step_times is not None:
-                self._time_steps(request.worker_id, request.stats)
-        if self.timeline is not None and request.spans and worker is not None \
-                and len(request.spans) <= MAX_SPANS_PER_HEARTBEAT and 0 <= request.spans_dropped < (1 << 53):
-            self.timeline.on_spans(request.worker_id, request.spans, request.spans_dropped)
-
-    def _time_steps(self, worker_id: str, stats: pb.WorkerStats) -> None:
-        generation = self.coordinator.job.generation
-        if generation is None or self.step_times is None:
-            return
-        if self._ring_shape[0] != generation.number:  # (once per generation, not per heartbeat)
-            self._straggler_watch.reset()
-            hosts = {a.worker_id: a.host for a in generation.members}
-            self._ring_shape = (generation.number, hosts, (len(set(hosts.values())), len(hosts)))
-        _, hosts, config = self._ring_shape
-        self.step_times.update(worker_id, generation.number, hosts.get(worker_id), config, stats)
-        now = time.monotonic()
-        if now - self._stragglers_checked >= self._straggler_every and config[0] > 1:
-            self._stragglers_checked = now
-            settings = self.coordinator.settings
-            paces = [(host, total.compute_s) for _, host, total in self.step_times.paces()]
-            every_host = find_stragglers(paces, slowdown=0.0)  # (each host's slowdown: the metrics show them)
-            self.step_times.slowdowns = {s.host: s.slowdown for s in every_host}
-            found = self._straggler_watch.confirm([s for s in every_host if s.slowdown >= settings.straggler_slowdown])
-            # (a check looks at every rank: a large job's waits at least STRAGGLER_DUTY times its cost)
-            self._straggler_every = max(STRAGGLER_CHECK_S, STRAGGLER_DUTY * (time.monotonic() - now))
-            if found:
-                self.call(lambda at: self.coordinator.stragglers_seen(found, at))
+        found = self.beat_figures.take(self.coordinator, request)
+        if found:
+            self.call(lambda at: self.coordinator.stragglers_seen(found, at))
 
     async def ReportDone(self, request: pb.DoneRequest, context) -> pb.Ack:
         """A worker's training function returned (with a warning for the job's end, bounded), or

@@ -1,0 +1,121 @@
+"""The open sessions of a job's agents and workers, and what goes into them: what the coordinator
+said, each message to the session it is for. A large job's workers that listen to their agent
+(event_relay.py) get theirs inside one command per host; the others on their own streams."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.rendezvous.control.coordinator import Coordinator
+from ringmaster.rendezvous.control.effects import (
+    Assign,
+    Effect,
+    LaunchAgent,
+    RunWorkers,
+    StopAgent,
+    StopLaunchedAgent,
+    WorkerEffect,
+)
+from ringmaster.rendezvous.server import wire
+from ringmaster.rendezvous.server.assignments_out import AssignmentsOut
+from ringmaster.rendezvous.server.launchers import Launcher
+
+
+class SessionOutbox:
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher  # starts and stops agents as the pool asks
+        self.agents: dict[str, asyncio.Queue] = {}  # host -> its agent's session
+        self.incarnations: dict[str, str] = {}  # host -> the agent process whose session is open
+        self.workers: dict[str, asyncio.Queue] = {}  # worker id -> its session
+        # A large job's messages go to these hosts' agents for their workers that listen (event_relay.py).
+        self.carriers: set[str] = set()
+        self.hearing_agent: set[str] = set()
+        self.messages = {"stream": 0, "agent": 0}  # messages to workers, by the way they went (metrics)
+        self.assignments_out = AssignmentsOut()
+        #: Told (generation, seconds) when the last of a generation's assignments was handed to gRPC,
+        #: the seconds since the failure seen (or the generation's forming, with no failure): the metrics.
+        self.on_assignments_out: Callable[[int, float], None] | None = None
+
+    def pending(self) -> bool:
+        """Whether a session still has messages to write."""
+        return any(q.qsize() for q in self.agents.values()) or any(q.qsize() for q in self.workers.values())
+
+    def deliver(self, coordinator: Coordinator, effects: list[Effect]) -> None:
+        to_workers: list[WorkerEffect] = []
+        for effect in effects:
+            if isinstance(effect, LaunchAgent):
+                self.launcher.start(effect.host)
+            elif isinstance(effect, StopLaunchedAgent):
+                self.launcher.stop(effect.host)
+            elif isinstance(effect, (RunWorkers, StopAgent)):
+                queue = self.agents.get(effect.host)
+                if queue is not None:
+                    queue.put_nowait(wire.agent_command(effect))
+            else:
+                to_workers.append(effect)
+        if to_workers:
+            self._to_workers(coordinator, to_workers)
+
+    def _to_workers(self, coordinator: Coordinator, effects: list[WorkerEffect]) -> None:
+        """Each worker's messages on its stream, or, for a large job's workers that listen to an
+        agent that carries them, inside one command per host (event_relay.py)."""
+        commands: dict[str, pb.AgentCommand] = {}
+        streamed: list[wire.Planned] = []
+        assigning: list[Any] = []  # the messages that carry assignments (to see when the last goes)
+        generation = 0
+        carry = coordinator.pace.relay and self.carriers
+        workers = coordinator.workers
+        for planned in wire.plan(effects):
+            worker_id, effect, ends = planned
+            if worker_id not in self.workers:
+                continue  # (no session: nobody to tell)
+            worker = workers.get(worker_id) if carry and worker_id in self.hearing_agent else None
+            if worker is not None and worker.host in self.carriers and wire.carriable(effect):
+                command = commands.get(worker.host)
+                if command is None:
+                    command = commands[worker.host] = pb.AgentCommand()
+                wire.fill(command.events.add(worker_id=worker_id).event, effect, ends)
+                if isinstance(effect, Assign):
+                    generation = max(generation, effect.generation)
+                    assigning.append(command)
+            else:
+                streamed.append(planned)
+        for (worker_id, message), (_, effect, _) in zip(wire.messages(streamed), streamed):
+            self.workers[worker_id].put_nowait(message)
+            if isinstance(effect, Assign):
+                generation = max(generation, effect.generation)
+                assigning.append(message)
+        self.messages["stream"] += len(streamed)
+        for host, command in commands.items():
+            self.agents[host].put_nowait(command)
+            self.messages["agent"] += len(command.events)
+        if assigning:
+            job = coordinator.job
+            began = job.fault_at if job.fault_at is not None else job.generation_formed_at
+            self.assignments_out.queued(generation, began, assigning)
+
+    def handed_over(self, message: Any, now: float) -> None:
+        """A session hands `message` to gRPC to write: the metrics hear when a generation's last
+        assignment went. (Once the write is done, the session resumes only when the loop comes
+        back to it: at 4,096 x 8, seconds after the workers held their messages.)"""
+        if self.assignments_out.watching:
+            done = self.assignments_out.handed_over(message, now)
+            if done is not None and self.on_assignments_out is not None:
+                self.on_assignments_out(*done)
+
+    def reroute(self, queue: asyncio.Queue) -> None:
+        """The workers' messages an agent's ended session did not carry go on their own streams
+        (the same agent's new session replaced it, and the host still runs them)."""
+        while not queue.empty():
+            command = queue.get_nowait()
+            moved = []
+            for hosted in getattr(command, "events", ()):
+                stream = self.workers.get(hosted.worker_id)
+                if stream is not None:
+                    event = hosted.event  # (one object: the one queued is the one watched)
+                    stream.put_nowait(event)
+                    moved.append(event)
+                    self.messages["stream"] += 1
+            self.assignments_out.moved(command, moved)
