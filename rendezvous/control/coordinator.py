@@ -24,31 +24,27 @@ from typing import Callable, Mapping, Sequence
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
-from ringmaster.common.reconnect import LONGEST_GAP_S
-from ringmaster.discovery import Blacklist, HostDiff
+from ringmaster.discovery import Blacklist
 from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.effects import AnnounceHosts, Effect, EndGeneration, StopAgent, UpdateHosts
+from ringmaster.rendezvous.control.fact_decisions import FactDecisions
 from ringmaster.rendezvous.control.facts import (
-    AgentConnected,
-    AgentLost,
-    AgentUnreachable,
     Fact,
     GenerationFailed,
-    HostsJoined,
     SessionClosed,
     TrainingReturned,
     WorkerExited,
 )
 from ringmaster.rendezvous.control.formation import Formation, QuietInputs, StoreFactory
-from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
+from ringmaster.rendezvous.control.heartbeat_pace import Pace
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.liveness import judge_silence
+from ringmaster.rendezvous.control.preemption import Preemption
 from ringmaster.rendezvous.control.records import (
     Drain,
     DrainSource,
     Generation,
-    Host,
     JobOutcome,
     Phase,
     ResetCause,
@@ -56,9 +52,10 @@ from ringmaster.rendezvous.control.records import (
     Summary,
     Worker,
 )
-from ringmaster.rendezvous.control.stragglers import Straggler, replacing_pays
+from ringmaster.rendezvous.control.resumption import resume_job
+from ringmaster.rendezvous.control.straggler_action import StragglerAction
+from ringmaster.rendezvous.control.stragglers import Straggler
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page, job_view
-from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env
 from ringmaster.settings import JobSettings
 
 
@@ -92,17 +89,20 @@ class Coordinator:
         self.job = Job(settings, self.pool, (ring_store.host, ring_store.port), on_event)
         self.formation = Formation(self.job, rendezvous_address, plain_store_factory)
         self.drains = Drains(self.job)
+        self.decisions = FactDecisions(self.job, self.pool, self.formation, self.drains)
+        self.stragglers = StragglerAction(self.job, self.pool, self.drains)
+        self.preemption = Preemption(self.job, self.pool, self.drains)
         self._unsettled = False  # inputs arrived that `settle` has not acted on yet
         self._quiet = QuietInputs()  # inputs that need no pass (`Formation.quiet_inputs`)
         self._failure_reported = -1  # the generation whose failure a report has told already
-        self._stragglers_told: set[tuple[int, str]] = set()  # (generation, host) of stragglers reported
-        #: Heartbeat intervals asked of agents and workers (answered to each heartbeat), by job size.
-        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0,
-                               settings.heartbeat_relay)
         self._agents_stopped = False  # told every agent to stop, the job having ended
-        self.preempted_for: str | None = None  # why the whole job was taken (`preempt`)
 
     # ------------------------------------------------------------------ the job, as read
+    @property
+    def pace(self) -> Pace:
+        """The heartbeat pace asked of agents and workers now (`HostPool.repace`)."""
+        return self.pool.pace
+
     @property
     def workers(self) -> dict[str, Worker]:
         return self.job.workers
@@ -164,17 +164,8 @@ class Coordinator:
         if first:
             self.job.summary.started_at = now
         if change:
-            self._hosts_changed("discovery", change)
+            self.job.causes.hosts_changed("discovery", change)
         self._unsettled = True
-
-    def _hosts_changed(self, source: str, change: HostDiff) -> None:
-        """The host set changed (`source`: who said so): the cause of the next generation."""
-        kinds = set()
-        if change.added or any(new > old for old, new in change.resized.values()):
-            kinds.add(ResetCause.HOST_ADDED)
-        if change.removed or any(new < old for old, new in change.resized.values()):
-            kinds.add(ResetCause.HOST_REMOVED)
-        self.job.causes.add(f"{source} {change.describe()}", *sorted(kinds, key=lambda k: k.value))
 
     def discovery_failed(self, message: str, now: float) -> None:
         self.pool.discovery_failed(message, now)
@@ -369,47 +360,9 @@ class Coordinator:
         return drain
 
     def stragglers_seen(self, found: list[Straggler], now: float) -> None:
-        """The straggler check found these hosts slow (`stragglers`). Each is told once per
-        generation; with `--stragglers replace` it is drained (its workers leave at their next
-        commit) where the job is faster without it: another host takes its workers, or the job
-        runs faster on the rest."""
-        gen = self.job.generation
-        if gen is None or self.job.outcome is not None:
-            return
-        members = {a.host for a in gen.members}  # (a host with only warming workers is spare)
-        spare = sum(
-            h.slots
-            for h in self.pool.ordered_hosts()
-            if h.name not in members and h.drain is None and not self.pool.blacklist.is_blacklisted(h.name, now)
-        )
-        for straggler in found:
-            if (gen.number, straggler.host) in self._stragglers_told:
-                continue
-            self._stragglers_told.add((gen.number, straggler.host))
-            on_host = sum(1 for a in gen.members if a.host == straggler.host)
-            replace = False
-            if self.settings.stragglers != "replace":
-                action = "kept (--stragglers report)"
-            elif replacing_pays(straggler, len(gen.members), on_host, spare):
-                replace = True
-                action = ("replaced: its workers leave at their next commit" +
-                          (", another host takes them" if spare >= on_host else ", the job is faster on the rest"))
-            else:
-                action = (f"kept: no spare host for its {on_host} worker(s), and the job is not faster without them "
-                          f"({len(gen.members) - on_host} of {len(gen.members)} workers)")
-            self.job.emit(now, Kind.STRAGGLER_FOUND, host=straggler.host, slowdown=round(straggler.slowdown, 3),
-                          pace_s=round(straggler.pace_s, 6), others_s=round(straggler.others_s, 6),
-                          steps=self.settings.straggler_steps, action=action, replaced=replace, generation=gen.number)
-            if replace:
-                spare -= on_host
-                try:
-                    self.drains.request(straggler.host, DrainSource.STRAGGLER, self.settings.drain_grace_s,
-                                        f"straggler, {straggler.slowdown:.2f}x slower than the other hosts", now)
-                except Refused:
-                    continue
-                self._unsettled = True
-        del_before = gen.number - 1
-        self._stragglers_told = {k for k in self._stragglers_told if k[0] >= del_before}
+        """The straggler check found these hosts slow (`straggler_action`)."""
+        if self.stragglers.seen(found, now):
+            self._unsettled = True
 
     def undrain_host(self, host: str, now: float, source: DrainSource = DrainSource.OPERATOR,
                      why: str = "undrained") -> bool:
@@ -419,31 +372,9 @@ class Coordinator:
         return ended
 
     def preempt(self, reason: str, deadline_s: float, now: float) -> None:
-        """The whole job is taken (Slurm's `--signal=B:USR1@90`, a preemption): every host is
-        drained, so its workers leave at their next commit, which rank 0 makes durable first (no
-        host is left); then the job ends as preempted, to resume from that checkpoint when started
-        again. Workers still there after `deadline_s` are stopped (the last durable checkpoint)."""
-        if self.job.outcome is not None or self.preempted_for is not None:
-            return
-        self.preempted_for = reason
-        self.job.emit(now, Kind.JOB_PREEMPTED, reason=reason, deadline_s=deadline_s,
-                      checkpoint_dir=self.settings.checkpoint_dir or "")
-        for host in list(self.pool.hosts.values()):
-            if host.drain is None and (host.agent_connected or host.name in self.job.busy_hosts()):
-                try:
-                    self.drains.request(host.name, DrainSource.OPERATOR, deadline_s, reason, now)
-                except Refused:
-                    continue  # (a host that cannot be drained runs nothing to wait for)
-        self._unsettled = True
-
-    def _preempted_yet(self, now: float) -> None:
-        """A preempted job ends once no worker of it is left."""
-        if self.preempted_for is not None and self.job.outcome is None and not self.job.live_workers():
-            where = self.settings.checkpoint_dir
-            self.job.end_job(JobOutcome(False, f"preempted ({self.preempted_for}): every worker left at a commit; "
-                                        + (f"started again, the job resumes from its checkpoint in {where}" if where
-                                           else "no --checkpoint-dir, so started again it begins anew"),
-                                        interrupted=True, preempted=True), now)
+        """The whole job is taken (`preemption`): every host drains, then the job ends as preempted."""
+        if self.preemption.take(reason, deadline_s, now):
+            self._unsettled = True
 
     def abort(self, reason: str, now: float) -> None:
         """End the job: the user stopped it (SIGINT, SIGTERM)."""
@@ -455,49 +386,10 @@ class Coordinator:
         return SavedJob(self.job.counters(), self.pool.hosts, self.job.workers, self.job.generation)
 
     def resume(self, saved: SavedJob, now: float, agents_survive: bool = True) -> None:
-        """Carry on the job a previous rendezvous process kept in the store.
-
-        Hosts and workers get a fresh heartbeat window to reconnect (their last heartbeats were
-        on the old process's clock), counted from when the slowest of them tries again at the
-        latest (`LONGEST_GAP_S`): one between two tries when this rendezvous began to serve is
-        not silent, only away. Without `agents_survive` (`ringmaster run`, whose emulated
-        hosts died with it) every worker is gone, so the job restarts from its checkpoint.
-        """
-        job, counters = self.job, saved.counters
-        self.pool.resumed(saved.hosts, now, agents_survive)
-        self.drains.resumed()
-        job.workers, job.generation = saved.workers, saved.generation
-        job.next_id, job.hosts_sequence = counters.next_id, counters.hosts_sequence
-        job.target_np, job.finishing = counters.target_np, counters.finishing
-        job.summary.generations, job.summary.resets, job.summary.steps = (
-            counters.generations,
-            counters.resets,
-            counters.steps,
-        )
-        job.summary.started_at = now
-        job.generation_started = now - self.settings.crash_loop_window_s  # not a quick failure
+        """Carry on the job a previous rendezvous process kept in the store (`resumption`)."""
         store = f"{self.ring_store.host}:{self.ring_store.port}"
-        for worker in job.workers.values():
-            worker.ready_at = now
-            worker.last_heartbeat = now + LONGEST_GAP_S
-            # The store is data: a worker's environment is this job's own (its settings, this
-            # rendezvous and ring store), with only its place in the ring taken from the record.
-            place = {name: value for name, value in worker.env.items() if name in RANK_ENV_NAMES}
-            worker.env = {**base_env(worker.worker_id, worker.host, worker.slot, self.rendezvous_address, store,
-                                     self.settings), **place}
-            if not agents_survive and worker.live:
-                worker.phase = Phase.EXITED
-        number = job.generation.number if job.generation else 0
-        live = sum(1 for w in job.workers.values() if w.live)
-        job.emit(now, Kind.JOB_RESUMED, number=number, live=live,
-                 hosts=sum(1 for h in self.pool.hosts.values() if h.agent_connected))
-        if not agents_survive and job.generation is not None:
-            job.causes.add("the previous rendezvous and its hosts ended", ResetCause.RESTART)
-            job.end_generation("the previous `ringmaster run` ended with its workers", now)
-        if counters.outcome is not None:
-            job.end_job(JobOutcome(*counters.outcome), now)
-            return
-        self._unsettled = True
+        if resume_job(self.job, self.pool, self.drains, saved, now, self.rendezvous_address, store, agents_survive):
+            self._unsettled = True
 
     # ------------------------------------------------------------------ the clock
     def settle(self, now: float) -> bool:
@@ -523,7 +415,7 @@ class Coordinator:
         for name in self.pool.forget_departed(now, job.busy_hosts()):
             self.formation.sent_to_agents.pop(name, None)
             self._unsettled = True
-        self._pace_heartbeats()
+        self.pool.repace(sum(1 for w in job.workers.values() if w.live and w.registered))
         timeout = self.pace.worker_timeout_s
         for worker in [] if liveness.isolated else list(job.workers.values()):
             if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
@@ -535,16 +427,6 @@ class Coordinator:
                 if silence.failed:  # (a busy worker is never its host's fault)
                     job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
         self._reconcile(now)
-
-    def _pace_heartbeats(self) -> None:
-        """Stretch heartbeat intervals (and the silences that count as death) with the job's size."""
-        # Hosts discovered count before their agents connect: the first agents in are asked for the
-        # job's pace from their first answer, not for 1 s beats that wait behind everyone's hellos.
-        hosts = sum(1 for h in self.pool.hosts.values() if h.agent_connected or h.discovered)
-        workers = sum(1 for w in self.job.workers.values() if w.live and w.registered)
-        self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers,
-                         self.settings.heartbeat_relay)
-        self.pool.beat_s, self.pool.silence_s = self.pace.agent_s, self.pace.agent_timeout_s
 
     def _reconcile(self, now: float) -> None:
         """Decide on the facts, then bring the job one step closer to what they call for."""
@@ -562,7 +444,7 @@ class Coordinator:
             return
         self.formation.reconcile(now)
         self.drains.settle(now)  # (then drains are done: an agent that asked to go is told so last)
-        self._preempted_yet(now)
+        self.preemption.end_when_left(now)
         if self.job.outcome is None:
             self.pool.reconcile_agents(self.hosts_wanted(now), self.job.busy_hosts())
         if self.job.outcome is None:
@@ -574,31 +456,7 @@ class Coordinator:
         self._unsettled = True
 
     def _decide(self, now: float) -> None:
-        """Decide on the facts the inputs observed, in the order they came."""
-        job = self.job
+        """Decide on the facts the inputs observed, in the order they came (`fact_decisions`)."""
         while self._facts:
-            fact = self._facts.popleft()
-            if isinstance(fact, AgentConnected):
-                self.formation.sent_to_agents.pop(fact.host, None)  # a new session needs the full picture
-                self.drains.agent_connected(fact.host, fact.incarnation, now)
-                job.on_agent_connected(fact, now)
-            elif isinstance(fact, AgentLost):
-                self.formation.sent_to_agents.pop(fact.host, None)
-                job.on_agent_lost(fact, now)
-            elif isinstance(fact, AgentUnreachable):
-                if not self.pool.hosts.get(fact.host, Host(fact.host, 0)).agent_connected:
-                    job.emit(now, Kind.HOST_UNREACHABLE, host=fact.host, reason=fact.reason)
-                    job.blacklist_host(fact.host, f"its agent could not be started: {fact.reason}", now, by_itself=True)
-            elif isinstance(fact, WorkerExited):
-                job.on_worker_exited(fact, now)
-            elif isinstance(fact, SessionClosed):
-                if job.on_session_closed(fact, now):
-                    self._unsettled = True
-            elif isinstance(fact, GenerationFailed):
-                gen = job.generation
-                if gen is not None and gen.number == fact.generation and gen.over is None:
-                    job.end_generation(f"worker {fact.worker_id} reported: {fact.failure}", now)
-            elif isinstance(fact, TrainingReturned):
-                job.start_finishing(now)
-            elif isinstance(fact, HostsJoined):
-                self._hosts_changed("agents", fact.change)
+            if self.decisions.decide(self._facts.popleft(), now):
+                self._unsettled = True

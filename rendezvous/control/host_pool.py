@@ -30,6 +30,7 @@ from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.discovery import Blacklist, CooldownRange, HostDiff, diff_hosts
 from ringmaster.rendezvous.control.effects import LaunchAgent, PoolEffect, StopLaunchedAgent
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, AgentUnreachable, Fact, HostsJoined
+from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
 from ringmaster.rendezvous.control.records import Host
 from ringmaster.settings import JobSettings
 
@@ -66,9 +67,11 @@ class HostPool:
         cooldown = CooldownRange(*settings.blacklist_cooldown_s) if settings.blacklist_cooldown_s else None
         self.blacklist = blacklist or Blacklist(cooldown)
         self.launches_agents = launches_agents
-        #: Seconds between an agent's heartbeats, and of silence after which its host is lost:
-        #: the configured ones, stretched for a large job by the coordinator (`heartbeat_pace`).
-        self.beat_s, self.silence_s = settings.heartbeat_interval_s, settings.heartbeat_timeout_s
+        #: The heartbeat intervals asked of agents and workers (answered to each heartbeat), and the
+        #: silences after which each is dead: the configured ones, stretched with the job's size
+        #: (`repace`, `heartbeat_pace`). This pool is their one owner.
+        self.pace: Pace = pace(settings.heartbeat_interval_s, settings.heartbeat_timeout_s, 0, 0,
+                               settings.heartbeat_relay)
         self.hosts: dict[str, Host] = {}
         self.first_discovery_at: float | None = None
         self.last_tick: float | None = None
@@ -86,6 +89,15 @@ class HostPool:
         self._stopping: set[str] = set()  # launched agents asked to stop
 
     # ------------------------------------------------------------------ inputs: discovery
+    def repace(self, workers: int) -> None:
+        """Stretch heartbeat intervals (and the silences that count as death) with the job's size:
+        `workers` live ones. Hosts discovered count before their agents connect: the first agents in
+        are asked for the job's pace from their first answer, not for 1 s beats that wait behind
+        everyone's hellos."""
+        hosts = sum(1 for h in self.hosts.values() if h.agent_connected or h.discovered)
+        self.pace = pace(self.settings.heartbeat_interval_s, self.settings.heartbeat_timeout_s, hosts, workers,
+                         self.settings.heartbeat_relay)
+
     def set_hosts(self, hosts: Mapping[str, int], now: float) -> HostDiff | None:
         """Discovery's latest good host set; the change, or None for the first one."""
         self._listed = dict(hosts)
@@ -219,7 +231,7 @@ class HostPool:
         was_isolated = self.isolated_since is not None
         isolated = self._isolated(now)
         rejoined = was_isolated and self.isolated_since is None
-        timeout = self.silence_s
+        timeout = self.pace.agent_timeout_s
         for host in self.hosts.values():
             if not isolated and host.agent_connected and now - host.last_heartbeat > timeout:
                 self.agent_disconnected(host.name, now, f"sent no heartbeat for {now - host.last_heartbeat:.1f} s",
@@ -236,7 +248,7 @@ class HostPool:
         if self.all_silent(now):
             connected = [h for h in self.hosts.values() if h.agent_connected]
             if self.isolated_since is None:
-                if not any(now - h.last_heartbeat > self.silence_s for h in connected):
+                if not any(now - h.last_heartbeat > self.pace.agent_timeout_s for h in connected):
                     return True  # silent together, not yet for long: judge nobody
                 self.isolated_since = max(h.last_heartbeat for h in connected)
                 self._emit(now, Kind.RENDEZVOUS_ISOLATED, hosts=len(connected), seconds=now - self.isolated_since,
@@ -252,7 +264,7 @@ class HostPool:
     def _lately(self) -> float:
         """Hosts beat every interval, so a partition silences them within about one interval of
         each other: "at once" means none was heard for this long."""
-        return min(2 * self.beat_s, self.silence_s / 2)
+        return min(2 * self.pace.agent_s, self.pace.agent_timeout_s / 2)
 
     def all_silent(self, now: float) -> bool:
         """Two or more hosts connected, and none heard lately (see `_isolated`)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ringmaster.common.events import Event
+from ringmaster.discovery import HostDiff
 from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.listing import listed
 
@@ -188,6 +189,15 @@ class Causes:
     def add(self, text: str, *kinds: ResetCause) -> None:
         self._texts.append(text)
         self._kinds.update(kinds)
+
+    def hosts_changed(self, source: str, change: HostDiff) -> None:
+        """The host set changed (`source`: who said so, discovery or joining agents)."""
+        kinds = set()
+        if change.added or any(new > old for old, new in change.resized.values()):
+            kinds.add(ResetCause.HOST_ADDED)
+        if change.removed or any(new < old for old, new in change.resized.values()):
+            kinds.add(ResetCause.HOST_REMOVED)
+        self.add(f"{source} {change.describe()}", *sorted(kinds, key=lambda k: k.value))
 
     def add_kinds_if_none(self, text: str, kinds: set[ResetCause]) -> None:
         """Add `text`, and `kinds` only if no cause gave kinds yet (whoever caused it said so first)."""
