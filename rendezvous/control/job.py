@@ -20,6 +20,7 @@ from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration,
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
 from ringmaster.rendezvous.control.groups import whole_groups
 from ringmaster.rendezvous.control.host_pool import HostPool
+from ringmaster.rendezvous.control.plain_failures import command_failed, plain_failure
 from ringmaster.rendezvous.control.policies import PLAIN, ExitMeaning, generation_policy, policy_of
 from ringmaster.rendezvous.control.records import (
     Causes,
@@ -44,9 +45,6 @@ def describe_exit(exit_code: int, signal_number: int) -> str:
     return f"exited with code {exit_code}"
 
 
-#: Exit codes of a command that could not start: 126 not executable, 127 not found (the shell's
-#: and the agent's), 2 a usage error or Python's "can't open file". A plain job fails at once.
-COMMAND_ERROR_CODES = frozenset({2, 126, 127})
 
 class Job:
     def __init__(self, settings: JobSettings, pool: HostPool, store_address: tuple[str, int],
@@ -215,7 +213,7 @@ class Job:
                 # first: what follows is no news once the job failed
                 self._plain_failure(worker, how, fact.output, exit_code, now)
             elif not worker.registered and fact.output and exit_code != 0 and signal_number == 0:
-                self._command_failed(worker, how, fact.output, now)
+                self.fail(command_failed(worker, how, fact.output, self.settings.command), now)
         if member and verdict.meaning is not ExitMeaning.FINISHED:
             # Whatever the reason (even a stop we asked for), the ring cannot complete without it.
             job.end_generation(f"member {worker_id} on {host} {how}", now)
@@ -257,29 +255,12 @@ class Job:
                 and generation_policy([self.workers[i] for i in gen.member_ids], False) is PLAIN)
 
     def _plain_failure(self, worker: Worker, how: str, output: str, exit_code: int, now: float) -> None:
-        """A worker of a plain job failed: every worker restarts from the first step (unless the
-        script loads a checkpoint), so only --max-restarts times; and once a worker has finished,
-        a failure fails the job (as horovodrun and torchrun: any rank's error is the job's).
-
-        A plain script never connects to the rendezvous, so a worker's error with output is any
-        crash: a rank's exception, or its peers' "connection closed" after it died, whichever
-        the agents report first. Only a command that cannot start (exit 126 or 127: not
-        executable or not found; 2: Python's "can't open file", a usage error) fails the job at
-        once with what the worker said; another error restarts it within --max-restarts (as
-        torchrun does), and is named the same way once no restart is left."""
+        """A worker of a plain job failed (`plain_failures`): the job restarts, or fails."""
         self.plain_failures += 1
-        limit = self.settings.max_restarts
-        unstarted = not worker.registered and bool(output)
-        if unstarted and (exit_code in COMMAND_ERROR_CODES or self.plain_failures > limit):
-            self._command_failed(worker, how, output, now)
-        elif self.finishing:
-            self.fail(f"worker {worker.worker_id} on {worker.host} {how} after another worker had finished; any "
-                      "worker's error fails a plain job (one without hvd.elastic.run)", now)
-        elif self.plain_failures > limit:
-            done = f"after {limit} restart(s) " if limit else ""
-            self.fail(f"worker {worker.worker_id} on {worker.host} {how} {done}(--max-restarts {limit}): a plain job "
-                      "(one without hvd.elastic.run) restarts every worker from its first step after a failure, unless "
-                      "it loads a checkpoint; fix the error above, or allow restarts with --max-restarts N", now)
+        failed = plain_failure(worker, how, output, exit_code, self.plain_failures, self.settings.max_restarts,
+                               self.finishing, self.settings.command)
+        if failed is not None:
+            self.fail(failed, now)
 
     def members_start_later(self, gen: Generation) -> bool:
         """Do members of `gen` that have not connected yet go on starting when it fails, to join a
@@ -287,12 +268,6 @@ class Job:
         Ringmaster script). A plain script never connects: its members restart with the rest, as
         torchrun restarts every worker of an elastic (`--nnodes MIN:MAX`) job."""
         return self.settings.elastic and any(self.workers[i].registered for i in gen.member_ids)
-
-    def _command_failed(self, worker: Worker, how: str, output: str, now: float) -> None:
-        """A worker's own error before it reached the rendezvous: the command is wrong (every
-        host would fail alike), and the job fails at once, with what the worker said."""
-        self.fail(f"worker {worker.worker_id} on {worker.host} {how} before it reached the rendezvous: {output} "
-                  f"(the training command: {' '.join(self.settings.command)[:300]}); fix the command", now)
 
     # ------------------------------------------------------------------ failures
     def blacklist_host(self, host: str, why: str, now: float, by_itself: bool) -> None:
