@@ -272,7 +272,7 @@ class Coordinator:
     def worker_ready(self, worker_id: str, after_generation: int, failure: str, elastic: bool, now: float,
                      awaits_hosts: int = 0) -> None:
         """A worker asks for a generation after `after_generation`; `awaits_hosts`: the
-        announcement it reset for (its script awaited the newcomers: `Formation.awaits_announced`)."""
+        announcement it reset for (its script awaited the newcomers: `HostUpdates.awaits_announced`)."""
         worker = self.job.workers.get(worker_id)
         if worker is None:
             raise Refused(f"worker {worker_id!r} is not part of this job")
@@ -289,7 +289,7 @@ class Coordinator:
             worker.last_heartbeat = now
             return  # it asks for what it holds already (assigned before it asked: `Formation._rejoins_at_once`)
         if awaits_hosts and not failure and worker.generation == after_generation:
-            self.formation.awaits_announced(worker, awaits_hosts, now)
+            self.formation.updates.awaits_announced(worker, awaits_hosts, now)
         if worker.phase is not Phase.EXITED:
             worker.phase = Phase.READY
             worker.ready_at = now

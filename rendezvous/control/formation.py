@@ -25,10 +25,10 @@ from typing import Callable
 
 from ringmaster.common.events import Kind
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
-from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, RunWorkers, UpdateHosts, WorkerLaunch
+from ringmaster.rendezvous.control.effects import EndGeneration, RunWorkers, WorkerLaunch
 from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
+from ringmaster.rendezvous.control.host_updates import HostUpdates
 from ringmaster.rendezvous.control.job import Job
-from ringmaster.rendezvous.control.listing import listed
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
 from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker, recorded_changes
 from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
@@ -73,6 +73,7 @@ class Formation:
         self.sent_to_agents: dict[str, tuple] = {}  # host -> the worker ids it was last told to run
         self._short_since: float | None = None  # since when the job has had fewer slots than --min-np
         self._running: tuple[tuple[int, int], dict[str, list[Worker]]] | None = None  # (`_running_by_host`)
+        self.updates = HostUpdates(job, self.pool, self._over_slots, self._maybe_restart_plain)
 
     def reconcile(self, now: float) -> None:
         """One step closer to what the facts call for (decided on by the coordinator already)."""
@@ -99,7 +100,7 @@ class Formation:
             elif self._generation_finished():
                 self._next_generation(now)
             else:
-                self._maybe_request_update(eligible, now)
+                self.updates.request(eligible, now)
             self._spawn_newcomers(eligible, now)
         self._publish_agents(now)
 
@@ -241,7 +242,7 @@ class Formation:
             placed = slots
         if len(placed) < job.settings.min_np:
             return  # wait for newcomers to warm up, or for --elastic-timeout
-        if self._awaited_newcomers(now):
+        if self.updates.awaited_newcomers(now):
             return  # the members reset for the newcomers announced: form with them
         if job.exceeds_reset_limit(now):
             return
@@ -317,79 +318,6 @@ class Formation:
                       base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
 
     # ------------------------------------------------------------------ a healthy generation
-    def _maybe_request_update(self, eligible: set[str], now: float) -> None:
-        """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
-        job = self.job
-        gen = job.generation
-        assert gen is not None
-        if gen.over is not None:
-            return
-        members = [job.workers[i] for i in gen.member_ids]
-        if gen.update_sequence:
-            # a drain left too few after the update went out: say it again, with a checkpoint
-            if job.checkpoint_at_update:
-                self._send_update(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
-            return
-        if gen.awaited_at is not None:  # members reset for the announcement: the update is theirs now
-            reason = "the workers awaited the announced hosts"
-            job.causes.add_kinds_if_none(reason, {ResetCause.HOST_ADDED})
-            self._send_update(members, reason, now)
-            return
-        policy = generation_policy(members, job.settings.elastic)
-        if not policy.grows_in_place():
-            if not any(policy.rejoins(w) for w in members):
-                self._maybe_restart_plain(members, now)
-            return
-        if not all(w.elastic for w in members if w.live):
-            return  # still starting up: not every member is inside hvd.elastic.run yet
-        reasons = []
-        ready_newcomers, warming = self._newcomers(eligible)
-        limit = job.limit if job.limit is not None else 1 << 30
-        room = limit - len(members)
-        if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < job.settings.warmup_grace_s:
-            ready_newcomers = []  # let the others finish warming up and join in the same reset
-        kinds = set()
-        if len(ready_newcomers) >= job.settings.group_size and room >= job.settings.group_size:  # (whole groups)
-            reasons.append("new worker(s) ready: " + listed(w.worker_id for w in ready_newcomers[:room]))
-            kinds.add(ResetCause.HOST_ADDED)
-        leaving = [w for w in members if w.live and w.host not in eligible]
-        if leaving:
-            reasons.append("host(s) leaving: " + listed(sorted({w.host for w in leaving})))
-            kinds.add(ResetCause.HOST_REMOVED)
-        over = self._over_slots(now)
-        fewer = [w for w in members if w.live and w.worker_id in over and w.host in eligible]
-        if fewer:
-            reasons.append("fewer slots on " + listed(sorted({w.host for w in fewer})))
-            kinds.add(ResetCause.HOST_REMOVED)
-        if sum(1 for w in members if w.live) > limit:
-            reasons.append(f"scaling down to {limit} workers")
-            kinds.add(ResetCause.SCALE)
-        if not reasons:
-            if warming and room > 0:
-                self._announce(members, warming, now)
-            return
-        reason = "; ".join(reasons)
-        job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
-        self._send_update(members, reason, now)
-
-    def _newcomers(self, eligible: set[str]) -> tuple[list[Worker], list[Worker]]:
-        """Workers outside the generation on usable hosts: those ready to join, those still
-        starting or warming up. One look at each worker, members passed over first (a clock
-        tick's pass makes it: two looks through every candidate cost 7% of a quiet large job)."""
-        job = self.job
-        ready: list[Worker] = []
-        warming: list[Worker] = []
-        for w in job.workers.values():
-            phase = w.phase
-            if phase is Phase.MEMBER or not w.live or w.stopping or w.host not in eligible:
-                continue
-            if phase is Phase.READY:
-                if not job.is_member(w):
-                    ready.append(w)
-            elif phase is Phase.SPAWNING or phase is Phase.WARMING:
-                warming.append(w)
-        return ready, warming
-
     def quiet_inputs(self, now: float) -> QuietInputs:
         """Inputs from members that a pass over the job would not act on, as things stand after
         one (see `QuietInputs`). With thousands of members each pass costs milliseconds, and a
@@ -413,60 +341,6 @@ class Formation:
         if any(w.elastic for w in members):
             quiet.not_elastic = {w.worker_id for w in live if not w.elastic} & staying
         return quiet
-
-    def _send_update(self, members: list[Worker], reason: str, now: float) -> None:
-        """Interrupt the generation at its next commit (a higher sequence than any sent: the
-        newest wins); with a checkpoint first when a drain asked for one."""
-        job = self.job
-        gen = job.generation
-        assert gen is not None
-        job.hosts_sequence += 1
-        gen.update_sequence = job.hosts_sequence
-        job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
-        checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
-        for w in members:
-            if w.live and w.registered:
-                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
-
-    def _announce(self, members: list[Worker], warming: list[Worker], now: float) -> None:
-        """Tell a healthy generation's members at once that newcomers are coming (once per
-        generation). Horovod's driver tells its workers of new hosts as it discovers them, and
-        its scripts wait for that (`state._host_messages`); the interrupt itself still waits for
-        the newcomers to be ready, so the members train on while they warm up, unless a member's
-        script awaits the change (its `Ready` says `awaits_hosts`: `Coordinator.worker_ready`)."""
-        job = self.job
-        gen = job.generation
-        assert gen is not None
-        if gen.announced_sequence or gen.update_sequence or gen.over is not None:
-            return
-        job.hosts_sequence += 1  # (a number of its own: an announcement never reads as a later generation's update)
-        gen.announced_sequence = job.hosts_sequence
-        reason = "new worker(s) warming up: " + listed(w.worker_id for w in warming)
-        job.emit(now, Kind.HOSTS_ANNOUNCED, reason=reason)
-        for w in members:
-            if w.live and w.registered:
-                job.outbox.append(AnnounceHosts(w.worker_id, gen.announced_sequence, reason))
-
-    def awaits_announced(self, worker: Worker, sequence: int, now: float) -> bool:
-        """A member reset for its generation's announcement (its script awaited the change):
-        the next ring waits for the newcomers, as Horovod's reset does (`_next_generation`)."""
-        gen = self.job.generation
-        if gen is None or gen.over is not None or gen.update_sequence or not gen.announced_sequence \
-                or sequence != gen.announced_sequence or worker.worker_id not in gen.member_set:
-            return False
-        if gen.awaited_at is None:
-            gen.awaited_at = now
-        return True
-
-    def _awaited_newcomers(self, now: float) -> bool:
-        """Whether the next ring waits for newcomers still warming up: a member awaited them
-        (`awaits_announced`), for at most --start-timeout."""
-        job = self.job
-        gen = job.generation
-        if gen is None or gen.awaited_at is None or now - gen.awaited_at >= job.settings.start_timeout_s:
-            return False
-        eligible = {h.name for h in self.pool.eligible_hosts(now)}
-        return bool(self._newcomers(eligible)[1])
 
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
         """A plain job grows only by restarting, as torchrun does on a membership change."""
@@ -506,7 +380,7 @@ class Formation:
         if started:
             members = [job.workers[i] for i in gen.member_ids]
             if all(w.elastic for w in members if w.live):
-                self._announce(members, started, now)
+                self.updates.announce(members, started, now)
             gen_order = {wid: i for i, wid in enumerate(gen.member_ids)}
             staying = sorted(live, key=lambda w: gen_order.get(w.worker_id, len(gen_order)))
             expected = assign_ranks([WorkerSlot(w.worker_id, w.host) for w in staying],

@@ -1,0 +1,154 @@
+"""A healthy generation interrupted at its next commit when its ring should change (Horovod's host
+update): newcomers ready on free slots (in whole groups), members on hosts that leave or lost
+slots, a scale-down; and newcomers announced to the members while they warm up, so that a script
+that awaits them resets for them (`awaits_announced`). Pure: no I/O, the time is passed in."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ringmaster.common.events import Kind
+from ringmaster.rendezvous.control.effects import AnnounceHosts, UpdateHosts
+from ringmaster.rendezvous.control.host_pool import HostPool
+from ringmaster.rendezvous.control.job import Job
+from ringmaster.rendezvous.control.listing import listed
+from ringmaster.rendezvous.control.policies import generation_policy
+from ringmaster.rendezvous.control.records import Phase, ResetCause, Worker
+
+
+class HostUpdates:
+    def __init__(self, job: Job, pool: HostPool, over_slots: Callable[[float], dict[str, str]],
+                 restart_plain: Callable[[list[Worker], float], None]) -> None:
+        """`over_slots(now)`: members beyond their hosts' slots; `restart_plain(members, now)`: a
+        plain generation's restart rule (it does not grow in place)."""
+        self.job, self.pool = job, pool
+        self._over_slots = over_slots
+        self._restart_plain = restart_plain
+
+    def request(self, eligible: set[str], now: float) -> None:
+        """Elastic job, healthy generation: interrupt it at the next commit if the ring should change."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        if gen.over is not None:
+            return
+        members = [job.workers[i] for i in gen.member_ids]
+        if gen.update_sequence:
+            # a drain left too few after the update went out: say it again, with a checkpoint
+            if job.checkpoint_at_update:
+                self.send(members, "a drain leaves fewer workers than --min-np: rank 0 checkpoints first", now)
+            return
+        if gen.awaited_at is not None:  # members reset for the announcement: the update is theirs now
+            reason = "the workers awaited the announced hosts"
+            job.causes.add_kinds_if_none(reason, {ResetCause.HOST_ADDED})
+            self.send(members, reason, now)
+            return
+        policy = generation_policy(members, job.settings.elastic)
+        if not policy.grows_in_place():
+            if not any(policy.rejoins(w) for w in members):
+                self._restart_plain(members, now)
+            return
+        if not all(w.elastic for w in members if w.live):
+            return  # still starting up: not every member is inside hvd.elastic.run yet
+        reasons = []
+        ready_newcomers, warming = self.newcomers(eligible)
+        limit = job.limit if job.limit is not None else 1 << 30
+        room = limit - len(members)
+        if ready_newcomers and warming and now - min(w.ready_at for w in ready_newcomers) < job.settings.warmup_grace_s:
+            ready_newcomers = []  # let the others finish warming up and join in the same reset
+        kinds = set()
+        if len(ready_newcomers) >= job.settings.group_size and room >= job.settings.group_size:  # (whole groups)
+            reasons.append("new worker(s) ready: " + listed(w.worker_id for w in ready_newcomers[:room]))
+            kinds.add(ResetCause.HOST_ADDED)
+        leaving = [w for w in members if w.live and w.host not in eligible]
+        if leaving:
+            reasons.append("host(s) leaving: " + listed(sorted({w.host for w in leaving})))
+            kinds.add(ResetCause.HOST_REMOVED)
+        over = self._over_slots(now)
+        fewer = [w for w in members if w.live and w.worker_id in over and w.host in eligible]
+        if fewer:
+            reasons.append("fewer slots on " + listed(sorted({w.host for w in fewer})))
+            kinds.add(ResetCause.HOST_REMOVED)
+        if sum(1 for w in members if w.live) > limit:
+            reasons.append(f"scaling down to {limit} workers")
+            kinds.add(ResetCause.SCALE)
+        if not reasons:
+            if warming and room > 0:
+                self.announce(members, warming, now)
+            return
+        reason = "; ".join(reasons)
+        job.causes.add_kinds_if_none(reason, kinds)  # (discovery or a scale request said it first where they caused it)
+        self.send(members, reason, now)
+
+    def newcomers(self, eligible: set[str]) -> tuple[list[Worker], list[Worker]]:
+        """Workers outside the generation on usable hosts: those ready to join, those still
+        starting or warming up. One look at each worker, members passed over first (a clock
+        tick's pass makes it: two looks through every candidate cost 7% of a quiet large job)."""
+        job = self.job
+        ready: list[Worker] = []
+        warming: list[Worker] = []
+        for w in job.workers.values():
+            phase = w.phase
+            if phase is Phase.MEMBER or not w.live or w.stopping or w.host not in eligible:
+                continue
+            if phase is Phase.READY:
+                if not job.is_member(w):
+                    ready.append(w)
+            elif phase is Phase.SPAWNING or phase is Phase.WARMING:
+                warming.append(w)
+        return ready, warming
+
+    def send(self, members: list[Worker], reason: str, now: float) -> None:
+        """Interrupt the generation at its next commit (a higher sequence than any sent: the
+        newest wins); with a checkpoint first when a drain asked for one."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        job.hosts_sequence += 1
+        gen.update_sequence = job.hosts_sequence
+        job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
+        checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
+        for w in members:
+            if w.live and w.registered:
+                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
+
+    def announce(self, members: list[Worker], warming: list[Worker], now: float) -> None:
+        """Tell a healthy generation's members at once that newcomers are coming (once per
+        generation). Horovod's driver tells its workers of new hosts as it discovers them, and
+        its scripts wait for that (`state._host_messages`); the interrupt itself still waits for
+        the newcomers to be ready, so the members train on while they warm up, unless a member's
+        script awaits the change (its `Ready` says `awaits_hosts`: `Coordinator.worker_ready`)."""
+        job = self.job
+        gen = job.generation
+        assert gen is not None
+        if gen.announced_sequence or gen.update_sequence or gen.over is not None:
+            return
+        job.hosts_sequence += 1  # (a number of its own: an announcement never reads as a later generation's update)
+        gen.announced_sequence = job.hosts_sequence
+        reason = "new worker(s) warming up: " + listed(w.worker_id for w in warming)
+        job.emit(now, Kind.HOSTS_ANNOUNCED, reason=reason)
+        for w in members:
+            if w.live and w.registered:
+                job.outbox.append(AnnounceHosts(w.worker_id, gen.announced_sequence, reason))
+
+    def awaits_announced(self, worker: Worker, sequence: int, now: float) -> bool:
+        """A member reset for its generation's announcement (its script awaited the change):
+        the next ring waits for the newcomers, as Horovod's reset does (`_next_generation`)."""
+        gen = self.job.generation
+        if gen is None or gen.over is not None or gen.update_sequence or not gen.announced_sequence \
+                or sequence != gen.announced_sequence or worker.worker_id not in gen.member_set:
+            return False
+        if gen.awaited_at is None:
+            gen.awaited_at = now
+        return True
+
+    def awaited_newcomers(self, now: float) -> bool:
+        """Whether the next ring waits for newcomers still warming up: a member awaited them
+        (`awaits_announced`), for at most --start-timeout."""
+        job = self.job
+        gen = job.generation
+        if gen is None or gen.awaited_at is None or now - gen.awaited_at >= job.settings.start_timeout_s:
+            return False
+        eligible = {h.name for h in self.pool.eligible_hosts(now)}
+        return bool(self.newcomers(eligible)[1])
+
