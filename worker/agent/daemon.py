@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import functools
 import logging
 import os
 import queue
@@ -44,27 +45,29 @@ import grpc
 
 from ringmaster import __version__
 from ringmaster.common import logs
-from ringmaster.common.dial import AWAY_CODES, dial
+from ringmaster.common.dial import dial
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.grpc_auth import Credentials, Unproven
 from ringmaster.common.heartbeats import paced_interval
-from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity, worker_key
-from ringmaster.common.reconnect import Backoff, parse_addresses
+from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity
+from ringmaster.common.reconnect import Backoff
 from ringmaster.common.secret import SECRET_ENV
-from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S, AgentSettings
 from ringmaster.worker.agent.beat_relay import BeatCollector
 from ringmaster.worker.agent.event_relay import EventForwarder
+from ringmaster.worker.agent.exit_reports import ExitReports
+from ringmaster.worker.agent.host_drain import DrainAsk, HostDrain
 from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
 from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.process_watch import ProcessWatch
 from ringmaster.worker.agent.starting.spare_pool import SparePool
 from ringmaster.worker.agent.starting.template import ForkedProcess, WorkerTemplate
-from ringmaster.worker.agent.starting.threads import SHARED_MACHINE_ENV, THREADS_ENV, usable_cpus, worker_threads
+from ringmaster.worker.agent.starting.threads import THREADS_ENV, usable_cpus, worker_threads
 from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
+from ringmaster.worker.agent.worker_environment import worker_environment
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
@@ -82,16 +85,6 @@ def say(host: str, kind: Kind, **fields: object) -> None:
     """Log one of this agent's events; the console line names the host."""
     event = Event(kind, {"host": host, **fields})
     _logger.log(event.level, event.message, extra={"event": event, "host": host})
-
-
-@dataclass(frozen=True)
-class DrainAsk:
-    """Put on the agent's command queue: drain this host (`deadline_s`), or withdraw a notice."""
-
-    reason: str
-    deadline_s: float
-    notice: bool = False  # a preemption notice: the agent stays; else the agent leaves with the drain
-    withdraw: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +120,7 @@ class Agent:
         (never this one). `on_stopping(bound_s)` is called once the agent begins to stop: the
         stop should take at most `bound_s` seconds (the CLI arms an exit watchdog with it)."""
         self.key = key
+        self.say = functools.partial(say, settings.host)  # say(kind, **fields): this agent's events
         self.credentials = Credentials(Identity(AGENT, settings.host), key) if key is not None else None
         self.incarnation = secrets.token_hex(16)  # this process' sessions, told apart from another agent's
         self.ca_pem = ca_pem  # the CA the rendezvous' TLS certificate chains to (None: no TLS)
@@ -141,7 +135,7 @@ class Agent:
         self._watch = ProcessWatch()  # which of them the kernel shows busy (the heartbeat thread's)
         self._started: set[str] = set()  # a worker id is one process: never start it twice
         self._unstartable: list[tuple[str, str]] = []  # (worker, why) could not be started: exit code 127
-        self._unsent: list[pb.WorkerExit] = []  # exits not yet reported (rendezvous away)
+        self.exits = ExitReports(self.say)
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._stub: pb_grpc.RendezvousStub | None = None
@@ -157,21 +151,16 @@ class Agent:
             self.spares = spares
             spares.count, spares._env = settings.spares, lambda: self._worker_env({}, None)
         else:
-            self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output,
-                                    lambda kind, **fields: say(self.host, kind, **fields))
+            self.spares = SparePool(settings.spares, lambda: self._worker_env({}, None), _forward_output, self.say)
         self._spares_tended = 0.0
         self._fork_workers = settings.fork_workers
         self._warmed_ahead = spares is not None  # its first workers start in those spares; the template later
         self.template: WorkerTemplate | None = None  # started with the agent (`run`)
         # How a worker is started: warm spare, template fork, cold spare, fresh (starting/ways.py).
-        self._ways = ways_for(self.spares, self._template_for_fork, lambda kind,
-                              **fields: say(self.host, kind, **fields),
-                              _forward_output)
-        self._told_to_stop = False
+        self._ways = ways_for(self.spares, self._template_for_fork, self.say, _forward_output)
         self.drain_grace_s = settings.drain_grace_s
         self._signals = 0  # stop signals received (the second one stops at once)
-        self._leaving_by: float | None = None  # draining to leave: stop by then at the latest
-        self._drain_unsent: list[DrainAsk] = []  # asks not yet delivered (rendezvous away)
+        self.drain = HostDrain(self.host, settings.drain_grace_s, self.say)
         # Where a worker is marked before this agent sends it SIGTERM (host_signals.py).
         removed = remove_dead_agents_folders()  # (those of agents killed before they could)
         if removed:
@@ -219,20 +208,19 @@ class Agent:
                     exit_code = 1
                     break
                 if isinstance(command, DrainAsk):
-                    if not self._begin_drain(command):
+                    if not self.drain.begin(command, len(self.children), self._stub):
                         break
                     continue
                 if command is not None:
                     if command.shutdown:
                         say(self.host, Kind.AGENT_STOPPING, reason=command.reason or "the rendezvous ended the job")
-                        self._told_to_stop = True  # the rendezvous wants no more of this host's news
+                        self.exits.nobodys_news = True  # the rendezvous wants no more of this host's news
                         break
                     self._apply(command.workers)
                 self._reap()
                 self._events.retry()
-                if self._drain_unsent:
-                    self._send_drains()
-                if self._leaving_by is not None and self._drained():
+                self.drain.send(self._stub)
+                if self.drain.left(len(self.children), bool(self.exits.unsent)):
                     break
                 self._close_retired()
                 if time.monotonic() - self._spares_tended >= TEND_SPARES_S:
@@ -332,51 +320,6 @@ class Agent:
             self.notice(DrainAsk("notice withdrawn", 0.0, notice=True, withdraw=True))
         else:
             self.notice(DrainAsk(f"notice: this host goes away in {seconds:g} s", max(seconds, 0.1), notice=True))
-
-    # -------------------------------------------------------------- drains
-    def _begin_drain(self, ask: DrainAsk) -> bool:
-        """Act on a drain ask; False when the agent should stop now (nothing to drain)."""
-        if ask.notice:
-            say(self.host, Kind.AGENT_NOTICE, notice=ask.reason)
-        else:
-            if not self.children:
-                say(self.host, Kind.AGENT_STOPPING, reason=f"{ask.reason}: no workers to drain")
-                return False
-            if self._leaving_by is None:
-                self._leaving_by = time.monotonic() + ask.deadline_s
-                say(self.host, Kind.AGENT_DRAINING, why=ask.reason, grace_s=ask.deadline_s,
-                    workers=len(self.children))
-        self._drain_unsent.append(ask)
-        self._send_drains()
-        return True
-
-    def _send_drains(self) -> None:
-        """Deliver the drain asks in order; those the rendezvous cannot hear now wait."""
-        while self._drain_unsent and self._stub is not None:
-            ask = self._drain_unsent[0]
-            try:
-                self._stub.DrainHost(pb.DrainRequest(host=self.host, deadline_s=ask.deadline_s, reason=ask.reason[:200],
-                                                     notice=ask.notice, withdraw=ask.withdraw),
-                                     timeout=EXIT_REPORT_RPC_TIMEOUT_S)
-            except ValueError:  # the channel closed meanwhile
-                return
-            except grpc.RpcError as exc:
-                if exc.code() in AWAY_CODES:
-                    return
-                say(self.host, Kind.AGENT_DRAIN_REFUSED, error=exc.details())
-            self._drain_unsent.pop(0)
-
-    def _drained(self) -> bool:
-        """Leaving: every worker gone and reported, or the grace over (the rest are stopped)."""
-        assert self._leaving_by is not None
-        if not self.children and not self._unsent:
-            say(self.host, Kind.AGENT_STOPPING, reason="host drained: its workers left at a commit")
-            return True
-        if time.monotonic() >= self._leaving_by:
-            say(self.host, Kind.AGENT_STOPPING, reason=f"the drain grace ({self.drain_grace_s:g} s) is over: "
-                                                      f"stopping {len(self.children)} worker(s)")
-            return True
-        return False
 
     # -------------------------------------------------------------- threads
     def _read_sessions(self) -> None:
@@ -489,28 +432,9 @@ class Agent:
                     self._unstartable.append((worker_id, error))
 
     def _worker_env(self, spec_env: Mapping[str, str], worker_id: str | None) -> dict[str, str]:
-        """A worker's environment: this agent's, the rendezvous' variables for it, and its own
-        key (none for a spare until it becomes a worker). Never the job secret or this agent's key."""
-        env = dict(os.environ)
-        env.update(spec_env)
-        env.pop(SECRET_ENV, None)
-        env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (starting/threads.py), not the worker's
-        env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
-        if self.key is not None and worker_id is not None:
-            env[WORKER_KEY_ENV] = worker_key(self.key, worker_id).hex()
-        env[env_names.AGENT_STOPS] = self._stops_dir
-        env[env_names.AGENT_PID] = str(os.getpid())
-        if self._beats.available:
-            env[env_names.AGENT_BEATS] = self._beats.folder
-        else:
-            env.pop(env_names.AGENT_BEATS, None)
-        env.pop(TLS_CA_ENV, None)
-        if self.ca_pem is not None:
-            env[TLS_CA_ENV] = self.ca_pem.decode()
-        # Workers reach the rendezvous wherever this agent can (a standby included).
-        known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + self.addresses
-        env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
-        return env
+        """A worker's environment (`worker_environment`)."""
+        return worker_environment(spec_env, worker_id, self.key, self._stops_dir,
+                                  self._beats.folder if self._beats.available else "", self.ca_pem, self.addresses)
 
     def _spawn(self, spec: WorkerSpec, workers_here: int) -> subprocess.Popen | ForkedProcess:
         """Start worker `spec`, one of `workers_here` this agent runs now (their share of the cores)."""
@@ -528,8 +452,7 @@ class Agent:
         return start_worker(self._ways, StartRequest(list(spec.argv), env, spec.worker_id))
 
     def _start_template(self) -> None:
-        self.template = WorkerTemplate(self._worker_env({}, None), lambda kind,
-                                       **fields: say(self.host, kind, **fields))
+        self.template = WorkerTemplate(self._worker_env({}, None), self.say)
 
     def _template_for_fork(self) -> WorkerTemplate | None:
         """The worker template to fork from (started now if the agent has none yet), or None
@@ -556,7 +479,7 @@ class Agent:
     def _reap(self) -> None:
         while self._unstartable:
             worker_id, error = self._unstartable.pop()
-            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=127, output=error[:1000]))
+            self.exits.add(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=127, output=error[:1000]))
         now = time.monotonic()
         for worker_id, child in list(self.children.items()):
             code = child.proc.poll()
@@ -569,28 +492,10 @@ class Agent:
             exit_code, sig = (0, -code) if code < 0 else (code, 0)
             # Stopped by us only if our signal ended it (it may have crashed just before it came).
             ours = child.kill_at is not None and sig in (signal.SIGTERM, signal.SIGKILL)
-            self._unsent.append(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
+            self.exits.add(pb.WorkerExit(host=self.host, worker_id=worker_id, exit_code=exit_code, signal=sig,
                                               stopped_by_agent=ours,
                                               output=last_words(child.proc.pid, failed=exit_code != 0 and not ours)))
-        self._report_exits()
-
-    def _report_exits(self) -> None:
-        """Report exits in order; what cannot be sent now waits for the next session. Once the
-        rendezvous told this agent to stop (the job ended, or the host counts as lost), the
-        exits of the workers it stops are nobody's news."""
-        if self._told_to_stop:
-            self._unsent.clear()
-            return
-        while self._unsent and self._stub is not None:
-            try:
-                self._stub.ReportWorkerExit(self._unsent[0], timeout=EXIT_REPORT_RPC_TIMEOUT_S)
-            except ValueError:  # the channel closed meanwhile
-                return
-            except grpc.RpcError as exc:
-                if exc.code() in AWAY_CODES:
-                    return  # sent again once a session is back
-                say(self.host, Kind.AGENT_REPORT_REFUSED, worker=self._unsent[0].worker_id, error=exc.details())
-            self._unsent.pop(0)
+        self.exits.send(self._stub)
 
     def _stop_all(self) -> None:
         self.spares.close()
