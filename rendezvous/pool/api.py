@@ -129,66 +129,120 @@ class Caller(BaseModel):
     queue: Optional[str] = None
 
 
-def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None) -> FastAPI:
-    """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
-    Hosts' pool agents prove keys derived from the pool's join secret (`pool.pool_hosts.join_secret`)."""
-    app = FastAPI(title="Ringmaster pool API")
-    app.add_middleware(BodyLimit, hint='a job is {"command": [...], "min_np": N} and a few more fields (POST /jobs; '
-                                      'GET /docs lists them): the command must fit, with its arguments')
-    tokens = tokens or {}
+class PoolAccess:
+    """Who may call: the pool's secret reaches everything; a queue's token (`--queue-tokens`)
+    its queue's jobs only; reads from this machine need neither."""
 
-    def authorized(request: Request) -> Caller:
+    def __init__(self, secret: str, tokens: dict[str, str]) -> None:
+        self.secret, self.tokens = secret, tokens
+
+    def authorized(self, request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         token = token.strip()
-        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), secret.encode()):
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), self.secret.encode()):
             return Caller()
-        queue = queue_of(token, tokens) if scheme.lower() == "bearer" else None
+        queue = queue_of(token, self.tokens) if scheme.lower() == "bearer" else None
         if queue is None:
             raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"},
                                 detail="this needs the pool's secret or a queue's token: send 'Authorization: Bearer "
                                        "<secret or token>' (--secret-file FILE, or $RINGMASTER_SECRET)")
         return Caller(queue=queue)
 
-    def reader(request: Request) -> Caller:
+    def reader(self, request: Request) -> Caller:
         """Reads (the jobs, the hosts, the metrics, the page's data) from this machine need no
         secret, as a job's own status does not; from elsewhere the secret or a token."""
         client = request.client.host if request.client else ""
         if is_loopback(client) and "authorization" not in request.headers:
             return Caller()
-        return authorized(request)
+        return self.authorized(request)
+
+
+def admin_only(caller: Caller, what: str) -> None:
+    """A queue's token cannot read the pool as a whole."""
+    if caller.queue is not None:
+        raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot {what}")
+
+
+def job_row(pool: PoolService, job_id: str) -> JobRow:
+    job = pool.table.get(job_id)
+    lease = pool.leases.get(job_id)
+    metrics = lease.server.metrics if lease is not None else None
+    return JobRow(id=job.id, name=job.name, queue=job.queue, priority=job.priority, state=job.state, size=job.size,
+                  min_np=job.min_np, max_np=job.max_np, hosts=dict(job.placement), reason=job.reason,
+                  message=job.message, submitted=job.submitted, started_at=job.started_at, ended_at=job.ended_at,
+                  resumes=job.resumes, steps_per_second=metrics.steps_per_second() if metrics is not None else None,
+                  api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:],
+                  demand=dict(job.demand), measured=pool.measured(job.id), group_size=job.group_size)
+
+
+def known_job(pool: PoolService, job_id: str, caller: Caller) -> str:
+    """`job_id`, where the caller may see it (404 otherwise, as if it were not there)."""
+    try:
+        job = pool.table.get(job_id)
+    except KeyError as exc:
+        raise HTTPException(status_code=404, detail=exc.args[0]) from None
+    if caller.queue is not None and job.queue != caller.queue:
+        raise HTTPException(status_code=404, detail=f"no job {job_id[:80]!r} in queue {caller.queue}")
+    return job_id
+
+
+def host_rows(pool: PoolService) -> list[HostRow]:
+    now = time.time()
+    rows = []
+    hosts = pool.pool_hosts
+    declared, pids = hosts.board.find_resources(), hosts.board.pids()
+    for name, slots in {**hosts.expected, **hosts.hosts}.items():
+        on = {j.id: j.placement[name] for j in pool.table.live() if name in j.placement}
+        rows.append(HostRow(name=name, slots=slots, joined=name in hosts.hosts, resources=declared.get(name, {}),
+                            agent_pid=pids.get(name), used=sum(on.values()), jobs=on,
+                            blacklisted_for_s=max(0.0, hosts.blacklisted.get(name, 0) - now)))
+    return rows
+
+
+def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | None = None) -> FastAPI:
+    """`tokens`: token -> queue (`--queue-tokens`); their holders reach their queue's jobs only.
+    Hosts' pool agents prove keys derived from the pool's join secret (`pool.pool_hosts.join_secret`)."""
+    app = FastAPI(title="Ringmaster pool API")
+    app.add_middleware(BodyLimit, hint='a job is {"command": [...], "min_np": N} and a few more fields (POST /jobs; '
+                                      'GET /docs lists them): the command must fit, with its arguments')
+    access = PoolAccess(secret, tokens or {})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": detail})
 
-    def row(job_id: str) -> JobRow:
-        job = pool.table.get(job_id)
-        lease = pool.leases.get(job_id)
-        metrics = lease.server.metrics if lease is not None else None
-        return JobRow(id=job.id, name=job.name, queue=job.queue, priority=job.priority, state=job.state, size=job.size,
-                      min_np=job.min_np, max_np=job.max_np, hosts=dict(job.placement), reason=job.reason,
-                      message=job.message, submitted=job.submitted, started_at=job.started_at, ended_at=job.ended_at,
-                      resumes=job.resumes, steps_per_second=metrics.steps_per_second() if metrics is not None else None,
-                      api_url=lease.server.api_url if lease is not None else None, sizes=job.sizes[-200:],
-                      demand=dict(job.demand), measured=pool.measured(job.id), group_size=job.group_size)
-
-    def known(job_id: str, caller: Caller) -> str:
-        try:
-            job = pool.table.get(job_id)
-        except KeyError as exc:
-            raise HTTPException(status_code=404, detail=exc.args[0]) from None
-        if caller.queue is not None and job.queue != caller.queue:  # as if it were not there
-            raise HTTPException(status_code=404, detail=f"no job {job_id[:80]!r} in queue {caller.queue}")
-        return job_id
-
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
+    _add_job_routes(app, pool, access)
+    _add_running_job_routes(app, pool, access)
+    metrics = PoolMetrics(pool)
+
+    @app.get("/metrics")
+    async def prometheus(caller: Caller = Depends(access.reader)) -> Response:
+        """The pool's metrics in Prometheus' text format (rendezvous/pool/metrics.py)."""
+        admin_only(caller, "read the pool's metrics")
+        return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    serve_pages(app, "ringmaster.rendezvous.pool", {"/": "pool.html", "/pool.js": "pool.js", "/pool.css": "pool.css"})
+
+    @app.get("/hosts", response_model=list[HostRow])
+    async def hosts(caller: Caller = Depends(access.reader)) -> list[HostRow]:
+        admin_only(caller, "do this; it needs the pool's admin secret")
+        return host_rows(pool)
+
+    add_host_routes(app, pool.pool_hosts.board, pool.pool_hosts.join_secret, lambda: pool.stopping)
+    return app
+
+
+def _add_job_routes(app: FastAPI, pool: PoolService, access: PoolAccess) -> None:
+    """Submit, list, read, cancel and scale jobs."""
+
     @app.post("/jobs", response_model=JobRow, openapi_extra=documented(SubmitRequest))
-    async def submit(request: SubmitRequest = Depends(json_body(SubmitRequest, authorized)),
-                     caller: Caller = Depends(authorized)) -> JobRow:
+    async def submit(request: SubmitRequest = Depends(json_body(SubmitRequest, access.authorized)),
+                     caller: Caller = Depends(access.authorized)) -> JobRow:
         if caller.queue is not None and request.queue != caller.queue:
             raise HTTPException(status_code=403, detail=f"this token submits to queue {caller.queue} only, not "
                                                         f"{request.queue[:80]!r}")
@@ -200,44 +254,45 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
             raise HTTPException(status_code=429, detail=str(exc)) from None
         except Refused as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
-        return row(job.id)
+        return job_row(pool, job.id)
 
     @app.get("/jobs", response_model=list[JobRow])
-    async def jobs(caller: Caller = Depends(reader)) -> list[JobRow]:
-        return [row(job.id) for job in list(pool.table.jobs.values()) if caller.queue in (None, job.queue)]
+    async def jobs(caller: Caller = Depends(access.reader)) -> list[JobRow]:
+        return [job_row(pool, job.id) for job in list(pool.table.jobs.values()) if caller.queue in (None, job.queue)]
 
     @app.get("/jobs/{job_id}", response_model=JobRow)
-    async def one(job_id: str, caller: Caller = Depends(reader)) -> JobRow:
-        return row(known(job_id, caller))
+    async def one(job_id: str, caller: Caller = Depends(access.reader)) -> JobRow:
+        return job_row(pool, known_job(pool, job_id, caller))
 
     @app.post("/jobs/{job_id}/cancel", response_model=JobRow)
-    async def cancel(job_id: str, caller: Caller = Depends(authorized)) -> JobRow:
+    async def cancel(job_id: str, caller: Caller = Depends(access.authorized)) -> JobRow:
         try:
-            pool.cancel(known(job_id, caller))
+            pool.cancel(known_job(pool, job_id, caller))
         except Refused as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
-        return row(job_id)
+        return job_row(pool, job_id)
 
     @app.post("/jobs/{job_id}/scale", response_model=JobRow, openapi_extra=documented(ScaleRequest))
-    async def scale(job_id: str, request: ScaleRequest = Depends(json_body(ScaleRequest, authorized)),
-                    caller: Caller = Depends(authorized)) -> JobRow:
+    async def scale(job_id: str, request: ScaleRequest = Depends(json_body(ScaleRequest, access.authorized)),
+                    caller: Caller = Depends(access.authorized)) -> JobRow:
         try:
-            pool.scale(known(job_id, caller), request.np)
+            pool.scale(known_job(pool, job_id, caller), request.np)
         except Refused as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
-        return row(job_id)
+        return job_row(pool, job_id)
 
-    def server(job_id: str, caller: Caller):
-        try:
-            return pool.server_of(known(job_id, caller))
-        except KeyError as exc:
-            raise HTTPException(status_code=409, detail=exc.args[0]) from None
+
+def _add_running_job_routes(app: FastAPI, pool: PoolService, access: PoolAccess) -> None:
+    """A job's status from its own rendezvous, and its events (which outlive it)."""
 
     @app.get("/jobs/{job_id}/status", response_model=JobStatus)
     async def status(job_id: str, offset: int = Query(0, ge=0, le=2**31),
                      limit: int = Query(STATUS_PAGE, ge=1, le=MAX_STATUS_PAGE),
-                     caller: Caller = Depends(authorized)) -> JobStatus:
-        running = server(job_id, caller)
+                     caller: Caller = Depends(access.authorized)) -> JobStatus:
+        try:
+            running = pool.server_of(known_job(pool, job_id, caller))
+        except KeyError as exc:
+            raise HTTPException(status_code=409, detail=exc.args[0]) from None
         view = running.view((offset, limit))
         assert view is not None
         return job_status(view, running.auth.refused if getattr(running, "auth", None) else 0, running.metrics)
@@ -245,43 +300,12 @@ def create_pool_app(pool: PoolService, secret: str, tokens: dict[str, str] | Non
     @app.get("/jobs/{job_id}/events", response_model=EventPage)
     async def events(job_id: str, since: int = Query(0, ge=0, le=2**62),
                      limit: int = Query(200, ge=1, le=MAX_EVENTS_PAGE),
-                     caller: Caller = Depends(authorized)) -> EventPage:
+                     caller: Caller = Depends(access.authorized)) -> EventPage:
         try:
-            view, wall = pool.view_of(known(job_id, caller))
+            view, wall = pool.view_of(known_job(pool, job_id, caller))
         except KeyError as exc:
             raise HTTPException(status_code=409, detail=exc.args[0]) from None
         return event_page(view, since, limit, wall - view.time)
-
-    metrics = PoolMetrics(pool)
-
-    @app.get("/metrics")
-    async def prometheus(caller: Caller = Depends(reader)) -> Response:
-        """The pool's metrics in Prometheus' text format (rendezvous/pool/metrics.py)."""
-        if caller.queue is not None:
-            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot read the pool's "
-                                                        "metrics")
-        return Response(content=metrics.render(), media_type=METRICS_CONTENT_TYPE)
-
-    serve_pages(app, "ringmaster.rendezvous.pool", {"/": "pool.html", "/pool.js": "pool.js", "/pool.css": "pool.css"})
-
-    @app.get("/hosts", response_model=list[HostRow])
-    async def hosts(caller: Caller = Depends(reader)) -> list[HostRow]:
-        if caller.queue is not None:
-            raise HTTPException(status_code=403, detail=f"a token of queue {caller.queue} cannot do this; it needs the "
-                                                        "pool's admin secret")
-        now = time.time()
-        rows = []
-        hosts = pool.pool_hosts
-        declared, pids = hosts.board.find_resources(), hosts.board.pids()
-        for name, slots in {**hosts.expected, **hosts.hosts}.items():
-            on = {j.id: j.placement[name] for j in pool.table.live() if name in j.placement}
-            rows.append(HostRow(name=name, slots=slots, joined=name in hosts.hosts, resources=declared.get(name, {}),
-                                agent_pid=pids.get(name), used=sum(on.values()), jobs=on,
-                                blacklisted_for_s=max(0.0, hosts.blacklisted.get(name, 0) - now)))
-        return rows
-
-    add_host_routes(app, pool.pool_hosts.board, pool.pool_hosts.join_secret, lambda: pool.stopping)
-    return app
 
 
 def add_host_routes(app: FastAPI, board: HostBoard, join_secret: str, stopping: Callable[[], bool]) -> None:
