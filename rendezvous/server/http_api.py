@@ -310,6 +310,24 @@ def create_app(
             followers.last_poll, followers.served_upto = now.time, page.next
         return page
 
+    _add_scale_route(app, view, scale_to, metrics, authorized)
+    _add_drain_routes(app, view, drain, undrain, authorized)
+
+    # The dashboard page (it reads /status from the browser; see rendezvous/server/dashboard).
+    serve_pages(app, "ringmaster.rendezvous.server", {"/": "index.html", "/dashboard.js": "dashboard.js",
+                                                      "/dashboard.css": "dashboard.css"})
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    return app
+
+
+def _add_scale_route(app: FastAPI, view: ViewOf, scale_to: Callable[[int], object], metrics: JobMetrics | None,
+                     authorized: Callable[[Request], None]) -> None:
+    """POST /scale: the job asked for a number of workers, within what its global batch allows."""
+
     @app.post("/scale", response_model=ScaleReply, openapi_extra=documented(ScaleRequest))
     async def scale(request: ScaleRequest = Depends(json_body(ScaleRequest, authorized))) -> ScaleReply:
         declared = metrics.global_batch(view(page=NO_ROWS)) if metrics is not None else None
@@ -326,6 +344,12 @@ def create_app(
         capacity = view(page=NO_ROWS).capacity
         note = "" if capacity >= request.np else f"; only {capacity} slot(s) available now, more join as hosts appear"
         return ScaleReply(np=request.np, message=f"scaling to {request.np} workers at the next commit{note}")
+
+
+def _add_drain_routes(app: FastAPI, view: ViewOf, drain: Callable[[str, float], object] | None,
+                      undrain: Callable[[str], object] | None, authorized: Callable[[Request], None]) -> None:
+    """POST /hosts/NAME/drain and /undrain: an operator takes a host out politely, and back
+    (404 where this rendezvous takes no drains)."""
 
     def drained_host(name: str) -> str:
         """The path's host, if the job has it (404 otherwise, without echoing much of it)."""
@@ -356,13 +380,3 @@ def create_app(
         except Refused as refused:
             raise HTTPException(status_code=409, detail=str(refused)) from None
         return DrainReply(host=host, message=f"host {host} is back in the job: workers start there at the next commit")
-
-    # The dashboard page (it reads /status from the browser; see rendezvous/server/dashboard).
-    serve_pages(app, "ringmaster.rendezvous.server", {"/": "index.html", "/dashboard.js": "dashboard.js",
-                                                      "/dashboard.css": "dashboard.css"})
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
-
-    return app
