@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 from functools import partial
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import grpc
 import uvicorn
@@ -211,21 +211,93 @@ class RendezvousServer:
         self.address = f"{self.advertise}:{port}"
         if self.address != leadership.address:
             await leadership.announce(self.address)
-        options = AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
-                               self.settings.reconnect_timeout_s, self.settings.spares, self.settings.drain_grace_s,
-                               self.settings.notice_script, self.settings.notice_interval_s)
-        if not self.use_local_hosts:
-            launcher: Launcher = NoLauncher()
-        elif isinstance(self.launcher, str):
-            launcher = make_launcher(self.launcher, options, self.secret, self.ssh,
-                                     on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how))
-        else:
-            launcher = self.launcher(options, self.secret)
+        launcher = self._make_launcher()
         coordinator = Coordinator(
             self.settings, self.address, RingStoreAddress(ring_stores.host, ring_stores.port), ring_stores.plain_store,
             on_event=self._on_event, launches_agents=launcher.starts_agents,
         )
         self.coordinator = coordinator
+        service, leases = self._make_service(coordinator, journal, launcher, store, prefix)
+        pb_grpc.add_RendezvousServicer_to_server(
+            self.auth.guard(service,
+                            pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
+            grpc_server)
+        background: list[asyncio.Task] = []
+        api = None
+        api_serving: asyncio.Task | None = None
+        deposed: str | None = None
+        try:
+            if restored is not None:
+                # Before serving: a worker that reconnects to a rendezvous taking over must find
+                # the job it belongs to (told "not part of this job", it would leave the ring).
+                await leases.adopt()
+                service.call(lambda now: coordinator.resume(restored, now, agents_survive=not launcher.starts_agents))
+            await grpc_server.start()
+            joining = " and agents that join by connecting" if self.settings.hosts_from_agents else ""
+            _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=self.discovery.describe() + joining,
+                 store=self.store_spec.describe())
+            if self.api_port is not None:
+                api, sock = self._make_api(service)
+                api_serving = asyncio.create_task(api.serve(sockets=[sock]))
+            if restored is None:
+                service.call(coordinator.set_hosts, dict(initial_hosts))
+            journal_task = asyncio.create_task(service.keep_journal())
+            background += [journal_task, *self._background(service, leadership, journal, leases, port)]
+            deposed = await self._run_job(coordinator, service, leadership, journal_task, ring_stores, launcher)
+            if deposed is None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
+                await self._wind_down(launcher)
+                await journal.clear()
+                await self._let_followers_catch_up(service)
+        except Deposed as exc:
+            deposed = str(exc)
+        finally:
+            for task in background:
+                task.cancel()
+            if api is not None and api_serving is not None:
+                await _stop_api(api, api_serving, sock)
+            await asyncio.to_thread(launcher.stop_all, 0.0)
+            ring_stores.close()
+            await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
+            await leadership.resign()
+        if deposed is not None:
+            _say(Kind.LEADER_DEPOSED, reason=deposed)
+            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the "
+                                     "new leader")
+        assert coordinator.outcome is not None
+        return coordinator.outcome
+
+    def _background(self, service: RendezvousService, leadership: Leadership, journal: Journal,
+                    leases: AgentLeases, port: int) -> list[asyncio.Task]:
+        """What runs beside the job's loop: discovery, the leader key and the job's lease, the
+        agents' leases, and the limit of connections per peer."""
+        return [
+            asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s,
+                                               self.metrics.discovery)),
+            asyncio.create_task(leadership.keep(journal.trouble)),
+            asyncio.create_task(journal.keep_job_lease()),
+            asyncio.create_task(leases.watch()),
+            asyncio.create_task(keep_peers_within(port, lambda peer, count: _say(
+                Kind.PEER_LIMITED, peer=peer, count=count, limit=MAX_PER_PEER),
+                proven=self.auth.proven.snapshot if self.auth is not None else lambda: ())),
+        ]
+
+    def _make_launcher(self) -> Launcher:
+        """What starts the hosts' agents: nothing where they are started by something else."""
+        options = AgentOptions(self.address, self.settings.heartbeat_interval_s, self.settings.stop_grace_s,
+                               self.settings.reconnect_timeout_s, self.settings.spares, self.settings.drain_grace_s,
+                               self.settings.notice_script, self.settings.notice_interval_s)
+        if not self.use_local_hosts:
+            return NoLauncher()
+        if isinstance(self.launcher, str):
+            return make_launcher(self.launcher, options, self.secret, self.ssh,
+                                 on_event=lambda host, how: _say(Kind.AGENT_LAUNCHING, host=host, how=how))
+        return self.launcher(options, self.secret)
+
+    def _make_service(self, coordinator: Coordinator, journal: Journal, launcher: Launcher, store: KeyValueStore,
+                      prefix: str) -> tuple[RendezvousService, AgentLeases]:
+        """The gRPC service of the job, with its callers' rights, its metrics and its agents' leases."""
         service = RendezvousService(coordinator, journal=journal, launcher=launcher)
         self.auth = RendezvousAuth(self.secret, self._refused, identity_problem,
                                    partial(call_refused, coordinator)) \
@@ -243,100 +315,41 @@ class RendezvousServer:
         leases = AgentLeases(store, prefix, lambda: coordinator.pace.agent_timeout_s, service.lease_expired)
         service.leases = leases
         self.service = service
-        pb_grpc.add_RendezvousServicer_to_server(
-            self.auth.guard(service,
-                            pb.DESCRIPTOR.services_by_name["Rendezvous"]) if self.auth is not None else service,
-            grpc_server)
-        background: list[asyncio.Task] = []
-        api = None
-        api_serving: asyncio.Task | None = None
-        deposed: str | None = None
-        try:
-            if restored is not None:
-                # Before serving: a worker that reconnects to a rendezvous taking over must find
-                # the job it belongs to (told "not part of this job", it would leave the ring).
-                await leases.adopt()
-                service.call(lambda now: coordinator.resume(restored, now, agents_survive=not launcher.starts_agents))
-            await grpc_server.start()
-            hosts_from = self.discovery.describe() + (
-                " and agents that join by connecting" if self.settings.hosts_from_agents else ""
-            )
-            _say(Kind.RENDEZVOUS_LISTENING, address=self.address, discovery=hosts_from,
-                 store=self.store_spec.describe())
-            if self.api_port is not None:
-                api, sock = self._make_api(service)
-                api_serving = asyncio.create_task(api.serve(sockets=[sock]))
-            if restored is None:
-                service.call(coordinator.set_hosts, dict(initial_hosts))
-            journal_task = asyncio.create_task(service.keep_journal())
-            background += [
-                journal_task,
-                asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s,
-                                                   self.metrics.discovery)),
-                asyncio.create_task(leadership.keep(journal.trouble)),
-                asyncio.create_task(journal.keep_job_lease()),
-                asyncio.create_task(leases.watch()),
-                asyncio.create_task(keep_peers_within(port, lambda peer, count: _say(
-                    Kind.PEER_LIMITED, peer=peer, count=count, limit=MAX_PER_PEER),
-                    proven=self.auth.proven.snapshot if self.auth is not None else lambda: ())),
-            ]
-            next_tick = time.monotonic() + TICK_S
-            while coordinator.outcome is None:
-                if leadership.lost.is_set():
-                    deposed = leadership.lost_reason
-                    break
-                if journal_task.done():
-                    journal_task.result()  # an unexpected error surfaces here
-                if (no_store := ring_stores.problem()) is not None:
-                    service.call(coordinator.abort, no_store)
-                    break
-                if self._stop_reason:
-                    service.call(coordinator.abort, self._stop_reason)
-                    break
-                if self._preempt_reason:
-                    service.call(coordinator.preempt, self._preempt_reason, self.settings.drain_grace_s)
-                    self._preempt_reason = None
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
-                service.changed.clear()
-                if time.monotonic() >= next_tick:
-                    started = time.perf_counter()
-                    service.call(coordinator.tick)
-                    every = max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
-                    coordinator.pool.tick_every_s = every  # (a planned gap: no stall)
-                    next_tick = time.monotonic() + every
-                    if self.timeline is not None:
-                        self.timeline.flush()
-                for host, how in launcher.ended():  # an input like any other (journaled with the rest)
-                    service.call(coordinator.agent_process_ended, host, how)
-            if deposed is None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(service.saved(), FINAL_SAVE_TIMEOUT_S)
-                await self._wind_down(launcher)
-                await journal.clear()
-                await self._let_followers_catch_up(service)
-        except Deposed as exc:
-            deposed = str(exc)
-        finally:
-            for task in background:
-                task.cancel()
-            if api is not None and api_serving is not None:
-                # Shut down, not cancelled: a cancelled uvicorn leaves its listening server up, and
-                # the API of a job that ended went on answering "running".
-                api.should_exit = True
-                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(api_serving, API_STOP_S)
-                sock.close()
-            await asyncio.to_thread(launcher.stop_all, 0.0)
-            ring_stores.close()
-            await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
-            await leadership.resign()
-        if deposed is not None:
-            _say(Kind.LEADER_DEPOSED, reason=deposed)
-            return JobOutcome(False, f"this rendezvous stopped leading the job ({deposed}); the job goes on under the "
-                                     "new leader")
-        assert coordinator.outcome is not None
-        return coordinator.outcome
+        return service, leases
+
+    async def _run_job(self, coordinator: Coordinator, service: RendezvousService, leadership: Leadership,
+                       journal_task: asyncio.Task, ring_stores: TorchStoreHost, launcher: Launcher) -> str | None:
+        """Tick the job until it ends (or is stopped, or its rings' store fails); returns why this
+        rendezvous stopped leading it, or None."""
+        next_tick = time.monotonic() + TICK_S
+        while coordinator.outcome is None:
+            if leadership.lost.is_set():
+                return leadership.lost_reason
+            if journal_task.done():
+                journal_task.result()  # an unexpected error surfaces here
+            if (no_store := ring_stores.problem()) is not None:
+                service.call(coordinator.abort, no_store)
+                break
+            if self._stop_reason:
+                service.call(coordinator.abort, self._stop_reason)
+                break
+            if self._preempt_reason:
+                service.call(coordinator.preempt, self._preempt_reason, self.settings.drain_grace_s)
+                self._preempt_reason = None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
+            service.changed.clear()
+            if time.monotonic() >= next_tick:
+                started = time.perf_counter()
+                service.call(coordinator.tick)
+                every = max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
+                coordinator.pool.tick_every_s = every  # (a planned gap: no stall)
+                next_tick = time.monotonic() + every
+                if self.timeline is not None:
+                    self.timeline.flush()
+            for host, how in launcher.ended():  # an input like any other (journaled with the rest)
+                service.call(coordinator.agent_process_ended, host, how)
+        return None
 
     async def _wind_down(self, launcher: Launcher) -> None:
         """Give agents time to receive the shutdown and stop their workers gracefully."""
@@ -396,3 +409,12 @@ class RendezvousServer:
                                 ssl_certfile=self.tls.cert_file if self.tls else None,
                                 ssl_keyfile=self.tls.key_file if self.tls else None)
         return _ApiServer(config), sock
+
+
+async def _stop_api(api: Any, serving: asyncio.Task, sock: socket.socket) -> None:
+    """Shut the control API down, not cancelled: a cancelled uvicorn leaves its listening server
+    up, and the API of a job that ended went on answering "running"."""
+    api.should_exit = True
+    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+        await asyncio.wait_for(serving, API_STOP_S)
+    sock.close()
