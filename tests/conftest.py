@@ -26,6 +26,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 from etcd_server import ETCD, EtcdCluster, EtcdServer  # noqa: E402
 from failure_report import Watchdog, job_sections  # noqa: E402
 from harness import WATCHED_JOBS, Job  # noqa: E402
+from unreaped import children, unreaped_since  # noqa: E402
 from xdist_groups import group_items  # noqa: E402
 
 #: Horovod's own test files run inside jobs of their own (tests/e2e/test_horovod_suite.py), never
@@ -34,6 +35,22 @@ collect_ignore = ["horovod"]
 
 _JOBS = pytest.StashKey[list]()
 _WATCHDOG = pytest.StashKey[Watchdog]()
+_CHILDREN = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CHILDREN] = children()
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem):
+    """After the test's fixtures tore down: a process it started and never waited for fails it (`unreaped`)."""
+    yield
+    left = unreaped_since(item.stash.get(_CHILDREN, set()))
+    if left:
+        pytest.fail(f"the test left {len(left)} process(es) it started unwaited for (zombies): {', '.join(left)}; "
+                    "wait for every process a test starts (Popen.wait after a kill)", pytrace=False)
 
 
 def _limit_s(item: pytest.Item) -> float:
