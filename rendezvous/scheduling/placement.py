@@ -53,54 +53,80 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
     `groups`: a job's workers per replica group (1 where not named)."""
     if sum(sizes.values()) > sum(hosts.values()):
         raise ValueError(f"sizes {dict(sizes)} need more than the pool's {sum(hosts.values())} slots")
-    demand, resources = demand or {}, resources or {}
-    free = {h: {SLOTS: float(n), **resources.get(h, {})} for h, n in hosts.items()}
-
-    def take(job: str, host: str, workers: int) -> None:
-        for name, amount in usage(demand.get(job, {}), workers).items():
-            free[host][name] = free[host].get(name, 0.0) - amount
-
-    result: dict[str, Placement] = {}
+    placer = _Placer(hosts, demand or {}, resources or {}, groups or {})
     for job in order:  # first, what every job keeps
         usable = {h: n for h, n in current.get(job, {}).items() if h in hosts}
         size = sizes.get(job, 0)
-        result[job] = _shrink(usable, size) if sum(usable.values()) >= size else usable
-        for host, n in result[job].items():
-            take(job, host, n)
-    for host in [h for h, left in free.items() if min(left.values()) < -1e-9]:
-        for job in reversed(order):  # a host that lost slots (or resources): the last jobs leave it
-            while result[job].get(host, 0) and min(free[host].values()) < -1e-9:
-                result[job][host] -= 1
-                take(job, host, -1)
-            if not result[job].get(host, 1):
-                del result[job][host]
-    def room(job: str, host: str) -> int:
+        placer.result[job] = _shrink(usable, size) if sum(usable.values()) >= size else usable
+        for host, n in placer.result[job].items():
+            placer.take(job, host, n)
+    placer.leave_overfull_hosts(order)
+    for job in order:  # then growth, and a resized job spread wider than it need be packed again
+        size = sizes.get(job, 0)
+        placement = placer.result[job]
+        before = {h: n for h, n in current.get(job, {}).items() if h in hosts}
+        if sum(placement.values()) < size:
+            placer.grow(job, placement, size - sum(placement.values()))
+        if not before or (sum(before.values()) == size and job not in repack) or len(placement) <= 1:
+            continue  # not resized (or new, or on one host): its workers stay where they are
+        placer.pack(job, size)
+    return placer.result
+
+
+class _Placer:
+    """The free slots and resources of each host as jobs are placed on them (`place`)."""
+
+    def __init__(self, hosts: Mapping[str, int], demand: Mapping[str, Demand],
+                 resources: Mapping[str, Mapping[str, float]], groups: Mapping[str, int]) -> None:
+        self.hosts, self.demand, self.groups = hosts, demand, groups
+        self.free = {h: {SLOTS: float(n), **resources.get(h, {})} for h, n in hosts.items()}
+        self.result: dict[str, Placement] = {}
+
+    def take(self, job: str, host: str, workers: int) -> None:
+        for name, amount in usage(self.demand.get(job, {}), workers).items():
+            self.free[host][name] = self.free[host].get(name, 0.0) - amount
+
+    def leave_overfull_hosts(self, order: list[str]) -> None:
+        """A host that lost slots (or resources): the last jobs leave it."""
+        free, result = self.free, self.result
+        for host in [h for h, left in free.items() if min(left.values()) < -1e-9]:
+            for job in reversed(order):
+                while result[job].get(host, 0) and min(free[host].values()) < -1e-9:
+                    result[job][host] -= 1
+                    self.take(job, host, -1)
+                if not result[job].get(host, 1):
+                    del result[job][host]
+
+    def room(self, job: str, host: str) -> int:
         """Workers of `job` that fit on `host`; a job that uses GPUs shares a host with no other
         such job (each job's workers number their GPUs from 0 on the host)."""
-        asks = demand.get(job, {})
-        if asks.get(GPU, 0) > 0 and any(other != job and n and demand.get(other, {}).get(GPU, 0) > 0
-                                        for other, placed in result.items() for h, n in placed.items() if h == host):
+        asks = self.demand.get(job, {})
+        if asks.get(GPU, 0) > 0 and any(other != job and n and self.demand.get(other, {}).get(GPU, 0) > 0
+                                        for other, placed in self.result.items() for h, n in placed.items()
+                                        if h == host):
             return 0
-        return room_in(free[host], asks)
+        return room_in(self.free[host], asks)
 
-    def grow(job: str, placement: Placement, need: int) -> None:
+    def grow(self, job: str, placement: Placement, need: int) -> None:
         """Add `need` workers: in whole groups on each host where they fit so, then the rest."""
-        group = (groups or {}).get(job, 1)
+        group = self.groups.get(job, 1)
         if group > 1:
-            need = grow_on(job, placement, need, group)
-        grow_on(job, placement, need, 1)
+            need = self._grow_on(job, placement, need, group)
+        self._grow_on(job, placement, need, 1)
 
-    def grow_on(job: str, placement: Placement, need: int, group: int) -> int:
+    def _grow_on(self, job: str, placement: Placement, need: int, group: int) -> int:
         """Add up to `need` workers, each host's count for `job` left a multiple of `group`: own
         hosts first, then the host that fits the rest best. What could not be placed so."""
+        free, hosts = self.free, self.hosts
+
         def fits(host: str) -> int:
-            has, more = placement.get(host, 0), min(room(job, host), need)
+            has, more = placement.get(host, 0), min(self.room(job, host), need)
             return more - (has + more) % group
 
         for host in sorted((h for h in placement if fits(h) > 0), key=lambda h: (-free[h][SLOTS], h)):
             n = fits(host)
             placement[host] += n
-            take(job, host, n)
+            self.take(job, host, n)
             need -= n
             if need == 0:
                 return 0
@@ -115,26 +141,21 @@ def place(hosts: Mapping[str, int], current: Mapping[str, Mapping[str, int]], si
                 host = min(rooms, key=lambda h: (-rooms[h], hosts[h] - free[h][SLOTS], h))
             n = min(rooms[host], need)
             placement[host] = n
-            take(job, host, n)
+            self.take(job, host, n)
             need -= n
         return 0
 
-    for job in order:  # then growth, and a resized job spread wider than it need be packed again
-        size = sizes.get(job, 0)
-        placement = result[job]
-        before = {h: n for h, n in current.get(job, {}).items() if h in hosts}
-        if sum(placement.values()) < size:
-            grow(job, placement, size - sum(placement.values()))
-        if not before or (sum(before.values()) == size and job not in repack) or len(placement) <= 1:
-            continue  # not resized (or new, or on one host): its workers stay where they are
-        kept_free = {h: dict(left) for h, left in free.items()}
+    def pack(self, job: str, size: int) -> None:
+        """A resized job spread over more hosts than it needs is packed again: it pauses for the
+        resize anyway, so it may as well span fewer hosts."""
+        placement = self.result[job]
+        kept_free = {h: dict(left) for h, left in self.free.items()}
         for host, n in placement.items():
-            take(job, host, -n)
+            self.take(job, host, -n)
         packed: Placement = {}
-        grow(job, packed, size)
+        self.grow(job, packed, size)
         if sum(packed.values()) == sum(placement.values()) and len(packed) < len(placement):
-            result[job] = packed  # it pauses for the resize anyway: it spans fewer hosts
+            self.result[job] = packed
         else:
-            free.clear()
-            free.update(kept_free)
-    return result
+            self.free.clear()
+            self.free.update(kept_free)
