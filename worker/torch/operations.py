@@ -391,12 +391,9 @@ def broadcast(tensor: torch.Tensor, output: torch.Tensor, root: int, name: str |
                      start=start, inline=inline, complete=complete)
 
 
-def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:
-    """Rows `splits[j]` of `tensor` to rank j (equal parts without splits); the result is
-    (the rows received in rank order, how many came from each rank as an int32 tensor). The
-    counts are on the device of a `splits` tensor, else on the CPU, as Horovod gives them."""
-    _check_tensor(tensor, "alltoall")
-    counts_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+def _alltoall_sends(tensor: torch.Tensor, splits: Any, size: int) -> list[int]:
+    """The rows this rank sends each rank: `splits` checked (ValueError names what is wrong), or
+    equal parts without them."""
     if tensor.dim() == 0:
         raise ValueError("alltoall takes a tensor of at least one dimension (its rows are sent)")
     rows = tensor.shape[0]
@@ -404,17 +401,25 @@ def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> 
         if rows % size:
             raise ValueError(f"alltoall without splits divides the first dimension equally, but {rows} rows do not "
                              f"divide among {size} workers; give splits=")
-        send = [rows // size] * size
-    else:
-        values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
-        if isinstance(splits, torch.Tensor) and splits.dim() > 1:
-            raise ValueError("alltoall expects a 1-D splits tensor")
-        if len(values) != size or any(not isinstance(v, int) or v < 0 for v in values):
-            raise ValueError(f"alltoall splits {values}: give {size} non-negative whole numbers, one per worker "
-                             f"in rank order")
-        if sum(values) > rows:
-            raise ValueError(f"alltoall splits sum to {sum(values)}, more than the tensor's {rows} rows")
-        send = [int(v) for v in values]
+        return [rows // size] * size
+    values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+    if isinstance(splits, torch.Tensor) and splits.dim() > 1:
+        raise ValueError("alltoall expects a 1-D splits tensor")
+    if len(values) != size or any(not isinstance(v, int) or v < 0 for v in values):
+        raise ValueError(f"alltoall splits {values}: give {size} non-negative whole numbers, one per worker "
+                         f"in rank order")
+    if sum(values) > rows:
+        raise ValueError(f"alltoall splits sum to {sum(values)}, more than the tensor's {rows} rows")
+    return [int(v) for v in values]
+
+
+def alltoall(tensor: torch.Tensor, splits: Any, size: int, name: str | None) -> Operation:
+    """Rows `splits[j]` of `tensor` to rank j (equal parts without splits); the result is
+    (the rows received in rank order, how many came from each rank as an int32 tensor). The
+    counts are on the device of a `splits` tensor, else on the CPU, as Horovod gives them."""
+    _check_tensor(tensor, "alltoall")
+    counts_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+    send = _alltoall_sends(tensor, splits, size)
 
     def run(comm: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if splits is None and operation.peer_dims is not None:  # equal parts: each rank's share of its rows
