@@ -26,6 +26,7 @@ from ringmaster.cli import pool as pool_verbs
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
+from ringmaster.cli.job_flags import add_job_flags
 from ringmaster.cli.progress import ProgressLine
 from ringmaster.common import logs
 from ringmaster.common.errors import RingmasterError, UsageError
@@ -54,191 +55,6 @@ from ringmaster.settings import JobSettings
 from ringmaster.worker.agent.flags import add_drain_flags
 
 log = logging.getLogger(logs.CLI)
-
-
-def _add_job_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None, metavar="N",
-                        help="number of workers to start with; also the default of --min-np (and of --max-np without "
-                             "discovery) (default: none)")
-    parser.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None,
-                        metavar="N", help="fewest workers the job trains with (default: -np, else 1)")
-    parser.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None, metavar="N",
-                        help="most workers (default: all slots with a discovery script or with -H and --min-np, as "
-                             "horovodrun's elastic mode; else -np)")
-    parser.add_argument("--group-size", type=int, default=1, metavar="K",
-                        help="workers per replica group, for models sharded inside a group (FSDP2 on the group's "
-                             "mesh: hvd.elastic.replica_group()) and replicated across groups: the job grows and "
-                             "shrinks by whole groups of K consecutive ranks, and a worker lost takes its whole group "
-                             "out of the next ring; --min-np and --max-np count workers, whole groups of them "
-                             "(default: 1, no groups)")
-    parser.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...",
-                        help="fixed hosts, e.g. 'node1:2,node2:2' (default: localhost with -np slots)")
-    parser.add_argument("--hostfile", default=None, metavar="FILE",
-                        help="fixed hosts from a file, one 'host slots=N' (horovodrun's and MPI's form) or 'host:N' "
-                             "per line (default: none)")
-    parser.add_argument("--host-discovery-script", default=None, metavar="PATH",
-                        help="executable printing one 'host:slots' (or 'host' with --slots-per-host) per line; polled "
-                             "every --discovery-interval (default: none)")
-    parser.add_argument("--hosts-from-agents", action="store_true",
-                        help="every agent that proves the job secret joins the job as its host, with the slots it "
-                             "declares (`ringmaster agent --slots N`), and leaves it when it exits, drains or is "
-                             "lost: how Kubernetes, Slurm or any engine scales a job, by starting and stopping "
-                             "agents; with -H or a discovery script, their hosts too (default: off)")
-    parser.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=None, metavar="N",
-                        help="slots of a host listed without a count (default: none; then each line needs host:slots)")
-    parser.add_argument("--elastic-timeout", type=float, metavar="S", default=defaults.DEFAULT_ELASTIC_TIMEOUT_S,
-                        help="seconds to wait below --min-np before failing (default: %(default)s)")
-    parser.add_argument("--reset-limit", type=int, default=None,
-                        metavar="N", help="most resets (ring re-formations) before the job fails (default: no limit)")
-    parser.add_argument("--max-restarts", type=int, default=defaults.DEFAULT_MAX_RESTARTS, metavar="N",
-                        help="a plain script (without hvd.elastic.run) whose worker fails is restarted as a whole, "
-                             "from its first step unless it loads a checkpoint, at most N times before the job fails "
-                             "(torchrun's flag; elastic jobs roll back instead, see --reset-limit). A job is elastic "
-                             "from its launch with --min-np below --max-np, a discovery script, -H with --min-np or "
-                             "--hosts-from-agents: a failure before hvd.elastic.run re-forms the ring without the "
-                             "failed worker, as later (default: %(default)s)")
-    parser.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
-                        help="a failed host may return after MIN seconds, doubling per failure up to MAX (default: "
-                             "blacklisted for good)")
-    parser.add_argument("--stragglers", choices=("report", "replace"), default="report",
-                        help="a host whose ranks take --straggler-slowdown times the other hosts' time per step "
-                             "(besides waiting for the ring): report it (an event, the ringmaster_host_slowdown "
-                             "metric), or replace it: drain it at a commit and take another host, where the job is "
-                             "faster for it (default: report)")
-    parser.add_argument("--straggler-slowdown", type=float, default=1.2, metavar="X",
-                        help="how much slower a straggler's ranks are than the others' (default: 1.2)")
-    parser.add_argument("--straggler-steps", type=int, default=50, metavar="N",
-                        help="over each rank's last N steps (default: 50)")
-    parser.add_argument("--spare-last-hosts", action=argparse.BooleanOptionalAction, default=True,
-                        help="keep a host whose worker was killed by a signal (or that was lost) when blacklisting it "
-                             "would leave fewer than --min-np slots: the job restarts there from its last commit or "
-                             "checkpoint; --no-spare-last-hosts blacklists it as Horovod does (default: spare)")
-    parser.add_argument("--exit-report-timeout", type=float, metavar="S",
-                        default=defaults.DEFAULT_EXIT_REPORT_TIMEOUT_S,
-                        help="seconds the next ring waits for a crashed worker's exit status before re-forming "
-                             "without it (default: %(default)s)")
-    parser.add_argument("--log-level", type=str.upper, choices=logs.LEVELS, default=None,
-                        help="which events the rendezvous, agents and workers print: DEBUG adds workers' connections "
-                             "and ready calls, INFO every event, WARNING failures and blacklisting, ERROR and "
-                             f"CRITICAL only a failed job's end (default: ${logs.LOG_LEVEL_ENV}, else "
-                             f"{logs.DEFAULT_LEVEL})")
-    parser.add_argument("--verbose", dest="log_level", action="store_const", const="DEBUG",
-                        help="horovodrun's flag: --log-level DEBUG (default: off)")
-    parser.add_argument("--log-format", type=str.lower, choices=logs.FORMATS, default=None,
-                        help="text: readable lines; json: one JSON object per line with the event's kind, generation "
-                             f"and fields (default: ${logs.LOG_FORMAT_ENV}, else {logs.DEFAULT_FORMAT})")
-    parser.add_argument("--discovery-interval", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_INTERVAL_S,
-                        help="seconds between discovery runs (default: %(default)s)")
-    parser.add_argument("--discovery-timeout", type=float, metavar="S", default=defaults.DEFAULT_DISCOVERY_TIMEOUT_S,
-                        help="seconds a discovery script may run (default: %(default)s)")
-    parser.add_argument("--heartbeat-interval", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
-                        help="seconds between agent and worker heartbeats; a job of more than 250 hosts or 1000 "
-                             "workers stretches them, and --heartbeat-timeout alike (default: %(default)s)")
-    parser.add_argument("--heartbeat-relay", choices=["auto", "always", "never"], default="auto",
-                        help="workers send their heartbeats to their host's agent, which carries them in its own (one "
-                             "call per host): auto when the job has more than 1000 workers (default: %(default)s)")
-    parser.add_argument("--reconnect-timeout", type=float, metavar="S", default=defaults.DEFAULT_RECONNECT_TIMEOUT_S,
-                        help="seconds the parts wait for each other across a partition: agents and workers keep "
-                             "trying to reach a lost rendezvous, then agents stop their workers; a rendezvous that "
-                             "hears from no host at all waits this long before counting them lost (default: "
-                             "%(default)s)")
-    parser.add_argument("--heartbeat-timeout", type=float, metavar="S", default=defaults.DEFAULT_HEARTBEAT_TIMEOUT_S,
-                        help="seconds without a heartbeat before a host or worker counts as dead (default: "
-                             "%(default)s)")
-    parser.add_argument("--busy-timeout", type=float, metavar="S", default=defaults.DEFAULT_BUSY_TIMEOUT_S,
-                        help="seconds a worker whose process its agent sees running (importing, a long C call holding "
-                             "the interpreter) may go without a heartbeat of its own before it counts as hung; a "
-                             "stopped or dead one counts after --heartbeat-timeout (default: %(default)s)")
-    parser.add_argument("--collective-timeout", "--gloo-timeout-seconds",
-                        dest="collective_timeout", type=float,
-                        metavar="S", default=defaults.DEFAULT_COLLECTIVE_TIMEOUT_S,
-                        help="seconds a collective may take before its generation is given up (default: %(default)s)")
-    parser.add_argument("--start-timeout", type=float, metavar="S", default=defaults.DEFAULT_START_TIMEOUT_S,
-                        help="seconds the first generation waits for every discovered host's agent (default: "
-                             "%(default)s)")
-    parser.add_argument("--stop-grace", type=float, metavar="S", default=defaults.DEFAULT_STOP_GRACE_S,
-                        help="seconds between SIGTERM and SIGKILL when a worker is stopped (default: %(default)s)")
-    parser.add_argument("--spares", type=int, metavar="N", default=None,
-                        help="warm spare worker processes each agent keeps ready (torch imported), so a newcomer "
-                             f"skips Python's and torch's start (default: ${defaults.SPARES_ENV}, else "
-                             f"{defaults.DEFAULT_SPARES}; 0: none)")
-    parser.add_argument("--warmup-grace", type=float, metavar="S", default=defaults.DEFAULT_WARMUP_GRACE_S,
-                        help="seconds a ready newcomer waits for newcomers still warming up, to join in one reset "
-                             "(default: %(default)s)")
-    parser.add_argument("--crash-loop-limit", type=int, metavar="N", default=defaults.DEFAULT_CRASH_LOOP_LIMIT,
-                        help="fail after this many generations in a row fail within --crash-loop-window (default: "
-                             "%(default)s)")
-    parser.add_argument("--crash-loop-window", type=float, metavar="S", default=defaults.DEFAULT_CRASH_LOOP_WINDOW_S,
-                        help="seconds after forming within which a failing generation counts as a crash (default: "
-                             "%(default)s)")
-    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                        help="folder where rank 0 writes durable checkpoints; a job started again on it resumes from "
-                             "the newest good one (default: none)")
-    parser.add_argument("--checkpoint-every", type=int, default=None,
-                        metavar="N", help="write a checkpoint every N commits (default: see --checkpoint-interval)")
-    parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S",
-                        help=f"write a checkpoint every S seconds (default: {defaults.DEFAULT_CHECKPOINT_INTERVAL_S:g} "
-                             "without --checkpoint-every)")
-    parser.add_argument("--checkpoint-keep", type=int, default=defaults.DEFAULT_CHECKPOINT_KEEP, metavar="K",
-                        help="checkpoints kept on disk (default: %(default)s)")
-    parser.add_argument("--checkpoint-trusted", action="store_true",
-                        help="load checkpoints that hold objects of any class (a full unpickle, which runs code from "
-                             "the file): only for a folder nobody but this job can write (default: tensors, numbers, "
-                             "strings, lists and dicts only)")
-    parser.add_argument("--timeline", "--timeline-filename", dest="timeline", default=None, metavar="FILE",
-                        help="write the job's timeline to FILE as a Chrome trace (chrome://tracing, ui.perfetto.dev): "
-                             "a track per rank (forward, backward, allreduce buckets, optimizer step, commit, restore, "
-                             "sync, ring build, waiting) and the rendezvous' generations, host changes and failures "
-                             f"(default: ${defaults.TIMELINE_ENV[0]}, else ${defaults.TIMELINE_ENV[1]}, else none)")
-    parser.add_argument("--fusion-threshold-mb", type=float, default=None, metavar="MB",
-                        help="most megabytes of tensors fused into one allreduce (the optimizer's gradient buckets and "
-                             "hvd's operation queue), as horovodrun's flag; 0: no fusion (default: "
-                             "$HOROVOD_FUSION_THRESHOLD bytes, else 64)")
-    parser.add_argument("--timeline-max-mb", type=int, default=defaults.DEFAULT_TIMELINE_MAX_MB, metavar="MB",
-                        help="size at which the timeline file is renamed FILE.1 and a new one begun (default: "
-                             "%(default)s)")
-    parser.add_argument("--store", default="memory", metavar="URL",
-                        help="where the rendezvous keeps the job's state: 'memory' (in this process) or "
-                             "'etcd[s]://[USER@]HOST:PORT[,HOST:PORT...][/PREFIX]' (etcds: TLS; USER: etcd's "
-                             "authentication, with --store-password-file; list every member of an etcd cluster: when "
-                             "one stops answering the next is used); with etcd a restarted or standby `serve` takes "
-                             "the job over (default: %(default)s; prefix default: /ringmaster/default)")
-    parser.add_argument("--store-ca", default=None, metavar="FILE",
-                        help="CA certificate that etcd's certificate must chain to, for an etcds:// store (default: "
-                             "the system's)")
-    parser.add_argument("--store-cert", default=None, metavar="FILE",
-                        help="client certificate for an etcds:// store that asks for one (default: none)")
-    parser.add_argument("--store-key", default=None, metavar="FILE", help="the key of --store-cert (default: none)")
-    parser.add_argument("--store-password-file", default=None, metavar="FILE",
-                        help=f"the password of --store's USER (mode 600; never in the URL, where every user of this "
-                             f"machine can read it) (default: ${STORE_PASSWORD_ENV})")
-    parser.add_argument("--bind", default=None, metavar="ADDR",
-                        help="address the rendezvous and the rings' store listen on (default: --network-interface's "
-                             "address; else, for `run` with hosts reached over ssh, this machine's address on the "
-                             "route to the first of them; else 127.0.0.1)")
-    parser.add_argument("--network-interface", "--network-interfaces", dest="network_interface", default=None,
-                        metavar="NAME",
-                        help="the interface the rendezvous, the rings' store and the Gloo/NCCL rings use, as "
-                             "horovodrun's flag (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME for the workers) (default: "
-                             "none)")
-    parser.add_argument("--advertise-address", default=None, metavar="HOST",
-                        help="host name agents and workers dial (default: --bind, or this host's name when --bind is "
-                             "0.0.0.0)")
-    parser.add_argument("--port", type=int, default=0, metavar="P",
-                        help="gRPC port of the rendezvous (default: a free one)")
-    parser.add_argument("--api-port", type=int, default=0, metavar="P",
-                        help="port of the HTTP control API (default: a free one)")
-    parser.add_argument("--tls-cert", default=None, metavar="FILE",
-                        help="serve gRPC and the control API over TLS with this certificate (PEM) (default: no TLS)")
-    parser.add_argument("--tls-key", default=None, metavar="FILE", help="the key of --tls-cert (default: none)")
-    parser.add_argument("--tls-ca", default=None, metavar="FILE",
-                        help="the CA agents and workers check the certificate against; `run` hands it to the agents "
-                             "it starts (default: --tls-cert itself, for a self-signed certificate)")
-    parser.add_argument("--secret-file", default=None, metavar="FILE",
-                        help="the job secret that every agent, worker and API change must prove (mode 600; made with "
-                             f"a new secret if missing) (default: ${SECRET_ENV}; else `run` makes one for the job and "
-                             "`serve` refuses to start)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
 
 
 #: What each verb's --help shows below its flags.
@@ -273,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = _verb(sub, "run", "run an elastic job: starts the rendezvous and every host's agent (over ssh)",
                 "Run an elastic training job: the rendezvous here and an agent on each host (over ssh; hosts that "
                 "are this machine run here). With no hosts given, -np N workers run on this machine.")
-    _add_job_flags(run)
+    add_job_flags(run)
     _add_launch_flags(run)
-    _add_job_flags(_verb(sub, "serve", "run the rendezvous alone; start `ringmaster agent` on each host",
+    add_job_flags(_verb(sub, "serve", "run the rendezvous alone; start `ringmaster agent` on each host",
                          "Run the rendezvous of a job alone: agents started by something else (ssh, Kubernetes, "
                          "Slurm) connect to it with the job's secret."))
     scale = _verb(sub, "scale", "ask a running job for a number of workers (within --min-np and --max-np)",
@@ -338,15 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDiscovery, dict[str, int]]:
-    """Turn flags into settings, a discovery source and the initial host set."""
+def _command_of(args: argparse.Namespace) -> list[str]:
+    """The training command (`python` is the interpreter Ringmaster runs in, as torchrun does)."""
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise UsageError("no training command given; e.g. ringmaster run -np 2 python train.py")
     if command[0] in ("python", "python3"):
-        command[0] = sys.executable  # the interpreter Ringmaster runs in, as torchrun does
+        command[0] = sys.executable
+    return command
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """What argparse cannot check of the flags alone (UsageError names the flag)."""
     for flag, address in (("--bind", getattr(args, "bind", None)),
                           ("--advertise-address", getattr(args, "advertise_address", None))):
         if address and ":" in address:
@@ -371,19 +192,28 @@ def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDisco
                          f"multiple of {args.group_size}")
     if args.slots_per_host is not None and args.slots_per_host <= 0:
         raise UsageError(f"--slots-per-host must be a positive integer, got {args.slots_per_host}")
-    discovery: HostDiscovery
+
+
+def _discovery_of(args: argparse.Namespace) -> HostDiscovery:
+    """Where the job's hosts come from: a script, fixed hosts, Slurm, joining agents, or this machine."""
     if args.host_discovery_script:
-        discovery = ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
-    elif args.hosts:
-        discovery = StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
-    elif getattr(args, "launcher", None) == "slurm":
-        discovery = SlurmDiscovery(os.environ, args.slots_per_host, args.discovery_timeout)
-    elif args.hosts_from_agents:
-        discovery = StaticDiscovery({})  # every host joins by connecting
-    else:
-        if args.np is None and args.max_np is None and args.min_np is None:
-            raise UsageError("say how many workers: -np N (runs N workers on this machine)")
-        discovery = StaticDiscovery({"localhost": args.np or args.max_np or args.min_np})
+        return ScriptDiscovery(args.host_discovery_script, args.slots_per_host, args.discovery_timeout)
+    if args.hosts:
+        return StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1))
+    if getattr(args, "launcher", None) == "slurm":
+        return SlurmDiscovery(os.environ, args.slots_per_host, args.discovery_timeout)
+    if args.hosts_from_agents:
+        return StaticDiscovery({})  # every host joins by connecting
+    if args.np is None and args.max_np is None and args.min_np is None:
+        raise UsageError("say how many workers: -np N (runs N workers on this machine)")
+    return StaticDiscovery({"localhost": args.np or args.max_np or args.min_np})
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[JobSettings, HostDiscovery, dict[str, int]]:
+    """Turn flags into settings, a discovery source and the initial host set."""
+    command = _command_of(args)
+    _check_flags(args)
+    discovery = _discovery_of(args)
     initial = discovery.find_hosts()  # a bad script refuses to start here
     min_np = args.min_np or args.np or args.group_size
     max_np = args.max_np
@@ -557,22 +387,10 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         os.environ[env_names.GLOO_SOCKET_IFNAME] = os.environ[env_names.NCCL_SOCKET_IFNAME] = args.network_interface
     ssh = SshOptions.from_text(getattr(args, "ssh_port", None), getattr(args, "ssh_identity_file", None),
                                os.environ.get(SSH_OPTIONS_ENV, ""))
-    saved: list[pathlib.Path] = []
-
-    def keep_secret(api_url: str) -> None:
-        """A secret made here reaches its owner's `scale`, `status` and `events` through a private file."""
-        if made:
-            try:
-                saved.append(save_job_secret(api_url, secret))
-            except (RingmasterError, OSError) as exc:
-                log_event(log, Event(Kind.JOB_WARNING, {"warning": f"the job's secret could not be kept for "
-                                                                   f"`ringmaster scale` ({exc})"}))
-                return
-            log_event(log, Event(Kind.JOB_SECRET_SAVED, {"path": str(saved[0]), "url": api_url}))
-
+    kept = _KeptSecret(secret, made)
     server = RendezvousServer(settings, discovery, bind=bind, port=args.port, api_port=args.api_port,
                               local_hosts=local_hosts, advertise=advertise, store=store, secret=secret,
-                              launcher=launcher, ssh=ssh, tls=server_tls, on_api=keep_secret)
+                              launcher=launcher, ssh=ssh, tls=server_tls, on_api=kept.keep)
 
     stopped_by: list[int] = []
 
@@ -603,11 +421,9 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
         print(f"ringmaster: error: {exc}", file=sys.stderr)
         return exc.exit_code
     finally:
-        for path in saved:
-            remove_job_secret(path)
+        kept.remove()
     if server.coordinator is None:
         return 1
-    assert server.coordinator is not None
     for event in summary_events(outcome, server.coordinator.summary):
         log_event(log, event)
     if outcome.preempted:
@@ -615,6 +431,30 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     if outcome.interrupted and stopped_by:
         return 128 + stopped_by[0]  # as shells expect of a command stopped by a signal (130 for Ctrl-C)
     return 0 if outcome.success else 1
+
+
+class _KeptSecret:
+    """A secret made here reaches its owner's `scale`, `status` and `events` through a private
+    file (`job_files`), removed when the job ends."""
+
+    def __init__(self, secret: str, made: bool) -> None:
+        self.secret, self.made = secret, made
+        self.saved: list[pathlib.Path] = []
+
+    def keep(self, api_url: str) -> None:
+        if not self.made:
+            return
+        try:
+            self.saved.append(save_job_secret(api_url, self.secret))
+        except (RingmasterError, OSError) as exc:
+            log_event(log, Event(Kind.JOB_WARNING, {"warning": f"the job's secret could not be kept for "
+                                                               f"`ringmaster scale` ({exc})"}))
+            return
+        log_event(log, Event(Kind.JOB_SECRET_SAVED, {"path": str(self.saved[0]), "url": api_url}))
+
+    def remove(self) -> None:
+        for path in self.saved:
+            remove_job_secret(path)
 
 
 #: `run`'s exit status after a preemption (EX_TEMPFAIL): for Slurm's `RequeueExit=75`, and for scripts.
