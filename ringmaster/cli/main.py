@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from ringmaster import __version__
 from ringmaster import settings as defaults
 from ringmaster.cli import pool as pool_verbs
-from ringmaster.cli import remote
+from ringmaster.cli import pool_flags, remote
 from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
 from ringmaster.cli.job_flags import add_job_flags
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "and the largest difference at a step both trained")
     agent = sub.add_parser("agent", help="run the per-host agent that starts and stops workers")
     agent.add_argument("agent_args", nargs=argparse.REMAINDER, help="see python -m ringmaster.worker.agent --help")
-    pool_verbs.add_verbs(sub)
+    pool_flags.add_verbs(sub)
     key = sub.add_parser("agent-key", help="print the key of one host's agent, derived from the job secret (for "
                                            "`ringmaster agent --agent-key-file`: that agent can then act for its host "
                                            "only)")

@@ -22,182 +22,11 @@ from ringmaster import settings as defaults
 from ringmaster.cli import remote
 from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
+from ringmaster.cli.pool_flags import TOKEN_ENV
 from ringmaster.cli.remote import table
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, read_secret_file, secret_from
-from ringmaster.rendezvous.scheduling.sizing import POLICIES
-from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV, SSH_OPTIONS_ENV, SshOptions, choose_launcher
-from ringmaster.rendezvous.server.launchers import LAUNCHERS
-
-#: Where `pool serve` keeps jobs' checkpoints (suspended jobs resume from them) unless told.
-DEFAULT_CHECKPOINT_ROOT = "ringmaster-pool/checkpoints"
-POOL_ENV = "RINGMASTER_POOL"
-TOKEN_ENV = "RINGMASTER_POOL_TOKEN"
-
-
-def add_verbs(sub: argparse._SubParsersAction) -> None:
-    pool = sub.add_parser("pool", help="run a pool of hosts shared by many elastic jobs (`pool serve`)",
-                          description="A pool of hosts lent to many elastic jobs under a scheduling policy.")
-    verbs = pool.add_subparsers(dest="pool_verb", required=True)
-    serve = verbs.add_parser("serve", help="serve the pool: hosts from -H or a discovery script, jobs from `submit`",
-                             description="Serve a pool of hosts: jobs submitted to it (`ringmaster submit`) start when "
-                                         "their --min-np slots are free together, and are grown, shrunk (at their "
-                                         "commits) or suspended (at a durable checkpoint) as --policy says.")
-    hosts = serve.add_mutually_exclusive_group(required=True)
-    hosts.add_argument("-H", "--hosts", default=None, help="host1:slots,host2:slots (as `run -H`)")
-    hosts.add_argument("--host-discovery-script", default=None,
-                       metavar="PATH", help="prints host:slots lines (as `run`)")
-    hosts.add_argument("--hosts-from-agents", action="store_true",
-                       help="hosts join by connecting: `ringmaster pool agent --pool URL` on each, proving a key "
-                            "derived from --join-secret-file; one such process per host serves every job placed there")
-    serve.add_argument("--join-secret-file", default=None, metavar="FILE",
-                       help="with --hosts-from-agents: the secret hosts' pool agents derive their keys from (made, "
-                            "mode 600, when missing); copy it to the hosts")
-    serve.add_argument("--host-timeout", type=float, default=15.0, metavar="S",
-                       help="a host whose pool agent has not polled for S seconds leaves the pool (time the pool "
-                            "itself did not run is not counted; default: 15)")
-    serve.add_argument("--slots-per-host", type=int, default=None, metavar="N", help="slots of hosts that name none")
-    serve.add_argument("--discovery-interval", type=float, default=1.0,
-                       metavar="S", help="seconds between two host polls (default: 1)")
-    serve.add_argument("--policy", choices=POLICIES, default="fifo",
-                       help="fifo: first come first served, with backfill; priority: higher --priority shrinks lower "
-                            "jobs toward their --min-np, then suspends the lowest; fair: weighted max-min fair shares "
-                            "of slots between queues; las: least attained service first (Tiresias); goodput: each "
-                            "slot to the job whose measured scaling gains most from it (default: fifo)")
-    serve.add_argument("--resize-cost", type=float, default=5.0, metavar="S",
-                       help="with --policy goodput: seconds a resize is taken to pause a job, weighed against its gain "
-                            "over --min-resize-interval (default: 5)")
-    serve.add_argument("--queue-weights", default="", metavar="Q=W,...",
-                       help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always "
-                            "exists)")
-    serve.add_argument("--min-resize-interval", type=float, default=60.0, metavar="S",
-                       help="a job is not resized again within S seconds unless a host under it failed or a job of "
-                            "higher precedence needs its slots (default: 60)")
-    serve.add_argument("--blacklist-cooldown", type=float, default=300.0, metavar="S",
-                       help="seconds a host that failed under a job stays out of the pool (default: 300)")
-    serve.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, metavar="DIR",
-                       help="each job's checkpoints go to DIR/JOB_ID; a suspended job resumes from them "
-                            f"(default: ./{DEFAULT_CHECKPOINT_ROOT})")
-    serve.add_argument("--store", default="memory", metavar="URL",
-                       help="where the pool keeps its jobs: memory (gone with this process), or etcd://HOST:PORT[,...]"
-                            "[/PREFIX]: a pool started again, or a standby `pool serve` on the same store (it waits "
-                            "while another leads), takes every job up (running ones from their last checkpoint)")
-    serve.add_argument("--checkpoint-interval", type=float, default=300.0, metavar="S",
-                       help="each job writes a durable checkpoint at least every S seconds (what a pool started "
-                            "again resumes from) (default: 300)")
-    serve.add_argument("--launcher", choices=[n for n in LAUNCHERS if n != "none"], default=None,
-                       help="how jobs' agents are started on the hosts, as `run --launcher` (default: "
-                            f"${LAUNCHER_ENV}, else ssh)")
-    serve.add_argument("--ssh-port", type=int, default=None, metavar="P", help="ssh port of the hosts (default: ssh's)")
-    serve.add_argument("--ssh-identity-file", default=None, metavar="FILE", help="ssh private key (default: ssh's)")
-    serve.add_argument("--bind", default="127.0.0.1", metavar="ADDR", help="address the pool and its jobs listen on")
-    serve.add_argument("--advertise-address", default=None, metavar="HOST", help="what hosts dial (default: --bind)")
-    serve.add_argument("--api-port", type=int, default=0, metavar="P",
-                       help="port of the pool's control API (default: a free one)")
-    serve.add_argument("--secret-file", default=None, metavar="FILE",
-                       help=f"the pool's admin secret (default: ${SECRET_ENV}, else one made and kept for this "
-                            "machine's `submit`, `jobs`, `cancel`)")
-    serve.add_argument("--queue-tokens", default=None, metavar="FILE",
-                       help="per-queue tokens (mode 600; a line `QUEUE TOKEN` each): a token's holder submits, lists, "
-                            "scales and cancels the jobs of its queue only")
-    serve.add_argument("--tls-cert", default=None, metavar="FILE",
-                       help="serve the pool's API and every job's rendezvous over TLS with this certificate (for the "
-                            "address hosts dial); hosts' pool agents need it to join from another machine")
-    serve.add_argument("--tls-key", default=None, metavar="FILE", help="the key of --tls-cert (mode 600)")
-    serve.add_argument("--tls-ca", default=None, metavar="FILE",
-                       help="the CA --tls-cert chains to, handed to the pool agents it starts (default: the "
-                            "certificate)")
-    serve.add_argument("--spares", type=int, default=0, metavar="N", help="warm spares per job agent (default: 0)")
-    serve.add_argument("--warmup-grace", type=float, default=defaults.DEFAULT_WARMUP_GRACE_S, metavar="S",
-                       help="seconds a running job waits for newcomers to warm up before a resize (as `run`)")
-    serve.add_argument("--start-timeout", type=float, default=defaults.DEFAULT_START_TIMEOUT_S, metavar="S",
-                       help="seconds for a job's workers to start (as `run`), and that the pool, as it starts, waits "
-                            "for every host it names to join before it places a job")
-    serve.add_argument("--stragglers", choices=("report", "replace"), default="report",
-                       help="a host whose ranks are slower than a job's other hosts' (its step time besides waiting "
-                            "for the ring, --straggler-slowdown times or more): report it, or replace it: it leaves "
-                            "the pool for --blacklist-cooldown and the job takes another host at a commit (default: "
-                            "report)")
-    serve.add_argument("--straggler-slowdown", type=float, default=1.2, metavar="X",
-                       help="how much slower a straggler's ranks are than the other hosts' (default: 1.2)")
-    serve.add_argument("--drain-grace", type=float, default=defaults.DEFAULT_DRAIN_GRACE_S, metavar="S",
-                       help="seconds a job being suspended has to reach a commit (as `run`)")
-    for parser in (serve,):
-        parser.add_argument("--log-format", choices=["text", "json"], default=None)
-        parser.add_argument("--log-level", default=None)
-
-    agent = verbs.add_parser("agent", help="join this host to a pool (`pool serve --hosts-from-agents`)",
-                             description="Join this host to a pool and serve every job the pool places on it: for "
-                                         "each, start that job's agent (which starts its workers), and stop it when "
-                                         "the pool takes the job off. SIGTERM or SIGINT: the jobs' workers leave this "
-                                         "host at their next commit, then it leaves the pool.")
-    agent.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
-                       help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
-    agent.add_argument("--host", default=None, metavar="NAME", help="this host's name in the pool (default: its "
-                                                                    "hostname)")
-    agent.add_argument("--slots", type=int, default=None, metavar="N",
-                       help="workers this host runs at once (default: the GPUs it sees, else 1)")
-    agent.add_argument("--gpus", type=float, default=None, metavar="N",
-                       help="GPUs this host lends to jobs that ask for them (default: the GPUs it sees)")
-    agent.add_argument("--cpus", type=float, default=None, metavar="N",
-                       help="CPUs this host lends to jobs that ask for them (default: its CPU count)")
-    agent.add_argument("--secret-file", default=None, metavar="FILE",
-                       help=f"the pool's join secret (`pool serve --join-secret-file`) (default: ${SECRET_ENV})")
-    agent.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
-    agent.add_argument("--warm-ahead", action=argparse.BooleanOptionalAction, default=True,
-                       help="keep one job agent started ahead of the next job, its spare per slot importing torch, "
-                            "so a job placed here starts its workers warm (default: on)")
-    agent.add_argument("--from-launcher", action="store_true", help=argparse.SUPPRESS)  # the pool started it
-    agent.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
-    agent.add_argument("--log-format", choices=["text", "json"], default=None)
-    agent.add_argument("--log-level", default=None)
-
-    submit = sub.add_parser("submit", help="submit a job to a pool (prints its id)",
-                            description="Submit an elastic job to a pool: it starts when --min-np slots are free "
-                                        "together, and grows toward --max-np with what is left over.")
-    _client_flags(submit)
-    submit.add_argument("--name", default=None, help="a name (the job's id starts with it)")
-    submit.add_argument("--queue", default="default", help="the queue (default: default)")
-    submit.add_argument("--priority", type=int, default=0, help="higher runs first under --policy priority (default: "
-                                                                "0)")
-    submit.add_argument("-np", "--num-proc", dest="np", type=int, default=None, help="workers (min and max alike)")
-    submit.add_argument("--min-np", type=int, default=None, help="fewest workers (default: -np, else 1)")
-    submit.add_argument("--max-np", type=int, default=None, help="most workers (default: --min-np)")
-    submit.add_argument("--gpus-per-worker", type=float, default=0, metavar="N",
-                        help="GPUs each worker takes (hosts that join with `pool agent` declare theirs; with --policy "
-                             "fair, queues get equal dominant shares of slots, GPUs and CPUs)")
-    submit.add_argument("--cpus-per-worker", type=float, default=0, metavar="N", help="CPUs each worker takes")
-    submit.add_argument("--group-size", type=int, default=1, metavar="K",
-                        help="workers per replica group (FSDP2 inside a group, hvd.elastic.mesh()): the pool sizes the "
-                             "job in whole groups, so -np, --min-np and --max-np must be multiples of K (default: 1)")
-    submit.add_argument("command", nargs=argparse.REMAINDER, help="the training command, e.g. python train.py")
-    jobs = sub.add_parser(
-        "jobs",
-        help="list a pool's jobs",
-        description="List a pool's jobs: id, queue, priority, state, size, hosts, steps/s and why it is so.",
-    )
-    _client_flags(jobs)
-    cancel = sub.add_parser("cancel", help="cancel a job of a pool", description="Cancel a pool's job: a running one's "
-                                                                                 "workers are stopped.")
-    _client_flags(cancel)
-    cancel.add_argument("job", metavar="ID")
-    logs_verb = sub.add_parser("logs", help="print a pool job's events (--follow: until it ends)",
-                               description="Print the events of a pool's job (its rendezvous', agents' and workers' "
-                                           "doings, as `ringmaster events`); with --follow, until it ends.")
-    _client_flags(logs_verb)
-    logs_verb.add_argument("job", metavar="ID")
-    logs_verb.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the job ends")
-    logs_verb.add_argument("--json", action="store_true", help="one JSON object per event")
-
-
-def _client_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pool", default=os.environ.get(POOL_ENV), required=POOL_ENV not in os.environ,
-                        help=f"the pool's control API, as `pool serve` printed it (default: ${POOL_ENV})")
-    parser.add_argument("--secret-file", default=None, metavar="FILE",
-                        help=f"the pool's secret (default: ${SECRET_ENV})")
-    parser.add_argument("--token-file", default=None, metavar="FILE",
-                        help=f"instead of the secret, a queue's token (mode 600) (default: ${TOKEN_ENV})")
-    parser.add_argument("--tls-ca", default=None, metavar="FILE", help="the CA of an https:// pool API")
+from ringmaster.rendezvous.server.launch_plan import SSH_OPTIONS_ENV, SshOptions, choose_launcher
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -336,15 +165,62 @@ def pool_agent(args: argparse.Namespace) -> int:
                           warm_ahead=args.warm_ahead)
 
 
-def serve(args: argparse.Namespace) -> int:
+def _pool_source(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """Where the pool's hosts come from (-H, a discovery script, or a board that pool agents join
+    with keys derived from the join secret): (the source, the board or None, the join secret or None).
+    A bad host list or script refuses to start here."""
+    from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
+    from ringmaster.rendezvous.pool.host_board import HostBoard
+
+    board = join_secret = None
+    if not 0 < args.host_timeout <= 3600:
+        raise UsageError(f"--host-timeout {args.host_timeout:g}: seconds, more than 0 and at most an hour")
+    if args.hosts_from_agents:
+        if not args.join_secret_file:
+            raise UsageError("--hosts-from-agents needs --join-secret-file FILE: the secret hosts' pool agents derive "
+                             "their keys from (made when missing; copy it to the hosts)")
+        board = HostBoard(args.host_timeout)
+        join_secret = read_secret_file(args.join_secret_file, create=True)
+    source: HostDiscovery = board if board is not None else (
+        ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
+        if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
+    source.find_hosts()
+    return source, board, join_secret
+
+
+async def _serve_api(app: Any, args: argparse.Namespace, server_tls: Any) -> tuple[Any, asyncio.Task, str]:
+    """The pool's control API, listening: (its server, the task serving it, its URL)."""
     import uvicorn
 
+    config = uvicorn.Config(app, host=args.bind, port=args.api_port, log_level="warning", lifespan="off",
+                            ssl_certfile=server_tls.cert_file if server_tls else None,
+                            ssl_keyfile=server_tls.key_file if server_tls else None)
+    api = uvicorn.Server(config)
+    api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
+    serving = asyncio.create_task(api.serve())
+    while not api.started:
+        if serving.done():
+            serving.result()
+            raise UsageError(f"the pool's control API could not listen on {args.bind}:{args.api_port}")
+        await asyncio.sleep(0.02)
+    port = api.servers[0].sockets[0].getsockname()[1]
+    return api, serving, f"{'https' if server_tls else 'http'}://{args.advertise_address or args.bind}:{port}"
+
+
+def _job_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings every job of the pool gets (JobSettings' fields)."""
+    if not 0 < args.checkpoint_interval <= 86_400:
+        raise UsageError(f"--checkpoint-interval {args.checkpoint_interval:g}: seconds, more than 0 and at most a day")
+    return {"spares": args.spares, "warmup_grace_s": args.warmup_grace, "start_timeout_s": args.start_timeout,
+            "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2, "stragglers": args.stragglers,
+            "straggler_slowdown": args.straggler_slowdown, "checkpoint_interval_s": args.checkpoint_interval}
+
+
+def serve(args: argparse.Namespace) -> int:
     from ringmaster.common import logs
     from ringmaster.common.events import Kind, emitter
     from ringmaster.common.tls import TLS_CA_ENV, ServerTls, read_pem
-    from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery, parse_hosts_flag
     from ringmaster.rendezvous.pool.api import create_pool_app
-    from ringmaster.rendezvous.pool.host_board import HostBoard
     from ringmaster.rendezvous.pool.service import PoolService
     from ringmaster.rendezvous.pool.tokens import parse_queue_tokens
     from ringmaster.rendezvous.scheduling.model import Settings as Rules
@@ -358,31 +234,13 @@ def serve(args: argparse.Namespace) -> int:
                          "(--resize-cost at most an hour)")
     rules = Rules(min_resize_interval_s=args.min_resize_interval, queue_weights=parse_queue_weights(args.queue_weights),
                   resize_cost_s=args.resize_cost)
-    board = join_secret = None
-    if not 0 < args.host_timeout <= 3600:
-        raise UsageError(f"--host-timeout {args.host_timeout:g}: seconds, more than 0 and at most an hour")
-    if args.hosts_from_agents:
-        if not args.join_secret_file:
-            raise UsageError("--hosts-from-agents needs --join-secret-file FILE: the secret hosts' pool agents derive "
-                             "their keys from (made when missing; copy it to the hosts)")
-        board = HostBoard(args.host_timeout)
-        join_secret = read_secret_file(args.join_secret_file, create=True)
-    source: HostDiscovery = board if board is not None else (
-        ScriptDiscovery(args.host_discovery_script, args.slots_per_host, defaults.DEFAULT_DISCOVERY_TIMEOUT_S)
-        if args.host_discovery_script else StaticDiscovery(parse_hosts_flag(args.hosts, args.slots_per_host or 1)))
-    source.find_hosts()  # a bad host list or script refuses to start here
+    source, board, join_secret = _pool_source(args)
     tokens = parse_queue_tokens(read_private_file(args.queue_tokens, "--queue-tokens", 1 << 20),
-                                {"default", *rules.queue_weights}) \
-        if args.queue_tokens else {}
+                                {"default", *rules.queue_weights}) if args.queue_tokens else {}
     secret = secret_from(args.secret_file, os.environ, create=True)
     made = secret is None
     secret = secret or generate_secret()
-    if not 0 < args.checkpoint_interval <= 86_400:
-        raise UsageError(f"--checkpoint-interval {args.checkpoint_interval:g}: seconds, more than 0 and at most a day")
-    job_settings = {"spares": args.spares, "warmup_grace_s": args.warmup_grace, "start_timeout_s": args.start_timeout,
-                    "drain_grace_s": args.drain_grace, "discovery_interval_s": 0.2,
-                    "stragglers": args.stragglers, "straggler_slowdown": args.straggler_slowdown,
-                    "checkpoint_interval_s": args.checkpoint_interval}
+    job_settings = _job_settings(args)
     launcher = choose_launcher(args.launcher, os.environ)
     server_tls = ServerTls.from_files(args.tls_cert, args.tls_key)
     if server_tls is not None:  # the pool agents it starts, here or over ssh, get the CA in their environment
@@ -398,10 +256,9 @@ def serve(args: argparse.Namespace) -> int:
             leadership = Leadership(store, spec.prefix + "pool/",
                                     f"{args.advertise_address or args.bind}:{args.api_port}")
             await leadership.acquire(wait=True)  # a standby pool waits here while another leads
+        ssh = SshOptions.from_text(args.ssh_port, args.ssh_identity_file, os.environ.get(SSH_OPTIONS_ENV, ""))
         pool = PoolService(source, args.policy, rules, job_settings, pathlib.Path(args.checkpoint_root).resolve(), say,
-                           launcher=launcher, ssh=SshOptions.from_text(args.ssh_port, args.ssh_identity_file,
-                                                                       os.environ.get(SSH_OPTIONS_ENV,
-                                                                                      "")), bind=args.bind,
+                           launcher=launcher, ssh=ssh, bind=args.bind,
                            advertise=args.advertise_address,
                            discovery_interval_s=args.discovery_interval, blacklist_cooldown_s=args.blacklist_cooldown,
                            store=store if leadership is not None else None, leadership=leadership, prefix=spec.prefix,
@@ -412,20 +269,7 @@ def serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pool.stop)
-        config = uvicorn.Config(create_pool_app(pool, secret, tokens), host=args.bind, port=args.api_port,
-                                log_level="warning",
-                                lifespan="off", ssl_certfile=server_tls.cert_file if server_tls else None,
-                                ssl_keyfile=server_tls.key_file if server_tls else None)
-        api = uvicorn.Server(config)
-        api.capture_signals = lambda: __import__("contextlib").nullcontext()  # type: ignore[method-assign]
-        serving = asyncio.create_task(api.serve())
-        while not api.started:
-            if serving.done():
-                serving.result()
-                raise UsageError(f"the pool's control API could not listen on {args.bind}:{args.api_port}")
-            await asyncio.sleep(0.02)
-        port = api.servers[0].sockets[0].getsockname()[1]
-        url = f"{'https' if server_tls else 'http'}://{args.advertise_address or args.bind}:{port}"
+        api, serving, url = await _serve_api(create_pool_app(pool, secret, tokens), args, server_tls)
         pool.pool_hosts.url = url  # (the pool agents it starts on named hosts dial it)
         if made:
             saved.append(save_job_secret(url, secret))
