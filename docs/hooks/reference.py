@@ -100,8 +100,8 @@ def cli_reference() -> str:
 class _Nothing:
     """Stands for the running job or pool: only the routes are read, never served."""
 
-    def __getattr__(self, name: str) -> None:
-        return None
+    def __getattr__(self, name: str) -> "_Nothing":
+        return _Nothing()  # (its parts too: `pool.pool_hosts.board`)
 
 
 def _api_table(schema: dict[str, Any]) -> str:

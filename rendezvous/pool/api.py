@@ -295,7 +295,7 @@ def _add_running_job_routes(app: FastAPI, pool: PoolService, access: PoolAccess)
             raise HTTPException(status_code=409, detail=exc.args[0]) from None
         view = running.view((offset, limit))
         assert view is not None
-        return job_status(view, running.auth.refused if getattr(running, "auth", None) else 0, running.metrics)
+        return job_status(view, running.auth.refused if running.auth is not None else 0, running.metrics)
 
     @app.get("/jobs/{job_id}/events", response_model=EventPage)
     async def events(job_id: str, since: int = Query(0, ge=0, le=2**62),

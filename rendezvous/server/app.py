@@ -272,6 +272,7 @@ class RendezvousServer:
                     leases: AgentLeases, port: int) -> list[asyncio.Task]:
         """What runs beside the job's loop: discovery, the leader key and the job's lease, the
         agents' leases, and the limit of connections per peer."""
+        assert self.metrics is not None  # (made with the service)
         return [
             asyncio.create_task(poll_discovery(self.discovery, service, self.settings.discovery_interval_s,
                                                self.metrics.discovery)),

@@ -107,8 +107,8 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
                 return pages.pop(0)  # (an IndexError if it asked once more after the end)
 
         out, slept = io.StringIO(), list[float]()
-        assert events(Client(), 0, follow=True, as_json=False, out=out,
-                      sleep=slept.append) == code  # type: ignore[arg-type]
+        assert events(Client(),  # type: ignore[arg-type]
+                      0, follow=True, as_json=False, out=out, sleep=slept.append) == code
         lines = out.getvalue().splitlines()
         assert len(lines) == 2 and lines[0].endswith("[gen 1] generation 1 formed") and lines[1].endswith("the end")
         assert asked == [0, 1, 1] and slept == [0.5]
@@ -134,20 +134,23 @@ def test_logs_follow_waits_for_a_queued_pool_job_to_start_and_then_follows_it() 
             return answer
 
     out, slept = io.StringIO(), list[float]()
-    assert events(Client(), 0, follow=True, as_json=False, out=out, sleep=slept.append,
-                  job="j-1",  # type: ignore[arg-type]
+    assert events(Client(),  # type: ignore[arg-type]
+                  0, follow=True, as_json=False, out=out, sleep=slept.append,
+                  job="j-1",
                   ended=lambda: None) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "waiting for it to start" in lines[0] and lines[1].endswith("done")
     assert len(slept) == 2
     answers[:] = [queued]
-    assert events(Client(), 0, follow=True, as_json=False, out=io.StringIO(), sleep=slept.append,
-                  job="j-1",  # type: ignore[arg-type]
+    assert events(Client(),  # type: ignore[arg-type]
+                  0, follow=True, as_json=False, out=io.StringIO(), sleep=slept.append,
+                  job="j-1",
                   ended=lambda: 1) == 1  # cancelled before it ran
     answers[:] = [queued]
     try:
-        events(Client(), 0, follow=False, as_json=False, out=io.StringIO(), sleep=slept.append,
-               job="j-1",  # type: ignore[arg-type]
+        events(Client(),  # type: ignore[arg-type]
+               0, follow=False, as_json=False, out=io.StringIO(), sleep=slept.append,
+               job="j-1",
                ended=lambda: None)
     except ApiError as exc:
         assert exc.status == 409  # without --follow it says so at once
