@@ -23,6 +23,7 @@ PARTS = {
     "rendezvous/pool": "pool",
     "worker/agent": "agent",
     "worker/train": "train",
+    "worker/sharding": "sharding",
     "worker/torch": "torch",
     "ringmaster/cli": "cli",
     "ringmaster/ray": "ray",
@@ -41,6 +42,7 @@ MODULES = {
     "ringmaster.rendezvous.pool": "pool",
     "ringmaster.worker.agent": "agent",
     "ringmaster.worker.train": "train",
+    "ringmaster.worker.sharding": "sharding",
     "ringmaster.torch": "torch",
     "ringmaster.cli": "cli",
     "ringmaster.ray": "ray",
@@ -61,7 +63,9 @@ ALLOWED: dict[str, set[str]] = {
     "pool": {"common", "control", "state", "server", "scheduling", "discovery", "proto", "settings"},
     "agent": {"common", "discovery", "proto", "settings"},
     "train": {"common", "checkpoint", "proto", "settings"},
-    "torch": {"common", "checkpoint", "proto", "settings", "train"},
+    # The machinery of models sharded inside replica groups, under the user API's ShardedState.
+    "sharding": {"common", "checkpoint", "proto", "settings", "train"},
+    "torch": {"common", "checkpoint", "proto", "settings", "train", "sharding"},
     "cli": {"common", "control", "state", "server", "scheduling", "pool", "discovery", "proto", "settings", "agent"},
     # Ringmaster on Ray: a job's rendezvous in the driver, and what its workers run.
     "ray": {"common", "control", "state", "server", "discovery", "proto", "settings", "torch", "train"},

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import elastic
-from ringmaster.torch.elastic import groups, mesh_sockets
+from ringmaster.torch.elastic import groups
+from ringmaster.worker.sharding import mesh_sockets
 from ringmaster.worker.train.link import RendezvousLink
 
 GENERATION = 4
@@ -141,7 +142,7 @@ def test_a_guarded_collective_its_peer_never_joins_is_given_up_when_the_generati
     """FSDP2's collectives as `ShardedState` gives them (`guarded_comms`): a Gloo all-gather whose
     peer never posts its part (Gloo itself may never fail it: seen, a survivor's send waited out
     the 60 s timeout) raises as soon as the generation is over, and is kept as abandoned."""
-    from ringmaster.torch.elastic import guarded_comms
+    from ringmaster.worker.sharding import guarded_comms
     from ringmaster.worker.train.errors import HorovodInternalError
 
     pgs, _ = _ring_of_two(timeout_s=2)  # (parked below: its collective ends in Gloo 2 s later)

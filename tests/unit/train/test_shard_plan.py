@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmaster.torch.elastic.shard_plan import (
+from ringmaster.worker.sharding.shard_plan import (
     NONE,
     Holding,
     SyncProof,

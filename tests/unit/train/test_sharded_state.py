@@ -21,10 +21,11 @@ from torch.distributed.tensor import DTensor
 from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
-from ringmaster.torch.elastic import ElasticSampler, ShardedState, kept_memory, no_init
-from ringmaster.torch.elastic.shard_plan import Transfer
-from ringmaster.torch.elastic.sharded_checkpoint import ShardedCheckpoints
+from ringmaster.torch.elastic import ElasticSampler, ShardedState
 from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for, _memory_of
+from ringmaster.worker.sharding import kept_memory, no_init
+from ringmaster.worker.sharding.shard_plan import Transfer
+from ringmaster.worker.sharding.sharded_checkpoint import ShardedCheckpoints
 from ringmaster.worker.train.errors import CheckpointMismatchError, ReplicasDivergedError
 from ringmaster.worker.train.state_sync import fingerprint
 
@@ -323,7 +324,7 @@ def test_a_truncated_newest_checkpoint_is_reported_and_the_one_before_used(mesh,
 
 
 def test_fsdp2_modules_given_the_guarded_collectives_train_as_with_torchs_own(mesh) -> None:
-    from ringmaster.torch.elastic import fsdp_comms
+    from ringmaster.worker.sharding import fsdp_comms
 
     plain, guarded = _build(mesh), _build(mesh)
     assert fsdp_comms.guard(guarded, lambda: None) == 3  # both layers and the root

@@ -47,8 +47,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from ringmaster.proto import environment as env_names
 from ringmaster.torch.basics import context
-from ringmaster.torch.elastic import guarded_comms, mesh_sockets
 from ringmaster.torch.elastic.groups import replica_group
+from ringmaster.worker.sharding import guarded_comms, mesh_sockets
 
 #: The mesh's dimensions, as TorchTitan and torchft name them.
 MESH_DIMS = ("replicate", "shard")

@@ -42,11 +42,12 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import flatten, unflatten
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
-from ringmaster.torch.elastic import fsdp_comms, kept_memory, no_init
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.sampler import ElasticSampler
-from ringmaster.torch.elastic.shard_plan import (
+from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
+from ringmaster.worker.sharding import fsdp_comms, kept_memory, no_init
+from ringmaster.worker.sharding.shard_plan import (
     NONE,
     Holding,
     SyncProof,
@@ -55,8 +56,7 @@ from ringmaster.torch.elastic.shard_plan import (
     equal_by_sync,
     transfers,
 )
-from ringmaster.torch.elastic.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
-from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
+from ringmaster.worker.sharding.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.errors import (
     CheckpointMismatchError,

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ringmaster.torch.elastic.guarded_comms import Over, wait_guarded
+from ringmaster.worker.sharding.guarded_comms import Over, wait_guarded
 
 try:  # torch's own defaults, for their buffers' allocation (private to FSDP2; absent: nothing is guarded)
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
