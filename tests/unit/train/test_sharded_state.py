@@ -22,7 +22,8 @@ from ringmaster.checkpoint.directory import UntrustedCheckpointError
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.policy import CheckpointPolicy
 from ringmaster.torch.elastic import ElasticSampler, ShardedState
-from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received, _handler_for, _memory_of
+from ringmaster.torch.elastic.handlers import sharded_handler_for
+from ringmaster.torch.elastic.sharded_state import _built_empty, _check_received
 from ringmaster.worker.sharding import kept_memory, no_init
 from ringmaster.worker.sharding.shard_plan import Transfer
 from ringmaster.worker.sharding.sharded_checkpoint import ShardedCheckpoints
@@ -62,7 +63,7 @@ def _params(model: nn.Module) -> list[torch.Tensor]:
 
 
 def _commit(objects: dict) -> tuple[HostSnapshot, dict]:
-    handlers = {name: _handler_for(name, value) for name, value in objects.items()}
+    handlers = {name: sharded_handler_for(name, value) for name, value in objects.items()}
     snapshot = HostSnapshot()
     snapshot.capture({name: h.state_dict() for name, h in handlers.items()})
     return snapshot, handlers
@@ -79,7 +80,7 @@ def _committed_then_trained(mesh, steps: int) -> tuple[HostSnapshot, list[torch.
 
 def _load(objects: dict, snapshot: HostSnapshot) -> None:
     for name, value in objects.items():
-        _handler_for(name, value).load(snapshot, name)
+        sharded_handler_for(name, value).load(snapshot, name)
 
 
 def test_a_commit_loaded_into_a_model_and_optimizer_built_again_trains_on_bit_for_bit(mesh) -> None:
@@ -193,11 +194,11 @@ def test_a_scheduler_that_build_returns_is_committed_and_loaded_as_the_state_loa
         _train(first, range(step, step + 1))
         first["schedule"].step()
     snapshot, handlers = _commit(first)
-    assert _memory_of(handlers["schedule"]) is None
+    assert handlers["schedule"].memory() is None
     for held in (False, True):
         again = build(mesh)
         for name, value in again.items():
-            _handler_for(name, value).load(snapshot, name, held=held, kept=None)
+            sharded_handler_for(name, value).load(snapshot, name, held=held, kept=None)
         assert again["schedule"].last_epoch == 5 and again["schedule"].get_last_lr() == first["schedule"].get_last_lr()
         assert again["optimizer"].param_groups[0]["lr"] == first["optimizer"].param_groups[0]["lr"] == 0.0025
 
@@ -219,14 +220,14 @@ def test_shards_of_another_model_are_refused_naming_the_entry(mesh) -> None:
     snapshot, _ = _commit(_build(mesh))
     other = _build(mesh, hidden=32)
     with pytest.raises(CheckpointMismatchError, match="'model' do not fit .*build\\(mesh\\) must make the same model"):
-        _handler_for("model", other["model"]).load(snapshot, "model")
+        sharded_handler_for("model", other["model"]).load(snapshot, "model")
 
 
 def test_bad_builds_are_refused_with_what_to_do() -> None:
     with pytest.raises(TypeError, match="takes a function build\\(mesh\\) first"):
         ShardedState(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="returned sampler=list: give modules, optimizers and learning-rate"):
-        _handler_for("sampler", [1, 2])
+        sharded_handler_for("sampler", [1, 2])
 
 
 def _folder(tmp_path, keep: int = 3) -> ShardedCheckpoints:
@@ -351,14 +352,14 @@ def test_a_survivors_objects_built_again_take_its_last_generations_memory_and_va
     first = _build(mesh)
     _train(first, range(2))
     snapshot, handlers = _commit(first)
-    old = {name: _memory_of(handler) for name, handler in handlers.items()}
+    old = {name: handler.memory() for name, handler in handlers.items()}
     pointers = {t.data_ptr() for t in old["model"].values()} | {t.data_ptr() for t in old["optimizer"]}
     del first, handlers  # (the old objects go, their memory stays held)
     built, fresh = _built_empty(_build, mesh, old)
     assert fresh == 0
     again = dict(built)
     for name, value in again.items():
-        _handler_for(name, value).load(snapshot, name, held=True, kept=old.get(name))
+        sharded_handler_for(name, value).load(snapshot, name, held=True, kept=old.get(name))
     now = {t.data_ptr() for t in kept_memory.local_tensors(again["model"]).values()}
     state = [t for entries in again["optimizer"].state.values() for t in entries.values() if isinstance(t, DTensor)]
     now |= {t.to_local().data_ptr() for t in state}
@@ -373,11 +374,11 @@ def test_kept_memory_that_does_not_fit_is_not_used_and_the_commit_is_copied(mesh
     snapshot, expected = _committed_then_trained(mesh, 2)
     other = _build(mesh, hidden=32)
     _train(other, range(1))
-    old = {name: _memory_of(_handler_for(name, value)) for name, value in other.items()}
+    old = {name: sharded_handler_for(name, value).memory() for name, value in other.items()}
     built, fresh = _built_empty(_build, mesh, old)
     assert fresh > 0  # (the first layer's and the last one's weights are of other shapes)
     again = dict(built)
     for name, value in again.items():
-        _handler_for(name, value).load(snapshot, name, kept=old.get(name))
+        sharded_handler_for(name, value).load(snapshot, name, kept=old.get(name))
     _train(again, range(2, 4))
     assert all(torch.equal(a, b) for a, b in zip(_params(again["model"]), expected))

@@ -39,13 +39,14 @@ from torch.utils._pytree import tree_leaves
 
 from ringmaster.checkpoint.digest import tree_digest
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.checkpoint.tree import flatten, unflatten
+from ringmaster.checkpoint.tree import unflatten
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
+from ringmaster.torch.elastic.handlers import SCHEDULERS, SamplerHandler, sharded_handler_for
 from ringmaster.torch.elastic.sampler import ElasticSampler
-from ringmaster.torch.elastic.state import _SCHEDULERS, ObjectState, _SamplerHandler, _SchedulerHandler
+from ringmaster.torch.elastic.state import ObjectState
 from ringmaster.worker.sharding import fsdp_comms, kept_memory, no_init
 from ringmaster.worker.sharding.shard_plan import (
     NONE,
@@ -59,7 +60,6 @@ from ringmaster.worker.sharding.shard_plan import (
 from ringmaster.worker.sharding.sharded_checkpoint import RINGMASTER_ENTRY, ShardedCheckpoints, first_failure
 from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.errors import (
-    CheckpointMismatchError,
     HorovodInternalError,
     HostsUpdatedInterrupt,
     ReplicasDivergedError,
@@ -77,66 +77,6 @@ WARM_IMPORTS = ("torch._dynamo",)
 PEER_FAILURE_WAIT_S = 10.0
 #: The largest pickled skeleton (objects and tensor layout) one rank takes from another.
 MAX_SKELETON_BYTES = 64 << 20
-
-
-def _local(tree: Any) -> Any:
-    """`tree` with every DTensor replaced by its local shard (a view: writing it writes the shard)."""
-    if isinstance(tree, DTensor):
-        return tree.to_local()
-    if isinstance(tree, dict):
-        return {k: _local(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_local(v) for v in tree]
-    return tree
-
-
-class _ShardedModule:
-    """A module sharded with FSDP2: its committed tree is its state dict's local shards."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def state_dict(self) -> Any:
-        return _local(self.value.state_dict())
-
-    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
-        """Load entry `name` of `snapshot`; `held`: the module's memory is the one that holds
-        those values already (a survivor's, `kept_memory`), only its layout is checked."""
-        if not (snapshot.fits(name, self.state_dict()) if held else snapshot.copy_into(name, self.state_dict())):
-            raise CheckpointMismatchError(
-                f"the committed shards of {name!r} do not fit the {type(self.value).__name__} that build() made in "
-                "this generation: build(mesh) must make the same model, sharded the same way, every time")
-
-
-class _ShardedOptimizer(_ShardedModule):
-    """An optimizer of sharded parameters: a fresh one (no state yet) gets its committed state
-    as DTensors placed as its parameters are."""
-
-    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
-        """`kept`: the state tensors of this worker's optimizer of the last generation (flat, in
-        the commit's order), used as the new one's memory where they fit; `held`: they hold the
-        commit's values already."""
-        optimizer: torch.optim.Optimizer = self.value
-        if optimizer.state and snapshot.copy_into(name, self.state_dict()):
-            for group, committed in zip(optimizer.param_groups, snapshot.plain(name)["param_groups"]):
-                group.update({k: v for k, v in committed.items() if k != "params"})
-            return
-        layout, devices = snapshot.entry_layout(name)
-        into = kept if kept is not None and kept_memory.fits(kept, layout, devices) else None
-        saved = snapshot.materialize(name, into=into, copy_values=not (held and into is not None))
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        for index, entries in saved.get("state", {}).items():
-            if not isinstance(index, int) or not 0 <= index < len(params):
-                raise CheckpointMismatchError(f"the committed state of {name!r} names parameter {index!r}, which the "
-                                              f"optimizer build() made does not have ({len(params)} parameters)")
-            param = params[index]
-            if not isinstance(param, DTensor):
-                continue
-            for key, value in list(entries.items()):
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == param.to_local().shape:
-                    entries[key] = DTensor.from_local(value, param.device_mesh, param.placements, run_check=False,
-                                                      shape=param.shape, stride=param.stride())
-        optimizer.load_state_dict(saved)
 
 
 def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any,
@@ -159,7 +99,7 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
             built = build(generation_mesh)
     except Exception:  # (data-dependent code, an op meta tensors lack: built the usual way, which says what)
         return None
-    if not isinstance(built, Mapping) or not all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *_SCHEDULERS))
+    if not isinstance(built, Mapping) or not all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *SCHEDULERS))
                                                  for v in built.values()):
         return None
     modules = [v for v in built.values() if isinstance(v, torch.nn.Module)]
@@ -182,38 +122,9 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     return built, fresh
 
 
-def _memory_of(handler: Any) -> Any:
-    """What of an object the next generation's build can take as its memory (`kept_memory`): a
-    module's local tensors by name, an optimizer's local state tensors in the commit's order."""
-    if isinstance(handler, _ShardedOptimizer):
-        return flatten(handler.state_dict())[1]
-    if isinstance(handler, _ShardedModule):
-        return kept_memory.local_tensors(handler.value)
-    return None
-
-
 def _tensors_in(tree: Any) -> list[Any]:
     """The tensors in `tree` and in the lists, tuples and dicts it holds (torch's pytree leaves)."""
     return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
-
-
-class _ShardedScheduler(_SchedulerHandler):
-    """A learning-rate scheduler that build() returned: loaded as `state.py` loads one (its
-    counters are plain values: nothing of it is sharded, nor kept as memory)."""
-
-    def load(self, snapshot: HostSnapshot, name: str, held: bool = False, kept: Any = None) -> None:
-        super().load(snapshot, name)
-
-
-def _handler_for(name: str, value: Any):
-    if isinstance(value, torch.nn.Module):
-        return _ShardedModule(value)
-    if isinstance(value, torch.optim.Optimizer):
-        return _ShardedOptimizer(value)
-    if isinstance(value, _SCHEDULERS):
-        return _ShardedScheduler(value)
-    raise TypeError(f"build(mesh) returned {name}={type(value).__name__}: give modules, optimizers and "
-                    "learning-rate schedulers there, and plain values to ShardedState(...) itself")
 
 
 class ShardedState(ObjectState):
@@ -244,7 +155,7 @@ class ShardedState(ObjectState):
         self._live_is_commit = False  # the live values are this worker's newest commit (it left at a commit)
         # Samplers are kept across generations (nothing of them is sharded): committed, restored,
         # re-dealt at every reset, written in durable checkpoints, as in TorchState.
-        self._kept = {name: _SamplerHandler(value) for name, value in kwargs.items()
+        self._kept = {name: SamplerHandler(value) for name, value in kwargs.items()
                       if isinstance(value, ElasticSampler)}
         for name, handler in self._kept.items():
             del kwargs[name]
@@ -303,7 +214,7 @@ class ShardedState(ObjectState):
             if not isinstance(name, str) or not name.isidentifier() or name in self._object_names or name in self._kept:
                 raise ValueError(f"build(mesh) returned the name {name!r}: give each object a name of its own, "
                                  "a Python identifier not used by ShardedState's other attributes")
-            handlers[name] = _handler_for(name, value)
+            handlers[name] = sharded_handler_for(name, value)
         self._handlers = handlers
         for name, handler in handlers.items():
             object.__setattr__(self, name, handler.value)
@@ -326,7 +237,7 @@ class ShardedState(ObjectState):
         """Forget the objects built on an old mesh, so that releasing it can free its groups;
         their local tensors are kept (`kept_memory`) as the next build's memory."""
         if self._handlers:
-            self._kept_memory = {name: _memory_of(handler) for name, handler in self._handlers.items()}
+            self._kept_memory = {name: handler.memory() for name, handler in self._handlers.items()}
         for name in self._handlers:
             object.__setattr__(self, name, None)
         self._handlers = {}

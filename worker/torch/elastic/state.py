@@ -15,7 +15,6 @@ keyword becomes an attribute saved, restored and broadcast as a Python object.
 
 from __future__ import annotations
 
-import copy
 import sys
 import threading
 import time
@@ -26,10 +25,10 @@ from torch.profiler import record_function
 
 from ringmaster.checkpoint import fit
 from ringmaster.checkpoint.memory import HostSnapshot
-from ringmaster.checkpoint.tree import has_plain_leaves
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch.basics import Max, context, is_initialized
 from ringmaster.torch.collectives import allreduce_, broadcast_object
+from ringmaster.torch.elastic.handlers import handler_for
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.worker.train.checkpointing import Checkpointing
 from ringmaster.worker.train.collectives import wait_until
@@ -370,66 +369,6 @@ class ObjectState(State):
                 setattr(self, name, snapshot.materialize(name))
 
 
-class _ModelHandler:
-    """Commit and restore one stateful object (a module here; subclasses for others)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def state_dict(self) -> Any:
-        return self.value.state_dict()
-
-    def load(self, snapshot: HostSnapshot, name: str) -> None:
-        """In place when the layout is unchanged (references held elsewhere stay valid)."""
-        if has_plain_leaves(snapshot.plain(name)) or not snapshot.copy_into(name, self.value.state_dict()):
-            self.value.load_state_dict(snapshot.materialize(name))
-
-    def on_reset(self) -> None:
-        pass
-
-
-class _OptimizerHandler(_ModelHandler):
-    def load(self, snapshot: HostSnapshot, name: str) -> None:
-        saved = snapshot.plain(name)
-        if has_plain_leaves(saved.get("state", {})) or len(saved["param_groups"]) != len(self.value.param_groups) \
-                or not snapshot.copy_into(name, self.value.state_dict()):
-            # load_state_dict may keep references to what it is given: materialize() is a copy.
-            self.value.load_state_dict(snapshot.materialize(name))
-            return
-        # tensors are back in place; hyperparameters (a scheduled lr, ...) come from the commit
-        for group, committed in zip(self.value.param_groups, saved["param_groups"]):
-            group.update({k: copy.deepcopy(v) for k, v in committed.items() if k != "params"})
-
-
-class _SchedulerHandler(_ModelHandler):
-    """A learning-rate scheduler: its counters (`last_epoch`, `base_lrs`, ...) are committed,
-    restored and synced like the optimizer whose lr it sets; kept as a plain attribute it would
-    be deep-copied together with its optimizer."""
-
-    def load(self, snapshot: HostSnapshot, name: str) -> None:
-        self.value.load_state_dict(snapshot.materialize(name))
-
-
-class _SamplerHandler(_SchedulerHandler):
-    def on_reset(self) -> None:
-        self.value.reset()
-
-
-_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-
-def _handler_for(value: Any):
-    if isinstance(value, torch.nn.Module):
-        return _ModelHandler(value)
-    if isinstance(value, torch.optim.Optimizer):
-        return _OptimizerHandler(value)
-    if isinstance(value, _SCHEDULERS):
-        return _SchedulerHandler(value)
-    if isinstance(value, ElasticSampler):
-        return _SamplerHandler(value)
-    return None
-
-
 class TorchState(ObjectState):
     """State of a PyTorch job: `TorchState(model=model, optimizer=opt, scheduler=sched, sampler=s,
     epoch=0, batch=0)`."""
@@ -443,7 +382,7 @@ class TorchState(ObjectState):
         handled = {}
         plain = {}
         for name, value in kwargs.items():
-            handler = _handler_for(value)
+            handler = handler_for(value)
             if handler is None:
                 plain[name] = value
             else:
