@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.control.effects import (
@@ -100,38 +100,56 @@ def worker_event(effect: WorkerEffect, ends: EndGeneration | None = None) -> pb.
 
 def fill(event: pb.WorkerEvent, effect: WorkerEffect, ends: EndGeneration | None = None) -> None:
     """Write the message of one effect into `event` (in place: a host's carried messages are
-    built inside its agent's command, never copied there)."""
-    if isinstance(effect, Assign):
-        a, into = effect.place, event.assignment
-        into.SetInParent()
-        into.generation, into.rank, into.size = effect.generation, a.rank, a.size
-        into.local_rank, into.local_size, into.cross_rank, into.cross_size = (
-            a.local_rank,
-            a.local_size,
-            a.cross_rank,
-            a.cross_size,
-        )
-        into.store_host, into.store_port, into.store_prefix = effect.store_host, effect.store_port, effect.store_prefix
-        into.hosts_sequence = effect.hosts_sequence
-        if ends is not None:
-            into.ends_generation, into.ends_reason = ends.generation, ends.reason
-    elif isinstance(effect, EndGeneration):
-        over = event.generation_over
-        over.SetInParent()
-        over.generation, over.reason, over.rejoin = effect.generation, effect.reason, effect.rejoin
-    elif isinstance(effect, UpdateHosts):
-        update = event.hosts_updated
-        update.SetInParent()
-        update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
-    elif isinstance(effect, AnnounceHosts):
-        announced = event.hosts_announced
-        announced.SetInParent()
-        announced.sequence, announced.reason = effect.sequence, effect.reason
-    elif isinstance(effect, Retire):
-        event.retire.SetInParent()
-        event.retire.reason = effect.reason
-    elif isinstance(effect, EndJob):
-        event.job_ended.SetInParent()
-        event.job_ended.success, event.job_ended.reason = effect.success, effect.reason
-    else:
+    built inside its agent's command, never copied there); the writer of each kind of effect is
+    looked up in a table."""
+    writer = _WRITERS.get(type(effect))
+    if writer is None:
         raise TypeError(f"not a worker effect: {effect!r}")
+    writer(event, effect, ends)
+
+
+def _assignment(event: pb.WorkerEvent, effect: Assign, ends: EndGeneration | None) -> None:
+    a, into = effect.place, event.assignment
+    into.SetInParent()
+    into.generation, into.rank, into.size = effect.generation, a.rank, a.size
+    into.local_rank, into.local_size, into.cross_rank, into.cross_size = (a.local_rank, a.local_size, a.cross_rank,
+                                                                          a.cross_size)
+    into.store_host, into.store_port, into.store_prefix = effect.store_host, effect.store_port, effect.store_prefix
+    into.hosts_sequence = effect.hosts_sequence
+    if ends is not None:
+        into.ends_generation, into.ends_reason = ends.generation, ends.reason
+
+
+def _generation_over(event: pb.WorkerEvent, effect: EndGeneration, ends: EndGeneration | None) -> None:
+    over = event.generation_over
+    over.SetInParent()
+    over.generation, over.reason, over.rejoin = effect.generation, effect.reason, effect.rejoin
+
+
+def _hosts_updated(event: pb.WorkerEvent, effect: UpdateHosts, ends: EndGeneration | None) -> None:
+    update = event.hosts_updated
+    update.SetInParent()
+    update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
+
+
+def _hosts_announced(event: pb.WorkerEvent, effect: AnnounceHosts, ends: EndGeneration | None) -> None:
+    announced = event.hosts_announced
+    announced.SetInParent()
+    announced.sequence, announced.reason = effect.sequence, effect.reason
+
+
+def _retire(event: pb.WorkerEvent, effect: Retire, ends: EndGeneration | None) -> None:
+    event.retire.SetInParent()
+    event.retire.reason = effect.reason
+
+
+def _job_ended(event: pb.WorkerEvent, effect: EndJob, ends: EndGeneration | None) -> None:
+    event.job_ended.SetInParent()
+    event.job_ended.success, event.job_ended.reason = effect.success, effect.reason
+
+
+#: How each kind of effect to a worker is written into its message.
+_WRITERS: dict[type, Callable[[pb.WorkerEvent, Any, EndGeneration | None], None]] = {
+    Assign: _assignment, EndGeneration: _generation_over, UpdateHosts: _hosts_updated,
+    AnnounceHosts: _hosts_announced, Retire: _retire, EndJob: _job_ended,
+}
