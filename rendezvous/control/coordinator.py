@@ -209,7 +209,7 @@ class Coordinator:
         worker.registered, worker.pid, worker.last_heartbeat = True, pid, now
         job.emit(now, Kind.WORKER_CONNECTED, worker=worker_id, pid=pid)
         if worker.phase is Phase.SPAWNING:
-            worker.phase = Phase.MEMBER if job.is_member(worker) else Phase.WARMING
+            worker.move(Phase.MEMBER if job.is_member(worker) else Phase.WARMING)
         gen = job.generation
         if worker.phase is Phase.WARMING and worker.generation and (gen is None or gen.number != worker.generation):
             # Started for a generation that failed and was followed before it connected (a job
@@ -291,7 +291,7 @@ class Coordinator:
         if awaits_hosts and not failure and worker.generation == after_generation:
             self.formation.updates.awaits_announced(worker, awaits_hosts, now)
         if worker.phase is not Phase.EXITED:
-            worker.phase = Phase.READY
+            worker.move(Phase.READY)
             worker.ready_at = now
         worker.last_heartbeat = now
         if not news and QuietInputs.passed_over(worker_id, self._quiet.quiet_ready, self._quiet.waiting):

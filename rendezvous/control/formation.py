@@ -258,7 +258,8 @@ class Formation:
         new = job.new_generation(members, now)
         for a in members:
             worker = job.workers[a.worker_id]
-            worker.phase, worker.generation = Phase.MEMBER, new.number
+            worker.move(Phase.MEMBER)
+            worker.generation = new.number
             job.send_assignment(worker)
         at_limit = job.limit is not None and len(members) >= job.limit
         for worker in (*survivors, *newcomers):
@@ -272,7 +273,7 @@ class Formation:
                 # that failed (a Gloo receive that nothing wakes lasts the collective timeout): a
                 # ring formed with it then waits for it, the survivors with it. So it is told to
                 # ask after all, and is not ready until it does (`Coordinator.worker_ready`).
-                worker.phase = Phase.WARMING
+                worker.move(Phase.WARMING)
                 job.outbox.append(EndGeneration(worker.worker_id, gen.number,
                                                 "left over: it waits for a whole group to join with", rejoin=False))
 

@@ -161,7 +161,7 @@ class Job:
         job, host = self, fact.host
         for worker in job.workers_on(host):
             if worker.live and worker.phase is not Phase.SPAWNING and worker.worker_id not in fact.running:
-                worker.phase = Phase.EXITED
+                worker.move(Phase.EXITED)
                 if job.is_member(worker) and not worker.done:
                     job.end_generation(f"member {worker.worker_id} is gone: the agent of {host} does not run it", now)
                 if not worker.done:
@@ -182,7 +182,7 @@ class Job:
         if (not record.discovered or drained) and not any(w.live and not w.stopping for w in job.workers_on(host)):
             for worker in job.workers_on(host):
                 if worker.live:  # retiring: gone with its agent
-                    worker.phase = Phase.EXITED
+                    worker.move(Phase.EXITED)
                     if job.is_member(worker) and not worker.done:
                         job.end_generation(f"member {worker.worker_id} left with its host {host}", now)
             job.emit(now, Kind.HOST_LEFT, host=host)
@@ -192,7 +192,7 @@ class Job:
         for worker in job.workers_on(host):
             if worker.live and not worker.stopping and not worker.done:
                 job.worker_failed(worker, f"its host {host} was lost", now, blame_host=False, host_lost=True)
-            worker.phase = Phase.EXITED
+            worker.move(Phase.EXITED)
         if not drained:  # a host being drained was on its way out: its loss is no fault of its own
             job.blacklist_host(host, f"its agent {reason}", now, by_itself=False)
 
@@ -205,7 +205,7 @@ class Job:
             return
         how = describe_exit(exit_code, signal_number)
         was_live, member = worker.live, job.is_member(worker)
-        worker.phase = Phase.EXITED
+        worker.move(Phase.EXITED)
         verdict = policy_of(worker).exit_verdict(worker, exit_code, signal_number, fact.stopped_by_agent, was_live,
                                                  member)
         if verdict.meaning is ExitMeaning.FAILED and not worker.stopping and policy_of(worker) is PLAIN:

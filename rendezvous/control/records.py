@@ -37,6 +37,26 @@ class Phase(enum.Enum):
     EXITED = "exited"  # the process is gone
 
 
+_S, _W, _R, _M, _X = Phase.SPAWNING, Phase.WARMING, Phase.READY, Phase.MEMBER, Phase.EXITED
+#: Every move of a worker's phase, by where it goes, from where and what makes it: the one place
+#: they are listed (as torch elastic's `WorkerState` lists its states). `Worker.move` refuses any
+#: other: nothing leaves EXITED (a worker id is one process) and nothing goes back to SPAWNING.
+PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
+    _W: {_S: "its session opened outside the current generation (`Coordinator.worker_connected`)",
+         _R: "left over in groups: told to ask again once out of the failed generation (`Formation`)",
+         _M: "left over in groups: told to ask again once out of the failed generation (`Formation`)"},
+    _R: {_S: "it asked for a generation after its last one (`Coordinator.worker_ready`)",
+         _W: "warmed up: it asked for its first generation (`Coordinator.worker_ready`)",
+         _M: "a survivor after a reset, or at a host update, asked for the next generation (`worker_ready`)"},
+    _M: {_S: "its session opened in the planned generation it was started for (`worker_connected`)",
+         _W: "given a rank in the generation that formed (`Formation._next_generation`)",
+         _R: "given a rank in the generation that formed (`Formation._next_generation`)",
+         _M: "given a rank again: a survivor rejoined at once after a failure (`Formation._next_generation`)"},
+    _X: {_S: "its process is gone", _W: "its process is gone", _R: "its process is gone",
+         _M: "its process is gone"},
+}
+
+
 class Revised:
     """Counts assignments to its attributes. A record built from it at one count is still true
     while the count stands, so the job's record is rebuilt only for what changed since the last
@@ -145,6 +165,13 @@ class Worker(Revised):
         super().__setattr__(name, value)
         if name in ("phase", "failed"):
             self.__dict__["live"] = self.phase is not Phase.EXITED and self.failed is None
+
+    def move(self, to: Phase) -> None:
+        """Move to phase `to` (staying put is no move): one of `PHASE_MOVES`, or ValueError."""
+        if to is not self.phase and self.phase not in PHASE_MOVES.get(to, {}):
+            raise ValueError(f"worker {self.worker_id} cannot move from {self.phase.value} to {to.value}: "
+                             "not a move of PHASE_MOVES")
+        self.phase = to
 
 
 _ID_AND_HOST = operator.itemgetter(0, 1)  # (a RankAssignment's worker_id and host)

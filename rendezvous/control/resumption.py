@@ -41,7 +41,7 @@ def resume_job(job: Job, pool: HostPool, drains: Drains, saved: SavedJob, now: f
         worker.env = {**base_env(worker.worker_id, worker.host, worker.slot, rendezvous_address, ring_store,
                                  settings), **place}
         if not agents_survive and worker.live:
-            worker.phase = Phase.EXITED
+            worker.move(Phase.EXITED)
     number = job.generation.number if job.generation else 0
     live = sum(1 for w in job.workers.values() if w.live)
     job.emit(now, Kind.JOB_RESUMED, number=number, live=live,
