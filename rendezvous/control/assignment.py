@@ -64,7 +64,7 @@ def assign_ranks(
             cross_rank[host, lr] = cross_size[lr]
             cross_size[lr] += 1
 
-    # (positional: a generation makes one per worker, 32,768 at 4,096 x 8)
+    # (positional: a generation makes one per worker, tens of thousands in a large job)
     return [RankAssignment(slot.worker_id, slot.host, rank, size, lr, per_host[slot.host], cross_rank[slot.host, lr],
                            cross_size[lr])
             for rank, (slot, lr) in enumerate(zip(ordered, local_rank))]

@@ -147,8 +147,8 @@ def fit(samples: Sequence[StepSample], start: PerfParams | None = None) -> PerfP
     lower = np.array([math.log(_FLOOR_S)] * 6 + [OVERLAP_RANGE[0]])
     upper = np.array([math.log(1e4)] * 6 + [OVERLAP_RANGE[1]])
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
-    # (imported here: scipy.optimize costs every `ringmaster` command 0.5-1.2 s of CPU at start,
-    # and only a job whose size is chosen by its fitted throughput ever fits)
+    # (imported here: scipy.optimize is a heavy import that every `ringmaster` command would pay
+    # at start, and only a job whose size is chosen by its fitted throughput ever fits)
     import scipy.optimize
 
     result = scipy.optimize.least_squares(residuals, x0, bounds=(lower, upper), method="trf", max_nfev=200,

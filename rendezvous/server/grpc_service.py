@@ -127,7 +127,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self._settle_scheduled = True
             # As long as the last pass took, counted from its end; after a quiet while, GATHER_S at
             # most, for the inputs that come together (a lost host's closing sessions) to be decided
-            # on together. (A host lost at 4,096 x 8 waited the last change's pass, 0.3-0.5 s.)
+            # on together (a lost host's inputs no longer wait a large job's last pass: docs/benchmarks.md).
             wait = max(min(self._settle_cost, GATHER_S), self._settled_at + self._settle_cost - time.perf_counter())
             asyncio.get_running_loop().call_later(wait, self._settle)
 

@@ -367,8 +367,8 @@ class OpQueue:
             messages, pending = self.comm.allgather_async(message)
             if early is not None:
                 # The data after the round's message, so the round is not queued behind it on the
-                # wire (measured, 1 MB allgather on 2 ranks: 1.30-1.37 ms against 1.42-1.59 ms with
-                # the data first); the receives were posted before either.
+                # wire (faster than the data first, docs/benchmarks.md); the receives were posted
+                # before either.
                 early.send()
             pending.wait()
             verdict = negotiation.decide(messages, descriptors, self.comm.rank)
