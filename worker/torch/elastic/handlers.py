@@ -3,7 +3,9 @@
 module or optimizer sharded with FSDP2. Every handler has the same interface (`state_dict`,
 `load(snapshot, name, held, kept)`, `on_reset`, `memory`), so a state never needs to know which
 kind it holds (a scheduler that `build(mesh)` returned once raised `TypeError` at the first
-commit loaded: its handler took fewer arguments than the sharded state gave)."""
+commit loaded: its handler took fewer arguments than the sharded state gave). The sharded ones
+import DTensor and the sharding machinery when first used: a plain worker's start imports neither
+(tests/project/test_start_up_imports.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,10 @@ import copy
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import flatten, has_plain_leaves
 from ringmaster.torch.elastic.sampler import ElasticSampler
-from ringmaster.worker.sharding import kept_memory
 from ringmaster.worker.train.errors import CheckpointMismatchError
 
 SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -74,6 +74,8 @@ class SamplerHandler(SchedulerHandler):
 
 def _local(tree: Any) -> Any:
     """`tree` with every DTensor replaced by its local shard (a view: writing it writes the shard)."""
+    from torch.distributed.tensor import DTensor
+
     if isinstance(tree, DTensor):
         return tree.to_local()
     if isinstance(tree, dict):
@@ -98,6 +100,8 @@ class ShardedModule(ModelHandler):
                 "this generation: build(mesh) must make the same model, sharded the same way, every time")
 
     def memory(self) -> Any:
+        from ringmaster.worker.sharding import kept_memory
+
         return kept_memory.local_tensors(self.value)
 
 
@@ -109,6 +113,10 @@ class ShardedOptimizer(ShardedModule):
         """`kept`: the state tensors of this worker's optimizer of the last generation (flat, in
         the commit's order), used as the new one's memory where they fit; `held`: they hold the
         commit's values already."""
+        from torch.distributed.tensor import DTensor
+
+        from ringmaster.worker.sharding import kept_memory
+
         optimizer: torch.optim.Optimizer = self.value
         if optimizer.state and snapshot.copy_into(name, self.state_dict()):
             for group, committed in zip(optimizer.param_groups, snapshot.plain(name)["param_groups"]):
