@@ -588,13 +588,15 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], op: str, prescale: fl
 
 
 def barrier() -> Operation:
+    """As Horovod's: agreed on in a round, then carried out as a collective of its own (a small
+    allreduce), never inline. Inline, a barrier was its round alone, and a rank that finished the
+    collective before it a moment after its peers could leave the barrier a moment sooner than
+    the last rank's arrival measured from its own clock: Horovod's `test_global_barrier_op`
+    (rank 0 sleeps 5 s, every rank's barrier must take 5 s) failed on a loaded machine."""
     def run(comm: Any) -> None:
         comm.allreduce_(torch.zeros(1))
 
-    # Inline, a barrier is its negotiation round alone: every rank has called it once the round's
-    # allgather completes anywhere.
-    return Operation(Descriptor(Kind.BARRIER, ()), run, inline=lambda comm, budget: torch.empty(0, dtype=torch.uint8),
-                     complete=lambda comm, payloads: None)
+    return Operation(Descriptor(Kind.BARRIER, ()), run)
 
 
 def join() -> Operation:
