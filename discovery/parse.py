@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ringmaster.discovery.errors import DiscoveryError
+from ringmaster.settings import MAX_SLOTS_PER_HOST
 
 # Host names as DNS allows them (RFC 1123 labels; `_` too, as real clusters use it), which
 # covers IPv4 literals; no spaces, no colons (IPv6 literals cannot be told from host:slots).
@@ -15,8 +16,6 @@ _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_\-]{0,61}[A-Za-z0-9_])?")
 _SLOTS = re.compile(r"-?[0-9]{1,12}")
 #: Longest host name DNS allows.
 MAX_HOST_NAME = 253
-#: Most slots one host may offer (far above any machine's GPUs or sensible CPU workers).
-MAX_SLOTS_PER_HOST = 1024
 #: Most hosts one discovery output or -H may list.
 MAX_HOSTS = 8192
 

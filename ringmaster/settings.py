@@ -83,6 +83,9 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 
 #: The most workers one replica group may have (`--group-size`).
 MAX_GROUP_SIZE = 4096
+#: Most slots one host may offer (far above any machine's GPUs or sensible CPU workers): the
+#: bound of discovery output, -H, and a pool agent's poll.
+MAX_SLOTS_PER_HOST = 1024
 
 
 def nearest_whole_groups(count: int, group_size: int) -> str:

@@ -23,7 +23,7 @@ from typing import Callable, TypeVar
 from ringmaster.common.grpc_auth import Credentials
 from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
 from ringmaster.common.secret import SECRET_ENV, generate_secret
-from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV
+from ringmaster.launch.launch_plan import LAUNCHER_ENV
 from ringmaster.settings import SPARES_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

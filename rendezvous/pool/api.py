@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from ringmaster import __version__
 from ringmaster.common.errors import Refused
 from ringmaster.common.keys import pool_host_key
+from ringmaster.common.pool_host_wire import LeaveRequest, OrderRow, PollAnswer, PollRequest
 from ringmaster.rendezvous.pool.host_board import BoardRefusal, HostBoard, Order
-from ringmaster.rendezvous.pool.host_wire import LeaveRequest, OrderRow, PollAnswer, PollRequest
 from ringmaster.rendezvous.pool.metrics import PoolMetrics
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.pool.table import MAX_COMMAND_ARGS, TooMany

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from ringmaster.common.keys import agent_key
+from ringmaster.launch.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.pool.host_board import HostBoard, Order
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 
 #: Seconds between two looks at the board while `stop_all` waits for the job's agents to end.
 _STOP_POLL_S = 0.05

@@ -14,8 +14,8 @@ import sys
 from typing import Callable
 
 from ringmaster.common.keys import pool_host_key
-from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LocalLauncher, SlurmLauncher, SshLauncher
+from ringmaster.launch.launch_plan import SshOptions
+from ringmaster.launch.launchers import AgentOptions, Launcher, LocalLauncher, SlurmLauncher, SshLauncher
 
 
 def pool_agent_command(python: str, pool_url: str, host: str, slots: int, remote: bool) -> list[str]:

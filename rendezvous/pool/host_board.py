@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ringmaster.common.errors import Refused
+from ringmaster.common.pool_host_wire import POLL_HOLD_S
 from ringmaster.discovery.parse import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
+from ringmaster.launch.launchers import AgentOptions
 from ringmaster.rendezvous.scheduling.resources import RESOURCES
-from ringmaster.rendezvous.server.launchers import AgentOptions
 
-#: Seconds a poll is held open when nothing changes for its host.
-POLL_HOLD_S = 5.0
 #: Seconds a host's pool agent may go without polling before the host leaves the pool.
 DEFAULT_HOST_TIMEOUT_S = 15.0
 #: Most of one resource (GPUs, CPUs) a host may declare.

@@ -17,11 +17,11 @@ from typing import Callable
 from ringmaster.common.events import Kind
 from ringmaster.common.secret import generate_secret
 from ringmaster.discovery import DiscoveryError, HostDiscovery
+from ringmaster.launch.launch_plan import SshOptions
+from ringmaster.launch.launchers import Launcher
 from ringmaster.rendezvous.control.host_pool import STALL_S
 from ringmaster.rendezvous.pool.host_agents import pool_agent_launcher
 from ringmaster.rendezvous.pool.host_board import HostBoard
-from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import Launcher
 
 #: Launchers that start a pool agent on each named host (`--launcher`).
 HOST_AGENT_LAUNCHERS = ("local", "ssh", "slurm")

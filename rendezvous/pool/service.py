@@ -29,6 +29,8 @@ from ringmaster.common.logs import JOB_LABEL
 from ringmaster.common.secret import generate_secret
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
+from ringmaster.launch.launch_plan import SshOptions
+from ringmaster.launch.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.control.records import JobOutcome
 from ringmaster.rendezvous.control.view import NO_ROWS, JobView
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
@@ -41,8 +43,6 @@ from ringmaster.rendezvous.pool.table import JobTable, PoolJob
 from ringmaster.rendezvous.scheduling.model import Settings as Rules
 from ringmaster.rendezvous.scheduling.plan import schedule
 from ringmaster.rendezvous.server.app import RendezvousServer
-from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.state.kv import KeyValueStore
 from ringmaster.rendezvous.state.leadership import Leadership
 from ringmaster.settings import DEFAULT_START_TIMEOUT_S, JobSettings

@@ -28,6 +28,8 @@ from ringmaster.common.network import this_machine_names
 from ringmaster.common.spans import now_us
 from ringmaster.common.tls import ServerTls
 from ringmaster.discovery import HostDiscovery
+from ringmaster.launch.launch_plan import SshOptions
+from ringmaster.launch.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.control.coordinator import Coordinator, RingStoreAddress
@@ -39,8 +41,6 @@ from ringmaster.rendezvous.server.grpc_limits import server_options
 from ringmaster.rendezvous.server.grpc_service import RendezvousService
 from ringmaster.rendezvous.server.http_api import EventFollowers, create_app
 from ringmaster.rendezvous.server.http_guard import guarded_protocol, quiet_repeats, raise_open_file_limit
-from ringmaster.rendezvous.server.launch_plan import SshOptions
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher, LauncherFactory, NoLauncher, make_launcher
 from ringmaster.rendezvous.server.metrics import JobMetrics
 from ringmaster.rendezvous.server.peer_limit import MAX_PER_PEER, keep_peers_within
 from ringmaster.rendezvous.server.timeline import TraceBuilder

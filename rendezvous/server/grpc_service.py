@@ -17,6 +17,7 @@ import grpc
 
 from ringmaster.common.errors import Refused
 from ringmaster.discovery import MAX_HOSTS, MAX_SLOTS_PER_HOST, host_name_problem
+from ringmaster.launch.launchers import Launcher, NoLauncher
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
 from ringmaster.rendezvous.control.coordinator import Coordinator
@@ -27,7 +28,6 @@ from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.server.beat_figures import BeatFigures
 from ringmaster.rendezvous.server.heap import LongLivedHeap
-from ringmaster.rendezvous.server.launchers import Launcher, NoLauncher
 from ringmaster.rendezvous.server.session_outbox import SessionOutbox
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
 from ringmaster.rendezvous.state.journal import Journal

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+from ringmaster.launch.launchers import Launcher
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.control.coordinator import Coordinator
 from ringmaster.rendezvous.control.effects import (
@@ -20,7 +21,6 @@ from ringmaster.rendezvous.control.effects import (
 )
 from ringmaster.rendezvous.server import wire
 from ringmaster.rendezvous.server.assignments_out import AssignmentsOut
-from ringmaster.rendezvous.server.launchers import Launcher
 
 
 class SessionOutbox:

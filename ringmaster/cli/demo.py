@@ -31,8 +31,8 @@ import time
 from typing import Callable, TextIO
 
 from ringmaster import __version__, examples
-from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.plot import EXTRA, draw, need_matplotlib
+from ringmaster.common.api_client import ApiClient
 from ringmaster.common.errors import JobError, UsageError
 from ringmaster.common.job_history import JobHistory, describe_difference, read_history
 

@@ -24,11 +24,11 @@ from ringmaster import __version__
 from ringmaster import settings as defaults
 from ringmaster.cli import pool as pool_verbs
 from ringmaster.cli import pool_flags, remote
-from ringmaster.cli.api_client import ApiClient
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
 from ringmaster.cli.job_flags import add_job_flags
 from ringmaster.cli.progress import ProgressLine
 from ringmaster.common import logs
+from ringmaster.common.api_client import ApiClient
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.events import Event, Kind, log_event
 from ringmaster.common.keys import agent_key
@@ -40,16 +40,16 @@ from ringmaster.discovery import HostDiscovery, ScriptDiscovery, StaticDiscovery
 from ringmaster.discovery.errors import DiscoveryError
 from ringmaster.discovery.parse import MAX_HOSTFILE_BYTES, parse_hostfile
 from ringmaster.discovery.slurm import SlurmDiscovery
-from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.control.records import JobOutcome, Summary
-from ringmaster.rendezvous.server.launch_plan import (
+from ringmaster.launch.launch_plan import (
     DEFAULT_LAUNCHER,
     LAUNCHER_ENV,
     SSH_OPTIONS_ENV,
     SshOptions,
     choose_launcher,
 )
-from ringmaster.rendezvous.server.launchers import LAUNCHERS
+from ringmaster.launch.launchers import LAUNCHERS
+from ringmaster.proto import environment as env_names
+from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
 from ringmaster.settings import JobSettings
 from ringmaster.worker.agent.flags import add_drain_flags

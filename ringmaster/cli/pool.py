@@ -20,13 +20,13 @@ from typing import Any, TextIO
 
 from ringmaster import settings as defaults
 from ringmaster.cli import remote
-from ringmaster.cli.api_client import ApiClient, ApiError
 from ringmaster.cli.job_files import find_job_secret, remove_job_secret, save_job_secret
 from ringmaster.cli.pool_flags import TOKEN_ENV
 from ringmaster.cli.remote import table
+from ringmaster.common.api_client import ApiClient, ApiError
 from ringmaster.common.errors import RingmasterError, UsageError
 from ringmaster.common.secret import SECRET_ENV, generate_secret, read_private_file, read_secret_file, secret_from
-from ringmaster.rendezvous.server.launch_plan import SSH_OPTIONS_ENV, SshOptions, choose_launcher
+from ringmaster.launch.launch_plan import SSH_OPTIONS_ENV, SshOptions, choose_launcher
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -122,13 +122,13 @@ def parse_queue_weights(text: str) -> dict[str, float]:
 def pool_agent(args: argparse.Namespace) -> int:
     import socket
 
-    from ringmaster.cli.pool_agent import run_pool_agent
     from ringmaster.common import logs
     from ringmaster.common.events import emitter
     from ringmaster.common.handover import MAX_HANDOVER_BYTES, read_handover
     from ringmaster.common.keys import parse_key, pool_host_key
     from ringmaster.common.processes import die_with_parent
     from ringmaster.discovery.parse import MAX_SLOTS_PER_HOST, host_name_problem
+    from ringmaster.worker.agent.pool_agent import run_pool_agent
     from ringmaster.worker.agent.slots import default_slots, visible_gpus
 
     host = args.host or socket.gethostname()

@@ -8,9 +8,9 @@ import os
 
 from ringmaster import settings as defaults
 from ringmaster.common.secret import SECRET_ENV
+from ringmaster.launch.launch_plan import LAUNCHER_ENV
+from ringmaster.launch.launchers import LAUNCHERS
 from ringmaster.rendezvous.scheduling.sizing import POLICIES
-from ringmaster.rendezvous.server.launch_plan import LAUNCHER_ENV
-from ringmaster.rendezvous.server.launchers import LAUNCHERS
 
 #: Where `pool serve` keeps jobs' checkpoints (suspended jobs resume from them) unless told.
 DEFAULT_CHECKPOINT_ROOT = "ringmaster-pool/checkpoints"

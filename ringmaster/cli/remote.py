@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Sequence, TextIO
 
-from ringmaster.cli.api_client import ApiClient, ApiError
+from ringmaster.common.api_client import ApiClient, ApiError
 from ringmaster.common.secret import SECRET_ENV
 
 #: Seconds between two polls of `ringmaster events --follow`.

@@ -17,10 +17,10 @@ from typing import Callable, Mapping
 
 from ringmaster.common.errors import RingmasterError
 from ringmaster.common.secret import generate_secret
+from ringmaster.launch.launchers import AgentOptions, Launcher
 from ringmaster.ray.discovery import RayNodeDiscovery
 from ringmaster.ray.launcher import RayLauncher
 from ringmaster.rendezvous.control.records import JobOutcome
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 from ringmaster.rendezvous.state.url import StoreSpec
 from ringmaster.settings import JobSettings
 

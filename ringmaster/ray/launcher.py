@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping
 
 from ringmaster.common.handover import handover
 from ringmaster.common.keys import agent_key
+from ringmaster.launch.launch_plan import agent_command
+from ringmaster.launch.launchers import AgentOptions, Launcher
 from ringmaster.ray.agent_actor import AgentProcess
-from ringmaster.rendezvous.server.launch_plan import agent_command
-from ringmaster.rendezvous.server.launchers import AgentOptions, Launcher
 
 
 @dataclass

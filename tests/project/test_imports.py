@@ -15,7 +15,8 @@ import re
 import pytest
 from harness import ROOT
 
-FOLDERS = ("tests", "bench", "examples", "ringmaster", "rendezvous", "worker", "discovery", "checkpoint", "proto")
+FOLDERS = ("tests", "bench", "examples", "ringmaster", "rendezvous", "worker", "discovery", "checkpoint", "proto",
+           "launch")
 #: `from ringmaster.x import ...` and `import ringmaster.x[, ...]` at any indentation.
 IMPORT_LINE = re.compile(r"^\s*(?:from\s+(ringmaster(?:\.\w+)*)\s+import\b|import\s+(ringmaster(?:\.\w+)*))", re.M)
 

@@ -15,6 +15,7 @@ PARTS = {
     "proto": "proto",
     "ringmaster/common": "common",
     "discovery": "discovery",
+    "launch": "launch",
     "checkpoint": "checkpoint",
     "rendezvous/control": "control",
     "rendezvous/state": "state",
@@ -34,6 +35,7 @@ MODULES = {
     "ringmaster.proto": "proto",
     "ringmaster.common": "common",
     "ringmaster.discovery": "discovery",
+    "ringmaster.launch": "launch",
     "ringmaster.checkpoint": "checkpoint",
     "ringmaster.rendezvous.control": "control",
     "ringmaster.rendezvous.state": "state",
@@ -56,19 +58,22 @@ ALLOWED: dict[str, set[str]] = {
     "common": {"proto", "settings"},
     "discovery": {"common", "settings"},
     "checkpoint": {"common", "settings"},
+    # How agents are started: the job's side (its rendezvous) and a host's (its pool agent) both.
+    "launch": {"common", "proto", "settings"},
     "control": {"common", "discovery", "proto", "settings"},
     "state": {"common", "control", "discovery", "proto", "settings"},
-    "server": {"common", "control", "state", "discovery", "proto", "settings"},
+    "server": {"common", "control", "state", "discovery", "launch", "proto", "settings"},
     "scheduling": set(),
-    "pool": {"common", "control", "state", "server", "scheduling", "discovery", "proto", "settings"},
-    "agent": {"common", "discovery", "proto", "settings"},
+    "pool": {"common", "control", "state", "server", "scheduling", "discovery", "launch", "proto", "settings"},
+    "agent": {"common", "discovery", "launch", "proto", "settings"},
     "train": {"common", "checkpoint", "proto", "settings"},
     # The machinery of models sharded inside replica groups, under the user API's ShardedState.
     "sharding": {"common", "checkpoint", "proto", "settings", "train"},
     "torch": {"common", "checkpoint", "proto", "settings", "train", "sharding"},
-    "cli": {"common", "control", "state", "server", "scheduling", "pool", "discovery", "proto", "settings", "agent"},
+    "cli": {"common", "control", "state", "server", "scheduling", "pool", "discovery", "launch", "proto", "settings",
+            "agent"},
     # Ringmaster on Ray: a job's rendezvous in the driver, and what its workers run.
-    "ray": {"common", "control", "state", "server", "discovery", "proto", "settings", "torch", "train"},
+    "ray": {"common", "control", "state", "server", "discovery", "launch", "proto", "settings", "torch", "train"},
 }
 
 

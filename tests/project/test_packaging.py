@@ -51,7 +51,7 @@ def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path,
                    check=True, capture_output=True, timeout=300)
     probe = ("import ringmaster.torch as hvd, ringmaster.rendezvous.server.app, ringmaster.cli.main, "
              "ringmaster.proto.ringmaster_pb2_grpc;import ringmaster.rendezvous.pool.service, "
-             "ringmaster.rendezvous.scheduling.sizing, ringmaster.cli.pool_agent;print(hvd.__file__); "
+             "ringmaster.rendezvous.scheduling.sizing, ringmaster.worker.agent.pool_agent;print(hvd.__file__); "
              "print(callable(hvd.elastic.run))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(target)})
@@ -64,7 +64,7 @@ def test_the_installed_wheel_imports_without_the_repository(wheel: pathlib.Path,
     assert wrong.returncode != 0
 
 
-PACKAGE_DIRS_TO_SCAN = ("ringmaster", "proto", "rendezvous", "discovery", "checkpoint", "worker", "examples")
+PACKAGE_DIRS_TO_SCAN = ("ringmaster", "proto", "rendezvous", "discovery", "checkpoint", "worker", "examples", "launch")
 
 
 def _declared_packages() -> tuple[list[str], dict[str, str]]:

@@ -10,7 +10,7 @@ import ast
 from harness import ROOT
 
 #: The packaged folders (pyproject.toml's package-dir).
-PRODUCT = ("ringmaster", "rendezvous", "worker", "checkpoint", "discovery", "proto")
+PRODUCT = ("ringmaster", "rendezvous", "worker", "checkpoint", "discovery", "proto", "launch")
 GENERATED = ("ringmaster_pb2.py", "ringmaster_pb2_grpc.py", "_version.py")
 MAX_CLASS_LINES = 400
 MAX_FUNCTION_LINES = 80

@@ -117,8 +117,8 @@ def test_events_follow_prints_until_the_jobs_end_and_exits_with_its_outcome() ->
 def test_logs_follow_waits_for_a_queued_pool_job_to_start_and_then_follows_it() -> None:
     """A pool's job has no events while it is queued (409): `logs --follow` waits for it, saying
     so once, instead of failing; one cancelled before it ran ends with its status."""
-    from ringmaster.cli.api_client import ApiError
     from ringmaster.cli.remote import events
+    from ringmaster.common.api_client import ApiError
 
     queued = ApiError("http://test answered HTTP 409: job j-1 is queued and has not run yet: no events", 409)
     record = {"seq": 0, "kind": "job.succeeded", "level": "INFO", "time": 0.0, "message": "done", "fields": {}}

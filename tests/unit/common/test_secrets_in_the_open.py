@@ -11,7 +11,7 @@ import pytest
 from harness import ROOT
 from tls_files import make_tls_files
 
-from ringmaster.cli.api_client import ApiClient, ApiError
+from ringmaster.common.api_client import ApiClient, ApiError
 from ringmaster.common.tls import ServerTls, TlsError
 from ringmaster.rendezvous.state.etcd_kv import tls_credentials
 from ringmaster.rendezvous.state.kv import StoreAccessRefused

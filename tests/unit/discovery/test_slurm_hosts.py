@@ -6,7 +6,7 @@ import pytest
 
 from ringmaster.discovery import DiscoveryError
 from ringmaster.discovery.slurm import SlurmDiscovery, parse_node_names, slots_of_nodes, tasks_per_node, usable_nodes
-from ringmaster.rendezvous.server.launch_plan import choose_launcher, srun_command
+from ringmaster.launch.launch_plan import choose_launcher, srun_command
 
 NODES = ["n1", "n2", "n3"]
 

@@ -10,12 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ringmaster.common.keys import agent_key, pool_host_key
+from ringmaster.launch.launchers import AgentOptions
 from ringmaster.rendezvous.pool.api import create_pool_app
 from ringmaster.rendezvous.pool.board_launcher import BoardLauncher
 from ringmaster.rendezvous.pool.host_board import BoardRefusal, HostBoard, Order
 from ringmaster.rendezvous.pool.service import PoolService
 from ringmaster.rendezvous.scheduling.model import Settings
-from ringmaster.rendezvous.server.launchers import AgentOptions
 
 JOIN = "join-secret-join-secret-join-secret"
 ADMIN = "pool-secret-pool-secret-pool-secret-0"
@@ -207,9 +207,9 @@ def test_a_worker_that_asks_for_what_no_host_declares_is_refused_at_submission(t
 
 
 def test_a_job_that_asked_for_no_gpu_sees_none_on_a_host_that_has_some() -> None:
-    from ringmaster.cli.pool_agent import job_environment
+    from ringmaster.launch.launchers import LocalLauncher
     from ringmaster.rendezvous.pool.api import order_row
-    from ringmaster.rendezvous.server.launchers import LocalLauncher
+    from ringmaster.worker.agent.pool_agent import job_environment
 
     cpu_job = order_row(Order("cpu-job", OPTIONS, "ab" * 32))
     gpu_job = order_row(Order("gpu-job", OPTIONS, "ab" * 32, gpus_per_worker=1.0))

@@ -76,13 +76,16 @@ def _local(tree: Any) -> Any:
     """`tree` with every DTensor replaced by its local shard (a view: writing it writes the shard)."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(tree, DTensor):
-        return tree.to_local()
-    if isinstance(tree, dict):
-        return {k: _local(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_local(v) for v in tree]
-    return tree
+    def local(node: Any) -> Any:
+        if isinstance(node, DTensor):
+            return node.to_local()
+        if isinstance(node, dict):
+            return {k: local(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [local(v) for v in node]
+        return node
+
+    return local(tree)
 
 
 class ShardedModule(ModelHandler):

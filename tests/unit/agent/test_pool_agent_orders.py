@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from ringmaster.cli import pool_agent
-from ringmaster.cli.api_client import ApiError
-from ringmaster.cli.pool_agent import PoolAgent, _Running
-from ringmaster.rendezvous.pool.host_wire import OrderRow
+from ringmaster.common.api_client import ApiError
+from ringmaster.common.pool_host_wire import OrderRow
+from ringmaster.worker.agent import pool_agent
+from ringmaster.worker.agent.pool_agent import PoolAgent, _Running
 
 
 class _Launcher:

@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 from harness import wait_for
 
-from ringmaster.rendezvous.server.launchers import RELAY_DRAIN_S, AgentOptions, LocalLauncher, _Launched, _relay_thread
+from ringmaster.launch.launchers import RELAY_DRAIN_S, AgentOptions, LocalLauncher, _Launched, _relay_thread
 
 REFUSED = "ssh: connect to host hostC port 22: Connection refused"
 

@@ -40,8 +40,7 @@ from ringmaster.common.keys import agent_key
 from ringmaster.common.network import is_this_machine, this_machine_names
 from ringmaster.common.processes import dying_with_parent
 from ringmaster.common.secret import SECRET_ENV
-from ringmaster.proto import environment as env_names
-from ringmaster.rendezvous.server.launch_plan import (
+from ringmaster.launch.launch_plan import (
     SRUN_OPTIONS_ENV,
     SshOptions,
     agent_command,
@@ -49,6 +48,7 @@ from ringmaster.rendezvous.server.launch_plan import (
     srun_command,
     ssh_command,
 )
+from ringmaster.proto import environment as env_names
 
 #: Lines of an agent's (or its ssh's) output kept to say why it failed.
 KEPT_LINES = 5

@@ -8,8 +8,11 @@ from typing import Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from ringmaster.discovery.parse import MAX_SLOTS_PER_HOST
+from ringmaster.settings import MAX_SLOTS_PER_HOST
 
+#: Seconds the pool holds a poll open when nothing changes for its host (the agent's client waits
+#: longer than this for an answer).
+POLL_HOLD_S = 5.0
 #: Most job agents one poll reports (running or ended) and most orders one answer carries.
 MAX_ITEMS = 1024
 #: Longest order name (a job id, '@', a rendezvous address).

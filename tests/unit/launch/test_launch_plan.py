@@ -14,7 +14,7 @@ from ringmaster.common.network import (
     route_address,
     this_machine_names,
 )
-from ringmaster.rendezvous.server.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
+from ringmaster.launch.launch_plan import SshOptions, agent_command, forwarded_environment, ssh_command
 
 
 def test_the_remote_command_runs_this_python_in_this_directory_and_carries_no_secret() -> None:

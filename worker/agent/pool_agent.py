@@ -36,13 +36,13 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from ringmaster.cli.api_client import ApiClient, ApiError
+from ringmaster.common.api_client import ApiClient, ApiError
 from ringmaster.common.errors import UsageError
 from ringmaster.common.events import Kind
 from ringmaster.common.handover import handover
+from ringmaster.common.pool_host_wire import POLL_HOLD_S, OrderRow, PollAnswer
 from ringmaster.common.tls import TLS_CA_ENV, read_pem
-from ringmaster.rendezvous.pool.host_wire import OrderRow, PollAnswer
-from ringmaster.rendezvous.server.launchers import AgentOptions, LocalLauncher
+from ringmaster.launch.launchers import AgentOptions, LocalLauncher
 
 #: Seconds of the first and the longest pause before asking an unreachable pool again.
 RETRY_FIRST_S = 0.5
@@ -302,8 +302,6 @@ def run_pool_agent(pool: str, host: str, slots: int, resources: dict[str, float]
                    say: Callable[..., None], stop_when_stdin_closes: bool = False, warm_ahead: bool = True) -> int:
     """`ringmaster pool agent`: join `pool` as `host` proving `key` (hex) until SIGTERM/SIGINT
     (or, started by the pool, until its stdin closes: the pool is gone or let the host go)."""
-    from ringmaster.rendezvous.pool.host_board import POLL_HOLD_S
-
     if not host:
         raise UsageError("--host NAME: the name this host has in the pool")
     pem = os.environ.get(TLS_CA_ENV) or None  # (the pool that started it hands its CA so)
