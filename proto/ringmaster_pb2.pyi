@@ -127,6 +127,28 @@ class RelayedBeat(_message.Message):
     age_s: float
     def __init__(self, beat: _Optional[_Union[WorkerHeartbeatRequest, _Mapping]] = ..., age_s: _Optional[float] = ...) -> None: ...
 
+class CarriedReady(_message.Message):
+    __slots__ = ("host", "ready")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    ready: _containers.RepeatedCompositeFieldContainer[ReadyRequest]
+    def __init__(self, host: _Optional[str] = ..., ready: _Optional[_Iterable[_Union[ReadyRequest, _Mapping]]] = ...) -> None: ...
+
+class CarriedReadyAnswer(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: _containers.RepeatedCompositeFieldContainer[RefusedReady]
+    def __init__(self, refused: _Optional[_Iterable[_Union[RefusedReady, _Mapping]]] = ...) -> None: ...
+
+class RefusedReady(_message.Message):
+    __slots__ = ("worker_id", "reason")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    reason: str
+    def __init__(self, worker_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class WorkerExit(_message.Message):
     __slots__ = ("host", "worker_id", "exit_code", "signal", "stopped_by_agent", "output")
     HOST_FIELD_NUMBER: _ClassVar[int]

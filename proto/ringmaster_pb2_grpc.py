@@ -54,6 +54,11 @@ class RendezvousStub:
                 request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.SerializeToString,
                 response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
                 _registered_method=True)
+        self.CarryReady = channel.unary_unary(
+                '/ringmaster.v1.Rendezvous/CarryReady',
+                request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReady.SerializeToString,
+                response_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReadyAnswer.FromString,
+                _registered_method=True)
         self.WorkerSession = channel.unary_stream(
                 '/ringmaster.v1.Rendezvous/WorkerSession',
                 request_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.WorkerHello.SerializeToString,
@@ -106,6 +111,16 @@ class RendezvousServicer:
     def DrainHost(self, request, context):
         """The agent's host is going away (SIGTERM, a preemption notice) or its notice was withdrawn:
         drain it, its workers leaving at their next commit within `deadline_s`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CarryReady(self, request, context):
+        """A large job's agent carries its host's workers' `Ready`s (when it relays their beats), the
+        ones that came together in one call: one call per host where a membership change would
+        make one per worker. Only the host's own workers are taken; the answer names the refused
+        (a worker counted failed or leaving, which the rendezvous stops or retires on its own).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,6 +179,11 @@ def add_RendezvousServicer_to_server(servicer, server):
                     servicer.DrainHost,
                     request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.FromString,
                     response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.Ack.SerializeToString,
+            ),
+            'CarryReady': grpc.unary_unary_rpc_method_handler(
+                    servicer.CarryReady,
+                    request_deserializer=ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReady.FromString,
+                    response_serializer=ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReadyAnswer.SerializeToString,
             ),
             'WorkerSession': grpc.unary_stream_rpc_method_handler(
                     servicer.WorkerSession,
@@ -294,6 +314,33 @@ class Rendezvous:
             '/ringmaster.v1.Rendezvous/DrainHost',
             ringmaster_dot_proto_dot_ringmaster__pb2.DrainRequest.SerializeToString,
             ringmaster_dot_proto_dot_ringmaster__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CarryReady(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringmaster.v1.Rendezvous/CarryReady',
+            ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReady.SerializeToString,
+            ringmaster_dot_proto_dot_ringmaster__pb2.CarriedReadyAnswer.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,8 +10,9 @@ figures itself at each of its beats, where a real one relays the newest datagram
 sent it, so that 32,768 workers do not cost the client processes 32,768 timers a second),
 `Ready` once warm, again after a "generation over" that does not place it unasked, and at its
 next commit after a "hosts updated"; its agent hands it the messages the rendezvous sent for
-the whole host. No process is
-started and nothing trains: what is measured is the rendezvous.
+the whole host, and (while it carries their beats) carries its workers' `Ready`s together in one
+`CarryReady`, as worker/agent/ready_relay.py does. No process is started and nothing trains:
+what is measured is the rendezvous.
 
 `FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
 the harness can spread the clients over processes; everything it answers is small (a summary
@@ -41,6 +42,7 @@ from ringmaster.common.seal import TOKEN_KEY, body_of, make_token
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
+from ringmaster.worker.agent.ready_relay import GATHER_S
 
 #: Sessions a simulated worker opens at most (a broken one is opened again, as by a real worker).
 SESSION_ATTEMPTS = 5
@@ -79,6 +81,8 @@ class SimHost:
     relay: bool = False  # the rendezvous asked its agent to carry its workers' beats
     session: Any = None  # the agent's session call
     beats_own: asyncio.Event = field(default_factory=asyncio.Event)  # set while its workers beat themselves
+    readies: dict[str, pb.ReadyRequest] = field(default_factory=dict)  # its workers' `Ready`s it will carry
+    carrying: asyncio.Task | None = None  # the task that carries them after the gathering window
 
 
 class Fleet:
@@ -288,9 +292,28 @@ class Fleet:
             await self._ready(worker, generation, "peer died")
 
     async def _ready(self, worker: SimWorker, after: int, failure: str) -> None:
+        """Its `Ready`: its own call, or (its agent carrying beats and messages) its agent's to carry."""
         worker.waiting = (after, failure)
         request = pb.ReadyRequest(worker_id=worker.worker_id, after_generation=after, failure=failure, elastic=True)
-        await self._unary(worker.host, "Ready", worker.identity, worker.key, request)
+        host = self.hosts.get(worker.host)
+        if host is None or not (host.relay and self.carry_events):
+            await self._unary(worker.host, "Ready", worker.identity, worker.key, request)
+            return
+        host.readies[worker.worker_id] = request
+        if len(host.readies) >= sum(1 for w in host.workers.values() if not w.gone):
+            await self._carry_readies(host)
+        elif host.carrying is None:
+            host.carrying = asyncio.create_task(self._carry_readies(host, GATHER_S))
+
+    async def _carry_readies(self, host: SimHost, after_s: float = 0.0) -> None:
+        """Carry the host's gathered `Ready`s in one call (now, or after the gathering window)."""
+        if after_s:
+            await asyncio.sleep(after_s)  # (the agent's gathering window itself, as ready_relay.py waits it)
+            host.carrying = None
+        if host.readies:
+            batch, host.readies = list(host.readies.values()), {}
+            await self._unary(host.name, "CarryReady", Identity(AGENT, host.name), host.key,
+                              pb.CarriedReady(host=host.name, ready=batch))
 
     async def _worker_beats(self, worker: SimWorker) -> None:
         """Its own heartbeats, while its agent does not carry them (see the module's docstring)."""

@@ -309,6 +309,7 @@ class RendezvousServer:
         service.beat_figures.figures = self.metrics.figures
         service.beat_figures.step_times = self.metrics.step_times
         self.metrics.heartbeats = lambda: service.beats
+        self.metrics.readies = lambda: service.readies
         self.metrics.worker_messages = lambda: service.outbox.messages
         service.outbox.on_assignments_out = self.metrics.assignments_out
         self.metrics.step_times.window_steps = self.settings.straggler_steps

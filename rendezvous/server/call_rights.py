@@ -8,7 +8,7 @@ from ringmaster.discovery import host_name_problem
 from ringmaster.rendezvous.control.coordinator import Coordinator
 
 #: The calls an agent makes (for its own host); the others are a worker's (for itself).
-AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", "DrainHost"})
+AGENT_CALLS = frozenset({"AgentSession", "AgentHeartbeat", "ReportWorkerExit", "DrainHost", "CarryReady"})
 
 
 def identity_problem(identity: Identity) -> str | None:

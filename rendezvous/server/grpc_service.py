@@ -27,6 +27,7 @@ from ringmaster.rendezvous.control.effects import (
 from ringmaster.rendezvous.control.records import DrainSource, recorded_changes
 from ringmaster.rendezvous.control.view import ALL_ROWS, JobView, Page
 from ringmaster.rendezvous.server.beat_figures import BeatFigures
+from ringmaster.rendezvous.server.carried_ready import take_carried
 from ringmaster.rendezvous.server.heap import LongLivedHeap
 from ringmaster.rendezvous.server.session_outbox import SessionOutbox
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
@@ -81,6 +82,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         self._settled_at = 0.0  # when it ended (time.perf_counter)
         self.beat_figures = BeatFigures()  # what heartbeats carry besides liveness
         self.beats = {"worker": 0, "agent": 0}  # workers' heartbeats taken, by who sent them (metrics)
+        self.readies = {"worker": 0, "agent": 0}  # workers' `Ready`s taken, by who sent them (metrics)
         self.heap = LongLivedHeap()
         self._heap_generation = 0  # the last generation a freeze was planned for
 
@@ -355,6 +357,21 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             output=request.output[:1000]))
         return pb.Ack(ok=True)
 
+    async def CarryReady(self, request: pb.CarriedReady, context) -> pb.CarriedReadyAnswer:
+        """The `Ready`s of a host's workers, carried by its agent (one call where a membership
+        change would make one per worker): each taken as the worker's own call is, for workers
+        placed on that host only, at most MAX_RELAYED_BEATS; the refused are named in the answer
+        (the agent logs them: a worker counted failed or leaving is stopped or retired anyway)."""
+        host = request.host
+        if host not in self.outbox.agents:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"Ready requests carried for host {host[:100]!r}, which has no agent in session; "
+                                "ignored")
+        answer, taken = take_carried(self.coordinator, host, request.ready[:MAX_RELAYED_BEATS], self.clock())
+        self.readies["agent"] += taken
+        self.flush_soon()
+        return answer
+
     async def DrainHost(self, request: pb.DrainRequest, context) -> pb.Ack:
         """The agent's host goes away (SIGTERM, a notice) or its notice was withdrawn. Only the
         agent in session for the host asks; a bad deadline is refused naming it."""
@@ -412,6 +429,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                       request.elastic, awaits_hosts=request.awaits_hosts)
         except Refused as refused:
             return pb.Ack(ok=False, message=str(refused))
+        self.readies["worker"] += 1
         return pb.Ack(ok=True)
 
     async def WorkerHeartbeat(self, request: pb.WorkerHeartbeatRequest, context) -> pb.Ack:

@@ -80,6 +80,8 @@ class JobMetrics:
         self._refused_calls = refused_calls
         #: Workers' heartbeats taken, by who sent them: "worker" (its own call) or "agent" (relayed).
         self.heartbeats: Callable[[], dict[str, int]] = lambda: {}
+        #: Workers' `Ready`s taken, by who sent them: "worker" (its own call) or "agent" (carried).
+        self.readies: Callable[[], dict[str, int]] = lambda: {}
         #: Messages sent to workers, by the way they went: "stream" (the worker's own) or "agent" (carried).
         self.worker_messages: Callable[[], dict[str, int]] = lambda: {}
         self._store_degraded = store_degraded
@@ -265,6 +267,8 @@ class _Scraped(Collector):
                                   value=m._refused_calls())
         yield _by_via("ringmaster_worker_heartbeats", "Workers' heartbeats taken, by who sent them: the worker itself, "
                       "or its agent carrying it (a large job's, or --heartbeat-relay always)", m.heartbeats())
+        yield _by_via("ringmaster_worker_ready", "Workers' Ready requests taken, by who sent them: the worker itself, "
+                      "or its agent carrying the host's together (when it relays their heartbeats)", m.readies())
         yield _by_via("ringmaster_worker_messages", "Messages sent to workers (assignments, generation ends, host "
                       "updates, ...), by the way they went: the worker's own stream, or its agent carrying the host's "
                       "in one message (a large job's)", m.worker_messages())

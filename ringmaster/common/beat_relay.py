@@ -8,6 +8,10 @@ sent each datagram (the sender's pid), never by what the datagram says, so a wor
 itself only, as on the wire. Without the mark, or when the datagram cannot be sent (the agent is
 gone or behind), the worker calls the rendezvous as before: relaying saves calls, it is never
 what keeps a worker alive.
+
+A worker's `Ready` goes the same way while the agent relays (`READY_SOCKET`, beside the beats'):
+a membership change asks one of every member, and the agent carries its host's together in one
+call (`CarryReady`, worker/agent/ready_relay.py). One that cannot be sent is called as before.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from ringmaster.proto import environment as env_names
 #: The agent's socket and the mark that says "relay", in the folder named by `env_names.AGENT_BEATS`.
 BEATS_SOCKET = "beats.sock"
 RELAY_MARK = "relay"
+#: The agent's socket for its workers' `Ready`s, in the same folder.
+READY_SOCKET = "ready.sock"
+#: Largest `Ready` datagram (a failure's reason is the only field of any size).
+MAX_READY_BYTES = 16 * 1024
 #: Largest datagram a worker sends (its figures and at most `MAX_RELAYED_SPANS` spans fit).
 MAX_BEAT_BYTES = 256 * 1024
 #: Most timeline spans one relayed beat carries (about 40 bytes each); the rest wait for the next.
@@ -39,13 +47,20 @@ class BeatSender:
 
     def send(self, payload: bytes) -> bool:
         """Send one beat to the agent without waiting; False if it did not go (no agent, full queue)."""
-        if not self.folder or len(payload) > MAX_BEAT_BYTES:
+        return len(payload) <= MAX_BEAT_BYTES and self._send(payload, BEATS_SOCKET)
+
+    def send_ready(self, payload: bytes) -> bool:
+        """Send one `Ready` to the agent, which carries it on; False if it did not go."""
+        return len(payload) <= MAX_READY_BYTES and self._send(payload, READY_SOCKET)
+
+    def _send(self, payload: bytes, name: str) -> bool:
+        if not self.folder:
             return False
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._sock.setblocking(False)
-            self._sock.sendto(payload, os.path.join(self.folder, BEATS_SOCKET))
+            self._sock.sendto(payload, os.path.join(self.folder, name))
             return True
         except OSError:
             return False

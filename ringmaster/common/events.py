@@ -125,6 +125,7 @@ class Kind(enum.StrEnum):
     AGENT_NOTICE = "agent.notice"
     AGENT_NOTICE_FAILED = "agent.notice_failed"
     AGENT_LEFTOVERS_REMOVED = "agent.leftovers_removed"
+    AGENT_READY_REFUSED = "agent.ready_refused"
     PROCESS_STARTED = "process.started"
     PROCESS_START_FAILED = "process.start_failed"
     SPARE_READY = "spare.ready"
@@ -302,6 +303,8 @@ SPECS: dict[Kind, Spec] = {
     Kind.AGENT_NOTICE: Spec(_W, "preemption notice: {notice}"),
     Kind.AGENT_NOTICE_FAILED: Spec(_W, "the preemption notice script {problem}; no drain asked for"),
     Kind.AGENT_LEFTOVERS_REMOVED: Spec(_I, "removed {count} temporary folder(s) of agents no longer running"),
+    Kind.AGENT_READY_REFUSED: Spec(_W, "the rendezvous refused the Ready of worker {worker} this agent carried: "
+                                       "{reason}"),
     Kind.PROCESS_STARTED: Spec(_I, "starting worker {worker} (slot {slot}): {command}"),
     Kind.PROCESS_START_FAILED: Spec(_E, "cannot start worker {worker}: {error}; check the training command"),
     Kind.SPARE_READY: Spec(_I, "warm spare (pid {pid}) ready: its imports took {took_s:g} s"),

@@ -71,20 +71,29 @@ def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp
     assert job.events("generation.formed", number=2, size=2, hosts={survivor: 2})
 
 
-def test_scale_up_then_down_follows_discovery(run_job, tmp_path) -> None:
+@pytest.mark.parametrize("relay", ["auto", "always"], ids=["own-calls", "carried-by-agents"])
+def test_scale_up_then_down_follows_discovery(run_job, tmp_path, relay) -> None:
+    """A small job's workers ask for each new ring themselves; a large job's agents carry their
+    host's `Ready`s together (forced here with --heartbeat-relay always: ready_relay.py)."""
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir, stop = tmp_path / "log", tmp_path / "stop"
     # Declared head first: the survivors rebuilt their buckets after their first step; the ring
     # with newcomers agrees on them anew (a layout that differed would leave replicas apart).
     # Trains until told to stop: a job of fixed length could end before a newcomer warmed up on a
     # loaded machine (as the drain test's did beside a CPU hog).
-    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST,
-                  *elastic_job(logs_dir, epochs=1000, samples=128), "--head-first", "--stop-file", stop,
+    job = run_job("--min-np", "2", "--max-np", "8", "--host-discovery-script", script, *FAST, "--heartbeat-relay",
+                  relay, *elastic_job(logs_dir, epochs=1000, samples=128), "--head-first", "--stop-file", stop,
                   env={"HOROVOD_FUSION_THRESHOLD": "0"})
     job.wait_status(lambda s: s["steps"] >= 3, 120, "training on hostA")
     write_hosts(hosts, {"hostA": 2, "hostB": 2})
     grown = job.wait_status(lambda s: s["world_size"] == 4, 120, "the world to grow to 4")
     assert grown["generation"] == 2, "both newcomers should join in one reset:\n" + job.output
+    readies = scrape(job.api_url)
+    by_agents, own = (readies.get(("ringmaster_worker_ready_total", (("via", v),)), 0) for v in ("agent", "worker"))
+    if relay == "always":  # (hostA's members answered the host update through their agent at least)
+        assert by_agents >= 2, readies
+    else:
+        assert by_agents == 0 and own >= 4, readies
     hosts.write_text("hostA:2\nhostB:2\nhostC:many\n")
     job.wait_status(lambda s: any("hostC:many" in e for e in s["events"]), 60, "the bad discovery line to be reported")
     steps = job.status()["steps"]

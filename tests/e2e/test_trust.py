@@ -65,6 +65,8 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
                 "WorkerSession": lambda: next(iter(stub.WorkerSession(pb.WorkerHello(worker_id="hostX/1",
                                                                                      host="hostX"), timeout=10))),
                 "AgentHeartbeat": lambda: stub.AgentHeartbeat(pb.AgentHeartbeatRequest(host="hostX"), timeout=10),
+                "CarryReady": lambda: stub.CarryReady(pb.CarriedReady(host="hostX", ready=[
+                    pb.ReadyRequest(worker_id="hostX/1", failure="forged")]), timeout=10),
             }
             for name, call in calls.items():
                 assert _code(call) == grpc.StatusCode.UNAUTHENTICATED, name
@@ -87,7 +89,7 @@ def test_calls_without_the_key_of_their_caller_are_refused_and_change_nothing(ru
     finally:
         channel.close()
     status = serve.status()
-    assert status["refused_calls"] == 21 and status["state"] == "starting", status
+    assert status["refused_calls"] == 24 and status["state"] == "starting", status
     assert [h["name"] for h in status["hosts"]] == ["hostX"] and not status["hosts"][0]["agent_connected"]
     assert serve.events("rendezvous.call_refused")
 
@@ -137,6 +139,7 @@ def test_a_training_script_holds_its_own_key_only_and_can_act_for_nothing_else(r
             "agent session for its host": "PERMISSION_DENIED",
             "exit of another host's worker": "PERMISSION_DENIED",
             "ready for another worker": "PERMISSION_DENIED",
+            "readies carried for another worker": "PERMISSION_DENIED",
             "done for another worker": "PERMISSION_DENIED",
             "its key as its agent": "UNAUTHENTICATED",
             "its key as another host's agent": "UNAUTHENTICATED",
@@ -144,7 +147,7 @@ def test_a_training_script_holds_its_own_key_only_and_can_act_for_nothing_else(r
         }, worker
         assert report["sum"] == [2.0] * 4 and report["size"] == 2
     refused = job.events("rendezvous.call_refused")
-    assert len(refused) == 14, [e["fields"] for e in refused]
+    assert len(refused) == 16, [e["fields"] for e in refused]
     assert not job.events("host.blacklisted") and not job.events("worker.failed")
     assert len(job.events("generation.formed")) == 1
 

@@ -64,6 +64,8 @@ def main() -> None:
             pb.WorkerExit(host=other_host, worker_id=other, exit_code=1), timeout=10)),
         "ready for another worker": attempt(address, mine, lambda s: s.Ready(
             pb.ReadyRequest(worker_id=other, failure="forged"), timeout=10)),
+        "readies carried for another worker": attempt(address, mine, lambda s: s.CarryReady(pb.CarriedReady(
+            host=host, ready=[pb.ReadyRequest(worker_id=other, failure="forged")]), timeout=10)),
         "done for another worker": attempt(address, mine, lambda s: s.ReportDone(
             pb.DoneRequest(worker_id=other), timeout=10)),
         # its own key, claiming to be its agent or another worker

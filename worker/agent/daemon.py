@@ -63,9 +63,11 @@ from ringmaster.worker.agent.host_drain import DrainAsk, HostDrain
 from ringmaster.worker.agent.leftovers import folder_prefix, remove_dead_agents_folders
 from ringmaster.worker.agent.notice import NoticeWatcher
 from ringmaster.worker.agent.process_watch import ProcessWatch
+from ringmaster.worker.agent.ready_relay import ReadyCarrier
 from ringmaster.worker.agent.starting.spare_pool import SparePool
 from ringmaster.worker.agent.starting.template import ForkedProcess, WorkerTemplate
 from ringmaster.worker.agent.starting.threads import THREADS_ENV, usable_cpus, worker_threads
+from ringmaster.worker.agent.starting.warm_join import warm_before_joining
 from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
 from ringmaster.worker.agent.worker_environment import worker_environment
 
@@ -73,9 +75,6 @@ from ringmaster.worker.agent.worker_environment import worker_environment
 POLL_S = 0.02
 #: Seconds between two looks at the warm spares (memory, replacements).
 TEND_SPARES_S = 0.5
-#: The longest an agent warms its spares before it says hello (`--warm-join`), and how often it looks.
-WARM_JOIN_TIMEOUT_S = 60.0
-WARM_JOIN_POLL_S = 0.05
 
 
 _logger = logging.getLogger(logs.AGENT)
@@ -166,10 +165,15 @@ class Agent:
         if removed:
             say(self.host, Kind.AGENT_LEFTOVERS_REMOVED, count=len(removed))
         self._stops_dir = tempfile.mkdtemp(prefix=folder_prefix("stops"))
-        # Where a large job's workers send their heartbeats for this agent to carry (beat_relay.py).
+        # Where a large job's workers send their heartbeats and `Ready`s for this agent to carry, and
+        # where it hands them the job's messages, carried in its own (beat_relay.py, ready_relay.py,
+        # event_relay.py).
         self._beats = BeatCollector(self._worker_of)
-        # ... and where it hands them a large job's messages, carried in its own (event_relay.py).
-        self._events = EventForwarder(self._beats.folder if self._beats.available else "", self._pid_of)
+        relays = self._beats.folder if self._beats.available else ""
+        self._events = EventForwarder(relays, self._pid_of)
+        self._readies = ReadyCarrier(relays, self.host, self._worker_of, lambda: len(self.children), lambda: self._stub,
+                                     lambda worker, reason: say(self.host, Kind.AGENT_READY_REFUSED, worker=worker,
+                                                                reason=reason))
         self._notices = NoticeWatcher(settings.notice_script, settings.notice_interval_s, self._noticed,
                                       lambda problem: say(self.host, Kind.AGENT_NOTICE_FAILED, problem=problem),
                                       self._stop,
@@ -189,8 +193,10 @@ class Agent:
     def run(self) -> int:
         if self._fork_workers and not self._warmed_ahead:  # warming while the agent says hello and the job forms
             self._start_template()
-        if self.warm_join:
-            self._warm_before_joining()
+        if self.warm_join:  # (a host joining a running job: its first workers start warm)
+            warm = warm_before_joining(self.template, self.spares, self.slots, lambda: not self._commands.empty())
+            if warm:
+                say(self.host, Kind.AGENT_WARM, **warm)
         self._reader.start()
         self._heartbeater.start()
         if self._notices is not None:
@@ -230,6 +236,7 @@ class Agent:
             if self._on_stopping is not None:
                 self._on_stopping(self.stop_bound_s)
             self._stop_all()
+            self._readies.close()  # (before the channel closes: its last call may still run)
             self._close()
             shutil.rmtree(self._stops_dir, ignore_errors=True)
             self._beats.close()
@@ -247,32 +254,6 @@ class Agent:
         """The process this agent started for `worker_id` (read from the session thread)."""
         child = self.children.get(worker_id)
         return child.proc.pid if child is not None else None
-
-    def _warm_before_joining(self) -> None:
-        """Warm a spare for every slot before the first hello, so that the host's first workers
-        start warm: a host that joins a running job costs the others the script's own start, not
-        Python's and torch's. Bounded by WARM_JOIN_TIMEOUT_S; a stop signal ends it at once."""
-        if self.template is not None:  # every worker is forked from it: it alone is warmed
-            started = time.monotonic()
-            while time.monotonic() - started < WARM_JOIN_TIMEOUT_S and self._commands.empty():
-                if self.template.ready(WARM_JOIN_POLL_S) or not self.template.usable:
-                    break
-            if self.template.usable:
-                say(self.host, Kind.AGENT_WARM, spares=0, slots=self.slots, template=self.template.ready(),
-                    took_s=round(time.monotonic() - started, 2))
-                return
-        target = max(self.spares.count, self.slots)
-        if self.spares.count <= 0:
-            return
-        started = time.monotonic()
-        self.spares.warm_for_join(target)
-        while time.monotonic() - started < WARM_JOIN_TIMEOUT_S and self._commands.empty():
-            self.spares.tend()
-            if self.spares.count <= 0 or self.spares.warm() >= target:
-                break
-            time.sleep(WARM_JOIN_POLL_S)
-        say(self.host, Kind.AGENT_WARM, spares=self.spares.warm(), slots=self.slots, template=False,
-            took_s=round(time.monotonic() - started, 2))
 
     def _close(self) -> None:
         """End the session from this one thread, once no other thread uses its channel: closing a

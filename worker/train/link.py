@@ -178,10 +178,12 @@ class RendezvousLink:
                 return  # placed already, or sure to be: no call
             awaits, self._awaits_hosts = (0 if failure else self._awaits_hosts), 0
             self._asked.add(after_generation)
+        request = pb.ReadyRequest(worker_id=self.worker_id, after_generation=after_generation, failure=failure,
+                                  elastic=self.elastic, awaits_hosts=awaits)
+        if self._relay.relaying() and self._relay.send_ready(request.SerializeToString()):
+            return  # its agent carries it, with its host's others (beat_relay.py); a refusal comes on the stream
         try:
-            reply = self._call("Ready", pb.ReadyRequest(
-                worker_id=self.worker_id, after_generation=after_generation, failure=failure, elastic=self.elastic,
-                awaits_hosts=awaits))
+            reply = self._call("Ready", request)
         except grpc.RpcError as exc:
             if exc.code() in AWAY_CODES:
                 return
