@@ -239,11 +239,16 @@ class Coordinator:
         connecting = self._quiet.connecting
         if waiting_after is None and QuietInputs.passed_over(worker_id, connecting, connecting):
             return  # (a member of a starting generation, not the last to connect)
+        if waiting_after is None and self._quiet.announced and worker_id in self._quiet.warming:
+            return  # (a newcomer the members were told of: it warms up, and its `Ready` counts)
         self._unsettled = True
 
     def worker_disconnected(self, worker_id: str, now: float) -> None:
-        """A worker's session closed."""
-        if worker_id in self.job.workers:
+        """A worker's session closed. That of a worker retired, gone or done decides nothing
+        (`Job.on_session_closed`) and sets off no pass: half of a 2,048-host job leaving closed
+        8,192 retired workers' sessions, a pass each while the staying members' `Ready`s waited."""
+        worker = self.job.workers.get(worker_id)
+        if worker is not None and worker.live and not worker.stopping and not worker.done:
             self._observe(SessionClosed(worker_id))
 
     def worker_heartbeat(self, worker_id: str, commits: int, elastic: bool, now: float,
@@ -258,6 +263,8 @@ class Coordinator:
         if elastic and not worker.elastic:
             worker.elastic = True
             waiting = self._quiet.not_elastic
+            if self._quiet.announced and worker_id in self._quiet.warming:
+                return  # (a newcomer warming up: what counts is its `Ready`)
             if not QuietInputs.passed_over(worker_id, waiting, waiting):
                 self._unsettled = True  # (the first member inside hvd.elastic.run, or the last)
 
@@ -296,6 +303,8 @@ class Coordinator:
         worker.last_heartbeat = now
         if not news and QuietInputs.passed_over(worker_id, self._quiet.quiet_ready, self._quiet.waiting):
             return  # (the generation still waits for others: no pass needed)
+        if not news and QuietInputs.passed_over(worker_id, self._quiet.warming, self._quiet.warming):
+            return  # (a newcomer warm while others still warm up: the host update waits for the last)
         self._unsettled = True
 
     def _news_of_failure(self, generation: int) -> bool:

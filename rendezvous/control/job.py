@@ -27,6 +27,7 @@ from ringmaster.rendezvous.control.records import (
     Generation,
     JobCounters,
     JobOutcome,
+    JobWorkers,
     Phase,
     ResetCause,
     Summary,
@@ -54,7 +55,7 @@ class Job:
         self.pool = pool
         self.store_address = store_address
         self.on_event = on_event  # the server logs them; tests read `summary.events`
-        self.workers: dict[str, Worker] = {}
+        self.workers: JobWorkers = JobWorkers()
         self.generation: Generation | None = None
         self.outcome: JobOutcome | None = None
         self.summary = Summary()
@@ -87,7 +88,7 @@ class Job:
         return [w for w in self.workers.values() if w.live]
 
     def workers_on(self, host: str) -> list[Worker]:
-        return [w for w in self.workers.values() if w.host == host]
+        return self.workers.on(host)
 
     def busy_hosts(self) -> set[str]:
         """Hosts that run a live worker of the job."""
@@ -303,12 +304,16 @@ class Job:
         the holders, and the next ring would start from the newcomers' initial state. Empty when
         the job has no commit yet, others hold it too, or nobody else is left (then Horovod's rule
         and --spare-last-hosts decide, as for any last host)."""
-        live = [w for w in self.workers.values() if w.live and not w.stopping]
-        here = [w.worker_id for w in live if w.host == host and w.holds_commit]
-        elsewhere = [w for w in live if w.host != host]
-        if not here or not elsewhere or any(w.holds_commit for w in elsewhere):
+        here = [w.worker_id for w in self.workers_on(host) if w.live and not w.stopping and w.holds_commit]
+        if not here:
             return []
-        return here
+        others = False  # (one pass, ended by the first other holder: a lost host in a large job)
+        for worker in self.workers.values():
+            if worker.host != host and worker.live and not worker.stopping:
+                if worker.holds_commit:
+                    return []
+                others = True
+        return here if others else []
 
     def worker_failed(self, worker: Worker, reason: str, now: float, blame_host: bool, host_lost: bool) -> None:
         if worker.failed is not None or self.outcome is not None:

@@ -14,7 +14,7 @@ from ringmaster.common.reconnect import LONGEST_GAP_S
 from ringmaster.rendezvous.control.drains import Drains
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
-from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, SavedJob
+from ringmaster.rendezvous.control.records import JobOutcome, JobWorkers, Phase, ResetCause, SavedJob
 from ringmaster.rendezvous.control.worker_env import RANK_ENV_NAMES, base_env
 
 
@@ -25,7 +25,7 @@ def resume_job(job: Job, pool: HostPool, drains: Drains, saved: SavedJob, now: f
     counters, settings = saved.counters, job.settings
     pool.resumed(saved.hosts, now, agents_survive)
     drains.resumed()
-    job.workers, job.generation = saved.workers, saved.generation
+    job.workers, job.generation = JobWorkers(saved.workers), saved.generation
     job.next_id, job.hosts_sequence = counters.next_id, counters.hosts_sequence
     job.target_np, job.finishing = counters.target_np, counters.finishing
     summary = job.summary

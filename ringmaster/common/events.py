@@ -418,8 +418,12 @@ def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def log_event(logger: logging.Logger | logging.LoggerAdapter, event: Event) -> None:
-    """Log `event` at its kind's level; handlers find the record under `record.event`."""
-    logger.log(event.level, event.message, extra={"event": event})
+    """Log `event` at its kind's level; handlers find the record under `record.event`. Its
+    message is worded only when the logger takes that level (as `Logger.log` would decide): a
+    large job's change words tens of thousands of events at levels nobody logs."""
+    level = event.level
+    if logger.isEnabledFor(level):
+        logger.log(level, event.message, extra={"event": event})
 
 
 def emitter(logger_name: str) -> Callable[..., None]:

@@ -1010,7 +1010,8 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
     """A large job's start and host updates bring one input per member: a pass each (over every
     host and worker) made them quadratic. Members connecting, entering hvd.elastic.run and
     reaching their commit for an update are passed over, except the first that matters and the
-    last, whose input decides; an input from a member on a host that leaves always gets one."""
+    last, whose input decides; a member on a host that leaves is passed over too, and retired by
+    the pass that forms the next generation (a pass per leaving member retired them one by one)."""
     rig = Rig(min_np=1)
     rig.set_hosts({"a": 2, "b": 2, "c": 2})
     for pid, host in enumerate("abc", start=100):
@@ -1031,11 +1032,39 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
         rig.worker_ready(wid, 1, "", True)
     assert passes == []  # nothing to do while others still train in generation 1
     rig.worker_ready(on_c[0], 1, "", True)
-    assert len(passes) == 1 and rig.kinds(on_c[0])[-1] == Retire  # its host leaves: retired at once
     rig.worker_ready(on_c[1], 1, "", True)
+    assert passes == [] and not any(rig.kinds(w)[-1] == Retire for w in on_c)  # its host leaves: at the last
     rig.worker_ready(on_a_or_b[-1], 1, "", True)  # the last: the next generation forms
-    assert rig.coordinator.generation.number == 2
+    assert len(passes) == 1 and rig.coordinator.generation.number == 2
     assert sorted(a.worker_id for a in rig.coordinator.generation.members) == sorted(on_a_or_b)
+    assert all(rig.kinds(w)[-1] == Retire for w in on_c)  # retired by the pass that formed it
+    del passes[:]
+    for wid in on_c:
+        rig.worker_disconnected(wid)
+    assert passes == []  # a retired worker's session closing decides nothing: no pass
+    rig.worker_disconnected(on_a_or_b[0])
+    assert len(passes) == 1 and rig.coordinator.generation.over  # a member's: its failure, at once
+
+
+def test_newcomers_warming_up_together_cost_one_pass_when_the_last_is_warm() -> None:
+    """Once the members were told newcomers are coming, each newcomer that connects, enters
+    hvd.elastic.run or warms up while others still warm changes nothing (the host update waits
+    for the last, or for --warmup-grace, which the clock sees): 512 newcomers on 64 hosts were
+    three passes each over a 2,048-host job."""
+    rig = Rig(min_np=2, max_np=16)
+    ids, newcomers = _newcomers_on_b(rig, 3)
+    assert all(AnnounceHosts in rig.kinds(w) for w in ids)  # the members were told at once
+    passes = _passes(rig)
+    for wid in newcomers:
+        rig.worker_connected(wid, 2)
+    for wid in newcomers:
+        rig.worker_heartbeat(wid, 0, True)
+    for wid in newcomers[:-1]:
+        rig.worker_ready(wid, 0, "", True)
+    assert passes == [] and not any(UpdateHosts in rig.kinds(w) for w in ids)
+    rig.worker_ready(newcomers[-1], 0, "", True)  # the last: the members are interrupted
+    assert len(passes) == 1 and all(UpdateHosts in rig.kinds(w) for w in ids)
+    assert "new worker(s) ready" in rig.last(ids[0], UpdateHosts).reason
 
 
 def test_only_the_first_report_of_a_generations_failure_costs_a_pass() -> None:
