@@ -12,7 +12,9 @@ finds its hosts with a discovery script reading a file, as a user's would. For e
   machine that dies), 64 hosts added at once (the discovery file), a scale-down by half (half the
   hosts leave discovery); and, in brackets, until the last of those assignments left the
   rendezvous (it stamps that itself, `/status`' generations): the rendezvous' own part, apart from
-  the simulated workers taking them in on the same cores;
+  the simulated workers taking them in on the same cores; the rendezvous' CPU seconds over the
+  change; and for growth and shrinking, the survivors' longest pause (from a worker's stop at its
+  commit in the old generation to its place in the new: training goes on until then);
 - with `--store etcd`, the bytes and writes etcd took per generation (its own metrics).
 
 `--messages both` runs each size twice: with the agents carrying the workers' messages (one
@@ -71,6 +73,7 @@ class Change:
     generation: int
     workers: int
     server_cpu_s: float
+    pause_s: float = 0.0  # a survivor's longest pause: from its stop in the old generation to its new place
     etcd: dict[str, float] = field(default_factory=dict)
 
 
@@ -254,9 +257,10 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
             rows = cluster.assignments()
             check_assignments(rows, workers, new)
             assert {r[1] for r in rows} == set(expected_hosts), what
-        changes.append(Change(what, elapsed, out, new, workers, used, per_generation))
+        pause = max(x["longest_pause"] for x in cluster.summaries())
+        changes.append(Change(what, elapsed, out, new, workers, used, pause, per_generation))
         print(f"# {len(cluster.names)} hosts: {what} in {elapsed:.2f} s, out of the rendezvous in {out:.2f} s "
-              f"(serve CPU {used:.2f} s)", file=sys.stderr,
+              f"(serve CPU {used:.2f} s; survivors' longest pause {pause:.2f} s)", file=sys.stderr,
               flush=True)  # (as it comes: a later change that times out keeps this one)
         generation = new
 
@@ -406,8 +410,8 @@ def main() -> None:
     print(f"# Scale: {args.slots} workers per host, {args.fleets} client processes, heartbeat "
           f"{args.heartbeat_interval:g} s, discovery every {args.discovery_interval:g} s, {os.cpu_count()} cores\n")
     ways = ["carried", "streamed"] if args.messages == "both" else [args.messages]
-    print("| hosts | workers | store | messages | first gen. s | host lost s (out) | +64 hosts s (out) | half s (out) "
-          "| serve CPU (cores; read) "
+    print("| hosts | workers | store | messages | first gen. s | host lost s (out; CPU s) | +64 hosts s (out; CPU s; "
+          "pause s) | half s (out; CPU s; pause s) | serve CPU (cores; read) "
           "| RSS MB | calls/s | /status ms (KB) | /metrics ms (KB) | etcd KB / gen. (lost, +64, half) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for hosts, store, way in ((h, s, w) for h in sizes for s in stores for w in ways):
@@ -431,7 +435,8 @@ def main() -> None:
                     etcd.kill()
         etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
         print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
-              + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f})" for c in changes)
+              + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f}; {c.server_cpu_s:.2f}"
+                           + (f"; {c.pause_s:.2f})" if i else ")") for i, c in enumerate(changes))
               + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | "
                 f"{steady['calls_per_s']:.0f} | "
               f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "

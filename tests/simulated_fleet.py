@@ -67,6 +67,8 @@ class SimWorker:
     steps: int = 0
     gone: bool = False
     waiting: tuple[int, str] | None = None  # (after generation, failure) of its last Ready, until assigned
+    stopped_at: float = 0.0  # when it stopped training in its generation (its commit, a rollback); 0: training
+    pause: float = 0.0  # from then until it held its next assignment (a survivor's pause in the last change)
     tasks: list[asyncio.Task] = field(default_factory=list)
     call: Any = None
 
@@ -266,6 +268,7 @@ class Fleet:
         if kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
+            worker.stopped_at = worker.stopped_at or time.monotonic()
             await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
         elif kind in ("retire", "job_ended"):
             return False
@@ -278,11 +281,16 @@ class Fleet:
         kind = event.WhichOneof("event")
         if kind == "assignment" and event.assignment.generation > worker.generation:
             a = event.assignment
+            survivor = worker.generation > 0
             worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
             worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
-        elif kind == "generation_over" and event.generation_over.generation == worker.generation \
-                and not event.generation_over.rejoin:  # (placed unasked: it only waits for its place)
-            worker.tasks.append(asyncio.create_task(self._roll_back(worker, worker.generation)))
+            # (a survivor placed before it stopped, as after a peer's failure, paused from that word)
+            worker.pause = worker.assigned_at - (worker.stopped_at or worker.assigned_at) if survivor else 0.0
+            worker.stopped_at = 0.0
+        elif kind == "generation_over" and event.generation_over.generation == worker.generation:
+            worker.stopped_at = worker.stopped_at or time.monotonic()  # (it rolls back to its last commit)
+            if not event.generation_over.rejoin:  # (placed unasked: it only waits for its place)
+                worker.tasks.append(asyncio.create_task(self._roll_back(worker, worker.generation)))
 
     async def _roll_back(self, worker: SimWorker, generation: int) -> None:
         """After a "generation over": restore the last commit (a few milliseconds), then ask for
@@ -356,6 +364,7 @@ class Fleet:
                 "min_generation": min(gens, default=0), "max_generation": top,
                 "last_assigned": max((w.assigned_at for w in live if w.generation == top), default=0.0),
                 "first_assigned": min((w.assigned_at for w in live if w.generation == top), default=0.0),
+                "longest_pause": max((w.pause for w in live if w.generation == top), default=0.0),
                 "calls": self.calls, "refused": self.refused, "last_refusal": self.last_refusal,
                 "session_errors": dict(self.session_errors)}
 
