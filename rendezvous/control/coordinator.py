@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
@@ -39,12 +39,13 @@ from ringmaster.rendezvous.control.formation import Formation, QuietInputs, Stor
 from ringmaster.rendezvous.control.heartbeat_pace import Pace
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
-from ringmaster.rendezvous.control.liveness import judge_silence
+from ringmaster.rendezvous.control.liveness import Silence, judge_silence
 from ringmaster.rendezvous.control.preemption import Preemption
 from ringmaster.rendezvous.control.records import (
     Drain,
     DrainSource,
     Generation,
+    Host,
     JobOutcome,
     Phase,
     ResetCause,
@@ -425,16 +426,10 @@ class Coordinator:
             self.formation.sent_to_agents.pop(name, None)
             self._unsettled = True
         self.pool.repace(sum(1 for w in job.workers.values() if w.live and w.registered))
-        timeout = self.pace.worker_timeout_s
-        for worker in [] if liveness.isolated else list(job.workers.values()):
-            if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > timeout:
-                host = self.pool.hosts.get(worker.host)
-                agent_silent = now - host.last_heartbeat if host is not None and host.agent_connected else None
-                silence = judge_silence(now - worker.last_heartbeat, now - worker.busy_at if worker.busy_at else None,
-                                        timeout, self.settings.busy_timeout_s, self.pace.agent_s,
-                                        agent_silent, self.pace.agent_timeout_s)
-                if silence.failed:  # (a busy worker is never its host's fault)
-                    job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
+        if not liveness.isolated:
+            for worker, silence in silent_workers(job.workers.values(), self.pool.hosts, self.pace,
+                                                  self.settings.busy_timeout_s, now):
+                job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
         self._reconcile(now)
 
     def _reconcile(self, now: float) -> None:
@@ -469,3 +464,22 @@ class Coordinator:
         while self._facts:
             if self.decisions.decide(self._facts.popleft(), now):
                 self._unsettled = True
+
+
+def silent_workers(workers: Iterable[Worker], hosts: Mapping[str, Host], pace: Pace, busy_timeout_s: float,
+                   now: float) -> list[tuple[Worker, Silence]]:
+    """The workers whose silence counts as their failure now (a busy one's is never its host's
+    fault: `Silence.busy`). A worker whose training function returned goes quiet as its process
+    winds down (seconds on a loaded machine): only its silence past --busy-timeout is a hang."""
+    found = []
+    finished = max(pace.worker_timeout_s, busy_timeout_s)
+    for worker in list(workers):
+        limit = finished if worker.done else pace.worker_timeout_s
+        if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > limit:
+            host = hosts.get(worker.host)
+            agent_silent = now - host.last_heartbeat if host is not None and host.agent_connected else None
+            silence = judge_silence(now - worker.last_heartbeat, now - worker.busy_at if worker.busy_at else None,
+                                    limit, busy_timeout_s, pace.agent_s, agent_silent, pace.agent_timeout_s)
+            if silence.failed:
+                found.append((worker, silence))
+    return found

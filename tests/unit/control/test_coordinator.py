@@ -453,6 +453,25 @@ def test_a_worker_without_heartbeats_is_failed_and_its_host_blacklisted() -> Non
     assert ids[1] not in rig.specs("b")  # its agent kills it
 
 
+def test_a_worker_whose_training_returned_may_go_quiet_as_it_exits_until_the_busy_timeout() -> None:
+    """Its process winds down after `ReportDone` (seconds on a loaded machine: a CI run counted
+    such a worker failed and SIGTERMed it while the job waited for a peer to exit); a silence
+    past --busy-timeout is still a hang."""
+    rig = Rig(min_np=1, heartbeat_timeout_s=5, busy_timeout_s=60)
+    ids = rig.start_elastic({"a": 1, "b": 1})
+    rig.now = 1
+    rig.worker_done(ids[1], 3)
+    for beat_at in range(1, 63):  # (its peer still trains, beating; the finished one is silent)
+        rig.now = beat_at
+        rig.agent_heartbeat("a")
+        rig.agent_heartbeat("b")
+        rig.worker_heartbeat(ids[0], 3, True)
+        rig.tick()
+        if beat_at == 59:
+            assert rig.coordinator.workers[ids[1]].failed is None and rig.coordinator.workers[ids[1]].live
+    assert "no heartbeat for 61.0 s" in rig.coordinator.workers[ids[1]].failed
+
+
 def test_every_host_silent_at_once_is_waited_for_as_the_rendezvous_may_be_cut_off() -> None:
     rig = Rig(min_np=1, heartbeat_timeout_s=5, reconnect_timeout_s=60)
     ids = rig.start_elastic({"a": 1, "b": 1})
