@@ -288,12 +288,12 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
 AFTERMATH_S = 10.0
 
 
-def steady_state(cluster: Cluster, seconds: float) -> dict[str, float]:
+def steady_state(cluster: Cluster, seconds: float, aftermath_s: float = AFTERMATH_S) -> dict[str, float]:
     """The rendezvous' CPU (cores) and RSS and the simulated hosts' call rate over `seconds` of a
     job that is not changing and that nobody reads (from AFTERMATH_S after it settled); then, over
     as long again, the control API's latency and the CPU with `/status` and `/metrics` each read
     once a second (a dashboard's pace)."""
-    time.sleep(AFTERMATH_S)  # (a benchmark's pause, not a test's wait: nothing to wait for but time)
+    time.sleep(aftermath_s)  # (a benchmark's pause, not a test's wait: nothing to wait for but time)
     pid = cluster.proc.pid  # type: ignore[union-attr]
     calls_before = sum(x["calls"] for x in cluster.summaries())
     cpu_before, started = cpu_seconds(pid), time.monotonic()
