@@ -110,20 +110,32 @@ def main() -> int:
     started = time.monotonic()
     print("measuring (a few minutes) ...", flush=True)
     figures = measure()
-    print(f"\n{'figure':<34} {'this run':>10} {'recorded':>10}  tolerance        verdict")
-    failed = False
-    for name, value, record, regressed in verdicts(figures, recorded):
-        tolerance = f"+{record.get('relative', 0) * 100:.0f}% or +{record.get('absolute', 0):g}"
-        print(f"{name:<34} {value:>10.3f} {record['value']:>10.3f}  {tolerance:<16} "
-              f"{'REGRESSED' if regressed else 'ok'}")
-        failed |= regressed
+    failed = report(figures, recorded)
     print(f"({time.monotonic() - started:.0f} s; the recorded values: {RECORDED.relative_to(ROOT)})")
     if args.record:
-        data = json.loads(RECORDED.read_text())
-        for name in recorded:
-            data["figures"][name]["value"] = round(figures[name], 3)
-        RECORDED.write_text(json.dumps(data, indent=2) + "\n")
+        record(RECORDED, figures)
     return 1 if failed else 0
+
+
+def report(figures: dict[str, float], recorded: dict[str, dict]) -> bool:
+    """Print each recorded figure beside this run's with its verdict; whether any regressed."""
+    width = max(len(name) for name in recorded) + 2
+    print(f"\n{'figure':<{width}} {'this run':>10} {'recorded':>10}  tolerance        verdict")
+    failed = False
+    for name, value, kept, regressed in verdicts(figures, recorded):
+        tolerance = f"+{kept.get('relative', 0) * 100:.0f}% or +{kept.get('absolute', 0):g}"
+        print(f"{name:<{width}} {value:>10.3f} {kept['value']:>10.3f}  {tolerance:<16} "
+              f"{'REGRESSED' if regressed else 'ok'}")
+        failed |= regressed
+    return failed
+
+
+def record(path: pathlib.Path, figures: dict[str, float]) -> None:
+    """Write this run's figures into the recorded values at `path` (after an improvement)."""
+    data = json.loads(path.read_text())
+    for name in data["figures"]:
+        data["figures"][name]["value"] = round(figures[name], 3)
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,21 +26,22 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from headline import verdicts  # noqa: E402
-from scale import Cluster, run_changes, steady_state  # noqa: E402
+from headline import record, report  # noqa: E402
+from scale import AFTERMATH_S, Cluster, run_changes, steady_state  # noqa: E402
 
 RECORDED = ROOT / "bench" / "scale_guard.json"
 #: The figures' names, in the order the changes are made (`scale.run_changes`).
 CHANGES = ("host_lost", "hosts_added", "half_removed")
 
 
-def measure(hosts: int, slots: int, steady_s: float) -> dict[str, float]:
-    """One cluster of `hosts` x `slots`: its steady state, then the three changes."""
+def measure(hosts: int, slots: int, steady_s: float, aftermath_s: float = AFTERMATH_S) -> dict[str, float]:
+    """One cluster of `hosts` x `slots`: its steady state (from `aftermath_s` after the first
+    generation settled), then the three changes."""
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(pathlib.Path(tmp), hosts, slots, "memory", fleets=2, heartbeat_s=1.0, discovery_s=0.5)
         try:
             cluster.start()
-            steady = steady_state(cluster, steady_s)
+            steady = steady_state(cluster, steady_s, aftermath_s)
             changes = run_changes(cluster)
         finally:
             cluster.close()
@@ -55,6 +56,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=None, help="hosts (default: the recorded size)")
     parser.add_argument("--steady-s", type=float, default=5.0, help="seconds of steady state measured")
+    parser.add_argument("--aftermath-s", type=float, default=AFTERMATH_S,
+                        help="seconds after the first generation before the steady state is measured")
     parser.add_argument("--recorded", type=pathlib.Path, default=RECORDED, help="the recorded values (JSON)")
     parser.add_argument("--record", action="store_true", help="write this run's figures into the recorded values")
     args = parser.parse_args()
@@ -63,19 +66,11 @@ def main() -> int:
     hosts, slots = args.hosts or data["hosts"], data["slots"]
     started = time.monotonic()
     print(f"measuring {hosts} x {slots} (minutes) ...", flush=True)
-    figures = measure(hosts, slots, args.steady_s)
-    print(f"\n{'figure':<24} {'this run':>10} {'recorded':>10}  tolerance        verdict")
-    failed = False
-    for name, value, record, regressed in verdicts(figures, recorded):
-        tolerance = f"+{record.get('relative', 0) * 100:.0f}% or +{record.get('absolute', 0):g}"
-        print(f"{name:<24} {value:>10.3f} {record['value']:>10.3f}  {tolerance:<16} "
-              f"{'REGRESSED' if regressed else 'ok'}")
-        failed |= regressed
+    figures = measure(hosts, slots, args.steady_s, args.aftermath_s)
+    failed = report(figures, recorded)
     print(f"({time.monotonic() - started:.0f} s at {hosts} x {slots}; the recorded values: {args.recorded})")
     if args.record:
-        for name in recorded:
-            recorded[name]["value"] = round(figures[name], 3)
-        args.recorded.write_text(json.dumps(data, indent=2) + "\n")
+        record(args.recorded, figures)
     return 1 if failed else 0
 
 

@@ -18,9 +18,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from ringmaster.common.beat_relay import BEATS_SOCKET, MAX_BEAT_BYTES, RELAY_MARK
 from ringmaster.common.peer_credentials import MAX_SOCKET_PATH, receive
@@ -40,6 +40,35 @@ class _Latest:
     dropped: int = 0  # spans this agent could not carry
 
 
+def workers_socket(path: str, receive_buffer: int | None = None) -> socket.socket | None:
+    """A datagram socket at `path` that learns each sender from the kernel (`SO_PASSCRED`), for
+    the agent's workers to send to; None when the path is too long for a Unix socket."""
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.bind(path)
+    return sock
+
+
+M = TypeVar("M", bound=Message)
+
+
+def worker_message(data: bytes, sender: tuple[int, int] | None, worker_of: Callable[[int], str | None],
+                   kind: type[M]) -> tuple[str, M] | None:
+    """(worker id, message) of a datagram from a worker this agent started, by the kernel's word
+    on the sender (never the datagram's), that is a `kind`; None for anything else."""
+    worker_id = worker_of(sender[0]) if sender is not None and sender[1] == os.getuid() else None
+    if worker_id is None:
+        return None
+    try:
+        return worker_id, kind.FromString(data)
+    except DecodeError:
+        return None
+
+
 class BeatCollector:
     """Receives the workers' beats; `worker_of(pid)` names the worker a process is (None: not ours)."""
 
@@ -51,15 +80,9 @@ class BeatCollector:
         self._latest: dict[str, _Latest] = {}
         self.refused = 0  # datagrams dropped: not from one of our workers, too large, not a heartbeat
         self._relay = False
-        path = os.path.join(self.folder, BEATS_SOCKET)
-        self._sock: socket.socket | None = None
-        if len(path.encode()) <= MAX_SOCKET_PATH:  # (else no relay: the workers keep calling themselves)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
-            sock.bind(path)
-            self._sock = sock
-            threading.Thread(target=self._receive, args=(sock,), daemon=True, name="beats").start()
+        self._sock = workers_socket(os.path.join(self.folder, BEATS_SOCKET), RECEIVE_BUFFER_BYTES)
+        if self._sock is not None:  # (else no relay: the workers keep calling themselves)
+            threading.Thread(target=self._receive, args=(self._sock,), daemon=True, name="beats").start()
 
     @property
     def available(self) -> bool:
@@ -117,14 +140,10 @@ class BeatCollector:
 
     def _take(self, data: bytes, sender: tuple[int, int] | None) -> bool:
         """A datagram from a worker this agent started (by the kernel's word) that is a heartbeat."""
-        worker_id = self._worker_of(sender[0]) if sender is not None and sender[1] == os.getuid() else None
-        if worker_id is None:
+        found = worker_message(data, sender, self._worker_of, pb.WorkerHeartbeatRequest)
+        if found is None:
             return False
-        try:
-            beat = pb.WorkerHeartbeatRequest.FromString(data)
-        except DecodeError:
-            return False
-        self._keep(worker_id, beat)
+        self._keep(*found)
         return True
 
     def _keep(self, worker_id: str, beat: pb.WorkerHeartbeatRequest) -> None:

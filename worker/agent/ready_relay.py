@@ -18,18 +18,17 @@ that went away.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from typing import Any, Callable
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from ringmaster.common.beat_relay import MAX_READY_BYTES, READY_SOCKET
-from ringmaster.common.peer_credentials import MAX_SOCKET_PATH, receive
+from ringmaster.common.peer_credentials import receive
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.settings import EXIT_REPORT_RPC_TIMEOUT_S
+from ringmaster.worker.agent.beat_relay import worker_message, workers_socket
 
 #: Seconds the first `Ready` of a batch waits for the host's others (unless all came sooner).
 GATHER_S = 0.02
@@ -52,15 +51,10 @@ class ReadyCarrier:
         self._first_at = 0.0
         self._closed = False
         self.refused = 0  # datagrams dropped: not from one of our workers, too large, not a Ready
-        path = os.path.join(folder, READY_SOCKET)
-        self._sock: socket.socket | None = None
-        if folder and len(path.encode()) <= MAX_SOCKET_PATH:  # (else the workers call themselves)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            sock.bind(path)
-            self._sock = sock
-            threading.Thread(target=receive, args=(sock, MAX_READY_BYTES, self._take, self._refuse), daemon=True,
-                             name="ready-in").start()
+        self._sock = workers_socket(os.path.join(folder, READY_SOCKET)) if folder else None
+        if self._sock is not None:  # (else the workers call themselves)
+            threading.Thread(target=receive, args=(self._sock, MAX_READY_BYTES, self._take, self._refuse),
+                             daemon=True, name="ready-in").start()
             self._out = threading.Thread(target=self._carry, daemon=True, name="ready-out")
             self._out.start()
 
@@ -81,13 +75,10 @@ class ReadyCarrier:
 
     def _take(self, data: bytes, sender: tuple[int, int] | None) -> bool:
         """A datagram from a worker this agent started (by the kernel's word) that is a `Ready`."""
-        worker_id = self._worker_of(sender[0]) if sender is not None and sender[1] == os.getuid() else None
-        if worker_id is None:
+        found = worker_message(data, sender, self._worker_of, pb.ReadyRequest)
+        if found is None:
             return False
-        try:
-            ready = pb.ReadyRequest.FromString(data)
-        except DecodeError:
-            return False
+        worker_id, ready = found
         ready.worker_id = worker_id  # (who sent it is the kernel's word, not the datagram's)
         with self._cond:
             if not self._pending:
