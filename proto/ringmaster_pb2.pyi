@@ -240,14 +240,18 @@ class GenerationOver(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., reason: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class HostsUpdated(_message.Message):
-    __slots__ = ("sequence", "reason", "checkpoint")
+    __slots__ = ("sequence", "reason", "checkpoint", "placed", "generation")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    PLACED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     reason: str
     checkpoint: bool
-    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
+    placed: bool
+    generation: int
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ..., checkpoint: _Optional[bool] = ..., placed: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class HostsAnnounced(_message.Message):
     __slots__ = ("sequence", "reason")

@@ -11,6 +11,7 @@ from ringmaster.rendezvous.control.effects import (
     RunWorkers,
     StopAgent,
     StopLaunchedAgent,
+    UpdateHosts,
     WorkerEffect,
     WorkerLaunch,
 )
@@ -82,6 +83,16 @@ class Rig:
             self.worker_connected(wid, 1)
             self.worker_heartbeat(wid, 0, True)
         return ids
+
+
+    def commit_at_update(self, ids: list[str], generation: int) -> None:
+        """Members reach their commit at a host update, as real workers do: the one its update
+        did not place unasked (`UpdateHosts.placed`) reports it with its `Ready`, the others wait
+        for their word."""
+        for worker_id in ids:
+            update = self.last(worker_id, UpdateHosts)
+            if not update.placed:
+                self.worker_ready(worker_id, generation, "", True)
 
 
 def record(rig: Rig) -> dict[str, dict]:

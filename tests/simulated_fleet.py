@@ -9,10 +9,10 @@ when the rendezvous asks agents to carry them: the simulated agent then reads it
 figures itself at each of its beats, where a real one relays the newest datagram each worker
 sent it, so that 32,768 workers do not cost the client processes 32,768 timers a second),
 `Ready` once warm, again after a "generation over" that does not place it unasked, and at its
-next commit after a "hosts updated"; its agent hands it the messages the rendezvous sent for
-the whole host, and (while it carries their beats) carries its workers' `Ready`s together in one
-`CarryReady`, as worker/agent/ready_relay.py does. No process is started and nothing trains:
-what is measured is the rendezvous.
+next commit after a "hosts updated" that does not (the one member that reports the commit); its
+agent hands it the messages the rendezvous sent for the whole host, and (while it carries their
+beats) carries its workers' `Ready`s together in one `CarryReady`, as worker/agent/ready_relay.py
+does. No process is started and nothing trains: what is measured is the rendezvous.
 
 `FleetProcess` runs a `Fleet` (a share of the hosts) in a child process driven over a pipe, so
 the harness can spread the clients over processes; everything it answers is small (a summary
@@ -48,6 +48,8 @@ from ringmaster.worker.agent.ready_relay import GATHER_S
 SESSION_ATTEMPTS = 5
 #: Seconds a simulated worker takes to restore its last commit after a "generation over".
 ROLLBACK_S = 0.01
+#: Seconds a simulated newcomer warms up between opening its session and its `Ready`.
+WARMUP_S = 0.1
 #: Hosts that share one gRPC connection (an agent's stream and its workers' fit HTTP/2's stream limit).
 HOSTS_PER_CHANNEL = 10
 
@@ -235,11 +237,9 @@ class Fleet:
     # ------------------------------------------------------------ workers
     async def _worker(self, worker: SimWorker, start_generation: int) -> None:
         """A worker started into `start_generation` waits for its assignment; a newcomer (0)
-        warms up (at once, here) and asks for the next generation. A session that breaks is
-        opened again saying what the worker waits for, as a worker's `Link` does."""
+        opens its session, warms up (WARMUP_S here) and asks for the next generation. A session
+        that breaks is opened again saying what the worker waits for, as a worker's `Link` does."""
         worker.tasks.append(asyncio.create_task(self._worker_beats(worker)))
-        if start_generation == 0:
-            worker.waiting = (0, "")
         for attempt in range(SESSION_ATTEMPTS):
             waiting = worker.waiting
             hello = pb.WorkerHello(worker_id=worker.worker_id, host=worker.host, pid=os.getpid(), elastic=True,
@@ -248,7 +248,7 @@ class Fleet:
             worker.call = self._stub(worker.host).WorkerSession(
                 hello, metadata=self._sign("WorkerSession", worker.identity, worker.key, hello), wait_for_ready=True)
             if attempt == 0 and start_generation == 0:
-                await self._ready(worker, 0, "")
+                worker.tasks.append(asyncio.create_task(self._warm_up(worker)))
             try:
                 async for event in worker.call:
                     if not await self._on_event(worker, event):
@@ -262,6 +262,12 @@ class Fleet:
                 await asyncio.sleep(random.uniform(0.5, 1.0) * 2 ** attempt)  # (backing off, as a worker does)
         worker.gone = True
 
+    async def _warm_up(self, worker: SimWorker) -> None:
+        """A newcomer's warm-up: a real one builds its model for seconds after its session opened;
+        at once, its `Ready` would reach the rendezvous before its session did."""
+        await asyncio.sleep(WARMUP_S)
+        await self._ready(worker, 0, "")
+
     async def _on_event(self, worker: SimWorker, event: pb.WorkerEvent) -> bool:
         """What a worker does with a message of its session; False when it leaves."""
         kind = event.WhichOneof("event")
@@ -269,7 +275,8 @@ class Fleet:
             worker.hosts_sequence = event.hosts_updated.sequence
             worker.commits += 1  # (its next commit comes at once) ...
             worker.stopped_at = worker.stopped_at or time.monotonic()
-            await self._ready(worker, worker.generation, "")  # ... and raises HostsUpdatedInterrupt
+            if not event.hosts_updated.placed:  # (... raises HostsUpdatedInterrupt, and reports it)
+                await self._ready(worker, worker.generation, "")
         elif kind in ("retire", "job_ended"):
             return False
         else:

@@ -26,7 +26,7 @@ from ringmaster.common.errors import Refused
 from ringmaster.common.events import Event, Kind
 from ringmaster.discovery import Blacklist
 from ringmaster.rendezvous.control.drains import Drains
-from ringmaster.rendezvous.control.effects import AnnounceHosts, Effect, EndGeneration, StopAgent, UpdateHosts
+from ringmaster.rendezvous.control.effects import Effect, EndGeneration, StopAgent
 from ringmaster.rendezvous.control.fact_decisions import FactDecisions
 from ringmaster.rendezvous.control.facts import (
     Fact,
@@ -207,6 +207,7 @@ class Coordinator:
             raise Refused(f"worker {worker_id!r} is not part of this job")
         if not worker.live or worker.stopping:
             raise Refused(f"worker {worker_id} is being stopped")
+        placed_first = worker.phase is Phase.READY or (worker.phase is Phase.MEMBER and not worker.registered)
         worker.registered, worker.pid, worker.last_heartbeat = True, pid, now
         job.emit(now, Kind.WORKER_CONNECTED, worker=worker_id, pid=pid)
         if worker.phase is Phase.SPAWNING:
@@ -218,24 +219,17 @@ class Coordinator:
             job.outbox.append(EndGeneration(worker_id, worker.generation,
                                             f"generation {worker.generation} ended before this worker connected",
                                             rejoin=False))
-        if worker.phase is Phase.MEMBER and gen is not None:
-            if gen.over is not None:
-                job.outbox.append(EndGeneration(worker_id, gen.number, gen.over, rejoin=worker.elastic))
-            else:
-                job.send_assignment(worker)
-                if gen.update_sequence and worker.phase is Phase.MEMBER:
-                    # A host update went out while its session was closed: say it again, or it
-                    # trains on alone at its next commit while the others wait for it.
-                    job.outbox.append(UpdateHosts(worker_id, gen.update_sequence,
-                                                  "the hosts changed while this worker was reconnecting", False))
-                elif gen.announced_sequence and worker.phase is Phase.MEMBER:
-                    job.outbox.append(AnnounceHosts(worker_id, gen.announced_sequence,
-                                                    "newcomers were announced while this worker was reconnecting"))
+        self.formation.updates.retell(worker)
         placed = (
             worker.phase is Phase.MEMBER and gen is not None and gen.over is None and gen.number > (waiting_after or 0)
         )
         if waiting_after is not None and not placed:
             self.worker_ready(worker_id, waiting_after, failure, elastic, now)
+            return
+        if waiting_after is None and placed_first and (gen is None or (gen.over is None and not gen.update_sequence)):
+            # A newcomer whose `Ready` (carried by its agent, another way in) or even its place
+            # came before its session did: its session opening decides nothing (512 newcomers
+            # under load were 20 passes over a 2,048-host job).
             return
         connecting = self._quiet.connecting
         if waiting_after is None and QuietInputs.passed_over(worker_id, connecting, connecting):
@@ -288,6 +282,7 @@ class Coordinator:
             raise Refused(f"worker {worker_id} was already counted as failed ({worker.failed})")
         if worker.stopping:
             raise Refused(f"worker {worker_id} is leaving the job")
+        asked_before = worker.phase is Phase.READY and (worker.elastic or not elastic)
         worker.elastic = worker.elastic or elastic
         self.job.emit(now, Kind.WORKER_READY, worker=worker_id, after_generation=after_generation, failure=failure)
         news = bool(failure) and self._news_of_failure(after_generation)
@@ -296,12 +291,19 @@ class Coordinator:
         if worker.phase is Phase.MEMBER and worker.generation > after_generation:
             worker.last_heartbeat = now
             return  # it asks for what it holds already (assigned before it asked: `Formation._rejoins_at_once`)
+        if asked_before and not news and not awaits_hosts:
+            worker.last_heartbeat = now
+            return  # asked again (its session reopened saying it waits, a `Ready` said twice): nothing new
         if awaits_hosts and not failure and worker.generation == after_generation:
             self.formation.updates.awaits_announced(worker, awaits_hosts, now)
+        reached = self.formation.updates.reached(worker, after_generation, failure, now)
         if worker.phase is not Phase.EXITED:
             worker.move(Phase.READY)
             worker.ready_at = now
         worker.last_heartbeat = now
+        if reached:
+            self._unsettled = True  # (every member is at the update's commit: the next ring forms now)
+            return
         if not news and QuietInputs.passed_over(worker_id, self._quiet.quiet_ready, self._quiet.waiting):
             return  # (the generation still waits for others: no pass needed)
         if not news and QuietInputs.passed_over(worker_id, self._quiet.warming, self._quiet.warming):

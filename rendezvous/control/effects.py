@@ -105,6 +105,10 @@ class UpdateHosts:
     sequence: int
     reason: str
     checkpoint: bool = False  # rank 0 makes the commit durable before anyone leaves (a drain leaves too few)
+    #: Told its next place (or to leave) unasked once a member reports the commit (`HostUpdates.send`),
+    #: in `generation`.
+    placed: bool = False
+    generation: int = 0
 
 
 @dataclass(frozen=True)

@@ -160,8 +160,8 @@ class Formation:
             reason = over.get(worker.worker_id) or f"host {worker.host} left the job"
             if job.is_member(worker) and gen is not None and gen.over is None:
                 policy = policy_of(worker)
-                if policy.leaves_at_commit(worker):
-                    continue  # leaves at its next commit, through a host update
+                if policy.leaves_at_commit(worker) and gen.update_reached_at is None:
+                    continue  # leaves at its next commit, through a host update (reached: it is there)
                 if not policy.rejoins(worker):
                     job.end_generation(reason, now)  # plain job: restart without the host
             job.retire(worker, reason, now)
@@ -220,10 +220,13 @@ class Formation:
         back and asks for the next generation by itself, so the next is formed without waiting
         for its `Ready` (which would cost a call per worker and a pass per call, the most of a
         large job's recovery). Its assignment waits in its session until it asks; a `Ready` it
-        still sends for the failed generation is already answered (`Coordinator.worker_ready`)."""
+        still sends for the failed generation is already answered (`Coordinator.worker_ready`).
+        The same for a member of a generation that a host update interrupts, once one member
+        said it reached the update's commit (`HostUpdates.reached`): they all did."""
         gen = self.job.generation
-        return (gen is not None and gen.over is not None and worker.phase is Phase.MEMBER
-                and worker.generation == gen.number and worker.registered and worker.elastic)
+        return (gen is not None and (gen.over is not None or gen.update_reached_at is not None)
+                and worker.phase is Phase.MEMBER and worker.generation == gen.number and worker.registered
+                and worker.elastic)
 
     def _next_generation(self, now: float) -> None:
         job = self.job

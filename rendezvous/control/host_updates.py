@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ringmaster.common.events import Kind
-from ringmaster.rendezvous.control.effects import AnnounceHosts, UpdateHosts
+from ringmaster.rendezvous.control.effects import AnnounceHosts, EndGeneration, UpdateHosts
 from ringmaster.rendezvous.control.host_pool import HostPool
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.listing import listed
@@ -41,7 +41,7 @@ class HostUpdates:
         if gen.awaited_at is not None:  # members reset for the announcement: the update is theirs now
             reason = "the workers awaited the announced hosts"
             job.causes.add_kinds_if_none(reason, {ResetCause.HOST_ADDED})
-            self.send(members, reason, now)
+            self.send(members, reason, now, placed=False)  # (they asked already)
             return
         policy = generation_policy(members, job.settings.elastic)
         if not policy.grows_in_place():
@@ -98,9 +98,16 @@ class HostUpdates:
                 warming.append(w)
         return ready, warming
 
-    def send(self, members: list[Worker], reason: str, now: float) -> None:
+    def send(self, members: list[Worker], reason: str, now: float, placed: bool = True) -> None:
         """Interrupt the generation at its next commit (a higher sequence than any sent: the
-        newest wins); with a checkpoint first when a drain asked for one."""
+        newest wins); with a checkpoint first when a drain asked for one.
+
+        Every member raises at the same commit (its allreduce agrees on the newest update), so
+        one member's word that it reached it is every member's: with `placed`, the first live
+        member reports it (its `Ready`) and the others are told their next place or to leave
+        without asking (`reached`, `Formation._rejoins_at_once`). A `Ready` from each of 32,768
+        members was most of a large job's growth (a carried call per host, a pass, the members'
+        pause waiting for the slowest)."""
         job = self.job
         gen = job.generation
         assert gen is not None
@@ -108,9 +115,26 @@ class HostUpdates:
         gen.update_sequence = job.hosts_sequence
         job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
         checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
+        reporter = None
         for w in members:
             if w.live and w.registered:
-                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint))
+                if placed and reporter is None and not w.stopping:
+                    reporter = w.worker_id
+                promised = placed and w.worker_id != reporter
+                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint,
+                                              promised, gen.number))
+
+    def reached(self, worker: Worker, after_generation: int, failure: str, now: float) -> bool:
+        """A member's `Ready` after its commit at the pending host update, the first: every
+        live member is at that commit (or fails), so the next ring forms now (True: it needs a
+        pass even if other members' `Ready`s are still awaited)."""
+        gen = self.job.generation
+        if (failure or gen is None or gen.over is not None or not gen.update_sequence or gen.awaited_at is not None
+                or gen.update_reached_at is not None or after_generation != gen.number
+                or worker.worker_id not in gen.member_set):
+            return False
+        gen.update_reached_at = now
+        return True
 
     def announce(self, members: list[Worker], warming: list[Worker], now: float) -> None:
         """Tell a healthy generation's members at once that newcomers are coming (once per
@@ -130,6 +154,27 @@ class HostUpdates:
         for w in members:
             if w.live and w.registered:
                 job.outbox.append(AnnounceHosts(w.worker_id, gen.announced_sequence, reason))
+
+    def retell(self, worker: Worker) -> None:
+        """What a member that (re)connects is told again: its generation's end, or its place and
+        the host update or announcement its generation had (a session closed meanwhile missed
+        them, and a rendezvous that took over cannot know which it heard)."""
+        job = self.job
+        gen = job.generation
+        if worker.phase is not Phase.MEMBER or gen is None:
+            return
+        if gen.over is not None:
+            job.outbox.append(EndGeneration(worker.worker_id, gen.number, gen.over, rejoin=worker.elastic))
+            return
+        job.send_assignment(worker)
+        if gen.update_sequence:
+            # A host update went out while its session was closed: say it again, or it trains on
+            # alone at its next commit while the others wait for it.
+            job.outbox.append(UpdateHosts(worker.worker_id, gen.update_sequence,
+                                          "the hosts changed while this worker was reconnecting", False))
+        elif gen.announced_sequence:
+            job.outbox.append(AnnounceHosts(worker.worker_id, gen.announced_sequence,
+                                            "newcomers were announced while this worker was reconnecting"))
 
     def awaits_announced(self, worker: Worker, sequence: int, now: float) -> bool:
         """A member reset for its generation's announcement (its script awaited the change):

@@ -130,6 +130,7 @@ def _hosts_updated(event: pb.WorkerEvent, effect: UpdateHosts, ends: EndGenerati
     update = event.hosts_updated
     update.SetInParent()
     update.sequence, update.reason, update.checkpoint = effect.sequence, effect.reason, effect.checkpoint
+    update.placed, update.generation = effect.placed, effect.generation
 
 
 def _hosts_announced(event: pb.WorkerEvent, effect: AnnounceHosts, ends: EndGeneration | None) -> None:

@@ -131,8 +131,7 @@ def test_a_new_generation_rewrites_only_the_generation_and_the_workers_that_chan
     for worker_id in rig.specs("d"):
         rig.worker_connected(worker_id, 1)
         rig.worker_ready(worker_id, 0, "", True)
-    for worker_id in ids[:8]:
-        rig.worker_ready(worker_id, 2, "", True)
+    rig.commit_at_update(ids[:8], 2)
     assert rig.gen().number == 3 and rig.gen().order == tuple(range(12))
     puts, deletes = job_record.diff(after, record(rig))
     assert [key for key in [*puts, *deletes] if key.startswith("members/")] == ["members/8"]
@@ -475,8 +474,7 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
         # workers' keys, with as many of its runs as fit.
         transactions.clear()
         rig.set_hosts({f"h{i}": 1 for i in range(300) if i % 2})
-        for worker_id in list(rig.gen().member_ids):
-            rig.worker_ready(worker_id, 2, "", True)
+        rig.commit_at_update(list(rig.gen().member_ids), 2)
         assert rig.gen().number == 3 and len(rig.gen().members) == 149
         await journal.save(record(rig))
         assert len(transactions) > 1 and prefix + "state/generation" in transactions[-1][0]
@@ -524,8 +522,7 @@ def test_an_operators_drain_outlives_the_rendezvous_that_took_it() -> None:
     rig = Rig(min_np=1, max_np=8)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.drain_host("b", 30.0)
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.worker_exited("b", ids[1], 0, 0, False)
     values = record(rig)
     assert values["hosts/b"]["drain"]["done"] and values["hosts/b"]["drain"]["source"] == "operator"

@@ -74,7 +74,8 @@ def test_killed_host_finishes_smaller_without_losing_committed_work(run_job, tmp
 @pytest.mark.parametrize("relay", ["auto", "always"], ids=["own-calls", "carried-by-agents"])
 def test_scale_up_then_down_follows_discovery(run_job, tmp_path, relay) -> None:
     """A small job's workers ask for each new ring themselves; a large job's agents carry their
-    host's `Ready`s together (forced here with --heartbeat-relay always: ready_relay.py)."""
+    host's `Ready`s together (forced here with --heartbeat-relay always: ready_relay.py). At a
+    host update one member reports the commit, and every member is placed or retired unasked."""
     script, hosts = discovery_script(tmp_path, {"hostA": 2})
     logs_dir, stop = tmp_path / "log", tmp_path / "stop"
     # Declared head first: the survivors rebuilt their buckets after their first step; the ring
@@ -90,10 +91,12 @@ def test_scale_up_then_down_follows_discovery(run_job, tmp_path, relay) -> None:
     assert grown["generation"] == 2, "both newcomers should join in one reset:\n" + job.output
     readies = scrape(job.api_url)
     by_agents, own = (readies.get(("ringmaster_worker_ready_total", (("via", v),)), 0) for v in ("agent", "worker"))
-    if relay == "always":  # (hostA's members answered the host update through their agent at least)
-        assert by_agents >= 2, readies
+    # At the host update one member reports the commit; the other is placed without asking
+    # (`HostsUpdated.placed`), unless its place takes longer than its notice to come.
+    if relay == "always":  # (the member that reported answered through its agent at least)
+        assert by_agents >= 1 and by_agents + own >= 3, readies
     else:
-        assert by_agents == 0 and own >= 4, readies
+        assert by_agents == 0 and own >= 3, readies
     hosts.write_text("hostA:2\nhostB:2\nhostC:many\n")
     job.wait_status(lambda s: any("hostC:many" in e for e in s["events"]), 60, "the bad discovery line to be reported")
     steps = job.status()["steps"]

@@ -81,6 +81,7 @@ class RendezvousLink:
         # must ask once it is out of the generation's collectives), and those it asked after
         self._unpromised: set[int] = set()
         self._asked: set[int] = set()
+        self._placed_at_update: set[int] = set()  # generations whose host update places this worker unasked
         self._hosts_sequence = 0
         self._checkpoint_sequence = 0  # the newest host update that asked for a durable commit first
         self._announced_sequence = 0  # the newest announcement of newcomers (`HostsAnnounced`)
@@ -162,12 +163,17 @@ class RendezvousLink:
         without being asked (`GenerationOver.rejoin`): the worker waits up to REJOIN_NOTICE_S
         (a large job's: REJOIN_NOTICE_LARGE_S) for that word and then only for its place. What it
         would have said goes with a `Ready` only if the word does not come (a failure the
-        rendezvous cannot see: a partition between workers)."""
+        rendezvous cannot see: a partition between workers).
+
+        At a host update's commit a member told it is placed unasked (`HostsUpdated.placed`: one
+        member reports the commit, and it is every member's) waits as long for its place or
+        its retirement, and asks only if neither comes."""
         with self._cond:
             if self._placed_after(after_generation):
                 return  # assigned already (after a failure the rendezvous does not wait to be asked)
             self._waiting = (after_generation, failure)
-            notice = (REJOIN_NOTICE_LARGE_S if self._relay.relaying() else REJOIN_NOTICE_S) if failure else 0.0
+            unasked = bool(failure) or after_generation in self._placed_at_update
+            notice = (REJOIN_NOTICE_LARGE_S if self._relay.relaying() else REJOIN_NOTICE_S) if unasked else 0.0
             deadline = time.monotonic() + notice
             while not self._placed_after(after_generation) and after_generation not in self._over:
                 remaining = deadline - time.monotonic()
@@ -176,6 +182,8 @@ class RendezvousLink:
                 self._cond.wait(remaining)
             if self._placed_after(after_generation) or self._promised(after_generation):
                 return  # placed already, or sure to be: no call
+            if unasked and (self._retired is not None or self._ended is not None):
+                return  # told to leave instead (`wait_assignment` raises it)
             awaits, self._awaits_hosts = (0 if failure else self._awaits_hosts), 0
             self._asked.add(after_generation)
         request = pb.ReadyRequest(worker_id=self.worker_id, after_generation=after_generation, failure=failure,
@@ -407,6 +415,8 @@ class RendezvousLink:
                     self._unpromised.add(event.generation_over.generation)
             elif kind == "hosts_updated":
                 self._hosts_sequence = max(self._hosts_sequence, event.hosts_updated.sequence)
+                if event.hosts_updated.placed:
+                    self._placed_at_update.add(event.hosts_updated.generation)
                 if event.hosts_updated.checkpoint:
                     self._checkpoint_sequence = max(self._checkpoint_sequence, event.hosts_updated.sequence)
             elif kind == "hosts_announced":

@@ -209,8 +209,8 @@ def test_removed_host_leaves_at_the_next_commit() -> None:
     rig.set_hosts({"a": 1})
     assert rig.last(ids[0], UpdateHosts).reason == "host(s) leaving: b"
     assert ids[1] in rig.specs("b")  # not killed mid-step
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    assert not rig.last(ids[0], UpdateHosts).placed and rig.last(ids[1], UpdateHosts).placed
+    rig.worker_ready(ids[0], 1, "", True)  # it reports the commit: ids[1] is at it too, and leaves unasked
     assert rig.kinds(ids[1])[-1] == Retire
     assert [a.worker_id for a in rig.coordinator.generation.members] == [ids[0]]
     rig.now += rig.coordinator.settings.stop_grace_s
@@ -225,8 +225,7 @@ def test_a_host_that_keeps_fewer_slots_gives_up_its_highest_ones_at_the_next_com
     assert rig.last(ids[0], UpdateHosts).reason == "fewer slots on a"
     on_a = sorted(rig.specs("a"))
     assert len(on_a) == 3  # not killed mid-step
-    for worker_id in ids:
-        rig.worker_ready(worker_id, 1, "", True)
+    rig.commit_at_update(ids, 1)
     members = [a.worker_id for a in rig.coordinator.generation.members]
     assert len(members) == 3 and sum(1 for m in members if m.startswith("a/")) == 2
     (gone,) = [w for w in ids if w not in members]
@@ -774,8 +773,7 @@ def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
         rig.scale(0)
     rig.scale(2)
     assert rig.last(ids[0], UpdateHosts).reason == "scaling down to 2 workers"
-    for wid in ids:
-        rig.worker_ready(wid, 1, "", True)
+    rig.commit_at_update(ids, 1)
     assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2]
     assert rig.kinds(ids[2])[-1] == Retire and rig.kinds(ids[3])[-1] == Retire
     for wid in ids[2:]:
@@ -785,8 +783,7 @@ def test_scale_down_then_up_keeps_rank_zero_and_refills() -> None:
     (newcomer,) = rig.specs("b")
     rig.worker_connected(newcomer, 9)
     rig.worker_ready(newcomer, 0, "", True)
-    for wid in ids[:2]:
-        rig.worker_ready(wid, 2, "", True)
+    rig.commit_at_update(ids[:2], 2)
     assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2] + [newcomer]
 
 
@@ -808,8 +805,7 @@ def test_retiring_workers_are_never_taken_back() -> None:
     rig = Rig(min_np=1, max_np=4)
     ids = rig.start_elastic({"a": 2, "b": 2})
     rig.scale(2)
-    for wid in ids:
-        rig.worker_ready(wid, 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.scale(4)  # before b's retiring workers have exited
     fresh = sorted(set(rig.specs("b")) - set(ids))
     assert len(fresh) == 2
@@ -817,8 +813,7 @@ def test_retiring_workers_are_never_taken_back() -> None:
     for wid in fresh:
         rig.worker_connected(wid, 7)
         rig.worker_ready(wid, 0, "", True)
-    for wid in ids[:2]:
-        rig.worker_ready(wid, 2, "", True)
+    rig.commit_at_update(ids[:2], 2)
     assert [a.worker_id for a in rig.coordinator.generation.members] == ids[:2] + fresh
 
 
@@ -835,8 +830,7 @@ def test_agent_of_a_departed_host_leaves_without_blame() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.set_hosts({"a": 1})
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.worker_exited("b", ids[1], 0, 0, False)
     rig.agent_disconnected("b")
     assert not rig.coordinator.pool.blacklist.is_blacklisted("b", rig.now)
@@ -994,8 +988,7 @@ def test_resets_name_their_causes_and_recovery_ends_at_rank_zeros_first_commit()
     rig.worker_heartbeat(ids[0], 7, True)
     assert len(recovered()) == 1  # once per failure
     rig.scale(1)
-    rig.worker_ready(ids[0], 2, "", True)
-    rig.worker_ready(ids[1], 2, "", True)
+    rig.commit_at_update(ids[:2], 2)
     assert formed()[-1]["causes"] == ["scale"]
     rig.worker_heartbeat(ids[0], 8, True)
     assert len(recovered()) == 1  # a scale-down is no failure to recover from
@@ -1029,8 +1022,9 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
     """A large job's start and host updates bring one input per member: a pass each (over every
     host and worker) made them quadratic. Members connecting, entering hvd.elastic.run and
     reaching their commit for an update are passed over, except the first that matters and the
-    last, whose input decides; a member on a host that leaves is passed over too, and retired by
-    the pass that forms the next generation (a pass per leaving member retired them one by one)."""
+    last, whose input decides. At a host update only one member reports the commit (every
+    member is at it: the commit's allreduce agrees on the update); the others are placed, or
+    retired where their host leaves, by the pass that forms the next generation, unasked."""
     rig = Rig(min_np=1)
     rig.set_hosts({"a": 2, "b": 2, "c": 2})
     for pid, host in enumerate("abc", start=100):
@@ -1044,25 +1038,48 @@ def test_inputs_that_change_nothing_but_themselves_need_no_pass_until_the_last()
         rig.worker_heartbeat(wid, 0, True)
     assert len(passes) == 4  # the first inside hvd.elastic.run, and the last
     rig.set_hosts({"a": 2, "b": 2})  # c leaves: its members leave at their next commit
-    assert all(rig.last(w, UpdateHosts) for w in ids)
+    updates = {w: rig.last(w, UpdateHosts) for w in ids}
+    assert [w for w in ids if not updates[w].placed] == [ids[0]]  # one member reports the commit
+    assert {u.generation for u in updates.values()} == {1}
     del passes[:]
     on_a_or_b, on_c = [w for w in ids if not w.startswith("c/")], [w for w in ids if w.startswith("c/")]
-    for wid in on_a_or_b[:-1]:
-        rig.worker_ready(wid, 1, "", True)
-    assert passes == []  # nothing to do while others still train in generation 1
-    rig.worker_ready(on_c[0], 1, "", True)
-    rig.worker_ready(on_c[1], 1, "", True)
-    assert passes == [] and not any(rig.kinds(w)[-1] == Retire for w in on_c)  # its host leaves: at the last
-    rig.worker_ready(on_a_or_b[-1], 1, "", True)  # the last: the next generation forms
+    rig.tick()
+    assert len(passes) == 1 and not any(rig.kinds(w)[-1] == Retire for w in on_c)  # nobody reported yet
+    del passes[:]
+    rig.worker_ready(ids[0], 1, "", True)  # the report: every member is at the commit
     assert len(passes) == 1 and rig.coordinator.generation.number == 2
-    assert sorted(a.worker_id for a in rig.coordinator.generation.members) == sorted(on_a_or_b)
+    assert [a.worker_id for a in rig.coordinator.generation.members] == on_a_or_b  # in their order
+    assert all(rig.last(w, Assign).generation == 2 for w in on_a_or_b)
     assert all(rig.kinds(w)[-1] == Retire for w in on_c)  # retired by the pass that formed it
     del passes[:]
+    rig.worker_ready(on_a_or_b[-1], 1, "", True)  # its place came after it asked: answered already
+    with pytest.raises(Refused, match="is leaving the job"):  # (the worker leaves on this answer too)
+        rig.worker_ready(on_c[0], 1, "", True)
+    assert passes == [] and rig.coordinator.generation.number == 2
     for wid in on_c:
         rig.worker_disconnected(wid)
     assert passes == []  # a retired worker's session closing decides nothing: no pass
     rig.worker_disconnected(on_a_or_b[0])
     assert len(passes) == 1 and rig.coordinator.generation.over  # a member's: its failure, at once
+
+
+def test_a_newcomer_whose_ready_or_place_came_before_its_session_costs_no_pass() -> None:
+    """A large job's newcomers send their `Ready` through their agent, another way in than their
+    session: under load a session opens after the `Ready`, even after its newcomer was placed.
+    Its opening decides nothing (20 passes over a 2,048-host job's growth)."""
+    rig = Rig(min_np=2, max_np=16)
+    ids, newcomers = _newcomers_on_b(rig, 2)
+    passes = _passes(rig)
+    rig.worker_ready(newcomers[0], 0, "", True)  # before its session
+    rig.worker_connected(newcomers[0], 2)
+    assert passes == []
+    rig.worker_ready(newcomers[1], 0, "", True)  # the last to warm up: the members are interrupted
+    assert len(passes) == 1 and all(UpdateHosts in rig.kinds(w) for w in ids)
+    rig.commit_at_update(ids, 1)
+    assert rig.gen().number == 2 and newcomers[1] in rig.gen().member_set
+    del passes[:]
+    rig.worker_connected(newcomers[1], 3)  # placed before its session opened
+    assert passes == [] and rig.last(newcomers[1], Assign).generation == 2
 
 
 def test_newcomers_warming_up_together_cost_one_pass_when_the_last_is_warm() -> None:
@@ -1080,6 +1097,8 @@ def test_newcomers_warming_up_together_cost_one_pass_when_the_last_is_warm() -> 
         rig.worker_heartbeat(wid, 0, True)
     for wid in newcomers[:-1]:
         rig.worker_ready(wid, 0, "", True)
+    rig.worker_ready(newcomers[0], 0, "", True)  # asked again (a session reopened saying it waits): nothing new
+    rig.worker_connected(newcomers[0], 2, 0)
     assert passes == [] and not any(UpdateHosts in rig.kinds(w) for w in ids)
     rig.worker_ready(newcomers[-1], 0, "", True)  # the last: the members are interrupted
     assert len(passes) == 1 and all(UpdateHosts in rig.kinds(w) for w in ids)
@@ -1114,8 +1133,7 @@ def test_a_member_that_reconnects_during_a_host_update_is_told_it_again() -> Non
     rig.worker_events.clear()
     rig.worker_connected(ids[0], 11)  # its session to the new leader
     assert rig.last(ids[0], UpdateHosts).sequence == sent
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.worker_ready(ids[0], 1, "", True)  # (told again, unplaced: it reports the commit)
     assert rig.gen().number == 2 and [a.worker_id for a in rig.gen().members] == [ids[0]]
     rig.worker_connected(ids[0], 11)  # a session opened with no update pending: none
     assert rig.kinds(ids[0])[-1] is not UpdateHosts

@@ -32,8 +32,7 @@ def test_a_drained_host_leaves_at_the_next_commit_without_a_rollback_or_blacklis
     assert update.reason == "host(s) leaving: b" and not update.checkpoint
     assert ids[1] in rig.specs("b")  # not stopped mid-step
     assert EndGeneration not in rig.kinds(ids[0])
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     assert rig.kinds(ids[1])[-1] == Retire
     assert members(rig) == [ids[0]]
     rig.worker_exited("b", ids[1], 0, 0, False)
@@ -49,8 +48,7 @@ def test_an_undrained_host_comes_back() -> None:
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.drain_host("b", 30.0)
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.worker_exited("b", ids[1], 0, 0, False)
     assert rig.undrain_host("b") is True
     assert events(rig, Kind.HOST_UNDRAINED)[0]["host"] == "b"
@@ -88,8 +86,7 @@ def test_an_agents_own_drain_lets_it_go_and_its_session_closing_is_no_loss() -> 
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.drain_host("b", 25.0, source=DrainSource.SIGNAL, reason="SIGTERM", incarnation="incarnation-1")
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.worker_exited("b", ids[1], 0, 0, False)
     assert isinstance(rig.agents["b"], StopAgent)
     rig.agent_disconnected("b")
@@ -108,8 +105,7 @@ def test_a_drained_hosts_agent_closing_before_its_retired_workers_exit_report_is
     rig = Rig(min_np=1)
     ids = rig.start_elastic({"a": 1, "b": 1})
     rig.drain_host("b", 25.0, source=DrainSource.SIGNAL, reason="SIGTERM", incarnation="incarnation-1")
-    rig.worker_ready(ids[0], 1, "", True)
-    rig.worker_ready(ids[1], 1, "", True)
+    rig.commit_at_update(ids, 1)
     assert rig.kinds(ids[1])[-1] == Retire and members(rig) == [ids[0]]
     generation = rig.gen()
     rig.agent_disconnected("b")  # before the retired worker's exit report
@@ -145,8 +141,8 @@ def test_draining_every_host_checkpoints_and_the_job_waits_for_hosts() -> None:
     rig.drain_host("a", 30.0)
     rig.drain_host("b", 30.0)
     assert rig.last(ids[0], UpdateHosts).checkpoint
-    for wid in ids:
-        rig.worker_ready(wid, 1, "", True)
+    rig.commit_at_update(ids, 1)
+    assert all(rig.kinds(w)[-1] == Retire for w in ids)  # at the reported commit, none asking
     for wid, host in zip(ids, "ab"):
         rig.worker_exited(host, wid, 0, 0, False)
     assert len(events(rig, Kind.HOST_DRAINED)) == 2

@@ -109,8 +109,7 @@ def test_a_drained_agent_leaves_at_the_commit_then_its_host_is_gone() -> None:
     ids = two_hosts_training(rig)
     number = rig.gen().number
     rig.drain_host("b", 30.0)
-    rig.worker_ready(ids[0], number, "", True)
-    rig.worker_ready(ids[1], number, "", True)
+    rig.commit_at_update(ids, number)
     assert rig.kinds(ids[1])[-1] == Retire
     rig.worker_exited("b", ids[1], 0, 0, False)
     rig.agent_disconnected("b")  # the drained agent exits

@@ -227,8 +227,7 @@ def test_a_drain_is_a_span_on_the_hosts_track_from_its_request_to_its_workers_go
     clock[0] = 1_000_000
     rig.drain_host("b", 30.0)
     clock[0] = 1_400_000
-    for wid in ids:
-        rig.worker_ready(wid, 1, "", True)
+    rig.commit_at_update(ids, 1)
     rig.worker_exited("b", ids[1], 0, 0, False)
     (span,) = [e for e in trace if e["ph"] == "X" and e["tid"] == HOSTS_TID]
     assert span["name"] == "b: drain (commit)" and span["ts"] == 1_000_000 and span["dur"] == 400_000

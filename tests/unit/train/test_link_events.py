@@ -3,6 +3,9 @@ handed to it as its session's thread would)."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from harness import wait_for
 
 from ringmaster.proto import ringmaster_pb2 as pb
@@ -143,3 +146,40 @@ def test_a_worker_placed_unasked_then_left_over_asks_once_out_of_its_generation(
     late._on_event(pb.WorkerEvent(generation_over=pb.GenerationOver(generation=3, reason="h/2 failed", rejoin=True)))
     late.ready(3, "allgather: timed out")
     assert [r.after_generation for r in late_calls.readies] == [3]
+
+
+def test_a_member_placed_unasked_at_a_host_update_waits_for_its_word_and_asks_only_without_it(monkeypatch) -> None:
+    """At a host update one member reports the commit; the others (`HostsUpdated.placed`) are
+    told their next place, or to leave, without asking: 32,768 `Ready`s were most of a large
+    job's growth. A word that does not come within the notice is asked for after all."""
+    import threading
+
+    from ringmaster.worker.train import link as link_module
+    from ringmaster.worker.train.link import Retired
+
+    monkeypatch.setattr(link_module, "REJOIN_NOTICE_S", 0.05)
+    link, calls = _linked()
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=3, rank=1, size=2)))
+    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=5, placed=True, generation=3)))
+    link.ready(3, "")  # no word within the notice: it asks
+    assert [(r.after_generation, r.failure) for r in calls.readies] == [(3, "")]
+    monkeypatch.setattr(link_module, "REJOIN_NOTICE_S", 30.0)
+    waiting = threading.Thread(target=link.ready, args=(3, ""))
+    waiting.start()
+    link._on_event(pb.WorkerEvent(assignment=pb.Assignment(generation=4, rank=1, size=3, hosts_sequence=5)))
+    waiting.join(10)
+    assert not waiting.is_alive() and len(calls.readies) == 1  # its place came: no call
+    assert link.wait_assignment(3, timeout_s=0).generation == 4
+    link._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=6, placed=True, generation=4)))
+    leaving = threading.Thread(target=link.ready, args=(4, ""))
+    leaving.start()
+    link._on_event(pb.WorkerEvent(retire=pb.Retire(reason="host h left the job")))
+    leaving.join(10)
+    assert not leaving.is_alive() and len(calls.readies) == 1  # told to leave instead: no call ...
+    with pytest.raises(Retired, match="left the job"):
+        link.wait_assignment(4, timeout_s=0)  # ... and it leaves
+    reporter, its_calls = _linked()  # the member that reports the commit asks at once, notice or not
+    reporter._on_event(pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=5, generation=3)))
+    started = time.monotonic()
+    reporter.ready(3, "")
+    assert [r.after_generation for r in its_calls.readies] == [3] and time.monotonic() - started < 10
