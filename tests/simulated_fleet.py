@@ -193,8 +193,11 @@ class Fleet:
             worker = host.workers.get(hosted.worker_id)
             if worker is None or worker.gone:
                 continue
-            if hosted.event.WhichOneof("event") == "hosts_updated":
+            kind = hosted.event.WhichOneof("event")
+            if kind == "hosts_updated":
                 worker.tasks.append(asyncio.create_task(self._on_event(worker, hosted.event)))
+            elif kind == "retire":  # (it leaves: its session closes)
+                self._end_worker(worker)
             else:
                 self._take(worker, hosted.event)
 

@@ -39,7 +39,8 @@ class LongLivedHeap:
     reclaim_every: int = RECLAIM_EVERY
     frozen_generation: int = 0
     freezes: int = 0
-    #: What the last freeze cost (seconds), how many objects it left frozen, whether it reclaimed.
+    #: What the last freeze cost (seconds) and whether it reclaimed. (Not how many objects it left
+    #: frozen: `gc.get_freeze_count()` walks them all, 0.23 s of a 2,048 x 8 job's loop.)
     last: dict[str, float] = field(default_factory=dict)
 
     def wanted(self, workers: int) -> bool:
@@ -61,6 +62,5 @@ class LongLivedHeap:
         gc.freeze()
         self.frozen_generation = generation
         self.freezes += 1
-        self.last = {"seconds": time.perf_counter() - started, "frozen": float(gc.get_freeze_count()),
-                     "reclaimed": float(reclaim)}
+        self.last = {"seconds": time.perf_counter() - started, "reclaimed": float(reclaim)}
         return True

@@ -86,9 +86,12 @@ def messages(planned: Iterable[Planned]) -> list[tuple[str, pb.WorkerEvent]]:
 
 
 def carriable(effect: WorkerEffect) -> bool:
-    """Whether a worker's agent may carry this effect's message (event_relay.py): all but those
-    that end the worker's stream, which go on it."""
-    return not isinstance(effect, (Retire, EndJob))
+    """Whether a worker's agent may carry this effect's message (event_relay.py): all but the job's
+    end, which ends the worker's stream and goes on it. A retirement is carried: half of a
+    4,096-host job leaving is 16,384 of them, each a sealed message on its own stream and a stream
+    closed by the rendezvous; carried, the worker leaves and closes its session itself (should the
+    word be lost, its agent stops it once --stop-grace is over, as it stops any retired worker)."""
+    return not isinstance(effect, EndJob)
 
 
 def worker_event(effect: WorkerEffect, ends: EndGeneration | None = None) -> pb.WorkerEvent:

@@ -15,7 +15,8 @@ the kernel's word on the sender (`SCM_CREDENTIALS`: the sender's pid is its pare
 that started it; never what the datagram says), and at most `MAX_EVENT_BYTES`. The messages are
 the ones its stream would carry, and a worker keeps them as facts that do not depend on their
 order (the newest assignment, each generation's end, the highest host update), so the two ways
-in never disagree. "Retire" and "job ended" always come on the worker's own stream: they end it.
+in never disagree. "Job ended" always comes on the worker's own stream, and ends it; a worker told
+to retire by its agent leaves, and its leaving closes its session.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class EventReceiver:
         self.refused += 1
 
     def _take(self, data: bytes, sender: tuple[int, int] | None) -> bool:
-        """A datagram from its agent that is a worker message, not one of those that end its stream."""
+        """A datagram from its agent that is a worker message, not the job's end (which ends its
+        stream: it comes on it). A retirement from its agent is taken: the agent is the parent
+        that started it, and could stop it anyway."""
         agent = self._agent_pid()
         if sender is None or agent <= 1 or sender != (agent, os.getuid()):
             return False
@@ -101,7 +104,7 @@ class EventReceiver:
             message = pb.WorkerEvent.FromString(data)
         except DecodeError:
             return False
-        if message.WhichOneof("event") in ("retire", "job_ended"):  # (only ever said on the stream)
+        if message.WhichOneof("event") == "job_ended":  # (only ever said on the stream)
             return False
         self._on_event(message)
         return True

@@ -111,12 +111,14 @@ def test_a_worker_takes_nothing_but_its_agents_messages(rig) -> None:
     assert stranger.returncode == 0  # it went, and is refused: the sender is not the worker's parent
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.sendto(b"\xff\xff\xff not a message", path)  # from its agent, but garbage
-    sock.sendto(pb.WorkerEvent(retire=pb.Retire(reason="go")).SerializeToString(), path)  # only ever on the stream
+    sock.sendto(pb.WorkerEvent(job_ended=pb.JobEnded(reason="over")).SerializeToString(), path)  # only on the stream
     sock.sendto(b"\x00" * (MAX_EVENT_BYTES + 1), path)  # too large
     sock.close()
     wait_for(lambda: rig.refused(worker) == 4, 10, "four datagrams refused")
     rig.forwarder.forward([_hosted("hA/1", generation=6)])
     assert rig.line(worker) == "got assignment 6 0"  # (nothing refused was taken before it)
+    rig.forwarder.forward([pb.HostedEvent(worker_id="hA/1", event=pb.WorkerEvent(retire=pb.Retire(reason="go")))])
+    assert rig.line(worker) == "got retire 0 0"  # (its parent may retire it: it could stop it anyway)
 
 
 def test_messages_wait_in_order_while_a_worker_cannot_take_them(rig) -> None:

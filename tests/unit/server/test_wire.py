@@ -47,7 +47,7 @@ def test_what_says_the_same_to_many_workers_is_built_once_and_what_differs_is_no
     assert messages[8] is not messages[9] and messages[8].job_ended.success and not messages[9].job_ended.success
 
 
-def test_a_message_written_in_place_is_the_message_and_only_stream_enders_stay_off_agents() -> None:
+def test_a_message_written_in_place_is_the_message_and_only_the_jobs_end_stays_off_agents() -> None:
     """A host's carried messages are written inside its agent's command (event_relay.py): the
     same bytes as the message its worker's stream would carry."""
     from ringmaster.proto import ringmaster_pb2 as pb
@@ -65,7 +65,8 @@ def test_a_message_written_in_place_is_the_message_and_only_stream_enders_stay_o
         ("h/4", worker_event(EndGeneration("h/4", 3, "x")).SerializeToString())]
     assert command.events[0].event.assignment.ends_reason == "h/2 failed"
     assert all(carriable(e) for e in effects)
-    assert not carriable(Retire("h/1", "smaller")) and not carriable(EndJob("h/1", True, "done"))
+    assert carriable(Retire("h/1", "smaller"))  # (the worker leaves, and closes its session itself)
+    assert not carriable(EndJob("h/1", True, "done"))  # (ends its stream)
 
 
 def test_an_announcement_of_newcomers_is_its_own_message_shared_by_the_members() -> None:
