@@ -115,6 +115,7 @@ class HostUpdates:
         gen.update_sequence = job.hosts_sequence
         job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
         checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
+        placed = placed and not checkpoint  # (a drain's checkpoint: every member asks, once it is written)
         reporter = None
         for w in members:
             if w.live and w.registered:
@@ -123,13 +124,14 @@ class HostUpdates:
                 promised = placed and w.worker_id != reporter
                 job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint,
                                               promised, gen.number))
+        gen.update_reporter = reporter or ""
 
     def reached(self, worker: Worker, after_generation: int, failure: str, now: float) -> bool:
         """A member's `Ready` after its commit at the pending host update, the first: every
         live member is at that commit (or fails), so the next ring forms now (True: it needs a
         pass even if other members' `Ready`s are still awaited)."""
         gen = self.job.generation
-        if (failure or gen is None or gen.over is not None or not gen.update_sequence or gen.awaited_at is not None
+        if (failure or gen is None or gen.over is not None or not gen.update_reporter or gen.awaited_at is not None
                 or gen.update_reached_at is not None or after_generation != gen.number
                 or worker.worker_id not in gen.member_set):
             return False

@@ -210,7 +210,7 @@ _ID_AND_HOST = operator.itemgetter(0, 1)  # (a RankAssignment's worker_id and ho
 class Generation(Revised):
     #: (not kept: a rendezvous that takes over forms the next ring without waiting for newcomers,
     #: and the members placed unasked at a host update ask after a while: `link.py`)
-    VOLATILE: ClassVar[frozenset[str]] = frozenset({"awaited_at", "update_reached_at"})
+    VOLATILE: ClassVar[frozenset[str]] = frozenset({"awaited_at", "update_reporter", "update_reached_at"})
 
     number: int
     members: list[RankAssignment]
@@ -221,6 +221,7 @@ class Generation(Revised):
     hosts_baseline: int = 0  # the hosts-update sequence in force when it formed
     announced_sequence: int = 0  # the newcomers' announcement sent to its members (`AnnounceHosts`), 0 if none
     awaited_at: float | None = None  # when a member reset for that announcement (its script awaited it)
+    update_reporter: str = ""  # the member told to report the host update's commit ("": every member asks)
     update_reached_at: float | None = None  # when a member said it reached its commit at the host update
     #: A key per member, increasing in rank order, kept by survivors from one generation to the
     #: next (`assignment.order_keys`); empty: 0, 1, 2, ... (a first generation).

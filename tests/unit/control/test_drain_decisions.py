@@ -141,6 +141,8 @@ def test_draining_every_host_checkpoints_and_the_job_waits_for_hosts() -> None:
     rig.drain_host("a", 30.0)
     rig.drain_host("b", 30.0)
     assert rig.last(ids[0], UpdateHosts).checkpoint
+    # (each member asks, once rank 0's checkpoint is written: none is placed on another's word)
+    assert not any(rig.last(w, UpdateHosts).placed for w in ids)
     rig.commit_at_update(ids, 1)
     assert all(rig.kinds(w)[-1] == Retire for w in ids)  # at the reported commit, none asking
     for wid, host in zip(ids, "ab"):
