@@ -40,6 +40,7 @@ class Blacklist:
         self._cooldown = cooldown
         self._rng = rng or random.Random()
         self._entries: dict[str, _Entry] = {}
+        self.changes = 0  # failures recorded (what was worked out from the blacklist holds while it stands)
 
     def record_failure(self, host: str, now: float) -> float:
         """Blacklist `host` from `now`; returns the cooldown in seconds (inf when permanent)."""
@@ -50,6 +51,7 @@ class Blacklist:
         else:
             cooldown = self._cooldown.cooldown(failures, self._rng.random())
         self._entries[host] = _Entry(failures, now + cooldown)
+        self.changes += 1
         return cooldown
 
     def is_blacklisted(self, host: str, now: float) -> bool:

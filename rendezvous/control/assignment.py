@@ -9,7 +9,7 @@ position of the host among hosts that have a worker with that local rank.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 
 class WorkerSlot(NamedTuple):
@@ -68,6 +68,47 @@ def assign_ranks(
     return [RankAssignment(slot.worker_id, slot.host, rank, size, lr, per_host[slot.host], cross_rank[slot.host, lr],
                            cross_size[lr])
             for rank, (slot, lr) in enumerate(zip(ordered, local_rank))]
+
+
+def host_counts(hosts: Iterable[str]) -> dict[str, int]:
+    """How many workers each host holds, given each worker's host in rank order; hosts in the
+    order they first appear: what `appended_ranks` needs to know of the workers before newcomers."""
+    counts: dict[str, int] = {}
+    for host in hosts:
+        counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
+def appended_ranks(counts: Mapping[str, int], newcomers: Sequence[WorkerSlot]) -> list[RankAssignment]:
+    """The places `assign_ranks(before, newcomers)` gives `newcomers`, knowing of the workers
+    `before` them only how many each host holds (`host_counts`, in order of first appearance).
+
+    A newcomer's likely place is told it when it is started (`tentative_rank_env`): computing every
+    place in the job for it took 0.22 s per batch of newcomers at 4,096 x 8, and a growth by 64
+    hosts started them in four batches as the hosts' agents connected. This walks the hosts once
+    and makes a place only per newcomer."""
+    per_host = dict(counts)
+    local_rank: list[int] = []
+    for slot in newcomers:
+        count = per_host.get(slot.host, 0)
+        local_rank.append(count)
+        per_host[slot.host] = count + 1
+    base = sum(counts.values())
+    size = base + len(newcomers)
+    wanted = {slot.host for slot in newcomers}
+    cross_rank: dict[tuple[str, int], int] = {}
+    cross_size: list[int] = []
+    for host, count in per_host.items():
+        if count > len(cross_size):
+            cross_size += [0] * (count - len(cross_size))
+        if host in wanted:
+            for lr in range(count):
+                cross_rank[host, lr] = cross_size[lr]
+        for lr in range(count):
+            cross_size[lr] += 1
+    return [RankAssignment(slot.worker_id, slot.host, base + i, size, lr, per_host[slot.host],
+                           cross_rank[slot.host, lr], cross_size[lr])
+            for i, (slot, lr) in enumerate(zip(newcomers, local_rank))]
 
 
 def order_keys(members: Sequence[RankAssignment], previous: Mapping[str, int]) -> tuple[int, ...]:

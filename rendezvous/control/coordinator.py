@@ -133,7 +133,7 @@ class Coordinator:
         return self.job.generation_formed_at
 
     def live_workers(self) -> list[Worker]:
-        return self.job.live_workers()
+        return list(self.job.live_workers())
 
     def capacity(self, now: float) -> int:
         return self.job.capacity(now)

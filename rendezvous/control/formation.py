@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ringmaster.common.events import Kind
-from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
+from ringmaster.rendezvous.control.assignment import WorkerSlot, appended_ranks, assign_ranks, host_counts
 from ringmaster.rendezvous.control.effects import EndGeneration, RunWorkers, WorkerLaunch
 from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
 from ringmaster.rendezvous.control.host_updates import HostUpdates
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
-from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker, recorded_changes
+from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker
 from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
 
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
@@ -82,7 +82,6 @@ class Formation:
         self._plain_store_factory = plain_store_factory
         self.sent_to_agents: dict[str, tuple] = {}  # host -> the worker ids it was last told to run
         self._short_since: float | None = None  # since when the job has had fewer slots than --min-np
-        self._running: tuple[tuple[int, int], dict[str, list[Worker]]] | None = None  # (`_running_by_host`)
         self.updates = HostUpdates(job, self.pool, self._over_slots, self._maybe_restart_plain)
 
     def reconcile(self, now: float) -> None:
@@ -138,25 +137,21 @@ class Formation:
         return over
 
     def _running_by_host(self) -> dict[str, list[Worker]]:
-        """Live workers not being stopped, by host (do not change the lists). Kept while no
-        record changes: a pass asks three times, and each asking walked every worker (13% of
-        the rendezvous' time over a host lost at 4,096 x 8)."""
-        key = (recorded_changes(), len(self.job.workers))
-        if self._running is None or self._running[0] != key:
-            on: dict[str, list[Worker]] = {}
-            for worker in self.job.live_workers():
-                if not worker.stopping:
-                    on.setdefault(worker.host, []).append(worker)
-            self._running = (key, on)
-        return self._running[1]
+        """Live workers not being stopped, by host (do not change the lists: `census`)."""
+        return self.job.census().running
 
     def _retire_outcasts(self, eligible: set[str], now: float) -> None:
         job = self.job
         gen = job.generation
         over = self._over_slots(now)
-        for worker in job.live_workers():
-            if (worker.host in eligible and worker.worker_id not in over) or worker.stopping:
-                continue
+        # Those on hosts the job may not use, and those over their hosts' slots: found by host,
+        # not by a look at every worker (a pass makes this every time).
+        running = self._running_by_host()
+        outcasts = [w for host, on in running.items() if host not in eligible for w in on]
+        outcasts += [self.job.workers[i] for i in over]
+        for worker in outcasts:
+            if worker.stopping:
+                continue  # (retired meanwhile)
             reason = over.get(worker.worker_id) or f"host {worker.host} left the job"
             if job.is_member(worker) and gen is not None and gen.over is None:
                 policy = policy_of(worker)
@@ -205,7 +200,7 @@ class Formation:
         that are leaving do not hold up the next ring)."""
         gen = self.job.generation
         assert gen is not None
-        members = [self.job.workers[i] for i in gen.member_ids]
+        members = self.job.census().members
         if gen.over is None and gen.update_sequence == 0:
             return all(not w.live for w in members)
         # Members still starting (not connected: importing, building their model) of a failed
@@ -341,22 +336,27 @@ class Formation:
         quiet = QuietInputs()
         if gen is None or gen.over is not None or job.finishing:
             return quiet
-        members = [job.workers[i] for i in gen.member_ids]
-        live = [w for w in members if w.live and not w.stopping]
+        members = job.census().members
         eligible = {h.name for h in self.pool.eligible_hosts(now)}
         over = self._over_slots(now)
-        staying = {w.worker_id for w in live if w.host in eligible and w.worker_id not in over}
+
+        def stays(w: Worker) -> bool:
+            return w.host in eligible and w.worker_id not in over
+
         if gen.update_sequence:
-            quiet.waiting = {w.worker_id for w in live if w.phase is not Phase.READY}
-            leaving = {w.worker_id for w in live if w.worker_id not in staying and policy_of(w).rejoins(w)}
-            quiet.quiet_ready = quiet.waiting & (staying | leaving)
+            waiting = [w for w in members if w.live and not w.stopping and w.phase is not Phase.READY]
+            quiet.waiting = {w.worker_id for w in waiting}
+            quiet.quiet_ready = {w.worker_id for w in waiting if stays(w) or policy_of(w).rejoins(w)}
             return quiet
         quiet.warming = {w.worker_id for w in self.updates.newcomers(eligible)[1]} - gen.member_set
         quiet.announced = bool(gen.announced_sequence)
+        # (each a look at every member, but one that builds nothing unless a member still starts)
         if any(w.registered for w in members):
-            quiet.connecting = {w.worker_id for w in live if w.phase is Phase.SPAWNING} & staying
+            quiet.connecting = {w.worker_id for w in members
+                                if w.phase is Phase.SPAWNING and w.live and not w.stopping and stays(w)}
         if any(w.elastic for w in members):
-            quiet.not_elastic = {w.worker_id for w in live if not w.elastic} & staying
+            quiet.not_elastic = {w.worker_id for w in members
+                                 if not w.elastic and w.live and not w.stopping and stays(w)}
         return quiet
 
     def _maybe_restart_plain(self, members: list[Worker], now: float) -> None:
@@ -374,20 +374,21 @@ class Formation:
         """Elastic job: start workers on free slots; they join once warmed up."""
         job = self.job
         gen = job.generation
-        if gen is None or not generation_policy([job.workers[i] for i in gen.member_ids],
-                                                job.settings.elastic).grows_in_place():
+        census = job.census()  # (as it was before any newcomer: its lists stay as they are)
+        if gen is None or not generation_policy(census.members, job.settings.elastic).grows_in_place():
             return
-        live = [w for w in job.live_workers() if not w.stopping]
-        room = (job.limit if job.limit is not None else 1 << 30) - len(live)
+        running = census.running
+        room = (job.limit if job.limit is not None else 1 << 30) - sum(map(len, running.values()))
         started: list[Worker] = []
-        used_slots: dict[str, set[int]] = {}
-        for w in live:
-            used_slots.setdefault(w.host, set()).add(w.slot)
         undecided = job.awaiting_exits(now)  # may be blacklisted in a moment: do not refill yet
-        free = [(host.name, slot) for host in self.pool.eligible_hosts(now) if host.name not in undecided
-                for slot in range(host.slots) if slot not in used_slots.get(host.name, set())][:max(room, 0)]
+        free: list[tuple[str, int]] = []
+        for host in self.pool.eligible_hosts(now):
+            if host.name not in undecided:
+                used = {w.slot for w in running.get(host.name, ())}
+                free += [(host.name, slot) for slot in range(host.slots) if slot not in used]
+        free = free[:max(room, 0)]
         if job.settings.group_size > 1:  # only what completes whole groups with the workers waiting
-            waiting = sum(1 for w in live if w.worker_id not in gen.member_set)
+            waiting = sum(1 for on in running.values() for w in on if w.worker_id not in gen.member_set)
             free = free[: max(whole_groups(waiting + len(free), job.settings.group_size) - waiting, 0)]
         for host_name, slot in free:
             worker = self.make_worker(host_name, slot)
@@ -395,14 +396,18 @@ class Formation:
             job.emit(now, Kind.WORKER_STARTING, worker=worker.worker_id, host=host_name)
             started.append(worker)
         if started:
-            members = [job.workers[i] for i in gen.member_ids]
+            members = census.members
             if all(w.elastic for w in members if w.live):
                 self.updates.announce(members, started, now)
-            gen_order = {wid: i for i, wid in enumerate(gen.member_ids)}
-            staying = sorted(live, key=lambda w: gen_order.get(w.worker_id, len(gen_order)))
-            expected = assign_ranks([WorkerSlot(w.worker_id, w.host) for w in staying],
-                                    [WorkerSlot(w.worker_id, w.host) for w in started])
-            for worker, a in zip(started, expected[len(staying):]):
+            # The workers staying, in the order `_next_generation` gives them (members in rank
+            # order, then the others, in the order they were added), counted by host: where the
+            # newcomers go after them.
+            member_set = gen.member_set
+            staying = [w for w in members if w.live and not w.stopping]
+            staying += [w for w in census.live if not w.stopping and w.worker_id not in member_set]
+            expected = appended_ranks(host_counts(w.host for w in staying),
+                                      [WorkerSlot(w.worker_id, w.host) for w in started])
+            for worker, a in zip(started, expected):
                 worker.env.update(tentative_rank_env(a))
 
     # ------------------------------------------------------------------ what each host runs
@@ -415,15 +420,20 @@ class Formation:
         job.awaiting_exits(now)  # drops those waited for long enough
         awaited = job.exit_awaited  # crashed, still exiting: its agent must not stop it and hide its status
         grace = job.settings.stop_grace_s
-        for w in job.workers.values():
+        # (the live workers, from the census, unless a failed one's exit is awaited: then all)
+        for w in (job.workers.values() if awaited else job.live_workers()):
             if (w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < grace))) \
                     or (w.worker_id in awaited and w.phase is not Phase.EXITED):
-                by_host.setdefault(w.host, []).append(w)
+                on = by_host.get(w.host)
+                if on is None:
+                    by_host[w.host] = [w]
+                else:
+                    on.append(w)
         for host in self.pool.hosts.values():
             if not host.agent_connected:
                 continue
             specs = by_host.get(host.name, [])
-            key = tuple(sorted(w.worker_id for w in specs))
+            key = tuple([w.worker_id for w in specs])  # (in the order workers were added: no sort needed)
             if self.sent_to_agents.get(host.name) == key:
                 continue
             self.sent_to_agents[host.name] = key

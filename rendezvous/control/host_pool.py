@@ -22,7 +22,7 @@ the pool when one of its hosts failed (`blacklist_host`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import AbstractSet, Callable, Mapping
 
 from ringmaster import __version__
 from ringmaster.common.events import Event, Kind
@@ -31,7 +31,7 @@ from ringmaster.discovery import Blacklist, CooldownRange, HostDiff, diff_hosts
 from ringmaster.rendezvous.control.effects import LaunchAgent, PoolEffect, StopLaunchedAgent
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, AgentUnreachable, Fact, HostsJoined
 from ringmaster.rendezvous.control.heartbeat_pace import Pace, pace
-from ringmaster.rendezvous.control.records import Host
+from ringmaster.rendezvous.control.records import Host, recorded_changes
 from ringmaster.settings import JobSettings
 
 #: Seconds after which a host that is neither discovered nor connected, and runs no worker, is
@@ -82,6 +82,7 @@ class HostPool:
         self.isolated_since: float | None = None  # when every host fell silent at once (see `_isolated`)
         self.effects: list[PoolEffect] = []  # agents to start or stop, taken by the server
         self._order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
+        self._eligible: tuple[tuple[float, int, int, int], list[str], list[Host]] | None = None  # (`eligible_hosts`)
         self._listed: dict[str, int] = {}  # discovery's latest host set
         self._joined: dict[str, int] = {}  # hosts whose agents joined by connecting, with their slots
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
@@ -123,13 +124,18 @@ class HostPool:
             self._emit(now, Kind.HOSTS_CHANGED, description=change.describe(), added=dict(change.added),
                        removed=list(change.removed), resized={h: list(ab) for h, ab in change.resized.items()})
         for name, slots in hosts.items():
-            host = self.hosts.setdefault(name, Host(name, slots))
-            host.slots, host.discovered = slots, True
-            host.joined = name in self._joined and name not in self._listed
+            host = self.hosts.get(name)
+            if host is None:
+                host = self.hosts[name] = Host(name, slots)
+            joined = name in self._joined and name not in self._listed
+            # (only what changed: a record set is a record to save again, for each of 4,096 hosts)
+            if host.slots != slots or not host.discovered or host.joined != joined:
+                host.slots, host.discovered, host.joined = slots, True, joined
         for name in old:
             if name not in hosts:
                 self.hosts[name].discovered = self.hosts[name].joined = False
-        self._order = [n for n in self._order if n in hosts] + [n for n in hosts if n not in self._order]
+        known = set(self._order)  # (a list's `in` made this quadratic: 0.2 s for 64 hosts added to 4,096)
+        self._order = [n for n in self._order if n in hosts] + [n for n in hosts if n not in known]
         return change or None
 
     def _join(self, host: str, slots: int, now: float) -> None:
@@ -292,7 +298,7 @@ class HostPool:
         for host in self.hosts.values():
             host.last_heartbeat = max(host.last_heartbeat, now)
 
-    def forget_departed(self, now: float, busy: set[str]) -> list[str]:
+    def forget_departed(self, now: float, busy: AbstractSet[str]) -> list[str]:
         """Forget hosts neither discovered nor connected that run nothing (`busy`: the hosts
         with live workers) and were not heard for FORGET_DEPARTED_HOST_S; their names."""
         gone = [name for name, host in self.hosts.items()
@@ -330,16 +336,25 @@ class HostPool:
         return [self.hosts[n] for n in order if n in self.hosts and self.hosts[n].discovered]
 
     def eligible_hosts(self, now: float) -> list[Host]:
-        """Hosts a job may use now: discovered, agent connected, not blacklisted nor drained (in order)."""
-        return [h for h in self.ordered_hosts()
-                if h.agent_connected and h.drain is None and not self.blacklist.is_blacklisted(h.name, now)]
+        """Hosts a job may use now: discovered, agent connected, not blacklisted nor drained (in
+        order). Shared (do not change it) and kept while nothing it depends on changed: a pass
+        asks seven times, each a look at every host."""
+        key = (now, recorded_changes(), len(self.hosts), self.blacklist.changes)
+        kept = self._eligible
+        if kept is None or kept[0] != key or kept[1] is not self._order:
+            blacklist = self.blacklist
+            hosts = [h for h in self.ordered_hosts() if h.agent_connected and h.drain is None]
+            if blacklist.changes:
+                hosts = [h for h in hosts if not blacklist.is_blacklisted(h.name, now)]
+            kept = self._eligible = (key, self._order, hosts)
+        return kept[2]
 
     def capacity(self, now: float, limit: int | None) -> int:
         """Slots of the eligible hosts, at most `limit`."""
         slots = sum(h.slots for h in self.eligible_hosts(now))
         return min(slots, limit) if limit is not None else slots
 
-    def hosts_wanted(self, now: float, limit: int | None, busy: set[str]) -> list[str]:
+    def hosts_wanted(self, now: float, limit: int | None, busy: AbstractSet[str]) -> list[str]:
         """The hosts a job with at most `limit` workers can use now, in order: usable ones until
         their slots reach the limit (all without one), plus those running its workers (`busy`).
         Only these need an agent: 20 discovered hosts and --max-np 2 start one or two agents."""
@@ -354,7 +369,7 @@ class HostPool:
         return wanted
 
     # ------------------------------------------------------------------ launching agents
-    def reconcile_agents(self, wanted: list[str], busy: set[str]) -> None:
+    def reconcile_agents(self, wanted: list[str], busy: AbstractSet[str]) -> None:
         """With `launches_agents`: ask for an agent on each wanted host that has none started or
         connected, and for the end of launched agents whose hosts left discovery and run nothing."""
         if not self.launches_agents:

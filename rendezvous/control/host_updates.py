@@ -32,7 +32,7 @@ class HostUpdates:
         assert gen is not None
         if gen.over is not None:
             return
-        members = [job.workers[i] for i in gen.member_ids]
+        members = job.census().members
         if gen.update_sequence:
             # a drain left too few after the update went out: say it again, with a checkpoint
             if job.checkpoint_at_update:
@@ -48,8 +48,21 @@ class HostUpdates:
             if not any(policy.rejoins(w) for w in members):
                 self._restart_plain(members, now)
             return
-        if not all(w.elastic for w in members if w.live):
-            return  # still starting up: not every member is inside hvd.elastic.run yet
+        # (one look at every member for all that follows: a pass makes this)
+        over = self._over_slots(now)
+        live = 0
+        leaving: list[Worker] = []
+        fewer: list[Worker] = []
+        for w in members:
+            if not w.live:
+                continue
+            if not w.elastic:
+                return  # still starting up: not every member is inside hvd.elastic.run yet
+            live += 1
+            if w.host not in eligible:
+                leaving.append(w)
+            elif w.worker_id in over:
+                fewer.append(w)
         reasons = []
         ready_newcomers, warming = self.newcomers(eligible)
         limit = job.limit if job.limit is not None else 1 << 30
@@ -60,16 +73,13 @@ class HostUpdates:
         if len(ready_newcomers) >= job.settings.group_size and room >= job.settings.group_size:  # (whole groups)
             reasons.append("new worker(s) ready: " + listed(w.worker_id for w in ready_newcomers[:room]))
             kinds.add(ResetCause.HOST_ADDED)
-        leaving = [w for w in members if w.live and w.host not in eligible]
         if leaving:
             reasons.append("host(s) leaving: " + listed(sorted({w.host for w in leaving})))
             kinds.add(ResetCause.HOST_REMOVED)
-        over = self._over_slots(now)
-        fewer = [w for w in members if w.live and w.worker_id in over and w.host in eligible]
         if fewer:
             reasons.append("fewer slots on " + listed(sorted({w.host for w in fewer})))
             kinds.add(ResetCause.HOST_REMOVED)
-        if sum(1 for w in members if w.live) > limit:
+        if live > limit:
             reasons.append(f"scaling down to {limit} workers")
             kinds.add(ResetCause.SCALE)
         if not reasons:
@@ -82,20 +92,13 @@ class HostUpdates:
 
     def newcomers(self, eligible: set[str]) -> tuple[list[Worker], list[Worker]]:
         """Workers outside the generation on usable hosts: those ready to join, those still
-        starting or warming up. One look at each worker, members passed over first (a clock
-        tick's pass makes it: two looks through every candidate cost 7% of a quiet large job)."""
-        job = self.job
+        starting or warming up (a planned generation's members too, until they connect). From
+        the census' workers waiting to join, not a look at every worker (a pass asks twice)."""
         ready: list[Worker] = []
         warming: list[Worker] = []
-        for w in job.workers.values():
-            phase = w.phase
-            if phase is Phase.MEMBER or not w.live or w.stopping or w.host not in eligible:
-                continue
-            if phase is Phase.READY:
-                if not job.is_member(w):
-                    ready.append(w)
-            elif phase is Phase.SPAWNING or phase is Phase.WARMING:
-                warming.append(w)
+        for w in self.job.census().joining:
+            if w.host in eligible:
+                (ready if w.phase is Phase.READY else warming).append(w)
         return ready, warming
 
     def send(self, members: list[Worker], reason: str, now: float, placed: bool = True) -> None:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment, order_keys
+from ringmaster.rendezvous.control.census import Census, CensusKeeper
 from ringmaster.rendezvous.control.effects import Assign, Effect, EndGeneration, EndJob, Retire, StopAgent
 from ringmaster.rendezvous.control.facts import AgentConnected, AgentLost, SessionClosed, WorkerExited
 from ringmaster.rendezvous.control.groups import whole_groups
@@ -75,6 +76,7 @@ class Job:
         self.outbox: list[Effect] = []  # what the server delivers after each call
         self.last_commit_at = 0.0  # when rank 0's commit count last went up
         self.checkpoint_at_update = False  # the next host update asks rank 0 to make its commit durable (a drain)
+        self._census = CensusKeeper(lambda: (self.workers, self.generation))
 
     # ------------------------------------------------------------------ reading
     @property
@@ -84,15 +86,20 @@ class Job:
         caps = [c for c in (self.settings.max_np, self.target_np) if c is not None]
         return whole_groups(min(caps), self.settings.group_size) if caps else None
 
+    def census(self) -> Census:
+        """The workers as a pass asks about them (`census`): lists shared until a record changes."""
+        return self._census.now()
+
     def live_workers(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.live]
+        """(Shared with the census: read it, do not change it.)"""
+        return self._census.now().live
 
     def workers_on(self, host: str) -> list[Worker]:
         return self.workers.on(host)
 
-    def busy_hosts(self) -> set[str]:
+    def busy_hosts(self) -> frozenset[str]:
         """Hosts that run a live worker of the job."""
-        return {w.host for w in self.workers.values() if w.live}
+        return self._census.now().busy_hosts
 
     def is_member(self, worker: Worker) -> bool:
         gen = self.generation

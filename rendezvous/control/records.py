@@ -183,6 +183,7 @@ class JobWorkers(dict[str, Worker]):
     def __init__(self, workers: dict[str, Worker] | None = None) -> None:
         super().__init__()
         self._by_host: dict[str, dict[str, Worker]] = {}
+        self.version = 0  # counts workers set and deleted (a census is as old as this count: `census`)
         for worker_id, worker in (workers or {}).items():
             self[worker_id] = worker
 
@@ -192,11 +193,13 @@ class JobWorkers(dict[str, Worker]):
             self._by_host.get(old.host, {}).pop(worker_id, None)
         super().__setitem__(worker_id, worker)
         self._by_host.setdefault(worker.host, {})[worker_id] = worker
+        self.version += 1
 
     def __delitem__(self, worker_id: str) -> None:
         worker = self[worker_id]
         super().__delitem__(worker_id)
         self._by_host.get(worker.host, {}).pop(worker_id, None)
+        self.version += 1
 
     def on(self, host: str) -> list[Worker]:
         """The workers placed on `host`, in the order they were added."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks, order_keys
+from ringmaster.rendezvous.control.assignment import WorkerSlot, appended_ranks, assign_ranks, host_counts, order_keys
 
 slots = st.lists(
     st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"])), max_size=20, unique_by=lambda t: t[0]
@@ -72,3 +72,17 @@ def test_a_member_out_of_its_old_order_gets_a_new_key() -> None:
     """Not what `assign_ranks` does, but keys still rise: the members after it get new ones too."""
     members = assign_ranks(_workers([(2, "a"), (1, "a"), (3, "b")], "w"), [])
     assert order_keys(members, {"w1": 0, "w2": 1, "w3": 2}) == (1, 3, 4)
+
+
+@given(slots, slots)
+def test_appended_ranks_are_those_assign_ranks_gives_the_newcomers(survivor_pairs, newcomer_pairs) -> None:
+    """A newcomer's likely place is computed from the hosts' counts alone (`appended_ranks`): the
+    same place the whole assignment gives it, wherever its host comes in the order."""
+    survivors = _workers(survivor_pairs, "s")
+    newcomers = _workers(newcomer_pairs, "n")
+    whole = assign_ranks(survivors, newcomers)
+    assert appended_ranks(host_counts(s.host for s in survivors), newcomers) == whole[len(survivors):]
+
+
+def test_host_counts_keep_the_order_hosts_first_appear_in() -> None:
+    assert list(host_counts(["b", "a", "b", "c", "a"]).items()) == [("b", 2), ("a", 2), ("c", 1)]
