@@ -33,17 +33,21 @@ class Census:
     joining: list[Worker]
 
 
-def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
-    """One look at every worker (see the module's docstring)."""
+def take_census(workers: JobWorkers, generation: Generation | None,
+                members: list[Worker] | None = None) -> Census:
+    """One look at every worker (see the module's docstring); `members`: the generation's, where
+    the caller kept them (they change only with the generation, or a worker set again)."""
     member_set = generation.member_set if generation is not None else frozenset()
     live: list[Worker] = []
     running: dict[str, list[Worker]] = {}
     joining: list[Worker] = []
+    leaving_hosts: set[str] = set()  # (hosts of live workers being stopped)
     for w in workers.values():
         if not w.live:
             continue
         live.append(w)
         if w.stopping:
+            leaving_hosts.add(w.host)
             continue
         on = running.get(w.host)
         if on is None:
@@ -54,8 +58,9 @@ def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
         if phase is Phase.SPAWNING or phase is Phase.WARMING or (phase is Phase.READY
                                                                    and w.worker_id not in member_set):
             joining.append(w)
-    members = [workers[i] for i in generation.member_ids] if generation is not None else []
-    return Census(members, live, running, frozenset(w.host for w in live), joining)
+    if members is None:
+        members = [workers[i] for i in generation.member_ids] if generation is not None else []
+    return Census(members, live, running, frozenset(running.keys() | leaving_hosts), joining)
 
 
 class CensusKeeper:
@@ -73,6 +78,8 @@ class CensusKeeper:
         changes, version = recorded_changes(), workers.version
         if (self._census is None or key is None or key[0] != changes or key[1] != version or key[2] is not workers
                 or key[3] is not generation):
-            self._census = take_census(workers, generation)
+            same_members = key is not None and key[1] == version and key[2] is workers and key[3] is generation
+            members = self._census.members if same_members and self._census is not None else None
+            self._census = take_census(workers, generation, members)
             self._key = (changes, version, workers, generation)
         return self._census

@@ -72,8 +72,12 @@ class Revised:
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
         if name not in self.VOLATILE:
-            self.__dict__["revision"] = self.__dict__.get("revision", 0) + 1
+            kept = self.__dict__
+            kept["revision"] = kept.get("revision", 0) + 1
             _RECORDED[0] += 1
+            changed = kept.get("_changed")  # (set by the container that keeps it: `JobWorkers.changed`)
+            if changed is not None:
+                changed[id(self)] = self
 
 
 #: Changes to any record in this process (`recorded_changes`).
@@ -184,6 +188,11 @@ class JobWorkers(dict[str, Worker]):
         super().__init__()
         self._by_host: dict[str, dict[str, Worker]] = {}
         self.version = 0  # counts workers set and deleted (a census is as old as this count: `census`)
+        #: The workers changed, set or deleted since the job's record last took them (`take_changed`),
+        #: by object: the record of a large job is brought up to date from these, not from a look
+        #: at every worker (`job_record.Snapshots`).
+        self.changed: dict[int, Worker] = {}
+        self.takes = 0  # times `take_changed` was called
         for worker_id, worker in (workers or {}).items():
             self[worker_id] = worker
 
@@ -194,12 +203,23 @@ class JobWorkers(dict[str, Worker]):
         super().__setitem__(worker_id, worker)
         self._by_host.setdefault(worker.host, {})[worker_id] = worker
         self.version += 1
+        worker.__dict__["_changed"] = self.changed  # (not a field: set without counting as a change)
+        self.changed[id(worker)] = worker
 
     def __delitem__(self, worker_id: str) -> None:
         worker = self[worker_id]
         super().__delitem__(worker_id)
         self._by_host.get(worker.host, {}).pop(worker_id, None)
         self.version += 1
+        self.changed[id(worker)] = worker
+
+    def take_changed(self) -> list[Worker]:
+        """The workers changed, set or deleted since the last take (a deleted or replaced one is
+        no longer the job's: `self.get(w.worker_id) is not w`)."""
+        taken = list(self.changed.values())
+        self.changed.clear()
+        self.takes += 1
+        return taken
 
     def on(self, host: str) -> list[Worker]:
         """The workers placed on `host`, in the order they were added."""

@@ -57,6 +57,11 @@ class Journal:
         self._written: dict[str, dict[str, Any]] = {}
         self._trouble: str | None = None
         self._snapshots = job_record.Snapshots()  # so `values` rebuilds only what changed
+        #: The values `values` built last, and the keys that changed since the build before (None:
+        #: not known); `save` then writes those without comparing every key.
+        self._built: tuple[dict[str, dict[str, Any]], set[str] | None] | None = None
+        self._rewrite = True  # every key must be compared: `_written` is not what the last save wrote
+        self._resets = 0  # times every key had to be written again (a new job lease)
 
     async def load(self) -> SavedJob | None:
         """The job the store holds (None: a new job); IncompatibleState if it cannot be read.
@@ -67,12 +72,19 @@ class Journal:
         for count, (key, why) in enumerate(restored.skipped if restored is not None else (), start=1):
             _say(Kind.STORE_UNREADABLE, key=key, error=why, count=count)
         self._written = {key: {} for key in values}
+        self._rewrite = True
         self.lease = await self.store.grant_lease(self.job_ttl_s)
         return restored
 
     def values(self, saved: SavedJob) -> dict[str, dict[str, Any]]:
-        """The keys and values of the job as it is now (the unchanged ones as built last time)."""
-        return job_record.job_values(saved, self._snapshots)
+        """The keys and values of the job as it is now (the unchanged ones as built last time).
+        Shared with the next call: save it before asking again."""
+        values = job_record.build_values(saved, self._snapshots)
+        changed = self._snapshots.changed
+        if self._built is not None and self._built[0] is values and self._built[1] is not None and changed is not None:
+            changed = self._built[1] | changed  # (built twice without a save between: both builds' keys)
+        self._built = (values, set(changed) if changed is not None else None)
+        return values
 
     async def save(self, values: dict[str, dict[str, Any]]) -> None:
         """Write what changed; retried until the store answers. Raises Deposed.
@@ -81,7 +93,15 @@ class Journal:
         by the leader key. The generation's member runs, the generation and the job's counters go
         last, and the last transaction is the fullest: a host lost or added (a few runs) is one
         transaction, and a reader never sees a generation whose members' records are not written yet."""
-        puts, deletes = job_record.diff(self._written, values)
+        built, self._built = self._built, None
+        resets = self._resets
+        if built is not None and built[0] is values and built[1] is not None and not self._rewrite:
+            # (what `values` built: only the keys it changed can differ from what was written)
+            written = self._written
+            puts = {k: values[k] for k in built[1] if k in values and written.get(k) != values[k]}
+            deletes = [k for k in built[1] if k not in values and k in written]
+        else:
+            puts, deletes = job_record.diff(self._written, values)
         if not puts and not deletes:
             return
         ops: list[tuple[str, dict[str, Any] | None]] = [*puts.items(), *((k, None) for k in deletes)]
@@ -91,7 +111,14 @@ class Journal:
             chunk = ops[max(0, end - MAX_TXN_OPS):end]
             await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
                                  [self.state_prefix + k for k, v in chunk if v is None])
-        self._written = dict(values)
+        if resets == self._resets:  # (else the job's lease ran out meanwhile: every key is written again next)
+            if len(puts) + len(deletes) < len(values) // 4 and not self._rewrite:
+                self._written.update(puts)  # (a few keys: brought up to date, not copied whole)
+                for key in deletes:
+                    del self._written[key]
+            else:
+                self._written = dict(values)
+            self._rewrite = False
         self.saves += 1
 
     async def _transact(self, puts: dict[str, dict[str, Any]], deletes: list[str]) -> None:
@@ -119,6 +146,8 @@ class Journal:
                     _say(Kind.STORE_LEASE_EXPIRED)
                     self.lease = await self.store.grant_lease(self.job_ttl_s)
                     self._written = {key: {} for key in self._written}
+                    self._rewrite = True
+                    self._resets += 1
             except StoreUnavailable as exc:
                 self.trouble(str(exc))
 

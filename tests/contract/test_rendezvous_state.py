@@ -311,6 +311,22 @@ def test_a_record_rebuilds_only_what_changed_and_matches_a_fresh_build() -> None
     assert set(puts) == {f"workers/{ids[2]}", "job", *starting} and deletes == []
 
 
+def test_within_a_generation_a_build_looks_only_at_the_workers_that_changed() -> None:
+    rig, ids = running_job()
+    c = rig.coordinator
+    snap = job_record.Snapshots()
+    job_record.build_values(c.saved(), snap)
+    assert snap.changed is None  # the first build looks at every key
+    newcomer = next(w.worker_id for w in c.workers.values() if w.worker_id not in ids and w.live)
+    rig.worker_connected(newcomer, 42)
+    values = job_record.build_values(c.saved(), snap)
+    assert snap.changed == {f"workers/{newcomer}"} and values == job_record.job_values(c.saved())
+    rig.worker_ready(newcomer, 0, "", True)
+    rig.worker_ready(ids[0], 2, "", True)  # a new generation: every member's key is looked at again
+    assert c.generation is not None and c.generation.number == 3
+    assert job_record.build_values(c.saved(), snap) == job_record.job_values(c.saved()) and snap.changed is None
+
+
 # ---------------------------------------------------------------- journal and leadership
 def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothing(make_store, prefix) -> None:
     async def body(store):
@@ -347,6 +363,47 @@ def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothin
         await journal2.clear()
         assert (await store.get_prefix(prefix + "state/"))[0] == []
         await usurper.resign()
+    with_store(make_store, body)
+
+
+def test_saves_brought_up_to_date_from_what_changed_leave_the_store_as_a_fresh_record(make_store, prefix) -> None:
+    """The journal's own builds bring the workers' keys up to date from the workers that changed
+    (`JobWorkers.take_changed`) and write only the keys a build changed: after each of a run of
+    changes, within a generation and across new ones, the store holds what a record built anew
+    from every worker holds."""
+    async def body(store):
+        leader = Leadership(store, prefix, "a:1", ttl_s=5)
+        await leader.acquire(wait=False)
+        journal = Journal(store, prefix, leader, job_ttl_s=30)
+        assert await journal.load() is None
+        rig, ids = running_job()
+        c = rig.coordinator
+
+        async def saved_and_compared() -> set[str]:
+            """Saves; the keys written."""
+            _, before = await store.get_prefix(prefix + "state/")
+            await journal.save(journal.values(c.saved()))
+            entries, _ = await store.get_prefix(prefix + "state/")
+            assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == job_record.job_values(c.saved())
+            return {e.key.removeprefix(prefix + "state/") for e in entries if e.mod_revision > before}
+
+        assert len(await saved_and_compared()) > 3
+        newcomer = next(w.worker_id for w in c.workers.values() if w.worker_id not in ids and w.live)
+        rig.worker_heartbeat(ids[0], 7, True)  # no worker's key changes (the job's steps do)
+        assert await saved_and_compared() <= {"job"}
+        assert await saved_and_compared() == set()  # nothing changed: nothing written
+        rig.worker_connected(newcomer, 42)  # within the generation: the newcomer's key alone
+        assert await saved_and_compared() == {f"workers/{newcomer}"}
+        rig.worker_ready(newcomer, 0, "", True)
+        rig.worker_ready(ids[0], 2, "", True)  # (ends the host update: a new generation)
+        await saved_and_compared()
+        rig.drain_host("b", 30.0)
+        await saved_and_compared()
+        rig.agent_disconnected("b")  # a host's agent gone: its workers exit, a generation ends
+        await saved_and_compared()
+        rig.worker_done(ids[0], 9)
+        await saved_and_compared()
+        await leader.resign()
     with_store(make_store, body)
 
 

@@ -129,6 +129,22 @@ def test_script_output_is_parsed(tmp_path: pathlib.Path) -> None:
     assert discovery.find_hosts() == {"hostA": 2, "hostB": 3}
 
 
+def test_the_same_output_again_gives_the_same_hosts_and_a_change_is_read(tmp_path: pathlib.Path) -> None:
+    """Output printed again is not parsed again (4,096 lines every interval), and what a caller
+    does to the hosts it got changes nothing of what it gets next."""
+    listing = tmp_path / "hosts.txt"
+    listing.write_text("hostA:2\nhostB:1\n")
+    discovery = ScriptDiscovery(_script(tmp_path, f"cat {listing}\n"))
+    first = discovery.find_hosts()
+    first["hostC"] = 9
+    assert discovery.find_hosts() == {"hostA": 2, "hostB": 1}
+    listing.write_text("hostA:2\nhostB:4\n")
+    assert discovery.find_hosts() == {"hostA": 2, "hostB": 4}
+    listing.write_text("hostA:2\nhostA:4\n")
+    with pytest.raises(DiscoveryError, match="listed twice"):
+        discovery.find_hosts()
+
+
 def test_failing_script_reports_code_and_stderr(tmp_path: pathlib.Path) -> None:
     discovery = ScriptDiscovery(_script(tmp_path, "echo 'cannot reach the scheduler' >&2\nexit 3\n"))
     with pytest.raises(DiscoveryError, match="exited with code 3: cannot reach the scheduler"):
