@@ -6,7 +6,7 @@ import enum
 import operator
 from collections import deque
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Iterable, Iterator
 
 from ringmaster.common.events import Event
 from ringmaster.discovery import HostDiff
@@ -224,6 +224,10 @@ class JobWorkers(dict[str, Worker]):
     def on(self, host: str) -> list[Worker]:
         """The workers placed on `host`, in the order they were added."""
         return list(self._by_host.get(host, {}).values())
+
+    def hosts(self) -> Iterator[tuple[str, Iterable[Worker]]]:
+        """Each host that ever had a worker, with its workers (in the order they were added)."""
+        return ((host, on.values()) for host, on in self._by_host.items())
 
 
 _ID_AND_HOST = operator.itemgetter(0, 1)  # (a RankAssignment's worker_id and host)
