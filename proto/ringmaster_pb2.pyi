@@ -51,7 +51,7 @@ class Seal(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class AgentHello(_message.Message):
-    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events", "version")
+    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events", "version", "shares_events")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class AgentHello(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     CARRIES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHARES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     running: _containers.RepeatedScalarFieldContainer[str]
@@ -66,7 +67,8 @@ class AgentHello(_message.Message):
     slots: int
     carries_events: bool
     version: str
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
+    shares_events: bool
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ..., version: _Optional[str] = ..., shares_events: _Optional[bool] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
     __slots__ = ("worker_id", "slot", "argv", "env")
@@ -102,12 +104,14 @@ class AgentCommand(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., events: _Optional[_Iterable[_Union[HostedEvent, _Mapping]]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class HostedEvent(_message.Message):
-    __slots__ = ("worker_id", "event")
+    __slots__ = ("worker_id", "event", "also")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     event: WorkerEvent
-    def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ...) -> None: ...
+    also: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ..., also: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
     __slots__ = ("host", "workers", "busy")

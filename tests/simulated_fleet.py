@@ -157,7 +157,7 @@ class Fleet:
     async def _agent(self, host: SimHost, slots: int) -> None:
         me = Identity(AGENT, host.name)
         hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots,
-                              carries_events=self.carry_events)
+                              carries_events=self.carry_events, shares_events=self.carry_events)
         host.tasks.append(asyncio.create_task(self._agent_beats(host)))
         try:
             session = host.session = self._stub(host.name).AgentSession(
@@ -190,16 +190,17 @@ class Fleet:
         """Give each of the host's workers its carried messages, in order; what a worker answers
         with a call (a host update's `Ready`) runs on its own task."""
         for hosted in events:
-            worker = host.workers.get(hosted.worker_id)
-            if worker is None or worker.gone:
-                continue
             kind = hosted.event.WhichOneof("event")
-            if kind == "hosts_updated":
-                worker.tasks.append(asyncio.create_task(self._on_event(worker, hosted.event)))
-            elif kind == "retire":  # (it leaves: its session closes)
-                self._end_worker(worker)
-            else:
-                self._take(worker, hosted.event)
+            for worker_id in (hosted.worker_id, *hosted.also):  # (one entry said alike to several workers)
+                worker = host.workers.get(worker_id)
+                if worker is None or worker.gone:
+                    continue
+                if kind == "hosts_updated":
+                    worker.tasks.append(asyncio.create_task(self._on_event(worker, hosted.event)))
+                elif kind == "retire":  # (it leaves: its session closes)
+                    self._end_worker(worker)
+                else:
+                    self._take(worker, hosted.event)
 
     async def _agent_beats(self, host: SimHost) -> None:
         me = Identity(AGENT, host.name)

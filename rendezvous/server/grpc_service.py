@@ -282,6 +282,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             self.outbox.carriers.add(request.host)
         else:
             self.outbox.carriers.discard(request.host)
+        if request.carries_events and request.shares_events:
+            self.outbox.sharing.add(request.host)
+        else:
+            self.outbox.sharing.discard(request.host)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(

@@ -67,17 +67,23 @@ def plan(effects: Iterable[WorkerEffect]) -> list[Planned]:
     return out
 
 
+def shared_key(effect: WorkerEffect) -> tuple | None:
+    """What decides the message of an effect said alike to many workers (None: one of a worker's
+    own, an assignment)."""
+    fields = _SHARED.get(type(effect))
+    return None if fields is None else (type(effect), *(getattr(effect, name) for name in fields))
+
+
 def messages(planned: Iterable[Planned]) -> list[tuple[str, pb.WorkerEvent]]:
     """The message of each planned effect. Effects that say the same to many workers (a host
     update to every member) share one message (messages are never changed once built)."""
     built: dict[tuple, pb.WorkerEvent] = {}
     out = []
     for worker_id, effect, over in planned:
-        fields = _SHARED.get(type(effect))
-        if fields is None or over is not None:
+        key = shared_key(effect)
+        if key is None or over is not None:
             out.append((worker_id, worker_event(effect, over)))
             continue
-        key = (type(effect), *(getattr(effect, name) for name in fields))
         made = built.get(key)
         if made is None:
             made = built[key] = worker_event(effect)

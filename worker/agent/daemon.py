@@ -317,7 +317,8 @@ class Agent:
             stub = pb_grpc.RendezvousStub(channel)
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
                                                       incarnation=self.incarnation, slots=self.slots,
-                                                      carries_events=self._events.available, version=__version__))
+                                                      carries_events=self._events.available,
+                                                      shares_events=self._events.available, version=__version__))
             self._session = session
             over = False
             try:

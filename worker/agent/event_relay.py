@@ -17,6 +17,7 @@ import threading
 from typing import Callable, Iterable
 
 from ringmaster.common.event_relay import MAX_EVENT_BYTES, folder_fits, socket_name
+from ringmaster.discovery import MAX_SLOTS_PER_HOST
 from ringmaster.proto import ringmaster_pb2 as pb
 
 #: Messages kept at most for one worker that cannot take them yet (the oldest go first).
@@ -46,19 +47,21 @@ class EventForwarder:
         return self._sock is not None
 
     def forward(self, events: Iterable[pb.HostedEvent]) -> None:
-        """Hand each message to its worker, in order (from the session thread)."""
+        """Hand each message to its worker, and to every other worker it names (`also`: said
+        alike to many, it came once), in order (from the session thread)."""
         with self._lock:
             for hosted in events:
                 data = hosted.event.SerializeToString()
-                if len(data) > MAX_EVENT_BYTES:
-                    self.dropped += 1
+                if len(data) > MAX_EVENT_BYTES or 1 + len(hosted.also) > MAX_SLOTS_PER_HOST:  # (more than a host runs)
+                    self.dropped += 1 + len(hosted.also)
                     continue
-                queue = self._waiting.get(hosted.worker_id)
-                if queue is not None:  # (behind messages still waiting: order kept)
-                    queue.append(data)
-                    del queue[:-MAX_WAITING]
-                elif not self._send(hosted.worker_id, data):
-                    self._waiting[hosted.worker_id] = [data]
+                for worker_id in (hosted.worker_id, *hosted.also):
+                    queue = self._waiting.get(worker_id)
+                    if queue is not None:  # (behind messages still waiting: order kept)
+                        queue.append(data)
+                        del queue[:-MAX_WAITING]
+                    elif not self._send(worker_id, data):
+                        self._waiting[worker_id] = [data]
 
     def retry(self) -> None:
         """Send what waits, oldest first (from the agent's main loop)."""

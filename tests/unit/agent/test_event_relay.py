@@ -16,6 +16,7 @@ import pytest
 from harness import wait_for
 
 from ringmaster.common.event_relay import MAX_EVENT_BYTES, EventReceiver, socket_name
+from ringmaster.discovery import MAX_SLOTS_PER_HOST
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.worker.agent.event_relay import MAX_WAITING, EventForwarder
 
@@ -101,6 +102,24 @@ def test_each_worker_gets_its_own_messages_in_order(rig) -> None:
     assert rig.line(first) == "got assignment 7 0"
     assert rig.line(second) == "got assignment 9 0"
     assert rig.refused(first) == rig.refused(second) == 0 and rig.forwarder.dropped == 0
+
+
+def test_a_message_said_alike_to_several_workers_reaches_each_in_its_place(rig) -> None:
+    """One entry for many workers (`HostedEvent.also`, a host update to the whole host): each
+    named worker gets it, in its order among its own messages; an entry naming more workers than
+    a host can have is dropped whole."""
+    first, second, third = rig.worker("hA/1"), rig.worker("hA/2"), rig.worker("hA/3")
+    shared = _hosted("hA/1", hosts_sequence=5)
+    shared.also.extend(["hA/2", "hA/3"])
+    rig.forwarder.forward([_hosted("hA/2", generation=4), shared, _hosted("hA/1", generation=8)])
+    assert rig.line(first) == "got hosts_updated 0 5" and rig.line(first) == "got assignment 8 0"
+    assert rig.line(second) == "got assignment 4 0" and rig.line(second) == "got hosts_updated 0 5"
+    assert rig.line(third) == "got hosts_updated 0 5"
+    flood = _hosted("hA/1", hosts_sequence=6)
+    flood.also.extend(["hA/2"] * MAX_SLOTS_PER_HOST)
+    rig.forwarder.forward([flood, _hosted("hA/3", generation=9)])
+    assert rig.line(third) == "got assignment 9 0"  # (the flood went nowhere: hA/3 heard the next one)
+    assert rig.forwarder.dropped == 1 + MAX_SLOTS_PER_HOST
 
 
 def test_a_worker_takes_nothing_but_its_agents_messages(rig) -> None:
