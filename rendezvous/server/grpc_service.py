@@ -278,14 +278,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         queue: asyncio.Queue = asyncio.Queue()
         self.outbox.agents[request.host] = queue
         self.outbox.incarnations[request.host] = request.incarnation
-        if request.carries_events:
-            self.outbox.carriers.add(request.host)
-        else:
-            self.outbox.carriers.discard(request.host)
-        if request.carries_events and request.shares_events:
-            self.outbox.sharing.add(request.host)
-        else:
-            self.outbox.sharing.discard(request.host)
+        self.outbox.agent_carries(request.host, request.carries_events, request.shares_events)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(

@@ -39,6 +39,15 @@ class SessionOutbox:
         #: the seconds since the failure seen (or the generation's forming, with no failure): the metrics.
         self.on_assignments_out: Callable[[int, float], None] | None = None
 
+    def agent_carries(self, host: str, carries: bool, shares: bool) -> None:
+        """What `host`'s agent said in its hello: it carries its workers' messages, and takes one
+        message for several of them (`SharedEvents`)."""
+        for told, hosts in ((carries, self.carriers), (carries and shares, self.sharing)):
+            if told:
+                hosts.add(host)
+            else:
+                hosts.discard(host)
+
     def pending(self) -> bool:
         """Whether a session still has messages to write."""
         return any(q.qsize() for q in self.agents.values()) or any(q.qsize() for q in self.workers.values())
