@@ -65,6 +65,10 @@ class BeatFigures:
         self.step_times.slowdowns = {s.host: s.slowdown for s in every_host}
         slowdown = coordinator.settings.straggler_slowdown
         found = self._straggler_watch.confirm([s for s in every_host if s.slowdown >= slowdown])
-        # (a check looks at every rank: a large job's waits at least STRAGGLER_DUTY times its cost)
-        self._straggler_every = max(STRAGGLER_CHECK_S, STRAGGLER_DUTY * (time.monotonic() - now))
+        # (a check looks at every rank: a large job's waits at least STRAGGLER_DUTY times its cost,
+        # the cost of a check of the whole ring: after a new generation the first checks see the
+        # few ranks heard from yet, and were one a second, each larger, through the change that
+        # followed: 8% of the rendezvous while half of a 4,096 x 8 job left)
+        whole = config[1] / max(len(self.step_times.ranks), 1)
+        self._straggler_every = max(STRAGGLER_CHECK_S, STRAGGLER_DUTY * (time.monotonic() - now) * max(whole, 1.0))
         return found

@@ -156,8 +156,8 @@ class SharedEvents:
         """The entry of `command` to write `effect` into for `worker_id` (a new one at its end),
         or None: the worker was named in an entry that says it already."""
         said = wire.shared_key(effect) if ends is None else None
-        key = (id(command), said)
         if said is not None:
+            key = (id(command), said)
             found = self._entries.get(key)
             if found is not None and self._last.get(worker_id, -1) < found[1]:
                 found[0].also.append(worker_id)
@@ -167,5 +167,5 @@ class SharedEvents:
         hosted = command.events.add(worker_id=worker_id)
         self._last[worker_id] = index
         if said is not None:
-            self._entries[key] = (hosted, index)
+            self._entries[id(command), said] = (hosted, index)
         return hosted
