@@ -374,6 +374,23 @@ def control_costs(hosts: int, slots: int) -> dict[str, float]:
     timed("host lost: a pass after them", lambda: (c.settle(0.3), c.drain()))
     assert c.generation.number == 2
     timed("record (after the change)", lambda: job_record.job_values(c.saved(), snapshots))
+    added = {f"h{i:05d}": slots for i in range(hosts, hosts + ADDED_HOSTS)}
+
+    def discovered() -> None:
+        c.set_hosts({**names, **added}, 0.4)
+        c.settle(0.4)
+        c.drain()
+
+    def connected() -> None:
+        for i, name in enumerate(list(added)[:8]):
+            c.agent_connected(name, 9000 + i, 0.5)
+        c.settle(0.5)
+        c.drain()
+
+    timed(f"{ADDED_HOSTS} hosts discovered: the pass after", discovered)
+    timed("8 of their agents connect: newcomers started, announced", connected)
+    assert sum(1 for w in c.workers.values() if w.host in added) == 8 * slots
+    timed("the clock's pass while they warm up", tick)
     return costs
 
 

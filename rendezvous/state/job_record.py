@@ -271,13 +271,12 @@ def build_values(saved: SavedJob, snap: Snapshots) -> dict[str, dict[str, Any]]:
     keys changed since the last build where it can tell."""
     workers = saved.workers
     generation = saved.generation
-    tracked = isinstance(workers, JobWorkers)  # (one that tells what changed)
     source = snap._source
-    if tracked and source is not None and source[0] is workers and source[1] == workers.takes \
-            and source[2] is generation:
+    if isinstance(workers, JobWorkers) and source is not None and source[0] is workers \
+            and source[1] == workers.takes and source[2] is generation:  # (workers that tell what changed)
         _update_values(saved, snap, workers.take_changed())
     else:
-        if tracked:
+        if isinstance(workers, JobWorkers):
             workers.take_changed()  # (every worker is looked at now: what changed before is in it)
         snap.values = _every_value(saved, snap)
         snap.host_keys = {key for key in snap.values if key.startswith(HOSTS)}

@@ -72,7 +72,7 @@ def test_a_host_update_to_a_whole_host_is_one_entry() -> None:
 
 def test_messages_named_in_an_ended_agent_session_go_on_each_workers_stream() -> None:
     outbox = SessionOutbox(launcher=None)  # type: ignore[arg-type]  # (no agents are started here)
-    streams = {worker_id: asyncio.Queue() for worker_id in ("hA/1", "hA/3")}  # (hA/2 has no session)
+    streams: dict[str, asyncio.Queue] = {worker_id: asyncio.Queue() for worker_id in ("hA/1", "hA/3")}  # (not hA/2)
     outbox.workers.update(streams)
     update = pb.WorkerEvent(hosts_updated=pb.HostsUpdated(sequence=4, placed=True))
     agent: asyncio.Queue = asyncio.Queue()
