@@ -328,12 +328,18 @@ def test_within_a_generation_a_build_looks_only_at_the_workers_that_changed() ->
 
 
 # ---------------------------------------------------------------- journal and leadership
+async def leading_journal(store, prefix: str) -> tuple[Leadership, Journal]:
+    """A rendezvous leading a new job on `prefix`, and its journal (the store holds no job yet)."""
+    leader = Leadership(store, prefix, "a:1", ttl_s=5)
+    await leader.acquire(wait=False)
+    journal = Journal(store, prefix, leader, job_ttl_s=30)
+    assert await journal.load() is None
+    return leader, journal
+
+
 def test_the_journal_writes_changed_keys_only_and_a_deposed_leader_writes_nothing(make_store, prefix) -> None:
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5)
-        await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30)
-        assert await journal.load() is None
+        leader, journal = await leading_journal(store, prefix)
         rig, ids = running_job()
         await journal.save(record(rig))
         entries, revision = await store.get_prefix(prefix + "state/")
@@ -372,10 +378,7 @@ def test_saves_brought_up_to_date_from_what_changed_leave_the_store_as_a_fresh_r
     changes, within a generation and across new ones, the store holds what a record built anew
     from every worker holds."""
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5)
-        await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30)
-        assert await journal.load() is None
+        leader, journal = await leading_journal(store, prefix)
         rig, ids = running_job()
         c = rig.coordinator
 
