@@ -60,6 +60,19 @@ TICK_S = 0.2
 #: the next waits at least this many times as long as the last took, so the clock never takes
 #: more than a tenth of a core, and a small job keeps its TICK_S.
 TICK_DUTY = 10.0
+
+
+def run_clock(tick: Callable[[], object]) -> float:
+    """Run the clock once; the seconds until its next run, from what this one cost the loop
+    thread's CPU (`time.thread_time`), not the wall clock: a rendezvous stopped during a run
+    (SIGSTOP, swapped out) counted the stop ten times over, planned the next run that far away,
+    and took the gap for a planned one, neither saying it had stalled nor judging anyone's
+    silence for as long (found by the stall test on a loaded CI machine)."""
+    started = time.thread_time()
+    tick()
+    return max(TICK_S, TICK_DUTY * (time.thread_time() - started))
+
+
 #: Seconds the end of a job waits for its last state to reach the store.
 FINAL_SAVE_TIMEOUT_S = 10.0
 #: Refused calls logged one by one before only every hundredth is.
@@ -342,9 +355,7 @@ class RendezvousServer:
                 await asyncio.wait_for(service.changed.wait(), max(0.0, next_tick - time.monotonic()))
             service.changed.clear()
             if time.monotonic() >= next_tick:
-                started = time.perf_counter()
-                service.call(coordinator.tick)
-                every = max(TICK_S, TICK_DUTY * (time.perf_counter() - started))
+                every = run_clock(lambda: service.call(coordinator.tick))
                 coordinator.pool.tick_every_s = every  # (a planned gap: no stall)
                 next_tick = time.monotonic() + every
                 if self.timeline is not None:
