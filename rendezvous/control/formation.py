@@ -125,7 +125,7 @@ class Formation:
         job = self.job
         gen = job.generation
         members = gen.member_set if gen is not None else set()
-        on = self._running_by_host()
+        on = self.job.census().running
         over: dict[str, str] = {}
         for host in self.pool.eligible_hosts(now):
             workers = on.get(host.name, [])
@@ -136,17 +136,13 @@ class Formation:
                 over[worker.worker_id] = f"host {host.name} now lends this job {host.slots} slot(s)"
         return over
 
-    def _running_by_host(self) -> dict[str, list[Worker]]:
-        """Live workers not being stopped, by host (do not change the lists: `census`)."""
-        return self.job.census().running
-
     def _retire_outcasts(self, eligible: set[str], now: float) -> None:
         job = self.job
         gen = job.generation
         over = self._over_slots(now)
         # Those on hosts the job may not use, and those over their hosts' slots: found by host,
         # not by a look at every worker (a pass makes this every time).
-        running = self._running_by_host()
+        running = self.job.census().running
         outcasts = [w for host, on in running.items() if host not in eligible for w in on]
         outcasts += [self.job.workers[i] for i in over]
         for worker in outcasts:

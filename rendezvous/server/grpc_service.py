@@ -188,9 +188,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             marker = (recorded_changes(), saved.counters, len(saved.hosts), len(saved.workers))
             cost = 0.0
             if marker != self._saved_marker:  # (a heartbeat changes nothing the store keeps)
-                values = self.journal.values(saved)
-                cost = self._save_cost = time.perf_counter() - started
-                await self.journal.save(values)
+                prepared = time.perf_counter() - started
+                cost = self._save_cost = prepared + await self.journal.save_job(saved)
                 self._saved_marker = marker
             self.outbox.deliver(self.coordinator, batch)
             await asyncio.sleep(cost)  # as in `call`: let changes gather for as long as a record takes

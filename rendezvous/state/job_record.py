@@ -198,15 +198,20 @@ class Snapshots:
     def add(self, values: dict[str, dict[str, Any]], objects: Iterable[tuple[str, R]],
             build: Callable[[R], dict[str, Any]], fresh: dict[str, tuple[Revised, int, dict[str, Any], int]],
             context: int = 0) -> None:
-        """Put each (key, object)'s value in `values`, reusing the last one where it still holds:
-        the object and its revision are the same, and so is the `context` it was built in."""
-        built = self.built
+        """Put each (key, object)'s value in `values`, as `one` builds it, and its entry in `fresh`."""
+        one = self.one
         for key, obj in objects:
-            entry = built.get(key)
-            if entry is None or entry[0] is not obj or entry[1] != obj.revision or entry[3] != context:
-                entry = (obj, obj.revision, build(obj), context)
-            fresh[key] = entry
+            entry = fresh[key] = one(key, obj, build, context)
             values[key] = entry[2]
+
+    def one(self, key: str, obj: R, build: Callable[[R], dict[str, Any]],
+            context: int = 0) -> tuple[Revised, int, dict[str, Any], int]:
+        """The entry of `key` for `obj`: the last one where it still holds (the object and its
+        revision are the same, and so is the `context` it was built in), else built anew."""
+        entry = self.built.get(key)
+        if entry is None or entry[0] is not obj or entry[1] != obj.revision or entry[3] != context:
+            entry = (obj, obj.revision, build(obj), context)
+        return entry
 
 
 def _host_value(host: Host) -> dict[str, Any]:
@@ -320,9 +325,8 @@ def _update_values(saved: SavedJob, snap: Snapshots, changed_workers: list[Worke
                 changed.add(key)
             continue
         if w.live or w.worker_id in members:
-            entry = built.get(key)
-            if entry is None or entry[0] is not w or entry[1] != w.revision or entry[3] != current:
-                entry = built[key] = (w, w.revision, _worker_value(w, current, members, snap.place(w)), current)
+            entry = built[key] = snap.one(key, w, lambda w: _worker_value(w, current, members, snap.place(w)),
+                                          current)
             if values.get(key) is not entry[2]:
                 values[key] = entry[2]
                 changed.add(key)
@@ -331,10 +335,9 @@ def _update_values(saved: SavedJob, snap: Snapshots, changed_workers: list[Worke
             built.pop(key, None)
             changed.add(key)
     if generation is not None:
-        entry = built.get(GENERATION_KEY)
-        if entry is None or entry[0] is not generation or entry[1] != generation.revision:
-            built[GENERATION_KEY] = (generation, generation.revision, _generation_value(generation), 0)
-            values[GENERATION_KEY] = built[GENERATION_KEY][2]
+        entry = built[GENERATION_KEY] = snap.one(GENERATION_KEY, generation, _generation_value)
+        if values.get(GENERATION_KEY) is not entry[2]:
+            values[GENERATION_KEY] = entry[2]
             changed.add(GENERATION_KEY)
     snap.changed = changed
 

@@ -13,6 +13,7 @@ training goes on (collectives do not need the rendezvous); only membership chang
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from ringmaster.common.errors import StateError
@@ -56,10 +57,7 @@ class Journal:
         self.saves = 0
         self._written: dict[str, dict[str, Any]] = {}
         self._trouble: str | None = None
-        self._snapshots = job_record.Snapshots()  # so `values` rebuilds only what changed
-        #: The values `values` built last, and the keys that changed since the build before (None:
-        #: not known); `save` then writes those without comparing every key.
-        self._built: tuple[dict[str, dict[str, Any]], set[str] | None] | None = None
+        self._snapshots = job_record.Snapshots()  # so `save_job` rebuilds only what changed
         self._rewrite = True  # every key must be compared: `_written` is not what the last save wrote
         self._resets = 0  # times every key had to be written again (a new job lease)
 
@@ -76,15 +74,16 @@ class Journal:
         self.lease = await self.store.grant_lease(self.job_ttl_s)
         return restored
 
-    def values(self, saved: SavedJob) -> dict[str, dict[str, Any]]:
-        """The keys and values of the job as it is now (the unchanged ones as built last time).
-        Shared with the next call: save it before asking again."""
+    async def save_job(self, saved: SavedJob) -> float:
+        """Build the job's record as it is now (the unchanged keys as built last time) and write
+        what changed, as `save` does; returns the seconds the build took on the loop's thread
+        (the caller spaces saves by it). The build says which keys it changed, so only those are
+        compared with what was written."""
+        started = time.perf_counter()
         values = job_record.build_values(saved, self._snapshots)
-        changed = self._snapshots.changed
-        if self._built is not None and self._built[0] is values and self._built[1] is not None and changed is not None:
-            changed = self._built[1] | changed  # (built twice without a save between: both builds' keys)
-        self._built = (values, set(changed) if changed is not None else None)
-        return values
+        cost = time.perf_counter() - started
+        await self._write(values, self._snapshots.changed)
+        return cost
 
     async def save(self, values: dict[str, dict[str, Any]]) -> None:
         """Write what changed; retried until the store answers. Raises Deposed.
@@ -93,13 +92,15 @@ class Journal:
         by the leader key. The generation's member runs, the generation and the job's counters go
         last, and the last transaction is the fullest: a host lost or added (a few runs) is one
         transaction, and a reader never sees a generation whose members' records are not written yet."""
-        built, self._built = self._built, None
+        await self._write(values, None)
+
+    async def _write(self, values: dict[str, dict[str, Any]], changed: set[str] | None) -> None:
+        """`save`, told the keys that can differ from what was written (None: any)."""
         resets = self._resets
-        if built is not None and built[0] is values and built[1] is not None and not self._rewrite:
-            # (what `values` built: only the keys it changed can differ from what was written)
+        if changed is not None and not self._rewrite:
             written = self._written
-            puts = {k: values[k] for k in built[1] if k in values and written.get(k) != values[k]}
-            deletes = [k for k in built[1] if k not in values and k in written]
+            puts = {k: values[k] for k in changed if k in values and written.get(k) != values[k]}
+            deletes = [k for k in changed if k not in values and k in written]
         else:
             puts, deletes = job_record.diff(self._written, values)
         if not puts and not deletes:
@@ -107,10 +108,14 @@ class Journal:
         ops: list[tuple[str, dict[str, Any] | None]] = [*puts.items(), *((k, None) for k in deletes)]
         ops.sort(key=lambda op: _write_order(op[0]))  # (stable: the order within each part stays)
         ends = range(len(ops), 0, -MAX_TXN_OPS)[::-1]
-        for end in ends:
-            chunk = ops[max(0, end - MAX_TXN_OPS):end]
-            await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
-                                 [self.state_prefix + k for k, v in chunk if v is None])
+        try:
+            for end in ends:
+                chunk = ops[max(0, end - MAX_TXN_OPS):end]
+                await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
+                                     [self.state_prefix + k for k, v in chunk if v is None])
+        except BaseException:
+            self._rewrite = True  # (cut off part way: the next save compares every key)
+            raise
         if resets == self._resets:  # (else the job's lease ran out meanwhile: every key is written again next)
             if len(puts) + len(deletes) < len(values) // 4 and not self._rewrite:
                 self._written.update(puts)  # (a few keys: brought up to date, not copied whole)

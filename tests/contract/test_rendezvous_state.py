@@ -385,7 +385,7 @@ def test_saves_brought_up_to_date_from_what_changed_leave_the_store_as_a_fresh_r
         async def saved_and_compared() -> set[str]:
             """Saves; the keys written."""
             _, before = await store.get_prefix(prefix + "state/")
-            await journal.save(journal.values(c.saved()))
+            await journal.save_job(c.saved())
             entries, _ = await store.get_prefix(prefix + "state/")
             assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == job_record.job_values(c.saved())
             return {e.key.removeprefix(prefix + "state/") for e in entries if e.mod_revision > before}
