@@ -35,13 +35,13 @@ def assign_ranks(
     survivors: Sequence[WorkerSlot], newcomers: Sequence[WorkerSlot], max_np: int | None = None
 ) -> list[RankAssignment]:
     """Order `survivors` (already in their previous rank order) then `newcomers`, capped at `max_np`."""
-    seen: set[str] = set()
-    ordered: list[WorkerSlot] = []
-    for slot in (*survivors, *newcomers):
-        if slot.worker_id in seen:
-            raise ValueError(f"worker {slot.worker_id} appears twice in one generation")
-        seen.add(slot.worker_id)
-        ordered.append(slot)
+    ordered = [*survivors, *newcomers]
+    if len({slot.worker_id for slot in ordered}) != len(ordered):
+        seen: set[str] = set()
+        for slot in ordered:
+            if slot.worker_id in seen:
+                raise ValueError(f"worker {slot.worker_id} appears twice in one generation")
+            seen.add(slot.worker_id)
     if max_np is not None:
         ordered = ordered[:max_np]
     size = len(ordered)
@@ -54,20 +54,20 @@ def assign_ranks(
         per_host[slot.host] = count + 1
 
     # Hosts in rank order (`per_host` kept the order of first appearance): the cross rank of a
-    # host among those with a worker of local rank `lr`, and how many those are.
-    cross_rank: dict[tuple[str, int], int] = {}
+    # host's worker of local rank `lr` among the hosts with such a worker (`crosses[host][lr]`),
+    # and how many those hosts are (`cross_size[lr]`).
+    crosses: dict[str, list[int]] = {}
     cross_size: list[int] = []
     for host, count in per_host.items():
+        if count > len(cross_size):
+            cross_size += [0] * (count - len(cross_size))
+        crosses[host] = cross_size[:count]
         for lr in range(count):
-            if lr == len(cross_size):
-                cross_size.append(0)
-            cross_rank[host, lr] = cross_size[lr]
             cross_size[lr] += 1
 
     # (positional: a generation makes one per worker, tens of thousands in a large job)
-    return [RankAssignment(slot.worker_id, slot.host, rank, size, lr, per_host[slot.host], cross_rank[slot.host, lr],
-                           cross_size[lr])
-            for rank, (slot, lr) in enumerate(zip(ordered, local_rank))]
+    return [RankAssignment(worker_id, host, rank, size, lr, per_host[host], crosses[host][lr], cross_size[lr])
+            for rank, ((worker_id, host), lr) in enumerate(zip(ordered, local_rank))]
 
 
 def host_counts(hosts: Iterable[str]) -> dict[str, int]:

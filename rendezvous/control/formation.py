@@ -262,8 +262,7 @@ class Formation:
         new = job.new_generation(members, now)
         for a in members:
             worker = job.workers[a.worker_id]
-            worker.move(Phase.MEMBER)
-            worker.generation = new.number
+            worker.join(new.number)
             job.send_assignment(worker)
         at_limit = job.limit is not None and len(members) >= job.limit
         for worker in (*survivors, *newcomers):

@@ -72,12 +72,17 @@ class Revised:
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
         if name not in self.VOLATILE:
-            kept = self.__dict__
-            kept["revision"] = kept.get("revision", 0) + 1
-            _RECORDED[0] += 1
-            changed = kept.get("_changed")  # (set by the container that keeps it: `JobWorkers.changed`)
-            if changed is not None:
-                changed[id(self)] = self
+            self._touched()
+
+    def _touched(self) -> None:
+        """Count a change of a kept field (made by `__setattr__`, or straight into `__dict__` by
+        a method that sets several at once as one change)."""
+        kept = self.__dict__
+        kept["revision"] = kept.get("revision", 0) + 1
+        _RECORDED[0] += 1
+        changed = kept.get("_changed")  # (set by the container that keeps it: `JobWorkers.changed`)
+        if changed is not None:
+            changed[id(self)] = self
 
 
 #: Changes to any record in this process (`recorded_changes`).
@@ -176,6 +181,17 @@ class Worker(Revised):
             raise ValueError(f"worker {self.worker_id} cannot move from {self.phase.value} to {to.value}: "
                              "not a move of PHASE_MOVES")
         self.phase = to
+
+    def join(self, generation: int) -> None:
+        """`move(Phase.MEMBER)` and a member of `generation`, as one change: a generation of
+        32,768 workers made 65,536 changes, a third of forming it at 4,096 x 8."""
+        if self.phase is not Phase.MEMBER and self.phase not in PHASE_MOVES[Phase.MEMBER]:
+            self.move(Phase.MEMBER)  # (refused, saying why)
+        kept = self.__dict__
+        kept["phase"] = Phase.MEMBER
+        kept["generation"] = generation
+        kept["live"] = self.failed is None
+        self._touched()
 
 
 class JobWorkers(dict[str, Worker]):

@@ -37,3 +37,30 @@ def test_an_exited_worker_moves_nowhere_and_a_live_one_never_back_to_spawning(to
         else:
             live.move(to)
             assert live.phase is to and live.live == (to is not Phase.EXITED)
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_joining_a_generation_is_the_move_to_member_and_one_recorded_change(phase: Phase) -> None:
+    """`Worker.join` (a generation's members, set in one change each) does what `move(MEMBER)`
+    and setting the generation do, refuses what `move` refuses, and marks the worker changed for
+    the job's record once."""
+    from ringmaster.rendezvous.control.records import JobWorkers, recorded_changes
+
+    workers = JobWorkers({"hA/1": _worker(phase)})
+    worker = workers["hA/1"]
+    workers.take_changed()
+    revision, recorded = worker.revision, recorded_changes()
+    if phase not in PHASE_MOVES[Phase.MEMBER] and phase is not Phase.MEMBER:
+        with pytest.raises(ValueError, match=f"cannot move from {phase.value} to member"):
+            worker.join(7)
+        assert worker.phase is phase and worker.generation == 0 and workers.take_changed() == []
+        return
+    worker.join(7)
+    assert worker.phase is Phase.MEMBER and worker.generation == 7 and worker.live
+    assert worker.revision == revision + 1 and recorded_changes() == recorded + 1
+    assert workers.take_changed() == [worker]
+    worker.failed = "its process is gone"
+    worker.move(Phase.EXITED)
+    with pytest.raises(ValueError, match="cannot move from exited"):
+        worker.join(8)
+    assert not worker.live and worker.generation == 7
