@@ -8,6 +8,13 @@ each question was a walk through 32,768 workers, and together they were most of 
 and a change makes several). The answers depend only on the records, so they are computed
 together once and kept until a record changes (`records.recorded_changes`), a worker is added,
 or a generation forms. The lists are shared: callers read them and never change them.
+
+A change of a few workers' records (a batch of `Ready`s, newcomers connecting, a host's workers
+leaving) brings the census up to date from those workers alone (`updated_census`), the
+workers having said what changed (`JobWorkers.take_census_changed`): a whole look took 15-19 ms
+at 4,096 x 8, and a growth took a dozen. What may change between two looks is narrow: a worker
+never comes back to life nor stops being stopped, so the live and running lists only lose
+workers; only the joining list gains any, placed where a whole look puts them.
 """
 
 from __future__ import annotations
@@ -33,10 +40,8 @@ class Census:
     joining: list[Worker]
 
 
-def take_census(workers: JobWorkers, generation: Generation | None,
-                members: list[Worker] | None = None) -> Census:
-    """One look at every worker (see the module's docstring); `members`: the generation's, where
-    the caller kept them (they change only with the generation, or a worker set again)."""
+def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
+    """One look at every worker (see the module's docstring)."""
     member_set = generation.member_set if generation is not None else frozenset()
     # (comprehensions, each a tight loop: a third quicker than one loop doing it all)
     live = [w for w in workers.values() if w.live]
@@ -49,14 +54,63 @@ def take_census(workers: JobWorkers, generation: Generation | None,
     spawning, warming, ready = Phase.SPAWNING, Phase.WARMING, Phase.READY
     joining = [w for w in live if w.phase is not Phase.MEMBER and not w.stopping and (
         w.phase is spawning or w.phase is warming or (w.phase is ready and w.worker_id not in member_set))]
-    if members is None:
-        members = [workers[i] for i in generation.member_ids] if generation is not None else []
+    workers.take_census_changed()  # (all looked at now)
+    members = [workers[i] for i in generation.member_ids] if generation is not None else []
     return Census(members, live, running, frozenset(running.keys() | {w.host for w in leaving}), joining)
 
 
+#: A census is brought up to date from the workers changed while they are fewer than a
+#: 1/UPDATED_AT_MOST part of the job; past that a whole look costs less (a host's workers are
+#: looked at again for each host that has a changed one).
+UPDATED_AT_MOST = 8
+
+
+def _joins(w: Worker, member_set: frozenset[str]) -> bool:
+    """Whether live worker `w` waits to join (`Census.joining`)."""
+    phase = w.phase
+    return not w.stopping and (phase is Phase.SPAWNING or phase is Phase.WARMING
+                               or (phase is Phase.READY and w.worker_id not in member_set))
+
+
+def updated_census(census: Census, changed: list[Worker], workers: JobWorkers,
+                   generation: Generation | None) -> Census:
+    """`census` brought up to date for the `changed` workers' records, where no worker was set
+    or deleted and the generation is the same since it was taken: what `take_census` answers now."""
+    changed = [w for w in changed if workers.get(w.worker_id) is w]  # (a replaced one's record is no news)
+    if not changed:
+        return census
+    member_set = generation.member_set if generation is not None else frozenset()
+    live = census.live
+    if any(not w.live for w in changed):
+        live = [w for w in live if w.live]  # (only lost: nothing comes back to life)
+    running = census.running
+    busy = census.busy_hosts
+    for host in {w.host for w in changed}:
+        placed = workers.on(host)
+        on = [w for w in placed if w.live and not w.stopping]
+        if on != running.get(host, []):
+            if running is census.running:
+                running = dict(running)
+            if on:
+                running[host] = on
+            else:
+                del running[host]  # (the others keep their order)
+        if host in busy and not any(w.live for w in placed):
+            busy = busy - {host}
+    moved = {id(w) for w in changed}
+    joining = [w for w in census.joining if id(w) not in moved]
+    entering = [w for w in changed if w.live and _joins(w, member_set)]
+    if entering:
+        joining = sorted(joining + entering, key=workers.position)
+    elif len(joining) == len(census.joining):
+        joining = census.joining
+    return Census(census.members, live, running, busy, joining)
+
+
 class CensusKeeper:
-    """The census of the job as it is now: taken again only once a record changed, a worker was
-    added, or another generation is current. `job()` returns the workers and the generation."""
+    """The census of the job as it is now: taken again once a worker was set or deleted, or
+    another generation is current; brought up to date from the workers changed once a record
+    changed. `job()` returns the workers and the generation."""
 
     def __init__(self, job: Callable[[], tuple[JobWorkers, Generation | None]]) -> None:
         self._job = job
@@ -67,10 +121,16 @@ class CensusKeeper:
         workers, generation = self._job()
         key = self._key
         changes, version = recorded_changes(), workers.version
-        if (self._census is None or key is None or key[0] != changes or key[1] != version or key[2] is not workers
-                or key[3] is not generation):
-            same_members = key is not None and key[1] == version and key[2] is workers and key[3] is generation
-            members = self._census.members if same_members and self._census is not None else None
-            self._census = take_census(workers, generation, members)
-            self._key = (changes, version, workers, generation)
-        return self._census
+        census = self._census
+        if census is not None and key is not None and key[0] == changes and key[1] == version \
+                and key[2] is workers and key[3] is generation:
+            return census
+        changed = workers.take_census_changed()
+        if census is not None and key is not None and key[1] == version and key[2] is workers \
+                and key[3] is generation and len(changed) * UPDATED_AT_MOST < len(workers):
+            census = updated_census(census, changed, workers, generation)
+        else:
+            census = take_census(workers, generation)
+        self._census = census
+        self._key = (changes, version, workers, generation)
+        return census

@@ -82,7 +82,8 @@ class Revised:
         _RECORDED[0] += 1
         changed = kept.get("_changed")  # (set by the container that keeps it: `JobWorkers.changed`)
         if changed is not None:
-            changed[id(self)] = self
+            for into in changed:
+                into[id(self)] = self
 
 
 #: Changes to any record in this process (`recorded_changes`).
@@ -209,6 +210,12 @@ class JobWorkers(dict[str, Worker]):
         #: at every worker (`job_record.Snapshots`).
         self.changed: dict[int, Worker] = {}
         self.takes = 0  # times `take_changed` was called
+        #: The same for the census (`census.CensusKeeper`), which brings itself up to date from them.
+        self.census_changed: dict[int, Worker] = {}
+        #: Each worker id's place in the order of the dict (its first setting; a worker set again
+        #: under the same id keeps it), which the census keeps its lists in.
+        self._position: dict[str, int] = {}
+        self._positions = 0
         for worker_id, worker in (workers or {}).items():
             self[worker_id] = worker
 
@@ -216,18 +223,33 @@ class JobWorkers(dict[str, Worker]):
         old = self.get(worker_id)
         if old is not None:
             self._by_host.get(old.host, {}).pop(worker_id, None)
+        else:
+            self._position[worker_id] = self._positions
+            self._positions += 1
         super().__setitem__(worker_id, worker)
         self._by_host.setdefault(worker.host, {})[worker_id] = worker
         self.version += 1
-        worker.__dict__["_changed"] = self.changed  # (not a field: set without counting as a change)
-        self.changed[id(worker)] = worker
+        # (not a field: set without counting as a change)
+        worker.__dict__["_changed"] = (self.changed, self.census_changed)
+        self.changed[id(worker)] = self.census_changed[id(worker)] = worker
 
     def __delitem__(self, worker_id: str) -> None:
         worker = self[worker_id]
         super().__delitem__(worker_id)
         self._by_host.get(worker.host, {}).pop(worker_id, None)
+        del self._position[worker_id]
         self.version += 1
-        self.changed[id(worker)] = worker
+        self.changed[id(worker)] = self.census_changed[id(worker)] = worker
+
+    def position(self, worker: Worker) -> int:
+        """`worker`'s place in the order the workers are listed in (`values()`)."""
+        return self._position[worker.worker_id]
+
+    def take_census_changed(self) -> list[Worker]:
+        """The workers changed, set or deleted since the census last took them."""
+        taken = list(self.census_changed.values())
+        self.census_changed.clear()
+        return taken
 
     def take_changed(self) -> list[Worker]:
         """The workers changed, set or deleted since the last take (a deleted or replaced one is

@@ -1,7 +1,11 @@
 """The census a pass asks its questions of: the same answers a look at every worker gives, taken
-again whenever a record changes, a worker is added or another generation is current."""
+again whenever a worker is added or another generation is current, and brought up to date from
+the workers whose records changed."""
 
 from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringmaster.rendezvous.control.assignment import WorkerSlot, assign_ranks
 from ringmaster.rendezvous.control.census import CensusKeeper, take_census
@@ -59,7 +63,7 @@ def test_the_kept_census_is_taken_again_after_any_change() -> None:
     second = keeper.now()
     assert second is not first and workers["b/2"] not in second.live
     newcomer = Worker("c/9", "c", 0, {})
-    assert keeper.now() is not second  # (making it set its fields: a record changed)
+    assert keeper.now() is second  # (making it set its fields: a record changed, but none of the job's)
     before = keeper.now()
     workers[newcomer.worker_id] = newcomer  # adding a worker counts too, where no record changed since
     third = keeper.now()
@@ -67,3 +71,50 @@ def test_the_kept_census_is_taken_again_after_any_change() -> None:
     members = assign_ranks([WorkerSlot("a/0", "a")], [])
     current[0] = Generation(2, members, "shrunk", "g2")
     assert [w.worker_id for w in keeper.now().members] == ["a/0"]
+
+
+_STEPS = st.lists(st.tuples(st.sampled_from(["phase", "failed", "stopping", "join", "replace", "add", "outsider"]),
+                            st.integers(0, 9), st.sampled_from(list(Phase))), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_STEPS)
+def test_a_census_brought_up_to_date_from_the_changed_workers_is_a_fresh_look(steps) -> None:
+    """After any run of changes (phases moved, workers failed, stopped, joined to the generation,
+    set again under their id, added), the kept census, brought up to date from the workers that
+    changed, answers what a census taken afresh answers: the same workers in the same order."""
+    workers, gen = _job()
+    keeper = CensusKeeper(lambda: (workers, gen))
+    keeper.now()
+    for kind, n, phase in steps:
+        ids = list(workers)
+        w = workers[ids[n % len(ids)]]
+        if kind == "phase" and w.live:
+            try:
+                w.move(phase)
+            except ValueError:
+                pass  # (not a move a worker makes)
+        elif kind == "failed" and w.failed is None:
+            w.failed = "it crashed"
+        elif kind == "stopping":
+            w.stopping = True
+        elif kind == "join" and w.live:
+            try:
+                w.join(1)
+            except ValueError:
+                pass
+        elif kind == "replace":
+            workers[w.worker_id] = Worker(w.worker_id, w.host, w.slot, {})
+        elif kind == "add":
+            added = Worker(f"c/{len(ids)}", "c", n, {})
+            workers[added.worker_id] = added
+        elif kind == "outsider":
+            Worker("x/1", "x", 0, {}).phase = phase  # (a record, not the job's)
+        kept = keeper.now()
+        fresh = take_census(workers, gen)
+        for listed in ("live", "joining", "members"):
+            assert list(map(id, getattr(kept, listed))) == list(map(id, getattr(fresh, listed))), listed
+        assert {h: list(map(id, on)) for h, on in kept.running.items()} == \
+            {h: list(map(id, on)) for h, on in fresh.running.items()}
+        assert list(kept.running) == list(fresh.running)
+        assert kept.busy_hosts == fresh.busy_hosts
