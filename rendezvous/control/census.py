@@ -38,6 +38,8 @@ class Census:
     #: Live workers not being stopped that wait to join a generation: started or warming up (a
     #: planned generation's members too, until they connect), or ready outside the generation.
     joining: list[Worker]
+    #: Live workers being stopped.
+    leaving: list[Worker]
 
 
 def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
@@ -56,7 +58,7 @@ def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
         w.phase is spawning or w.phase is warming or (w.phase is ready and w.worker_id not in member_set))]
     workers.take_census_changed()  # (all looked at now)
     members = [workers[i] for i in generation.member_ids] if generation is not None else []
-    return Census(members, live, running, frozenset(running.keys() | {w.host for w in leaving}), joining)
+    return Census(members, live, running, frozenset(running.keys() | {w.host for w in leaving}), joining, leaving)
 
 
 #: A census is brought up to date from the workers changed while they are fewer than a
@@ -104,7 +106,10 @@ def updated_census(census: Census, changed: list[Worker], workers: JobWorkers,
         joining = sorted(joining + entering, key=workers.position)
     elif len(joining) == len(census.joining):
         joining = census.joining
-    return Census(census.members, live, running, busy, joining)
+    leaving = census.leaving
+    if leaving or any(w.live and w.stopping for w in changed):
+        leaving = [w for w in live if w.stopping]  # (a look at every worker only while some leave)
+    return Census(census.members, live, running, busy, joining, leaving)
 
 
 class CensusKeeper:

@@ -427,9 +427,10 @@ class Coordinator:
         for name in self.pool.forget_departed(now, job.busy_hosts()):
             self.formation.sent_to_agents.pop(name, None)
             self._unsettled = True
-        self.pool.repace(sum(1 for w in job.workers.values() if w.live and w.registered))
+        live = job.live_workers()
+        self.pool.repace(sum(1 for w in live if w.registered))
         if not liveness.isolated:
-            for worker, silence in silent_workers(job.workers.values(), self.pool.hosts, self.pace,
+            for worker, silence in silent_workers(live, self.pool.hosts, self.pace,
                                                   self.settings.busy_timeout_s, now):
                 job.worker_failed(worker, silence.reason, now, blame_host=not silence.busy, host_lost=False)
         self._reconcile(now)
@@ -475,7 +476,8 @@ def silent_workers(workers: Iterable[Worker], hosts: Mapping[str, Host], pace: P
     winds down (seconds on a loaded machine): only its silence past --busy-timeout is a hang."""
     found = []
     finished = max(pace.worker_timeout_s, busy_timeout_s)
-    for worker in list(workers):
+    heard_since = now - pace.worker_timeout_s  # (the shorter limit: one look through the rest)
+    for worker in [w for w in workers if w.last_heartbeat < heard_since]:
         limit = finished if worker.done else pace.worker_timeout_s
         if worker.registered and worker.live and not worker.stopping and now - worker.last_heartbeat > limit:
             host = hosts.get(worker.host)

@@ -37,6 +37,10 @@ from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentati
 StoreFactory = Callable[[int], tuple[str, int]]
 
 
+#: The workers of a host that runs none (one list, so that it is the same list every time).
+_NOBODY: list[Worker] = []
+
+
 @dataclass
 class QuietInputs:
     """Members of the current generation (on hosts that stay, within their slots) whose next
@@ -81,6 +85,8 @@ class Formation:
         self.rendezvous_address = rendezvous_address
         self._plain_store_factory = plain_store_factory
         self.sent_to_agents: dict[str, tuple] = {}  # host -> the worker ids it was last told to run
+        #: host -> the list of its workers last looked at, and the key it made (`_publish_agents`)
+        self._published: dict[str, tuple[list[Worker], tuple]] = {}
         self._short_since: float | None = None  # since when the job has had fewer slots than --min-np
         self.updates = HostUpdates(job, self.pool, self._over_slots, self._maybe_restart_plain)
 
@@ -411,27 +417,39 @@ class Formation:
         gets `stop_grace_s` to leave by itself before its agent sends SIGTERM; a crashed one
         whose exit status is awaited is left to exit by itself (for `exit_report_timeout_s`)."""
         job = self.job
-        by_host: dict[str, list[Worker]] = {}
         job.awaiting_exits(now)  # drops those waited for long enough
         awaited = job.exit_awaited  # crashed, still exiting: its agent must not stop it and hide its status
         grace = job.settings.stop_grace_s
-        # (the live workers, from the census, unless a failed one's exit is awaited: then all)
-        for w in (job.workers.values() if awaited else job.live_workers()):
-            if (w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < grace))) \
-                    or (w.worker_id in awaited and w.phase is not Phase.EXITED):
-                on = by_host.get(w.host)
-                if on is None:
-                    by_host[w.host] = [w]
-                else:
-                    on.append(w)
+        census = job.census()
+        by_host: dict[str, list[Worker]]
+        if not awaited and not census.leaving:
+            by_host = census.running  # (shared, and the same lists while a host's workers are unchanged)
+        else:
+            by_host = {}
+            # (the live workers, from the census, unless a failed one's exit is awaited: then all)
+            for w in (job.workers.values() if awaited else census.live):
+                if (w.live and (not w.stopping or (w.registered and now - w.stop_requested_at < grace))) \
+                        or (w.worker_id in awaited and w.phase is not Phase.EXITED):
+                    on = by_host.get(w.host)
+                    if on is None:
+                        by_host[w.host] = [w]
+                    else:
+                        on.append(w)
+        sent, published = self.sent_to_agents, self._published
         for host in self.pool.hosts.values():
             if not host.agent_connected:
                 continue
-            specs = by_host.get(host.name, [])
+            name = host.name
+            specs = by_host.get(name, _NOBODY)
+            last = published.get(name)
+            if last is not None and last[0] is specs and sent.get(name) is last[1]:
+                continue  # (the very list last told, and nothing told since: a host's check costs no key)
             key = tuple([w.worker_id for w in specs])  # (in the order workers were added: no sort needed)
-            if self.sent_to_agents.get(host.name) == key:
+            published[name] = (specs, key)
+            if sent.get(name) == key:
+                sent[name] = key
                 continue
-            self.sent_to_agents[host.name] = key
+            sent[name] = key
             argv = tuple(job.settings.command)
             job.outbox.append(RunWorkers(host.name,
                                          tuple(WorkerLaunch(w.worker_id, w.slot, argv, dict(w.env)) for w in specs)))

@@ -222,7 +222,8 @@ class JobWorkers(dict[str, Worker]):
     def __setitem__(self, worker_id: str, worker: Worker) -> None:
         old = self.get(worker_id)
         if old is not None:
-            self._by_host.get(old.host, {}).pop(worker_id, None)
+            if old.host != worker.host:  # (never: a worker id names its host; kept in its place otherwise)
+                self._by_host.get(old.host, {}).pop(worker_id, None)
         else:
             self._position[worker_id] = self._positions
             self._positions += 1

@@ -112,7 +112,7 @@ def test_a_census_brought_up_to_date_from_the_changed_workers_is_a_fresh_look(st
             Worker("x/1", "x", 0, {}).phase = phase  # (a record, not the job's)
         kept = keeper.now()
         fresh = take_census(workers, gen)
-        for listed in ("live", "joining", "members"):
+        for listed in ("live", "joining", "members", "leaving"):
             assert list(map(id, getattr(kept, listed))) == list(map(id, getattr(fresh, listed))), listed
         assert {h: list(map(id, on)) for h, on in kept.running.items()} == \
             {h: list(map(id, on)) for h, on in fresh.running.items()}
