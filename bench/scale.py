@@ -28,6 +28,7 @@ gRPC): what one clock tick, one status view, one save of the job's record and ea
 host loss cost at each size, which is where a change spends its time before any message.
 
 Run: python bench/scale.py [--part wire|control] [--hosts 512,2048,4096] [--slots 8] [--store memory|etcd|both]
+     [--rounds N]
 """
 
 from __future__ import annotations
@@ -418,6 +419,9 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="the rendezvous' --heartbeat-interval")
     parser.add_argument("--discovery-interval", type=float, default=0.5)
     parser.add_argument("--steady-s", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="clusters measured per size and store, each its own row, then the changes' medians "
+                             "(one run varies by about a second at 4,096 x 8 on 2 cores)")
     parser.add_argument("--messages", choices=["carried", "streamed", "both"], default="carried",
                         help="a large job's messages to workers: carried by the agents, one per host (as "
                              "`ringmaster agent` does), or on every worker's own stream")
@@ -435,33 +439,47 @@ def main() -> None:
           "| RSS MB | calls/s | /status ms (KB) | /metrics ms (KB) | etcd KB / gen. (lost, +64, half) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for hosts, store, way in ((h, s, w) for h in sizes for s in stores for w in ways):
-        with tempfile.TemporaryDirectory() as tmp:
-            root = pathlib.Path(tmp)
-            etcd = None
-            url = "memory"
-            if store == "etcd":
-                from etcd_server import EtcdServer
-                etcd = EtcdServer(root / "etcd").start()
-                url = f"etcd://127.0.0.1:{etcd.client_port}/scale/{hosts}"
-            cluster = Cluster(root, hosts, args.slots, url, args.fleets, args.heartbeat_interval,
-                              args.discovery_interval, carry_events=way == "carried")
-            try:
-                first = cluster.start()
-                steady = steady_state(cluster, args.steady_s)
-                changes = run_changes(cluster, etcd.client_port if etcd else None)
-            finally:
-                cluster.close()
-                if etcd is not None:
-                    etcd.kill()
-        etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
-        print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
-              + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f}; {c.server_cpu_s:.2f}"
-                           + (f"; {c.pause_s:.2f})" if i else ")") for i, c in enumerate(changes))
-              + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | "
-                f"{steady['calls_per_s']:.0f} | "
-              f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
-              f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
+        runs = [measure_size(args, hosts, store, way) for _ in range(args.rounds)]
+        if len(runs) > 1:
+            print(f"| {hosts} | {hosts * args.slots} | {store} | {way}, median of {len(runs)} | "
+                  f"{statistics.median(r[0] for r in runs):.2f} | "
+                  + " | ".join(f"{statistics.median(r[1][i].seconds for r in runs):.2f} "
+                               f"(CPU {statistics.median(r[1][i].server_cpu_s for r in runs):.2f})"
+                               for i in range(len(runs[0][1])))
+                  + f" | {statistics.median(r[2]['cpu_cores'] for r in runs):.2f} | | | | | |", flush=True)
 
+
+def measure_size(args: argparse.Namespace, hosts: int, store: str,
+                 way: str) -> tuple[float, list[Change], dict[str, float]]:
+    """One cluster of `hosts` measured (its row printed): the first generation, the steady
+    state and the changes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        etcd = None
+        url = "memory"
+        if store == "etcd":
+            from etcd_server import EtcdServer
+            etcd = EtcdServer(root / "etcd").start()
+            url = f"etcd://127.0.0.1:{etcd.client_port}/scale/{hosts}"
+        cluster = Cluster(root, hosts, args.slots, url, args.fleets, args.heartbeat_interval,
+                          args.discovery_interval, carry_events=way == "carried")
+        try:
+            first = cluster.start()
+            steady = steady_state(cluster, args.steady_s)
+            changes = run_changes(cluster, etcd.client_port if etcd else None)
+        finally:
+            cluster.close()
+            if etcd is not None:
+                etcd.kill()
+    etcd_kb = ", ".join(f"{c.etcd.get('bytes_in', 0) / 1024:.0f}" for c in changes) if etcd else "-"
+    print(f"| {hosts} | {hosts * args.slots} | {store} | {way} | {first:.2f} | "
+          + " | ".join(f"{c.seconds:.2f} ({c.out_s:.2f}; {c.server_cpu_s:.2f}"
+                       + (f"; {c.pause_s:.2f})" if i else ")") for i, c in enumerate(changes))
+          + f" | {steady['cpu_cores']:.2f}; {steady['read_cores']:.2f} | {steady['rss_mb']:.0f} | "
+            f"{steady['calls_per_s']:.0f} | "
+          f"{steady['status_ms']:.0f} ({steady['status_kb']:.0f}) | {steady['metrics_ms']:.0f} "
+          f"({steady['metrics_kb']:.0f}) | {etcd_kb} |", flush=True)
+    return first, changes, steady
 
 if __name__ == "__main__":
     main()

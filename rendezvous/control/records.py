@@ -212,6 +212,7 @@ class JobWorkers(dict[str, Worker]):
         self.takes = 0  # times `take_changed` was called
         #: The same for the census (`census.CensusKeeper`), which brings itself up to date from them.
         self.census_changed: dict[int, Worker] = {}
+        self._listeners = (self.changed, self.census_changed)  # (one tuple, shared by every worker)
         #: Each worker id's place in the order of the dict (its first setting; a worker set again
         #: under the same id keeps it), which the census keeps its lists in.
         self._position: dict[str, int] = {}
@@ -230,8 +231,7 @@ class JobWorkers(dict[str, Worker]):
         super().__setitem__(worker_id, worker)
         self._by_host.setdefault(worker.host, {})[worker_id] = worker
         self.version += 1
-        # (not a field: set without counting as a change)
-        worker.__dict__["_changed"] = (self.changed, self.census_changed)
+        worker.__dict__["_changed"] = self._listeners  # (not a field: set without counting as a change)
         self.changed[id(worker)] = self.census_changed[id(worker)] = worker
 
     def __delitem__(self, worker_id: str) -> None:
