@@ -56,7 +56,6 @@ def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
     spawning, warming, ready = Phase.SPAWNING, Phase.WARMING, Phase.READY
     joining = [w for w in live if w.phase is not Phase.MEMBER and not w.stopping and (
         w.phase is spawning or w.phase is warming or (w.phase is ready and w.worker_id not in member_set))]
-    workers.take_census_changed()  # (all looked at now)
     members = [workers[i] for i in generation.member_ids] if generation is not None else []
     return Census(members, live, running, frozenset(running.keys() | {w.host for w in leaving}), joining, leaving)
 
@@ -130,7 +129,7 @@ class CensusKeeper:
         if census is not None and key is not None and key[0] == changes and key[1] == version \
                 and key[2] is workers and key[3] is generation:
             return census
-        changed = workers.take_census_changed()
+        changed = workers.take_census_changed()  # (what a whole look below sees too)
         if census is not None and key is not None and key[1] == version and key[2] is workers \
                 and key[3] is generation and len(changed) * UPDATED_AT_MOST < len(workers):
             census = updated_census(census, changed, workers, generation)
