@@ -53,9 +53,7 @@ def take_census(workers: JobWorkers, generation: Generation | None) -> Census:
         on = [w for w in placed if w.live and not w.stopping]
         if on:
             running[host] = on
-    spawning, warming, ready = Phase.SPAWNING, Phase.WARMING, Phase.READY
-    joining = [w for w in live if w.phase is not Phase.MEMBER and not w.stopping and (
-        w.phase is spawning or w.phase is warming or (w.phase is ready and w.worker_id not in member_set))]
+    joining = [w for w in live if w.phase is not Phase.MEMBER and _joins(w, member_set)]
     members = [workers[i] for i in generation.member_ids] if generation is not None else []
     return Census(members, live, running, frozenset(running.keys() | {w.host for w in leaving}), joining, leaving)
 
@@ -126,14 +124,15 @@ class CensusKeeper:
         key = self._key
         changes, version = recorded_changes(), workers.version
         census = self._census
-        if census is not None and key is not None and key[0] == changes and key[1] == version \
-                and key[2] is workers and key[3] is generation:
-            return census
-        changed = workers.take_census_changed()  # (what a whole look below sees too)
         if census is not None and key is not None and key[1] == version and key[2] is workers \
-                and key[3] is generation and len(changed) * UPDATED_AT_MOST < len(workers):
-            census = updated_census(census, changed, workers, generation)
+                and key[3] is generation:  # (no worker set or deleted, the same generation)
+            if key[0] == changes:
+                return census
+            changed = workers.take_census_changed()
+            census = updated_census(census, changed, workers, generation) \
+                if len(changed) * UPDATED_AT_MOST < len(workers) else take_census(workers, generation)
         else:
+            workers.take_census_changed()  # (what the whole look sees)
             census = take_census(workers, generation)
         self._census = census
         self._key = (changes, version, workers, generation)
