@@ -14,6 +14,7 @@ from ringmaster.rendezvous.control.effects import (
     UpdateHosts,
     WorkerEffect,
     WorkerLaunch,
+    one_per_worker,
 )
 from ringmaster.rendezvous.control.records import Generation, JobOutcome
 from ringmaster.rendezvous.state import job_record
@@ -51,7 +52,8 @@ class Rig:
                 elif isinstance(effect, (LaunchAgent, StopLaunchedAgent)):
                     self.launches.append(effect)
                 else:
-                    self.worker_events.setdefault(effect.worker_id, []).append(effect)
+                    for one in one_per_worker(effect):  # (what is said alike to several, each its own)
+                        self.worker_events.setdefault(one.worker_id, []).append(one)
             return result
 
         return call

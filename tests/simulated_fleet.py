@@ -159,32 +159,39 @@ class Fleet:
         hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots,
                               carries_events=self.carry_events, shares_events=self.carry_events)
         host.tasks.append(asyncio.create_task(self._agent_beats(host)))
-        try:
-            session = host.session = self._stub(host.name).AgentSession(
-                hello, metadata=self._sign("AgentSession", me, host.key, hello), wait_for_ready=True)
-            async for command in session:
-                if command.shutdown:
-                    host.shut = True
-                    for worker in list(host.workers.values()):
-                        self._end_worker(worker)
-                    host.workers.clear()
-                    return
-                if command.events:  # (its workers' messages: each handed to its own, as over the host's socket)
-                    self._hand_over(host, command.events)
-                    continue
-                wanted = {spec.worker_id for spec in command.workers}
-                for worker_id in [w for w in host.workers if w not in wanted]:
-                    await self._stop_worker(host, host.workers.pop(worker_id))
-                for spec in command.workers:
-                    if spec.worker_id in host.workers:
+        for _ in range(SESSION_ATTEMPTS):  # (a session that breaks is opened again, as `ringmaster agent` does)
+            try:
+                session = host.session = self._stub(host.name).AgentSession(
+                    hello, metadata=self._sign("AgentSession", me, host.key, hello), wait_for_ready=True)
+                async for command in session:
+                    if command.shutdown:
+                        host.shut = True
+                        for worker in list(host.workers.values()):
+                            self._end_worker(worker)
+                        host.workers.clear()
+                        return
+                    if command.events:  # (its workers' messages: each handed to its own, as over the host's socket)
+                        self._hand_over(host, command.events)
                         continue
-                    identity = Identity(WORKER, host.name, spec.worker_id)
-                    worker = host.workers[spec.worker_id] = SimWorker(spec.worker_id, host.name, identity,
-                                                                      key_of(self.secret, identity))
-                    start = int(spec.env.get(env_names.GENERATION, "0") or 0)
-                    worker.tasks.append(asyncio.create_task(self._worker(worker, start)))
-        except grpc.aio.AioRpcError:
-            self.refused += 1
+                    await self._run_workers(host, command.workers)
+                return
+            except grpc.aio.AioRpcError as exc:
+                self.refused += 1
+                self.last_refusal = f"AgentSession: {exc.code().name}: {exc.details()}"
+
+    async def _run_workers(self, host: SimHost, specs: Any) -> None:
+        """The host's complete list of workers: those not on it stop, the new ones start."""
+        wanted = {spec.worker_id for spec in specs}
+        for worker_id in [w for w in host.workers if w not in wanted]:
+            await self._stop_worker(host, host.workers.pop(worker_id))
+        for spec in specs:
+            if spec.worker_id in host.workers:
+                continue
+            identity = Identity(WORKER, host.name, spec.worker_id)
+            worker = host.workers[spec.worker_id] = SimWorker(spec.worker_id, host.name, identity,
+                                                              key_of(self.secret, identity))
+            start = int(spec.env.get(env_names.GENERATION, "0") or 0)
+            worker.tasks.append(asyncio.create_task(self._worker(worker, start)))
 
     def _hand_over(self, host: SimHost, events: Any) -> None:
         """Give each of the host's workers its carried messages, in order; what a worker answers

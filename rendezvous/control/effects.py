@@ -8,7 +8,7 @@ the protocol can change without touching a decision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Union
 
 from ringmaster.rendezvous.control.assignment import RankAssignment
@@ -90,11 +90,13 @@ class EndGeneration:
 @dataclass(frozen=True)
 class AnnounceHosts:
     """The ring will change once newcomers have warmed up: not an interrupt (`UpdateHosts` is),
-    the notice a Horovod script waits for after a discovery change (`state._host_messages`)."""
+    the notice a Horovod script waits for after a discovery change (`state._host_messages`).
+    Said alike to `worker_id` and every worker in `also` (see `UpdateHosts.also`)."""
 
     worker_id: str
     sequence: int
     reason: str
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ class UpdateHosts:
     #: in `generation`.
     placed: bool = False
     generation: int = 0
+    #: The same word for these workers too: a host update goes to every member (32,768 at 4,096 x 8),
+    #: one effect for them all instead of one each (`one_per_worker` gives them one by one).
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,15 @@ class EndJob:
     worker_id: str
     success: bool
     reason: str
+
+
+def one_per_worker(effect: WorkerEffect) -> list[WorkerEffect]:
+    """An effect said alike to several workers (`also`) as one effect per worker, in order: for
+    readers that take them one by one (the decisions' tests, a stream per worker)."""
+    also = getattr(effect, "also", ())
+    if not also:
+        return [effect]
+    return [replace(effect, worker_id=worker_id, also=()) for worker_id in (effect.worker_id, *also)]
 
 
 PoolEffect = Union[LaunchAgent, StopLaunchedAgent]

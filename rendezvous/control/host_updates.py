@@ -119,14 +119,14 @@ class HostUpdates:
         job.emit(now, Kind.HOSTS_UPDATED, reason=reason)
         checkpoint, job.checkpoint_at_update = job.checkpoint_at_update, False
         placed = placed and not checkpoint  # (a drain's checkpoint: every member asks, once it is written)
-        reporter = None
-        for w in members:
-            if w.live and w.registered:
-                if placed and reporter is None and not w.stopping:
-                    reporter = w.worker_id
-                promised = placed and w.worker_id != reporter
-                job.outbox.append(UpdateHosts(w.worker_id, gen.update_sequence, reason, checkpoint,
-                                              promised, gen.number))
+        told = [w for w in members if w.live and w.registered]
+        reporter = next((w.worker_id for w in told if not w.stopping), None) if placed else None
+        if reporter is not None:
+            job.outbox.append(UpdateHosts(reporter, gen.update_sequence, reason, checkpoint, False, gen.number))
+        others = [w.worker_id for w in told if w.worker_id != reporter]
+        if others:  # (one effect for them all: `UpdateHosts.also`)
+            job.outbox.append(UpdateHosts(others[0], gen.update_sequence, reason, checkpoint, placed, gen.number,
+                                          also=tuple(others[1:])))
         gen.update_reporter = reporter or ""
 
     def reached(self, worker: Worker, after_generation: int, failure: str, now: float) -> bool:
@@ -156,9 +156,9 @@ class HostUpdates:
         gen.announced_sequence = job.hosts_sequence
         reason = "new worker(s) warming up: " + listed(w.worker_id for w in warming)
         job.emit(now, Kind.HOSTS_ANNOUNCED, reason=reason)
-        for w in members:
-            if w.live and w.registered:
-                job.outbox.append(AnnounceHosts(w.worker_id, gen.announced_sequence, reason))
+        told = [w.worker_id for w in members if w.live and w.registered]
+        if told:  # (one effect for them all)
+            job.outbox.append(AnnounceHosts(told[0], gen.announced_sequence, reason, also=tuple(told[1:])))
 
     def retell(self, worker: Worker) -> None:
         """What a member that (re)connects is told again: its generation's end, or its place and

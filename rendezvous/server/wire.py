@@ -30,7 +30,7 @@ def agent_command(effect: AgentEffect) -> pb.AgentCommand:
 
 
 def _shared_fields(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(kind) if f.name != "worker_id")
+    return tuple(f.name for f in dataclasses.fields(kind) if f.name not in ("worker_id", "also"))
 
 
 #: What decides the message of an effect that is the same for every worker it goes to.

@@ -1239,3 +1239,20 @@ def test_a_host_is_blacklisted_as_before_once_others_hold_the_commit_too() -> No
     assert rig.coordinator.pool.blacklist.is_blacklisted("a", rig.now)
     assert rig.coordinator.workers[ids[1]].stopping
     assert [a.worker_id for a in rig.coordinator.generation.members] == newcomers
+
+
+def test_a_host_update_and_an_announcement_are_one_effect_for_every_member_they_go_to() -> None:
+    rig = Rig(min_np=1, max_np=16, warmup_grace_s=60)
+    ids = rig.start_elastic({"a": 2, "b": 2, "c": 2})
+    rig.set_hosts({"a": 2, "b": 2, "c": 2, "d": 2})
+    coordinator = rig.coordinator
+    coordinator.agent_connected("d", 14, rig.now)  # its workers start: the members hear of them
+    coordinator.settle(rig.now)
+    announced = [e for e in coordinator.drain() if isinstance(e, AnnounceHosts)]
+    assert [(e.worker_id, e.also) for e in announced] == [(ids[0], tuple(ids[1:]))]
+    coordinator.set_hosts({"a": 2, "b": 2}, rig.now)  # host c leaves: its members leave at the next commit
+    coordinator.settle(rig.now)
+    updates = [e for e in coordinator.drain() if isinstance(e, UpdateHosts)]
+    # the first member reports the commit (it asks); the others are placed unasked, in one effect
+    assert [(e.worker_id, e.also, e.placed) for e in updates] == [(ids[0], (), False),
+                                                                   (ids[1], tuple(ids[2:]), True)]

@@ -5,13 +5,15 @@ they were said, and what the agent hands out is what one entry per worker would 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.effects import AnnounceHosts, Assign, Retire, UpdateHosts
+from ringmaster.rendezvous.control.effects import AnnounceHosts, Assign, Retire, UpdateHosts, one_per_worker
 from ringmaster.rendezvous.server.session_outbox import SessionOutbox, SharedEvents
 from ringmaster.rendezvous.server.wire import fill
 
@@ -80,3 +82,81 @@ def test_messages_named_in_an_ended_agent_session_go_on_each_workers_stream() ->
     outbox.reroute(agent)
     assert [q.get_nowait() for q in streams.values()] == [update, update]
     assert outbox.messages["stream"] == 2
+
+
+# ---------------------------------------------------------------- one effect naming many workers
+#: Workers on a host whose agent carries and shares (hS), one whose agent carries one entry per
+#: worker (an older release, hC), one whose workers hear their own streams (hN), and one worker
+#: with no session at all (hS/9: nobody to tell).
+HOSTED = {"hS/1": "hS", "hS/2": "hS", "hS/3": "hS", "hC/1": "hC", "hC/2": "hC", "hN/1": "hN", "hS/9": "hS"}
+
+
+def _outbox() -> SessionOutbox:
+    outbox = SessionOutbox(launcher=None)  # type: ignore[arg-type]  # (no agents are started here)
+    for host in ("hS", "hC", "hN"):
+        outbox.agents[host] = asyncio.Queue()
+        outbox.agent_carries(host, carries=host != "hN", shares=host == "hS")
+    for worker_id in HOSTED:
+        if worker_id != "hS/9":
+            outbox.workers[worker_id] = asyncio.Queue()
+            outbox.hearing_agent.add(worker_id)
+    return outbox
+
+
+def _coordinator() -> SimpleNamespace:
+    """What the outbox reads of the coordinator: whether agents carry, each worker's host, and
+    when the generation began (the figures of its assignments)."""
+    workers = {worker_id: SimpleNamespace(host=host) for worker_id, host in HOSTED.items()}
+    return SimpleNamespace(pace=SimpleNamespace(relay=True), workers=workers,
+                           job=SimpleNamespace(fault_at=None, generation_formed_at=0.0))
+
+
+def _heard(outbox: SessionOutbox) -> dict[str, list[bytes]]:
+    """What each worker heard, through its agent's commands or on its own stream, in order."""
+    heard: dict[str, list[bytes]] = {}
+    for queue in outbox.agents.values():
+        while not queue.empty():
+            for worker_id, events in _per_worker(queue.get_nowait()).items():
+                heard.setdefault(worker_id, []).extend(events)
+    for worker_id, queue in outbox.workers.items():
+        while not queue.empty():
+            heard.setdefault(worker_id, []).append(queue.get_nowait().SerializeToString())
+    return heard
+
+
+def _alike(kind: int, named: list[str]):
+    first, also = named[0], tuple(named[1:])
+    if kind == 0:
+        return UpdateHosts(first, 4, "hosts changed", placed=True, generation=2, also=also)
+    if kind == 1:
+        return UpdateHosts(first, 5, "hosts changed again", also=also)
+    return AnnounceHosts(first, 3, "newcomers warming up", also=also)
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.just("alike"), st.integers(0, 2), st.lists(st.sampled_from(sorted(HOSTED)), min_size=1, unique=True)),
+    st.tuples(st.just("own"), st.integers(0, 4), st.sampled_from(["hS/1", "hS/2", "hS/3"]))), max_size=12))
+def test_one_effect_naming_many_workers_says_to_each_what_one_effect_each_would(said) -> None:
+    effects = [_alike(kind, who) if way == "alike" else _own(who, kind) for way, kind, who in said]
+    grouped, alone = _outbox(), _outbox()
+    grouped._to_workers(_coordinator(), effects)  # type: ignore[arg-type]
+    alone._to_workers(_coordinator(), [one for e in effects for one in one_per_worker(e)])  # type: ignore[arg-type]
+    assert _heard(grouped) == _heard(alone)
+
+
+def _own(worker_id: str, kind: int):
+    """`_effect` for a worker of host hS."""
+    effect = _effect("hA/" + worker_id.split("/")[1], kind)
+    if isinstance(effect, Assign):
+        return Assign(RankAssignment(worker_id, "hS", *effect.place[2:]), 3, "h", 1, "g3", 4)
+    return replace(effect, worker_id=worker_id)
+
+
+def test_a_host_update_to_every_member_is_one_entry_per_sharing_host() -> None:
+    outbox = _outbox()
+    outbox._to_workers(_coordinator(), [_alike(0, sorted(HOSTED))])  # type: ignore[arg-type]
+    shared = outbox.agents["hS"].get_nowait()
+    assert [(e.worker_id, list(e.also)) for e in shared.events] == [("hS/1", ["hS/2", "hS/3"])]  # (hS/9: no session)
+    assert [e.worker_id for e in outbox.agents["hC"].get_nowait().events] == ["hC/1", "hC/2"]
+    assert outbox.workers["hN/1"].get_nowait().hosts_updated.sequence == 4
+    assert outbox.messages == {"stream": 1, "agent": 5}
