@@ -152,6 +152,16 @@ class Cluster:
         for fleet, mine in self._by_fleet(names):
             fleet.ask("kill", mine)
 
+    def take_marks(self) -> dict[str, tuple[float, float]]:
+        """When the simulated hosts saw each step of the change under way, first and last
+        (time.monotonic), since this was last asked."""
+        marks: dict[str, tuple[float, float]] = {}
+        for fleet in self.fleets:
+            for step, (first, last) in fleet.ask("take_marks").items():
+                seen = marks.get(step)
+                marks[step] = (first, last) if seen is None else (min(seen[0], first), max(seen[1], last))
+        return marks
+
     def summaries(self) -> list[dict[str, Any]]:
         return [fleet.ask("summary") for fleet in self.fleets]
 
@@ -168,7 +178,10 @@ class Cluster:
                 return high
             return None
 
-        return wait_for(settled, timeout_s, f"{what}: {workers} workers in one new generation", interval_s=0.05)
+        # (each look walks every simulated worker in the client processes, which share the cores
+        # with the rendezvous: at 0.05 s it was a seventh of their time in a change at 4,096 x 8;
+        # the times measured are the workers' own stamps, not when a look found them)
+        return wait_for(settled, timeout_s, f"{what}: {workers} workers in one new generation", interval_s=0.25)
 
     def last_assigned(self) -> float:
         return max(x["last_assigned"] for x in self.summaries())
@@ -244,6 +257,7 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
     def measure(what: str, act, expected_hosts: list[str]) -> None:
         nonlocal generation
         before = etcd_counters(etcd_port) if etcd_port else {}
+        cluster.take_marks()  # (those of the change before)
         cpu = cpu_seconds(cluster.proc.pid)  # type: ignore[union-attr]
         started, wall = time.monotonic(), time.time()
         act()
@@ -259,10 +273,14 @@ def run_changes(cluster: Cluster, etcd_port: int | None = None, check: bool = Tr
             check_assignments(rows, workers, new)
             assert {r[1] for r in rows} == set(expected_hosts), what
         pause = max(x["longest_pause"] for x in cluster.summaries())
+        steps = cluster.take_marks()
         changes.append(Change(what, elapsed, out, new, workers, used, pause, per_generation))
         print(f"# {len(cluster.names)} hosts: {what} in {elapsed:.2f} s, out of the rendezvous in {out:.2f} s "
               f"(serve CPU {used:.2f} s; survivors' longest pause {pause:.2f} s)", file=sys.stderr,
               flush=True)  # (as it comes: a later change that times out keeps this one)
+        print("#   seen by the hosts, seconds after the change (first-last): " + "; ".join(
+            f"{step} {first - started:.2f}-{last - started:.2f}" for step, (first, last) in steps.items()),
+            file=sys.stderr, flush=True)
         generation = new
 
     lost = names[-1]
@@ -395,6 +413,15 @@ def control_costs(hosts: int, slots: int) -> dict[str, float]:
     timed("8 of their agents connect: newcomers started, announced", connected)
     assert sum(1 for w in c.workers.values() if w.host in added) == 8 * slots
     timed("the clock's pass while they warm up", tick)
+
+    def rack_lost() -> None:
+        for name in list(names)[hosts // 2:]:
+            c.agent_disconnected(name, 0.6)
+        c.settle(0.6)
+        c.drain()
+
+    timed("half the hosts lost at once (a rack): the pass", rack_lost)
+    assert c.generation is not None and len(c.generation.members) == (hosts - hosts // 2) * slots
     return costs
 
 

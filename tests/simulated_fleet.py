@@ -107,6 +107,9 @@ class Fleet:
         self.session_errors: collections.Counter[str] = collections.Counter()  # how worker sessions ended early
         self._numbers: dict[Identity, int] = {}
         self._frozen_generation = 0  # the generation settled when the heap was last frozen
+        #: When the steps of a change were seen here, the first and the last time of each (`mark`):
+        #: newcomers started, their `Ready`s carried, members hearing the host update, assignments held.
+        self.marks: dict[str, list[float]] = {}
 
     def _stub(self, host: str) -> pb_grpc.RendezvousStub:
         stub = self._stubs.get(host)
@@ -179,6 +182,15 @@ class Fleet:
                 self.refused += 1
                 self.last_refusal = f"AgentSession: {exc.code().name}: {exc.details()}"
 
+    def mark(self, step: str) -> None:
+        """A step of the change under way seen now (time.monotonic: one clock for the machine)."""
+        now = time.monotonic()
+        seen = self.marks.get(step)
+        if seen is None:
+            self.marks[step] = [now, now]
+        else:
+            seen[1] = now
+
     async def _run_workers(self, host: SimHost, specs: Any) -> None:
         """The host's complete list of workers: those not on it stop, the new ones start."""
         wanted = {spec.worker_id for spec in specs}
@@ -191,6 +203,7 @@ class Fleet:
             worker = host.workers[spec.worker_id] = SimWorker(spec.worker_id, host.name, identity,
                                                               key_of(self.secret, identity))
             start = int(spec.env.get(env_names.GENERATION, "0") or 0)
+            self.mark("newcomer started")
             worker.tasks.append(asyncio.create_task(self._worker(worker, start)))
 
     def _hand_over(self, host: SimHost, events: Any) -> None:
@@ -284,6 +297,7 @@ class Fleet:
         kind = event.WhichOneof("event")
         if kind == "hosts_updated" and event.hosts_updated.sequence > worker.hosts_sequence:
             worker.hosts_sequence = event.hosts_updated.sequence
+            self.mark("host update heard")
             worker.commits += 1  # (its next commit comes at once) ...
             worker.stopped_at = worker.stopped_at or time.monotonic()
             if not event.hosts_updated.placed:  # (... raises HostsUpdatedInterrupt, and reports it)
@@ -302,6 +316,7 @@ class Fleet:
             survivor = worker.generation > 0
             worker.generation, worker.rank, worker.size = a.generation, a.rank, a.size
             worker.hosts_sequence, worker.assigned_at, worker.waiting = a.hosts_sequence, time.monotonic(), None
+            self.mark("assignment held")
             # (a survivor placed before it stopped, as after a peer's failure, paused from that word)
             worker.pause = worker.assigned_at - (worker.stopped_at or worker.assigned_at) if survivor else 0.0
             worker.stopped_at = 0.0
@@ -338,6 +353,7 @@ class Fleet:
             host.carrying = None
         if host.readies:
             batch, host.readies = list(host.readies.values()), {}
+            self.mark("Ready carried")
             await self._unary(host.name, "CarryReady", Identity(AGENT, host.name), host.key,
                               pb.CarriedReady(host=host.name, ready=batch))
 
@@ -385,6 +401,11 @@ class Fleet:
                 "longest_pause": max((w.pause for w in live if w.generation == top), default=0.0),
                 "calls": self.calls, "refused": self.refused, "last_refusal": self.last_refusal,
                 "session_errors": dict(self.session_errors)}
+
+    def take_marks(self) -> dict[str, list[float]]:
+        """The steps seen since this was last asked (each its first and last time), forgotten here."""
+        marks, self.marks = self.marks, {}
+        return marks
 
     def assignments(self) -> list[tuple[str, str, int, int, int]]:
         """(worker, host, generation, rank, size) of every running worker."""
@@ -437,6 +458,8 @@ async def _command(fleet: Fleet, name: str, args: tuple) -> Any:
         return fleet.summary()
     if name == "assignments":
         return fleet.assignments()
+    if name == "take_marks":
+        return fleet.take_marks()
     if name == "close":
         await fleet.close()
         return None

@@ -83,6 +83,8 @@ class HostPool:
         self.effects: list[PoolEffect] = []  # agents to start or stop, taken by the server
         self._order: list[str] = []  # discovery's order (Horovod's): lower ranks go to older hosts
         self._eligible: tuple[tuple[float, int, int, int], list[str], list[Host]] | None = None  # (`eligible_hosts`)
+        self._slots_hint: list[str] = []  # hosts that had the slots `has_slots_besides` last looked for
+        self._kept_hint = ""  # a discovered host not blacklisted, the last time `blacklist_host` looked
         self._listed: dict[str, int] = {}  # discovery's latest host set
         self._joined: dict[str, int] = {}  # hosts whose agents joined by connecting, with their slots
         self._blacklisted_for: dict[str, str] = {}  # host -> the failure that blacklisted it
@@ -319,10 +321,15 @@ class HostPool:
         self._blacklisted_for[host] = why
         self._emit(now, Kind.HOST_BLACKLISTED, host=host, cooldown_s=None if cooldown == float("inf") else cooldown,
                    why=why)
+        out = self.blacklist.is_blacklisted
+        kept = self.hosts.get(self._kept_hint)  # (the one found last time first: a rack lost is one call a host)
+        if kept is None or not kept.discovered or out(kept.name, now):
+            kept = next((h for h in self.hosts.values() if h.discovered and not out(h.name, now)), None)
+        if kept is not None:
+            self._kept_hint = kept.name
+            return None
         discovered = [h for h in self.hosts.values() if h.discovered]
-        if discovered and all(self.blacklist.is_blacklisted(h.name, now) for h in discovered):
-            return "; ".join(f"{h.name}: {self._blacklisted_for.get(h.name, 'failed')}" for h in discovered)
-        return None
+        return "; ".join(f"{h.name}: {self._blacklisted_for.get(h.name, 'failed')}" for h in discovered) or None
 
     # ------------------------------------------------------------------ what a job may use
     def joined_hosts(self) -> int:
@@ -348,6 +355,25 @@ class HostPool:
                 hosts = [h for h in hosts if not blacklist.is_blacklisted(h.name, now)]
             kept = self._eligible = (key, self._order, hosts)
         return kept[2]
+
+    def has_slots_besides(self, host: str, needed: int, now: float) -> bool:
+        """Whether the hosts a job may use now (`eligible_hosts`' rule) other than `host` have
+        `needed` slots, looking at those that had them last time first and stopping once found:
+        2,048 hosts of 4,096 lost at once (a rack, a switch) asked this once each, and each was a
+        look at every host (2.3 s of one pass)."""
+        found: dict[str, None] = {}
+        slots = 0
+        for name in (*self._slots_hint, *(self._order or self.hosts)):
+            h = self.hosts.get(name)
+            if name == host or name in found or h is None or not (h.discovered and h.agent_connected) \
+                    or h.drain is not None or self.blacklist.is_blacklisted(name, now):
+                continue
+            found[name] = None
+            slots += h.slots
+            if slots >= needed:
+                self._slots_hint = list(found)
+                return True
+        return needed <= 0
 
     def capacity(self, now: float, limit: int | None) -> int:
         """Slots of the eligible hosts, at most `limit`."""

@@ -294,9 +294,8 @@ class Job:
             self.emit(now, Kind.HOST_KEPT_FOR_COMMIT, host=host, why=why, workers=holders)
             return
         record = pool.hosts.get(host)
-        others = sum(h.slots for h in pool.eligible_hosts(now) if h.name != host)
         if (not by_itself and self.settings.spare_last_hosts and record is not None and record.discovered
-                and others < self.settings.min_np):
+                and not pool.has_slots_besides(host, self.settings.min_np, now)):
             self.emit(now, Kind.HOST_SPARED, host=host, min_np=self.settings.min_np)
             return
         reasons = pool.blacklist_host(host, why, now)

@@ -108,7 +108,11 @@ class SessionOutbox:
                 generation = max(generation, effect.generation)
                 assigning.append(message)
         self.messages["stream"] += len(streamed)
-        for host, command in commands.items():
+        # The commands that place workers go first: the next ring waits for them and nobody for a
+        # retirement (half of a 4,096-host job leaving: 2,048 hosts' retirements were written, and
+        # taken in on the hosts, before the first survivor's place).
+        placing = {id(message) for message in assigning}
+        for host, command in sorted(commands.items(), key=lambda item: id(item[1]) not in placing):
             self.agents[host].put_nowait(command)
             self.messages["agent"] += sum(1 + len(hosted.also) for hosted in command.events)
         if assigning:

@@ -160,3 +160,23 @@ def test_a_host_update_to_every_member_is_one_entry_per_sharing_host() -> None:
     assert [e.worker_id for e in outbox.agents["hC"].get_nowait().events] == ["hC/1", "hC/2"]
     assert outbox.workers["hN/1"].get_nowait().hosts_updated.sequence == 4
     assert outbox.messages == {"stream": 1, "agent": 5}
+
+
+def test_the_commands_that_place_workers_go_out_before_those_that_retire_them() -> None:
+    outbox = _outbox()
+    order: list[str] = []
+
+    class Told:
+        """An agent's session queue that notes which host was handed its command when."""
+
+        def __init__(self, host: str) -> None:
+            self.host = host
+
+        def put_nowait(self, command: pb.AgentCommand) -> None:
+            order.append(self.host)
+
+    outbox.agents = {host: Told(host) for host in outbox.agents}  # type: ignore[misc]
+    retire = [Retire(worker_id, "host hS left the job") for worker_id in ("hS/1", "hS/2", "hS/3")]
+    place = Assign(RankAssignment("hC/1", "hC", 0, 1, 0, 1, 0, 1), 3, "h", 1, "g3", 4)
+    outbox._to_workers(_coordinator(), [*retire, place])  # type: ignore[arg-type]
+    assert order == ["hC", "hS"]  # (said in the other order)
