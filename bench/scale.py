@@ -181,7 +181,12 @@ class Cluster:
         # (each look walks every simulated worker in the client processes, which share the cores
         # with the rendezvous: at 0.05 s it was a seventh of their time in a change at 4,096 x 8;
         # the times measured are the workers' own stamps, not when a look found them)
-        return wait_for(settled, timeout_s, f"{what}: {workers} workers in one new generation", interval_s=0.25)
+        try:
+            return wait_for(settled, timeout_s, f"{what}: {workers} workers in one new generation", interval_s=0.25)
+        except AssertionError as exc:  # (what the simulated hosts saw go wrong, with it)
+            seen = [{k: x[k] for k in ("workers", "hosts", "refused", "last_refusal", "session_errors")}
+                    for x in self.summaries()]
+            raise AssertionError(f"{exc}; the simulated hosts: {seen}") from None
 
     def last_assigned(self) -> float:
         return max(x["last_assigned"] for x in self.summaries())

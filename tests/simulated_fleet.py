@@ -338,7 +338,9 @@ class Fleet:
         request = pb.ReadyRequest(worker_id=worker.worker_id, after_generation=after, failure=failure, elastic=True)
         host = self.hosts.get(worker.host)
         if host is None or not (host.relay and self.carry_events):
+            self.mark("Ready asked")
             await self._unary(worker.host, "Ready", worker.identity, worker.key, request)
+            self.mark("Ready answered")
             return
         host.readies[worker.worker_id] = request
         if len(host.readies) >= sum(1 for w in host.workers.values() if not w.gone):
