@@ -32,6 +32,8 @@ DEFAULT_JOB_TTL_S = 600
 RETRY_S = 0.5
 #: Most writes in one transaction (etcd refuses more than 128 by default: --max-txn-ops).
 MAX_TXN_OPS = 100
+#: Most transactions of hosts' and workers' keys in flight at once (see `Journal._write`).
+MAX_TXN_IN_FLIGHT = 8
 
 
 def _write_order(key: str) -> int:
@@ -107,12 +109,23 @@ class Journal:
             return
         ops: list[tuple[str, dict[str, Any] | None]] = [*puts.items(), *((k, None) for k in deletes)]
         ops.sort(key=lambda op: _write_order(op[0]))  # (stable: the order within each part stays)
-        ends = range(len(ops), 0, -MAX_TXN_OPS)[::-1]
+        chunks = [ops[max(0, end - MAX_TXN_OPS):end] for end in range(len(ops), 0, -MAX_TXN_OPS)[::-1]]
         try:
-            for end in ends:
-                chunk = ops[max(0, end - MAX_TXN_OPS):end]
-                await self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
-                                     [self.state_prefix + k for k, v in chunk if v is None])
+            # Transactions of hosts' and workers' keys alone go together, up to MAX_TXN_IN_FLIGHT at
+            # once (etcd commits requests that come together in one write to its log): half of a
+            # 4,096 x 8 job leaving was 330 transactions one after the other, the survivors' places
+            # held back behind them. One with a member run or the generation goes once all before it
+            # are in, as before.
+            pending: list[list] = []
+            for chunk in chunks:
+                if _write_order(chunk[-1][0]) == 0 and len(pending) < MAX_TXN_IN_FLIGHT:
+                    pending.append(chunk)
+                    continue
+                await self._transact_together(pending)
+                pending = [chunk] if _write_order(chunk[-1][0]) == 0 else []
+                if not pending:
+                    await self._transact_together([chunk])
+            await self._transact_together(pending)
         except BaseException:
             self._rewrite = True  # (cut off part way: the next save compares every key)
             raise
@@ -125,6 +138,20 @@ class Journal:
                 self._written = dict(values)
             self._rewrite = False
         self.saves += 1
+
+    async def _transact_together(self, chunks: list[list[tuple[str, dict[str, Any] | None]]]) -> None:
+        """Write `chunks`, each one transaction, all in flight at once; the first failure cancels
+        the others and is raised (the next save compares every key)."""
+        tasks = [asyncio.ensure_future(self._transact({self.state_prefix + k: v for k, v in chunk if v is not None},
+                                                      [self.state_prefix + k for k, v in chunk if v is None]))
+                 for chunk in chunks]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     async def _transact(self, puts: dict[str, dict[str, Any]], deletes: list[str]) -> None:
         while True:

@@ -17,7 +17,7 @@ from ringmaster.rendezvous.control.effects import Assign
 from ringmaster.rendezvous.control.records import Phase
 from ringmaster.rendezvous.state import job_record
 from ringmaster.rendezvous.state.agent_leases import AgentLeases
-from ringmaster.rendezvous.state.journal import Deposed, Journal
+from ringmaster.rendezvous.state.journal import MAX_TXN_IN_FLIGHT, Deposed, Journal
 from ringmaster.rendezvous.state.leadership import AnotherLeader, Leadership
 from ringmaster.rendezvous.state.url import DEFAULT_PREFIX, StoreUrlError, parse_store
 
@@ -546,6 +546,43 @@ def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -
         assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == record(rig)
         await journal.clear()
         assert (await store.get_prefix(prefix + "state/"))[0] == []
+    with_store(make_store, body)
+
+
+def test_transactions_of_hosts_and_workers_go_together_and_the_generation_after_them(make_store, prefix) -> None:
+    """Half of a large job leaving is hundreds of transactions: those of hosts' and workers' keys
+    alone are in flight together (a few at a time), one with a member run or the generation
+    starts only once every transaction before it is in."""
+    async def body(store):
+        leader = Leadership(store, prefix, "a:1", ttl_s=5)
+        await leader.acquire(wait=False)
+        journal = Journal(store, prefix, leader, job_ttl_s=30)
+        await journal.load()
+        rig = Rig(min_np=2)
+        rig.start_elastic({f"h{i}": 1 for i in range(2400)})
+        await journal.save(record(rig))
+        in_flight, most, started = [0], [0], []
+        transact = store.transact
+
+        async def watched(guards, puts, deletes, lease=None):
+            kinds = {key.removeprefix(prefix + "state/").split("/")[0] for key in [*puts, *deletes]}
+            started.append((kinds, in_flight[0]))
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            try:
+                await asyncio.sleep(0.01)  # (a store's round trip, so that the ones sent together overlap)
+                return await transact(guards, puts, deletes, lease=lease)
+            finally:
+                in_flight[0] -= 1
+        store.transact = watched
+        rig.set_hosts({f"h{i}": 1 for i in range(2400) if i % 2})
+        rig.commit_at_update(list(rig.gen().member_ids), 2)
+        await journal.save(record(rig))
+        assert len(started) > MAX_TXN_IN_FLIGHT and 1 < most[0] <= MAX_TXN_IN_FLIGHT
+        ordered = [(kinds, busy) for kinds, busy in started if kinds & {"members", "generation", "job"}]
+        assert ordered and all(busy == 0 for _, busy in ordered)  # (nothing else in flight when each began)
+        entries, _ = await store.get_prefix(prefix + "state/")
+        assert {e.key.removeprefix(prefix + "state/"): e.value for e in entries} == record(rig)
     with_store(make_store, body)
 
 
