@@ -136,10 +136,9 @@ class EndJob:
 def one_per_worker(effect: WorkerEffect) -> list[WorkerEffect]:
     """An effect said alike to several workers (`also`) as one effect per worker, in order: for
     readers that take them one by one (the decisions' tests, a stream per worker)."""
-    also = getattr(effect, "also", ())
-    if not also:
+    if not isinstance(effect, (UpdateHosts, AnnounceHosts)) or not effect.also:
         return [effect]
-    return [replace(effect, worker_id=worker_id, also=()) for worker_id in (effect.worker_id, *also)]
+    return [replace(effect, worker_id=worker_id, also=()) for worker_id in (effect.worker_id, *effect.also)]
 
 
 PoolEffect = Union[LaunchAgent, StopLaunchedAgent]
