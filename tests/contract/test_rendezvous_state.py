@@ -503,15 +503,21 @@ def test_backoff_goes_round_the_addresses_then_waits_longer_up_to_a_deadline() -
     assert parse_addresses(" a:1, ,b:2 ") == ["a:1", "b:2"]
 
 
+async def _leading_journal(store, prefix: str, hosts: int) -> tuple[Journal, Rig]:
+    """A journal of the job's leader, and an elastic job of `hosts` hosts of one slot to save."""
+    leader = Leadership(store, prefix, "a:1", ttl_s=5)
+    await leader.acquire(wait=False)
+    journal = Journal(store, prefix, leader, job_ttl_s=30)
+    await journal.load()
+    rig = Rig(min_np=2)
+    rig.start_elastic({f"h{i}": 1 for i in range(hosts)})
+    return journal, rig
+
+
 def test_a_large_job_is_saved_in_transactions_etcd_accepts(make_store, prefix) -> None:
     """etcd refuses transactions of more than 128 writes: 300 hosts and workers still save."""
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5)
-        await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30)
-        await journal.load()
-        rig = Rig(min_np=2)
-        rig.start_elastic({f"h{i}": 1 for i in range(300)})
+        journal, rig = await _leading_journal(store, prefix, hosts=300)
         values = record(rig)
         assert len(values) > 900
         await journal.save(values)
@@ -554,12 +560,7 @@ def test_transactions_of_hosts_and_workers_go_together_and_the_generation_after_
     alone are in flight together (a few at a time), one with a member run or the generation
     starts only once every transaction before it is in."""
     async def body(store):
-        leader = Leadership(store, prefix, "a:1", ttl_s=5)
-        await leader.acquire(wait=False)
-        journal = Journal(store, prefix, leader, job_ttl_s=30)
-        await journal.load()
-        rig = Rig(min_np=2)
-        rig.start_elastic({f"h{i}": 1 for i in range(2400)})
+        journal, rig = await _leading_journal(store, prefix, hosts=2400)
         await journal.save(record(rig))
         in_flight, most, started = [0], [0], []
         transact = store.transact
