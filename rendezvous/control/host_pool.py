@@ -21,6 +21,7 @@ the pool when one of its hosts failed (`blacklist_host`).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Mapping
 
@@ -363,7 +364,7 @@ class HostPool:
         look at every host (2.3 s of one pass)."""
         found: dict[str, None] = {}
         slots = 0
-        for name in (*self._slots_hint, *(self._order or self.hosts)):
+        for name in itertools.chain(self._slots_hint, self._order or self.hosts):  # (not copied: a call a lost host)
             h = self.hosts.get(name)
             if name == host or name in found or h is None or not (h.discovered and h.agent_connected) \
                     or h.drain is not None or self.blacklist.is_blacklisted(name, now):

@@ -87,9 +87,7 @@ class SessionOutbox:
                 continue  # (no session: nobody to tell)
             worker = workers.get(worker_id) if carry and worker_id in self.hearing_agent else None
             if worker is not None and worker.host in self.carriers and wire.carriable(effect):
-                command = commands.get(worker.host)
-                if command is None:
-                    command = commands[worker.host] = pb.AgentCommand()
+                command = _command_for(commands, worker.host)
                 if worker.host in self.sharing:
                     hosted = shared.entry(command, worker_id, effect, ends)
                     if hosted is None:
@@ -136,15 +134,9 @@ class SessionOutbox:
             elif worker.host in self.sharing:
                 by_host.setdefault(worker.host, []).append(worker_id)
             else:  # (an agent of an older release: one entry per worker)
-                command = commands.get(worker.host)
-                if command is None:
-                    command = commands[worker.host] = pb.AgentCommand()
-                wire.fill(command.events.add(worker_id=worker_id).event, effect)
+                wire.fill(_command_for(commands, worker.host).events.add(worker_id=worker_id).event, effect)
         for host, named in by_host.items():
-            command = commands.get(host)
-            if command is None:
-                command = commands[host] = pb.AgentCommand()
-            wire.fill(shared.entry_for_all(command, named, effect).event, effect)
+            wire.fill(shared.entry_for_all(_command_for(commands, host), named, effect).event, effect)
 
     def handed_over(self, message: Any, now: float) -> None:
         """A session hands `message` to gRPC to write: the metrics hear when a generation's last
@@ -170,6 +162,14 @@ class SessionOutbox:
                         moved.append(event)
                         self.messages["stream"] += 1
             self.assignments_out.moved(command, moved)
+
+
+def _command_for(commands: dict[str, pb.AgentCommand], host: str) -> pb.AgentCommand:
+    """The command being built for `host`'s agent (a new one the first time)."""
+    command = commands.get(host)
+    if command is None:
+        command = commands[host] = pb.AgentCommand()
+    return command
 
 
 class SharedEvents:

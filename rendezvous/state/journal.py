@@ -44,6 +44,19 @@ def _write_order(key: str) -> int:
     return 1 if key.startswith(job_record.MEMBERS) else 0
 
 
+def _in_flight_together(chunks: list[list[tuple[str, Any]]]) -> list[list[list[tuple[str, Any]]]]:
+    """`chunks` (in order) as the groups sent together: runs of up to MAX_TXN_IN_FLIGHT chunks of
+    hosts' and workers' keys alone; a chunk with a member run or the generation alone."""
+    groups: list[list[list[tuple[str, Any]]]] = []
+    for chunk in chunks:
+        alone = _write_order(chunk[-1][0]) > 0  # (ops are in write order: the last is the latest kind)
+        if alone or not groups or len(groups[-1]) >= MAX_TXN_IN_FLIGHT or _write_order(groups[-1][0][-1][0]) > 0:
+            groups.append([chunk])
+        else:
+            groups[-1].append(chunk)
+    return groups
+
+
 class Deposed(StateError):
     """Another rendezvous leads the job now; this one must stop without touching it."""
 
@@ -116,16 +129,8 @@ class Journal:
             # 4,096 x 8 job leaving was 330 transactions one after the other, the survivors' places
             # held back behind them. One with a member run or the generation goes once all before it
             # are in, as before.
-            pending: list[list] = []
-            for chunk in chunks:
-                if _write_order(chunk[-1][0]) == 0 and len(pending) < MAX_TXN_IN_FLIGHT:
-                    pending.append(chunk)
-                    continue
-                await self._transact_together(pending)
-                pending = [chunk] if _write_order(chunk[-1][0]) == 0 else []
-                if not pending:
-                    await self._transact_together([chunk])
-            await self._transact_together(pending)
+            for together in _in_flight_together(chunks):
+                await self._transact_together(together)
         except BaseException:
             self._rewrite = True  # (cut off part way: the next save compares every key)
             raise
