@@ -20,6 +20,9 @@ Every worker appends JSON lines to `<log-dir>/<worker id>.jsonl`:
   {"event": "epoch", "epoch", "min", "max"}   rank 0, at the end of each epoch: how often each
       sample reached the committed model (once a group); written before the commit that ends
       the epoch, so a rollback to its last step writes it again
+  {"event": "first_step", "generation", "propagated"}   after the first step of each entry into training:
+      how many sharding decisions DTensor worked out rather than found kept during it (a probe
+      counting torch's uncached sharding propagation)
   {"event": "done", "rank", "size", "group", "step", "digest"}   when training returned; `digest`
       is a SHA-256 of the model's full parameters (gathered from their shards): equal digests
       across groups mean the replicas are identical
@@ -44,6 +47,7 @@ import torch
 import torch.nn as nn
 from sharded_model import build, digest
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
 
 import ringmaster.torch as hvd
 
@@ -70,6 +74,21 @@ def shard_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
     return sha.hexdigest()
 
 
+#: Sharding decisions DTensor worked out in this process (not found in its cache).
+PROPAGATED = [0]
+
+
+def count_propagations() -> None:
+    """A probe: count DTensor's uncached sharding propagations (torch's own method, wrapped)."""
+    worked_out = ShardingPropagator.propagate_op_sharding_non_cached
+
+    def counted(self, *args, **kwargs):
+        PROPAGATED[0] += 1
+        return worked_out(self, *args, **kwargs)
+
+    setattr(ShardingPropagator, "propagate_op_sharding_non_cached", counted)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log-dir", type=pathlib.Path, required=True)
@@ -80,6 +99,7 @@ def main() -> None:
     parser.add_argument("--hold-rank", type=int, default=-1)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    count_propagations()
     hvd.init()
     args.log_dir.mkdir(parents=True, exist_ok=True)
     log = open(args.log_dir / f"{os.environ['RINGMASTER_WORKER_ID'].replace('/', '_')}.jsonl", "a", buffering=1)
@@ -116,15 +136,20 @@ def main() -> None:
               group_rank=group.rank, shape=list(mesh.shape), dims=list(mesh.mesh_dim_names or ()), step=state.step,
               shard=shard_digest(model, optimizer), full=digest(model))
         loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=state.sampler)
+        stepped: list[bool] = []
         while True:
             for batch_idx, (index, x) in enumerate(loader):
                 stop = torch.tensor([1.0 if hvd.rank() == 0 and args.stop_file.exists() else 0.0])
                 if hvd.allreduce(stop, op=hvd.Max).item():
                     return digest(model)
+                propagated = PROPAGATED[0]
                 loss = model(x).square().mean()
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()
+                if batch_idx == 0 and not stepped:
+                    write("first_step", generation=generation, propagated=PROPAGATED[0] - propagated)
+                    stepped.append(True)
                 counts = torch.zeros(args.samples)
                 if group.rank == 0:  # (a group's members all train on its samples: counted once a group)
                     counts[index] += 1

@@ -87,7 +87,7 @@ def mesh() -> DeviceMesh:
     before = mesh_sockets.open_sockets()
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank, world_size=world,
                             timeout=timeout)
-    built = _hsdp_mesh(device_type, group.count, group.size, timeout)
+    built = hsdp_mesh(device_type, group.count, group.size, timeout)
     sockets = mesh_sockets.opened_since(before) if device_type == "cpu" else {}
     released = threading.Event()
     if ctx.link is not None and sockets:
@@ -96,7 +96,7 @@ def mesh() -> DeviceMesh:
     return built
 
 
-def _hsdp_mesh(device_type: str, groups: int, group_size: int, timeout: timedelta) -> DeviceMesh:
+def hsdp_mesh(device_type: str, groups: int, group_size: int, timeout: timedelta) -> DeviceMesh:
     """The (groups, group_size) mesh over the default group, its dimensions' groups made here
     with the collective timeout (`init_device_mesh` gives them torch's default, 30 minutes for
     Gloo: a collective whose peer left it would hold this rank that long). Every rank makes

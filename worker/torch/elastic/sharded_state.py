@@ -42,6 +42,7 @@ from ringmaster.checkpoint.memory import HostSnapshot
 from ringmaster.checkpoint.tree import unflatten
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
+from ringmaster.torch.elastic import dispatch_warmup
 from ringmaster.torch.elastic.generation_mesh import freeze_heap, mesh
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.handlers import SCHEDULERS, SamplerHandler, sharded_handler_for
@@ -167,6 +168,7 @@ class ShardedState(ObjectState):
         self._dcp_failing = ""  # why the last durable checkpoint failed; "" after one was written
         for module in WARM_IMPORTS:
             importlib.import_module(module)
+        dispatch_warmup.warm(build)  # (a newcomer, before it asks for its place: see dispatch_warmup)
         freeze_heap()  # (now, while this worker warms up, not in a reset: see generation_mesh)
 
     # ------------------------------------------------------------ the generation's objects
