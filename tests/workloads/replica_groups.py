@@ -147,7 +147,7 @@ def main() -> None:
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()
-                if batch_idx == 0 and not stepped:
+                if not stepped:
                     write("first_step", generation=generation, propagated=PROPAGATED[0] - propagated)
                     stepped.append(True)
                 counts = torch.zeros(args.samples)

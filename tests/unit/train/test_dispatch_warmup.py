@@ -7,17 +7,22 @@ test of replica groups checks it on a real newcomer (its first step works nothin
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._sharding_prop import ShardingPropagator
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from ringmaster.torch.elastic import dispatch_cache, generation_mesh
 from ringmaster.torch.elastic.dispatch_warmup import likely_mesh, stepped_on_fake_mesh
 from ringmaster.torch.elastic.generation_mesh import hsdp_mesh
+from ringmaster.torch.elastic.groups import ReplicaGroup
 
 
 def _builder(width: int):
@@ -47,12 +52,20 @@ def propagations(monkeypatch):
     return count
 
 
+@pytest.fixture(autouse=True)
+def fresh_record(monkeypatch) -> None:
+    monkeypatch.setattr(dispatch_cache, "_made_at", {})  # (the ranks the process' earlier meshes had)
+
+
 def _optimizer_step_on_a_new_mesh(build, groups: int, k: int, rank: int, propagations: list[int]) -> int:
     """Decisions worked out by the optimizer's first step on another mesh of that shape (new
-    process groups, real memory): what a newcomer's first training step would work out."""
+    process groups, real memory, noted as `generation_mesh.mesh()` notes it): what a newcomer's
+    first training step would work out."""
     dist.init_process_group("fake", store=dist.HashStore(), rank=rank, world_size=groups * k)
     try:
-        objects = build(hsdp_mesh("cpu", groups, k, timedelta(seconds=60)))
+        mesh = hsdp_mesh("cpu", groups, k, timedelta(seconds=60))
+        dispatch_cache.entering((groups, k), rank)
+        objects = build(mesh)
         for parameter in objects["model"].parameters():
             parameter.grad = torch.ones_like(parameter)
         before = propagations[0]
@@ -72,8 +85,70 @@ def test_an_optimizer_step_on_a_mesh_of_the_warmed_shape_works_nothing_out(propa
     assert stepped_on_fake_mesh(build, 2, 2, 3)
     assert not dist.is_initialized()  # (the mesh the generation builds is torch's default group)
     assert torch.equal(torch.random.get_rng_state(), random_state)  # (build() seeds it)
-    assert _optimizer_step_on_a_new_mesh(build, 2, 2, 1, propagations) == 0
-    assert _optimizer_step_on_a_new_mesh(build, 3, 2, 1, propagations) > 0  # (another shape: another key)
+    assert _optimizer_step_on_a_new_mesh(build, 2, 2, 3, propagations) == 0
+    assert _optimizer_step_on_a_new_mesh(build, 3, 2, 3, propagations) > 0  # (another shape: another key)
+
+
+def test_a_warm_up_at_another_rank_is_dropped_and_the_first_step_works_it_out(propagations) -> None:
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+    build = _builder(43)
+    assert stepped_on_fake_mesh(build, 2, 2, 1)
+    assert _optimizer_step_on_a_new_mesh(build, 2, 2, 3, propagations) > 0  # (placed at 3, not the 1 it was told)
+
+
+def _place_of_a_result(rank: int, note: bool) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    """Where DTensor says the result of an elementwise operation sits, on a (2, 2) mesh as `rank`:
+    its mesh coordinate and its shard's offset in the whole tensor (where DCP would write it)."""
+    dist.init_process_group("fake", store=dist.HashStore(), rank=rank, world_size=4)
+    try:
+        mesh = hsdp_mesh("cpu", 2, 2, timedelta(seconds=60))
+        if note:
+            dispatch_cache.entering((2, 2), rank)
+        x = DTensor.from_local(torch.ones(3, 47), mesh, (Replicate(), Shard(0)), run_check=False)
+        result = cast(DTensor, x.mul(2.0))
+        coordinate = result.device_mesh.get_coordinate()
+        _, offset = compute_local_shape_and_global_offset(result.shape, result.device_mesh, result.placements)
+        return (None if coordinate is None else tuple(coordinate)), tuple(offset)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_decision_kept_from_another_rank_would_place_a_result_at_that_ranks_shard() -> None:
+    """Why `dispatch_cache` drops what was kept at another rank (torch 2.13's behaviour, checked here
+    so that a torch that changes it is noticed): the result carries the mesh the decision was made
+    on, and with it that rank's coordinate and shard offset."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+    assert _place_of_a_result(0, note=True) == ((0, 0), (0, 0))
+    assert _place_of_a_result(3, note=False) == ((0, 0), (0, 0))  # (rank 3 sits at (1, 1), its shard at row 3)
+    assert _place_of_a_result(3, note=True) == ((1, 1), (3, 0))  # (noted: what rank 0 kept is dropped)
+    assert _place_of_a_result(3, note=True) == ((1, 1), (3, 0))  # (and what rank 3 keeps is kept)
+
+
+def test_a_generations_mesh_at_a_new_rank_drops_what_was_kept_at_the_old_one(monkeypatch) -> None:
+    """`hvd.elastic.mesh()` itself, in two generations of a (2, 2) mesh, this worker at rank 0 and
+    then at rank 3 (a survivor moved up the ring). One process stands in for the world of 4: its
+    process group is torch's fake one (what is checked is where DTensor places a result, not a
+    collective)."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+    real_init = dist.init_process_group
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: real_init("fake", **kwargs))
+    places = []
+    for generation, rank in ((5, 0), (6, 3)):
+        monkeypatch.setattr(generation_mesh, "context", lambda generation=generation: SimpleNamespace(
+            assignment=SimpleNamespace(generation=generation), store=None, backend="gloo", timeout_s=60, link=None))
+        monkeypatch.setattr(generation_mesh, "replica_group", lambda rank=rank: ReplicaGroup(rank // 2, 2, rank % 2, 2))
+        mesh = generation_mesh.mesh()
+        try:
+            x = DTensor.from_local(torch.ones(3, 53), mesh, (Replicate(), Shard(0)), run_check=False)
+            result = cast(DTensor, x.mul(2.0))
+            places.append(compute_local_shape_and_global_offset(result.shape, result.device_mesh, result.placements)[1])
+        finally:
+            del mesh, x, result
+            generation_mesh.release()
+    assert places == [(0, 0), (3, 0)]  # (rank 3's shard starts at row 3: not rank 0's, kept from before)
 
 
 def test_a_build_or_an_optimizer_the_meta_device_cannot_run_is_skipped() -> None:

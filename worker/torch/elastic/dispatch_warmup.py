@@ -12,10 +12,11 @@ longer than a step.
 So a newcomer, which waits for its place anyway while the survivors train, builds the model once
 on the meta device, on a mesh of the shape it is likely to join (its tentative size, which the
 rendezvous gives it when it starts it) made over torch's fake process group (no communication,
-nothing allocated), and steps each optimizer once with zero gradients, then loads its state back (as the sync loads
-the commit a peer sends): what those need to know is then kept under the key the real mesh will
-have. A wrong guess (the job changed
-again before it joined) costs that CPU and nothing else.
+nothing allocated), and steps each optimizer once with zero gradients, then loads its state back
+(as the sync loads the commit a peer sends): what those need to know is then kept under the key
+the real mesh will have. A wrong guess costs that CPU and nothing else: another shape (the job changed again before
+the newcomer joined) is another key, and another rank in the same shape drops what was kept
+(`dispatch_cache`: a decision kept names the mesh it was made on, this rank's coordinate in it).
 
 Nothing here is needed for correctness, so nothing is said when it cannot run: a build that fails
 on the meta device, a torch without the fake backend. A job on GPUs is left as it was: its
@@ -25,7 +26,6 @@ in for, and building there would take the device's memory.
 
 from __future__ import annotations
 
-import gc
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ringmaster.torch.basics import context
+from ringmaster.torch.elastic import dispatch_cache
 from ringmaster.torch.elastic.generation_mesh import hsdp_mesh
 from ringmaster.torch.elastic.groups import group_size
 
@@ -76,6 +77,7 @@ def stepped_on_fake_mesh(build: Callable[[Any], Mapping[str, Any]], groups: int,
     try:
         with torch.random.fork_rng(devices=[]):
             mesh = hsdp_mesh("cpu", groups, k, timedelta(seconds=60))
+            dispatch_cache.entering((groups, k), rank)  # (what it keeps holds for this rank only)
             try:
                 with torch.device("meta"):
                     built = build(mesh)
@@ -100,6 +102,5 @@ def stepped_on_fake_mesh(build: Callable[[Any], Mapping[str, Any]], groups: int,
                     stepped = True
             return stepped
     finally:
-        del built, mesh
+        del built, mesh  # (FSDP2's modules are cycles: `ShardedState` collects them before it freezes the heap)
         dist.destroy_process_group()
-        gc.collect()  # (FSDP2's modules are cycles: their fake groups go now, not at a later collection)

@@ -47,6 +47,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from ringmaster.proto import environment as env_names
 from ringmaster.torch.basics import context
+from ringmaster.torch.elastic import dispatch_cache
 from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.worker.sharding import guarded_comms, mesh_sockets
 
@@ -88,6 +89,7 @@ def mesh() -> DeviceMesh:
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank, world_size=world,
                             timeout=timeout)
     built = hsdp_mesh(device_type, group.count, group.size, timeout)
+    dispatch_cache.entering((group.count, group.size), rank)  # (DTensor's kept decisions: made at this rank?)
     sockets = mesh_sockets.opened_since(before) if device_type == "cpu" else {}
     released = threading.Event()
     if ctx.link is not None and sockets:
