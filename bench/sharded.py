@@ -16,7 +16,9 @@ step (each worker's shards into host memory, two kept), measured:
     the training function again, synced, on its new mesh) and to its first step committed;
   - a group added: the freed slot refilled, the job grown back to two groups: the survivors'
     pause (their last step before the new ring to training again, and to their first step in
-    it) and the bytes moved to heal the new group (what its members received, peer to peer).
+    it, with how long that step took against a step), the bytes moved to heal the new group (what
+    its members received, peer to peer) and how long after its processes started it stepped
+    with the others (from the top of its workers' script, before torch is imported).
 Then torchft 0.2.0's HSDP on the same model and steps, where torchft is installed (`bench/torchft_hsdp.py`:
 a world per replica group, torchft's Manager across groups in FSDP2's all-reduce hook, its
 lighthouse): its step time, peak memory, a group lost and a group added, measured the same way.
@@ -122,6 +124,7 @@ def plain_worker(args: argparse.Namespace) -> None:
 
 def ringmaster_worker(args: argparse.Namespace) -> None:
     """A worker of `ringmaster run --group-size 2`: the same steps, a commit each, until the stop file."""
+    began = time.time()  # (before torch is imported: as near its process' start as the script gets)
     import torch
 
     import ringmaster.torch as hvd
@@ -130,6 +133,7 @@ def ringmaster_worker(args: argparse.Namespace) -> None:
     hvd.init()
     log = open(pathlib.Path(args.out) / f"{os.environ['RINGMASTER_WORKER_ID'].replace('/', '_')}.jsonl", "a",
                buffering=1)
+    log.write(json.dumps({"event": "started", "pid": os.getpid(), "time": began}) + "\n")
     state = hvd.elastic.ShardedState(lambda mesh: model_and_optimizer(args, mesh), step=0)
 
     @hvd.elastic.run
@@ -225,6 +229,8 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
         before = max((r for r in steps_at(2) if r["time"] < regrown["time"]), key=lambda r: r["time"])
         healed = sum(r["healed_bytes"] for r in records(logs) if r["event"] == "entered"
                      and r["generation"] == regrown["generation"])
+        # (the refilled group's processes: started after the kill)
+        newcomers_began = min(r["time"] for r in records(logs) if r["event"] == "started" and r["time"] > killed)
         stop.touch()
         job.wait(300)
     except SystemExit as exc:
@@ -236,7 +242,8 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
     return {"times": [r["step_s"] for r in timed], "train_times": [r["train_s"] for r in timed], "peak_mb": rss,
             "lost_to_first_step_s": first["time"] - killed, "lost_to_training_s": resumed["time"] - killed,
             "pause_s": after["time"] - before["time"], "pause_to_training_s": regrown["time"] - before["time"],
-            "healed_mb": healed / 2**20}
+            "healed_mb": healed / 2**20, "step_at_join_s": after["step_s"],
+            "started_to_joined_s": after["time"] - newcomers_began}
 
 
 def model_flags(args: argparse.Namespace) -> list[str]:
@@ -287,7 +294,8 @@ def main() -> None:
           f"later (synced, on its new mesh), its first step committed {ours['lost_to_first_step_s']:.2f} s later")
     print(f"a group added: the survivors' last step to training again {ours['pause_to_training_s']:.2f} s (the new "
           f"group healed with {ours['healed_mb']:.1f} MB peer to peer), to their first step in it "
-          f"{ours['pause_s']:.2f} s")
+          f"{ours['pause_s']:.2f} s (that step {ours['step_at_join_s']:.2f} s, a step {step:.2f} s); the new group "
+          f"stepping with the others {ours['started_to_joined_s']:.2f} s after its processes started")
     if theirs is None:
         print(f"torchft: not run ({missing}; give --torchft-python a Python with torchft 0.2.0)")
     else:
