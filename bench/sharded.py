@@ -18,7 +18,9 @@ step (each worker's shards into host memory, two kept), measured:
     pause (their last step before the new ring to training again, and to their first step in
     it, with how long that step took against a step), the bytes moved to heal the new group (what
     its members received, peer to peer) and how long after its processes started it stepped
-    with the others (from the top of its workers' script, before torch is imported).
+    with the others (from the top of its workers' script: forked from their agent's warm
+    template, as a Ringmaster host's workers are, they have torch imported already; torchft's
+    figure counts from starting its processes, imports included).
 Then torchft 0.2.0's HSDP on the same model and steps, where torchft is installed (`bench/torchft_hsdp.py`:
 a world per replica group, torchft's Manager across groups in FSDP2's all-reduce hook, its
 lighthouse): its step time, peak memory, a group lost and a group added, measured the same way.
@@ -124,7 +126,7 @@ def plain_worker(args: argparse.Namespace) -> None:
 
 def ringmaster_worker(args: argparse.Namespace) -> None:
     """A worker of `ringmaster run --group-size 2`: the same steps, a commit each, until the stop file."""
-    began = time.time()  # (before torch is imported: as near its process' start as the script gets)
+    began = time.time()  # (as near its process' start as the script gets: a fork of the agent's warm template)
     import torch
 
     import ringmaster.torch as hvd

@@ -27,12 +27,11 @@ def entering(shape: tuple[int, ...], rank: int) -> bool:
     """A mesh of `shape` is built with this process at `rank`. Drops DTensor's kept decisions when
     those of this shape were made at another rank; True when it did."""
     made = _made_at.get(shape)
-    _made_at[shape] = rank
-    if made is None or made == rank:
-        return False
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    dropped = made is not None and made != rank
+    if dropped:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
-    _clear_sharding_prop_cache()
-    _made_at.clear()
+        _clear_sharding_prop_cache()
+        _made_at.clear()
     _made_at[shape] = rank
-    return True
+    return dropped

@@ -14,9 +14,10 @@ on the meta device, on a mesh of the shape it is likely to join (its tentative s
 rendezvous gives it when it starts it) made over torch's fake process group (no communication,
 nothing allocated), and steps each optimizer once with zero gradients, then loads its state back
 (as the sync loads the commit a peer sends): what those need to know is then kept under the key
-the real mesh will have. A wrong guess costs that CPU and nothing else: another shape (the job changed again before
-the newcomer joined) is another key, and another rank in the same shape drops what was kept
-(`dispatch_cache`: a decision kept names the mesh it was made on, this rank's coordinate in it).
+the real mesh will have. A wrong guess costs that CPU and nothing else: another shape (the job
+changed again before the newcomer joined) is another key, and another rank in the same shape
+drops what was kept (`dispatch_cache`: a decision kept names the mesh it was made on, this rank's
+coordinate in it).
 
 Nothing here is needed for correctness, so nothing is said when it cannot run: a build that fails
 on the meta device, a torch without the fake backend. A job on GPUs is left as it was: its
