@@ -63,6 +63,9 @@ class WorkerContext:
             int(env.get(env_names.TORCHRUN_WORLD_SIZE, "1")),
             int(env.get(env_names.TORCHRUN_LOCAL_RANK, "0")),
         )
+        #: The rendezvous started this worker into a running job and told it its likely place
+        #: (`tentative_rank_env`); a worker of a job's first ring is told nothing before it.
+        self.tentative_given = env_names.TORCHRUN_WORLD_SIZE in env
         #: The GPU of this process for its whole life: its slot on the host (the LOCAL_RANK it was
         #: started with). Its local rank may change between generations; its tensors do not move.
         self.device_index = self._tentative[2]

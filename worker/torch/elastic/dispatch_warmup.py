@@ -52,12 +52,15 @@ def likely_mesh(in_ring: bool, started_by_rendezvous: bool, backend: str, tentat
     return tentative_size // k, k, tentative_rank
 
 
-def warm(build: Callable[[Any], Mapping[str, Any]]) -> bool:
-    """Warm this newcomer's DTensor dispatch for its likely mesh (see the module's docstring).
-    True when an optimizer was stepped; False when there was nothing to warm or it could not run."""
+def warm(build: Callable[[Any], Mapping[str, Any]],
+         then: Callable[[Mapping[str, Any]], None] | None = None) -> bool:
+    """Warm this newcomer's DTensor dispatch for its likely mesh (see the module's docstring);
+    `then(built)` is given what build() made there, stepped, before it is forgotten. True when
+    an optimizer was stepped; False when there was nothing to warm or it could not run."""
     ctx = context()
     rank, size = ctx.topology()[:2]
-    shape = likely_mesh(ctx.assignment is not None, ctx.link is not None, ctx.backend, rank, size, group_size())
+    shape = likely_mesh(ctx.assignment is not None, ctx.link is not None and ctx.tentative_given, ctx.backend, rank,
+                        size, group_size())
     if shape is None or dist.is_initialized():
         return False
     try:
@@ -65,13 +68,15 @@ def warm(build: Callable[[Any], Mapping[str, Any]]) -> bool:
     except ImportError:  # pragma: no cover - another torch
         return False
     groups, k, rank = shape
-    return stepped_on_fake_mesh(build, groups, k, rank)
+    return stepped_on_fake_mesh(build, groups, k, rank, then)
 
 
-def stepped_on_fake_mesh(build: Callable[[Any], Mapping[str, Any]], groups: int, k: int, rank: int) -> bool:
+def stepped_on_fake_mesh(build: Callable[[Any], Mapping[str, Any]], groups: int, k: int, rank: int,
+                         then: Callable[[Mapping[str, Any]], None] | None = None) -> bool:
     """Build on the meta device on a fake (groups, k) mesh as `rank`, step every optimizer built
-    once with zero gradients, and forget it all (the process group too). The random number
-    generator is left as it was: build() may seed it."""
+    once with zero gradients, give what was built to `then` (when an optimizer stepped), and
+    forget it all (the process group too). The random number generator is left as it was:
+    build() may seed it."""
     dist.init_process_group("fake", store=dist.HashStore(), rank=rank, world_size=groups * k)
     built: Any = None
     mesh: Any = None
@@ -101,6 +106,8 @@ def stepped_on_fake_mesh(build: Callable[[Any], Mapping[str, Any]], groups: int,
                     except Exception:  # (an optimizer that reads values: meta tensors have none)
                         continue
                     stepped = True
+            if stepped and then is not None:
+                then(built)
             return stepped
     finally:
         del built, mesh  # (FSDP2's modules are cycles: `ShardedState` collects them before it freezes the heap)

@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_leaves
 
 from ringmaster.checkpoint.digest import tree_digest
-from ringmaster.checkpoint.memory import HostSnapshot
+from ringmaster.checkpoint.memory import HostSnapshot, entries_layout
 from ringmaster.checkpoint.tree import unflatten
 from ringmaster.torch.basics import context
 from ringmaster.torch.collectives import broadcast_object
@@ -48,7 +48,8 @@ from ringmaster.torch.elastic.groups import replica_group
 from ringmaster.torch.elastic.handlers import SCHEDULERS, SamplerHandler, sharded_handler_for
 from ringmaster.torch.elastic.sampler import ElasticSampler
 from ringmaster.torch.elastic.state import ObjectState
-from ringmaster.worker.sharding import fsdp_comms, kept_memory, no_init
+from ringmaster.worker.sharding import fsdp_comms, kept_memory, newcomer_memory, no_init
+from ringmaster.worker.sharding.newcomer_memory import NewcomerMemory
 from ringmaster.worker.sharding.shard_plan import (
     NONE,
     Holding,
@@ -168,8 +169,25 @@ class ShardedState(ObjectState):
         self._dcp_failing = ""  # why the last durable checkpoint failed; "" after one was written
         for module in WARM_IMPORTS:
             importlib.import_module(module)
-        dispatch_warmup.warm(build)  # (a newcomer, before it asks for its place: see dispatch_warmup)
+        #: A newcomer's memory for its likely place, faulted in while it waits (`newcomer_memory`).
+        self._reserved: NewcomerMemory | None = None
+        # (a newcomer, before it asks for its place: see dispatch_warmup and newcomer_memory)
+        dispatch_warmup.warm(build, then=self._reserve_memory)
         freeze_heap()  # (now, while this worker warms up, not in a reset: see generation_mesh)
+
+    def _reserve_memory(self, built: Mapping[str, Any]) -> None:
+        """`build(mesh)`'s objects, made on the meta device on the mesh this newcomer is likely to
+        join (`dispatch_warmup`): the memory they and its commits will take, faulted in now
+        (`newcomer_memory`). Something build() made that is no object ShardedState takes is left
+        for the sync to refuse, saying what it was."""
+        if not all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *SCHEDULERS)) for v in built.values()):
+            return
+        handlers = {name: sharded_handler_for(name, value) for name, value in built.items()}
+        reserved = newcomer_memory.reserve({name: handler.memory() for name, handler in handlers.items()},
+                                           entries_layout(self._entries_of(handlers)))
+        self._kept_memory = reserved.kept
+        self._previous.reserve(reserved.staging.layout)  # (its first own commit goes there)
+        self._reserved = reserved
 
     # ------------------------------------------------------------ the generation's objects
     def _ensure_built(self, commit_coming: bool = False) -> bool:
@@ -247,9 +265,13 @@ class ShardedState(ObjectState):
 
     # ------------------------------------------------------------ what a commit holds
     def _entries(self) -> dict[str, Any]:
+        return self._entries_of(self._handlers)
+
+    def _entries_of(self, handlers: Mapping[str, Any]) -> dict[str, Any]:
+        """What a commit holds: the plain attributes, the samplers, then the objects of `handlers`."""
         entries = super()._entries()
         entries.update({name: handler.state_dict() for name, handler in self._kept.items()})
-        entries.update({name: handler.state_dict() for name, handler in self._handlers.items()})
+        entries.update({name: handler.state_dict() for name, handler in handlers.items()})
         return entries
 
     def _load_entries(self, snapshot: HostSnapshot, held: bool = False) -> None:
@@ -428,7 +450,8 @@ class ShardedState(ObjectState):
         fingerprints = [tuple(vector[:3]) for vector in vectors]
         plan = transfers(holdings, fingerprints, count, group.size)
         proven = equal_by_sync([SyncProof(v[3], bool(v[4]), bool(v[5]), bool(v[6])) for v in vectors], plan, resumed)
-        self.healed_bytes = _move_shards(self._snapshot, comm, plan)
+        self.healed_bytes = _move_shards(self._snapshot, comm, plan,
+                                         self._reserved.staging if self._reserved is not None else None)
         received = self.healed_bytes > 0
         if received:
             self._commits = count
@@ -443,7 +466,7 @@ class ShardedState(ObjectState):
         if (rebuilt and not resumed) or received or went_back:
             held = self._values_kept and self._live_is_commit and not (received or went_back or resumed)
             self._load_entries(self._snapshot, held=held and self._commits == count)
-        self._kept_memory, self._live_is_commit = {}, False
+        self._kept_memory, self._live_is_commit, self._reserved = {}, False, None
         ctx.note_commit(self._commits, received=self._commits != held or received)
         ctx.figures.sync(time.perf_counter() - started)
         sent_to = tuple(sorted(r for t in plan for r in t.to))
@@ -484,11 +507,11 @@ def _check_received(snapshot: HostSnapshot, plan: list[Transfer], fingerprints: 
             "differs): the transfer was corrupted on the way; this worker stops and its replica group is refilled")
 
 
-def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> int:
+def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan, spare: HostSnapshot | None = None) -> int:
     """Carry out `plan` (`shard_plan.transfers`) on this rank, in the plan's order on every
     rank (so sends and receives pair up). A receiver takes the commit only once all of it
-    arrived: a sender that dies halfway leaves it its own last commit, whole. Returns the bytes
-    this rank received (0: none)."""
+    arrived: a sender that dies halfway leaves it its own last commit, whole. `spare`: buffers
+    reserved to receive into (`newcomer_memory`). Returns the bytes this rank received (0: none)."""
     staged: HostSnapshot | None = None
     skeleton_bytes = 0
     for transfer in plan:
@@ -510,7 +533,7 @@ def _move_shards(snapshot: HostSnapshot, comm: Communicator, plan) -> int:
             data = comm.recv_(torch.empty(size, dtype=torch.uint8), transfer.root)
             skeleton_bytes = size
             skeleton = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
-            staged = snapshot.incoming(skeleton)
+            staged = snapshot.incoming(skeleton, spare)
             for buffer in staged.buffers:
                 comm.recv_(buffer, transfer.root)
     if staged is None:
