@@ -25,7 +25,11 @@ Then torchft 0.2.0's HSDP on the same model and steps, where torchft is installe
 a world per replica group, torchft's Manager across groups in FSDP2's all-reduce hook, its
 lighthouse): its step time, peak memory, a group lost and a group added, measured the same way.
 
-Run: python bench/sharded.py [--steps 20] [--dim 512] [--layers 4] [--torchft-python PYTHON]
+A group lost and added is measured `--rounds` times in each job (default 3), and each of those
+figures printed as the median of the rounds with every round's value: a step on these 2 cores
+spreads by 0.2 s and more from one to the next, which one round mistakes for a difference.
+
+Run: python bench/sharded.py [--steps 20] [--rounds 3] [--dim 512] [--layers 4] [--torchft-python PYTHON]
 """
 
 from __future__ import annotations
@@ -217,22 +221,32 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
         wait_for(lambda: len(steps_at(4)) >= WARMUP + args.steps, 1200, "the timed steps of two groups", job)
         timed = steps_at(4)[WARMUP:WARMUP + args.steps]
         rss = max(r["rss_mb"] for r in records(logs) if r["event"] == "step")
-        victim = next(r for r in reversed(records(logs)) if r["event"] == "entered" and r["rank"] == 3)
-        killed = time.time()
-        os.kill(victim["pid"], signal.SIGKILL)
-        first = wait_for(lambda: [r for r in steps_at(2) if r["time"] > killed], 300,
-                         "the surviving group's step", job)[0]
-        resumed = next(r for r in records(logs) if r["event"] == "entered" and r["size"] == 2 and r["rank"] == 0
-                       and r["time"] > killed)
-        regrown = wait_for(lambda: [r for r in records(logs) if r["event"] == "entered" and r["size"] == 4
-                                    and r["time"] > killed and r["rank"] == 0], 600, "the job grown back", job)[0]
-        after = wait_for(lambda: [r for r in steps_at(4) if r["time"] > regrown["time"]], 600,
-                         "a step of two groups again", job)[0]
-        before = max((r for r in steps_at(2) if r["time"] < regrown["time"]), key=lambda r: r["time"])
-        healed = sum(r["healed_bytes"] for r in records(logs) if r["event"] == "entered"
-                     and r["generation"] == regrown["generation"])
-        # (the refilled group's processes: started after the kill)
-        newcomers_began = min(r["time"] for r in records(logs) if r["event"] == "started" and r["time"] > killed)
+        rounds = []
+        for _ in range(args.rounds):  # (a group lost, then added back: each round the same)
+            victim = next(r for r in reversed(records(logs)) if r["event"] == "entered" and r["rank"] == 3)
+            killed = time.time()
+            os.kill(victim["pid"], signal.SIGKILL)
+            first = wait_for(lambda: [r for r in steps_at(2) if r["time"] > killed], 300,
+                             "the surviving group's step", job)[0]
+            resumed = next(r for r in records(logs) if r["event"] == "entered" and r["size"] == 2 and r["rank"] == 0
+                           and r["time"] > killed)
+            regrown = wait_for(lambda: [r for r in records(logs) if r["event"] == "entered" and r["size"] == 4
+                                        and r["time"] > killed and r["rank"] == 0], 600, "the job grown back", job)[0]
+            after = wait_for(lambda: [r for r in steps_at(4) if r["time"] > regrown["time"]], 600,
+                             "a step of two groups again", job)[0]
+            before = max((r for r in steps_at(2) if r["time"] < regrown["time"]), key=lambda r: r["time"])
+            healed = sum(r["healed_bytes"] for r in records(logs) if r["event"] == "entered"
+                         and r["generation"] == regrown["generation"])
+            # (the refilled group's processes: started after the kill)
+            newcomers_began = min(r["time"] for r in records(logs) if r["event"] == "started" and r["time"] > killed)
+            wait_for(lambda: len([r for r in steps_at(4) if r["time"] > after["time"]]) >= 2, 600,
+                     "two more steps of two groups", job)  # (the next round starts from a job in step)
+            rounds.append({"lost_to_first_step_s": first["time"] - killed,
+                           "lost_to_training_s": resumed["time"] - killed,
+                           "pause_s": after["time"] - before["time"],
+                           "pause_to_training_s": regrown["time"] - before["time"],
+                           "healed_mb": healed / 2**20, "step_at_join_s": after["step_s"],
+                           "started_to_joined_s": after["time"] - newcomers_began})
         stop.touch()
         job.wait(300)
     except SystemExit as exc:
@@ -242,10 +256,20 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
             os.killpg(job.pid, signal.SIGKILL)
         output.close()
     return {"times": [r["step_s"] for r in timed], "train_times": [r["train_s"] for r in timed], "peak_mb": rss,
-            "lost_to_first_step_s": first["time"] - killed, "lost_to_training_s": resumed["time"] - killed,
-            "pause_s": after["time"] - before["time"], "pause_to_training_s": regrown["time"] - before["time"],
-            "healed_mb": healed / 2**20, "step_at_join_s": after["step_s"],
-            "started_to_joined_s": after["time"] - newcomers_began}
+            **medians(rounds)}
+
+
+def medians(rounds: list[dict]) -> dict:
+    """Each figure of the rounds: its median, and all of them under the name + "_all"."""
+    return {**{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
+            **{f"{key}_all": [r[key] for r in rounds] for key in rounds[0]}}
+
+
+def spread(figures: dict, key: str) -> str:
+    """A figure's median over the rounds, with every round's value when there were several."""
+    values = figures[f"{key}_all"]
+    each = f" (median of {', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
+    return f"{figures[key]:.2f} s{each}"
 
 
 def model_flags(args: argparse.Namespace) -> list[str]:
@@ -262,6 +286,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--stop")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="how often a group is lost and added back, in each job (the figures are the medians)")
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=8192)
@@ -292,16 +318,17 @@ def main() -> None:
           f"ms with a commit each step ({step / base:.2f}x), {train * 1e3:.0f} ms of it training ({train / base:.2f}x)")
     print(f"peak memory per worker: plain FSDP2 {peak:.0f} MB; Ringmaster {ours['peak_mb']:.0f} MB "
           f"({ours['peak_mb'] / peak:.2f}x; on CPU the two commits' host buffers count here)")
-    print(f"a group lost (SIGKILL of rank 3): the surviving group back in training {ours['lost_to_training_s']:.2f} s "
-          f"later (synced, on its new mesh), its first step committed {ours['lost_to_first_step_s']:.2f} s later")
-    print(f"a group added: the survivors' last step to training again {ours['pause_to_training_s']:.2f} s (the new "
+    print(f"a group lost (SIGKILL of rank 3; medians of {args.rounds} rounds): the surviving group back in training "
+          f"{spread(ours, 'lost_to_training_s')} later (synced, on its new mesh), its first step committed "
+          f"{spread(ours, 'lost_to_first_step_s')} later")
+    print(f"a group added: the survivors' last step to training again {spread(ours, 'pause_to_training_s')} (the new "
           f"group healed with {ours['healed_mb']:.1f} MB peer to peer), to their first step in it "
-          f"{ours['pause_s']:.2f} s (that step {ours['step_at_join_s']:.2f} s, a step {step:.2f} s); the new group "
-          f"stepping with the others {ours['started_to_joined_s']:.2f} s after its processes started")
+          f"{spread(ours, 'pause_s')} (that step {spread(ours, 'step_at_join_s')}, a step {step:.2f} s); the new group "
+          f"stepping with the others {spread(ours, 'started_to_joined_s')} after its processes started")
     if theirs is None:
         print(f"torchft: not run ({missing}; give --torchft-python a Python with torchft 0.2.0)")
     else:
-        print("\n".join(torchft_hsdp.summary(ours, theirs, base)))
+        print("\n".join(torchft_hsdp.summary(ours, theirs, base, spread)))
 
 
 if __name__ == "__main__":

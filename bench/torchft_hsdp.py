@@ -177,24 +177,30 @@ def run(args: argparse.Namespace, scratch: pathlib.Path, script: str, flags: lis
         wait_for(watched(lambda: len(steps(0, 2)) >= warmup + args.steps), 1200, "torchft's timed steps")
         timed = steps(0, 2)[warmup:warmup + args.steps]
         rss = max(r["rss_mb"] for r in records(logs) if r["event"] == "step")
-        killed = time.time()
-        groups[1][1].kill()  # a worker of group 1 lost; torchft restarts its group whole
-        groups[1][0].kill()
-        for proc in groups[1]:
-            proc.wait()
-        first = wait_for(watched(lambda: [r for r in steps(0, 1) if r["time"] > killed]), 300,
-                         "torchft's surviving group's step")[0]
-        restarted = time.time()
-        groups[1] = start_group(1)
-        after = wait_for(watched(lambda: [r for r in steps(0, 2) if r["time"] > restarted]), 600,
-                         "torchft's two groups stepping again")[0]
-        before = max((r for r in steps(0, 1) if r["time"] < after["time"]), key=lambda r: r["time"])
-        healed = 0  # what each newcomer received: its whole training state (its shards), from its peer
-        for rank in range(2):
-            mine = wait_for(watched(lambda: [r for r in records(logs) if r["event"] == "step" and r["group"] == 1
-                                             and r["rank"] == rank and r["time"] > restarted]), 120,
-                            f"a step of torchft's new group's rank {rank}")
-            healed += mine[0]["state_bytes"]
+        rounds = []
+        for _ in range(args.rounds):  # (a group lost, then added back: each round the same)
+            killed = time.time()
+            groups[1][1].kill()  # a worker of group 1 lost; torchft restarts its group whole
+            groups[1][0].kill()
+            for proc in groups[1]:
+                proc.wait()
+            first = wait_for(watched(lambda: [r for r in steps(0, 1) if r["time"] > killed]), 300,
+                             "torchft's surviving group's step")[0]
+            restarted = time.time()
+            groups[1] = start_group(1)
+            after = wait_for(watched(lambda: [r for r in steps(0, 2) if r["time"] > restarted]), 600,
+                             "torchft's two groups stepping again")[0]
+            before = max((r for r in steps(0, 1) if r["time"] < after["time"]), key=lambda r: r["time"])
+            healed = 0  # what each newcomer received: its whole training state (its shards), from its peer
+            for rank in range(2):
+                mine = wait_for(watched(lambda: [r for r in records(logs) if r["event"] == "step" and r["group"] == 1
+                                                 and r["rank"] == rank and r["time"] > restarted]), 120,
+                                f"a step of torchft's new group's rank {rank}")
+                healed += mine[0]["state_bytes"]
+            wait_for(watched(lambda: len([r for r in steps(0, 2) if r["time"] > after["time"]]) >= 2), 600,
+                     "two more steps of torchft's two groups")  # (the next round starts from a job in step)
+            rounds.append({"lost_to_first_step_s": first["time"] - killed, "pause_s": after["time"] - before["time"],
+                           "healed_mb": healed / 2**20, "restart_to_joined_s": after["time"] - restarted})
     except SystemExit as exc:
         raise SystemExit(f"{exc}; torchft's workers said:\n{(scratch / 'torchft.log').read_text()[-6000:]}") from None
     finally:
@@ -203,24 +209,27 @@ def run(args: argparse.Namespace, scratch: pathlib.Path, script: str, flags: lis
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         output.close()
-    return {"times": [r["step_s"] for r in timed], "peak_mb": rss, "lost_to_first_step_s": first["time"] - killed,
-            "pause_s": after["time"] - before["time"], "healed_mb": healed / 2**20,
-            "restart_to_joined_s": after["time"] - restarted}
+    import statistics
+
+    return {"times": [r["step_s"] for r in timed], "peak_mb": rss,
+            **{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
+            **{f"{key}_all": [r[key] for r in rounds] for key in rounds[0]}}
 
 
-def summary(ours: dict, theirs: dict, base: float) -> list[str]:
-    """The figures' lines for torchft, beside Ringmaster's."""
+def summary(ours: dict, theirs: dict, base: float, spread: Callable[[dict, str], str]) -> list[str]:
+    """The figures' lines for torchft, beside Ringmaster's (`spread`: a figure's median over the
+    rounds, with each round's value)."""
     import statistics
 
     step = statistics.median(theirs["times"])
     return [
         f"torchft 0.2.0 HSDP (lighthouse {', '.join(f'{k}={v}' for k, v in LIGHTHOUSE.items())}): step "
         f"{step * 1e3:.0f} ms ({step / base:.2f}x plain FSDP2), peak memory per worker {theirs['peak_mb']:.0f} MB",
-        f"  a group lost: torchft's surviving group's first committed step {theirs['lost_to_first_step_s']:.2f} s "
-        f"after the kill (Ringmaster {ours['lost_to_first_step_s']:.2f} s)",
+        f"  a group lost: torchft's surviving group's first committed step {spread(theirs, 'lost_to_first_step_s')} "
+        f"after the kill (Ringmaster {spread(ours, 'lost_to_first_step_s')})",
         f"  a group added: torchft's survivors' last step alone to their first step with it "
-        f"{theirs['pause_s']:.2f} s (Ringmaster {ours['pause_s']:.2f} s); the new group healed "
-        f"{theirs['healed_mb']:.1f} MB peer to peer, stepping with the others {theirs['restart_to_joined_s']:.2f} s "
+        f"{spread(theirs, 'pause_s')} (Ringmaster {spread(ours, 'pause_s')}); the new group healed "
+        f"{theirs['healed_mb']:.1f} MB peer to peer, stepping with the others {spread(theirs, 'restart_to_joined_s')} "
         "after its processes started",
     ]
 
