@@ -303,6 +303,12 @@ class RendezvousLink:
                 return "the worker is leaving the job"
             return self._over.get(generation)
 
+    def leaving(self) -> bool:
+        """The rendezvous told this worker to go (retired, or the job ended). A collective cut
+        for it is not a peer's failure: the worker leaves, and nothing of it is rolled back."""
+        with self._cond:
+            return self._retired is not None or self._ended is not None
+
     def wait_generation_over(self, generation: int, timeout_s: float) -> str | None:
         """Why `generation` ended, waited for up to `timeout_s`; None if it still stands then."""
         deadline = time.monotonic() + timeout_s

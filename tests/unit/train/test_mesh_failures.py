@@ -19,7 +19,9 @@ from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.torch import elastic
 from ringmaster.torch.elastic import groups
 from ringmaster.worker.sharding import mesh_sockets
+from ringmaster.worker.train.errors import HorovodInternalError
 from ringmaster.worker.train.link import RendezvousLink
+from ringmaster.worker.train.say import Kind
 
 GENERATION = 4
 _PARKED: list = []  # rings left with a collective running, kept for the process' life
@@ -168,3 +170,51 @@ def test_a_guarded_collective_its_peer_never_joins_is_given_up_when_the_generati
     assert work in guarded_comms.pending_abandoned()
     guarded_comms.abandoned.clear()
     _PARKED.append(pgs)  # (a Gloo group's destructor waits for its work: not at this test's end, but Gloo's timeout)
+
+
+def test_a_worker_told_to_leave_inside_a_collective_leaves_without_a_rollback_a_peers_failure_rolls_back(
+        monkeypatch) -> None:
+    """`hvd.elastic.run` with its context stood in for: the training function fails as a
+    collective cut at the generation's end does. A member of a leaving host is retired as soon as
+    one member reported the host update's commit (`HostsUpdated.placed`), and may still be inside
+    that commit's agreement: its collective is cut, and it leaves (seen in CI as a scale-down's
+    "rolled back to commit 63"). Not a rollback; the same failure without the word to leave is."""
+    from ringmaster.worker.train.state_sync import SyncPlan
+
+    def attempt(leaving: bool) -> tuple[list, object]:
+        said: list = []
+        monkeypatch.setattr(elastic, "say", lambda kind, *args, **kwargs: said.append(kind))
+        monkeypatch.setattr(elastic, "init", lambda: None)
+        monkeypatch.setattr(elastic, "release_mesh", lambda: None)
+
+        def rejoin(failure: str) -> None:
+            if leaving:
+                raise SystemExit(0)  # (what the context's guard does for a retired worker: leave(0))
+
+        context = SimpleNamespace(link=SimpleNamespace(leaving=lambda: leaving),
+                                  assignment=SimpleNamespace(generation=2), enter_elastic=lambda: None,
+                                  rejoin=rejoin, last_join_s=(0.0, 0.0), topology=lambda: (0, 1, 0, 1, 0, 1),
+                                  report_done=lambda warning: None)
+        monkeypatch.setattr(elastic, "current_context", lambda: context)
+        state = SimpleNamespace(save=lambda: None, sync_committed=lambda after_reset: SyncPlan((), (), False, 0),
+                                reset=lambda: None, on_reset=lambda: None, verify_replicas=lambda: False,
+                                restore=lambda: None, leave_generation=lambda: None, commit_count=63,
+                                finish=lambda: "")
+        calls = []
+
+        @elastic.run
+        def train(state) -> str:
+            calls.append(1)
+            if len(calls) == 1:
+                raise HorovodInternalError("allgather aborted: generation 2 is over (the worker is leaving the job)")
+            return "trained"
+
+        try:
+            return said, train(state)
+        except SystemExit as exc:
+            return said, exc
+
+    said, outcome = attempt(leaving=True)
+    assert isinstance(outcome, SystemExit) and Kind.ROLLED_BACK not in said
+    said, outcome = attempt(leaving=False)
+    assert outcome == "trained" and Kind.ROLLED_BACK in said

@@ -86,7 +86,11 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 failure = reason
                 with record_function("ringmaster.restore"):
                     state.restore()
-                say(Kind.ROLLED_BACK, _generation(context), commit=state.commit_count, failure=failure)
+                # A worker told to leave while in a collective (a member of a leaving host, retired
+                # as soon as one member reported the host update's commit, while it was still in
+                # that commit's agreement) is not rolled back: it leaves, its peers hold the commit.
+                if context.link is None or not context.link.leaving():
+                    say(Kind.ROLLED_BACK, _generation(context), commit=state.commit_count, failure=failure)
                 skip_sync = False
             else:
                 context.report_done(state.finish())
