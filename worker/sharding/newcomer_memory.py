@@ -36,12 +36,6 @@ class NewcomerMemory:
     kept: dict[str, Any] = field(default_factory=dict)
     staging: HostSnapshot = field(default_factory=HostSnapshot)
 
-    @property
-    def nbytes(self) -> int:
-        tensors = [t for memory in self.kept.values()
-                   for t in (memory.values() if isinstance(memory, dict) else memory)]
-        return sum(t.numel() * t.element_size() for t in tensors) + self.staging.nbytes
-
 
 def touched_like(tensor: torch.Tensor) -> torch.Tensor:
     """A CPU tensor of `tensor`'s shape and dtype (a meta one's too), contiguous, every page written."""

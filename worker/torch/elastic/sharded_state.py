@@ -101,8 +101,7 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
             built = build(generation_mesh)
     except Exception:  # (data-dependent code, an op meta tensors lack: built the usual way, which says what)
         return None
-    if not isinstance(built, Mapping) or not all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *SCHEDULERS))
-                                                 for v in built.values()):
+    if not _objects_only(built):
         return None
     modules = [v for v in built.values() if isinstance(v, torch.nn.Module)]
     if any(m._non_persistent_buffers_set for module in modules for m in module.modules()):
@@ -122,6 +121,12 @@ def _built_empty(build: Callable[[Any], Mapping[str, Any]], generation_mesh: Any
     if any((t.to_local() if isinstance(t, DTensor) else t).is_meta for t in tensors):
         return None
     return built, fresh
+
+
+def _objects_only(built: Any) -> bool:
+    """Whether build() returned named objects ShardedState takes (modules, optimizers, schedulers)."""
+    return isinstance(built, Mapping) and all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *SCHEDULERS))
+                                              for v in built.values())
 
 
 def _tensors_in(tree: Any) -> list[Any]:
@@ -180,7 +185,7 @@ class ShardedState(ObjectState):
         join (`dispatch_warmup`): the memory they and its commits will take, faulted in now
         (`newcomer_memory`). Something build() made that is no object ShardedState takes is left
         for the sync to refuse, saying what it was."""
-        if not all(isinstance(v, (torch.nn.Module, torch.optim.Optimizer, *SCHEDULERS)) for v in built.values()):
+        if not _objects_only(built):
             return
         handlers = {name: sharded_handler_for(name, value) for name, value in built.items()}
         reserved = newcomer_memory.reserve({name: handler.memory() for name, handler in handlers.items()},
