@@ -26,6 +26,23 @@ def _server(address: str) -> grpc.Server:
     return server
 
 
+def _wait_until_it_notices(channel: grpc.Channel, deadline_s: float = 10.0) -> None:
+    """Wait until `channel` has seen its server go: `stop(0).wait()` returns before the client's
+    transport reads the server's GOAWAY, and a channel still READY then (2 of 40 times on a loaded
+    2-core machine) would make the backoff below look like no backoff at all."""
+    gone = threading.Event()
+
+    def seen(state: grpc.ChannelConnectivity) -> None:
+        if state is not grpc.ChannelConnectivity.READY:
+            gone.set()
+
+    channel.subscribe(seen)
+    try:
+        assert gone.wait(deadline_s), f"the channel still says READY {deadline_s} s after its server stopped"
+    finally:
+        channel.unsubscribe(seen)
+
+
 @pytest.mark.slow  # (6 s of a real channel's backoff: with the end-to-end tests)
 def test_a_dial_after_the_rendezvous_came_back_does_not_wait_for_the_old_channels_backoff() -> None:
     address = f"127.0.0.1:{free_port()}"
@@ -33,6 +50,7 @@ def test_a_dial_after_the_rendezvous_came_back_does_not_wait_for_the_old_channel
     old = tls.channel(address, None)
     assert old.unary_unary("/t.T/M")(b"x", timeout=10) == b"ok"
     server.stop(0).wait()
+    _wait_until_it_notices(old)
     # The port stays ours while the rendezvous is away (bound, not listening: a connection is
     # refused as with nobody there), or a test running beside this one may be given it.
     placeholder = socket.socket()
