@@ -88,8 +88,14 @@ class HostSnapshot:
         staged.devices = list(self.devices) if len(self.devices) == len(refs) else [torch.device("cpu")] * len(refs)
         return staged
 
-    def replace(self, other: "HostSnapshot") -> None:
-        """Become `other` (its buffers taken, not copied): the end of a sync that received it whole."""
+    def replace(self, other: "HostSnapshot", old_to: "HostSnapshot | None" = None) -> None:
+        """Become `other` (its buffers taken, not copied): the end of a sync that received it whole.
+        `old_to` (a snapshot left with no buffers: the spare `incoming` took) is given this one's
+        buffers, holding no commit, for a later commit to be written into."""
+        if old_to is not None and not old_to.allocations and self.allocations:
+            old_to.buffers, old_to.tensors, old_to.layout, old_to.pinned = (
+                self.buffers, self.tensors, self.layout, self.pinned)
+            old_to.skeleton, old_to.ranges, old_to.devices, old_to.allocations = {}, {}, [], 1
         self.skeleton, self.layout, self.buffers, self.tensors = (
             other.skeleton,
             other.layout,
@@ -98,6 +104,11 @@ class HostSnapshot:
         )
         self.ranges, self.devices, self.pinned = other.ranges, other.devices, other.pinned
         self.allocations += other.allocations
+
+    def forget(self) -> None:
+        """Hold no commit any more, its buffers kept (their pages faulted in already): a spare for
+        `incoming` to receive into, or for the next `capture` to write into."""
+        self.skeleton, self.ranges, self.devices = {}, {}, []
 
     def reserve(self, layout: Layout) -> None:
         """Host buffers of `layout` allocated and every page of them touched now, in a snapshot that

@@ -183,3 +183,58 @@ def test_a_worker_of_a_jobs_first_ring_reserves_nothing(monkeypatch) -> None:
     monkeypatch.setattr(dispatch_warmup, "group_size", lambda: 1)
     state = ShardedState(_builder(31), step=0)
     assert state._reserved is None and state._kept_memory == {}
+
+
+def _committed(hidden: int, mesh, steps: range) -> HostSnapshot:
+    objects = _builder(hidden)(mesh)
+    _train(objects, steps)
+    snapshot = HostSnapshot()
+    snapshot.capture(_entries(objects))
+    return snapshot
+
+
+def test_a_returning_member_receives_into_its_commit_before_last_and_commits_next_into_its_old_one(
+        request) -> None:
+    """The member of a lost group that comes back beside a newcomer holds two stale commits of the
+    layout it is sent: the commit arrives in the older one's buffers (over a real Gloo ring of two
+    threads), the replaced commit's buffers go to the older one, holding no commit, and its next
+    commit is written there: no buffer allocated, the received bytes the sender's."""
+    from gloo_rings import on_ranks
+
+    from ringmaster.torch.elastic.sharded_state import _move_shards
+    from ringmaster.worker.sharding.shard_plan import Transfer
+
+    mesh = request.getfixturevalue("real_mesh")
+    sent = _committed(23, mesh, range(4))
+    mine, previous = _committed(23, mesh, range(2)), _committed(23, mesh, range(1))
+    older, replaced = _pointers(previous.buffers), _pointers(mine.buffers)
+    previous.forget()  # (what `_receive_spare` does with the commit before last of a rank about to receive)
+
+    def move(comm) -> int:
+        if comm.rank == 0:
+            return _move_shards(sent, comm, [Transfer(0, 0, (1,))])
+        return _move_shards(mine, comm, [Transfer(0, 0, (1,))], spare=previous)
+
+    sent_none, received = on_ranks(2, move)
+    assert sent_none == 0 and sent.nbytes < received < sent.nbytes + (1 << 20)  # (the bytes, and the skeleton's)
+    assert _pointers(mine.buffers) == older and mine.data_digest() == sent.data_digest()
+    assert _pointers(previous.buffers) == replaced and previous.skeleton == {} and previous.allocations == 1
+    objects = _builder(23)(mesh)
+    _train(objects, range(5, 6))
+    previous.capture(_entries(objects))  # (its next own commit)
+    assert _pointers(previous.buffers) == replaced and previous.allocations == 1
+
+
+def test_a_rank_gives_up_its_commit_before_last_to_receive_into_only_when_it_receives(monkeypatch, request) -> None:
+    from ringmaster.worker.sharding.shard_plan import NONE
+
+    monkeypatch.setattr(dispatch_warmup, "context", lambda: SimpleNamespace(
+        assignment=None, link=object(), tentative_given=False, backend="gloo", topology=lambda: (0, 1, 0, 1, 0, 1)))
+    monkeypatch.setattr(dispatch_warmup, "group_size", lambda: 1)
+    state = ShardedState(_builder(24), step=0)
+    state._previous = _committed(24, request.getfixturevalue("real_mesh"), range(1))
+    state._previous_commits = 3
+    assert state._receive_spare(receiving=False) is None  # (a sender or a bystander keeps both commits)
+    assert state._previous.skeleton and state._previous_commits == 3
+    assert state._receive_spare(receiving=True) is state._previous
+    assert state._previous.skeleton == {} and state._previous.allocations and state._previous_commits == NONE
