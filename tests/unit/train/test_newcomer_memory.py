@@ -238,3 +238,50 @@ def test_a_rank_gives_up_its_commit_before_last_to_receive_into_only_when_it_rec
     assert state._previous.skeleton and state._previous_commits == 3
     assert state._receive_spare(receiving=True) is state._previous
     assert state._previous.skeleton == {} and state._previous.allocations and state._previous_commits == NONE
+
+
+def test_a_sender_that_stops_halfway_leaves_the_returning_member_its_last_commit_whole(request) -> None:
+    """The commit before last is given up before a byte arrives; the last one is kept whole when
+    the sender stops after the skeleton (a real Gloo pair of threads: the receive times out)."""
+    import threading
+
+    from ringmaster.torch.elastic.sharded_state import _move_shards
+    from ringmaster.worker.sharding.shard_plan import Transfer
+    from ringmaster.worker.train.collectives import Communicator
+
+    mesh = request.getfixturevalue("real_mesh")
+    sent = _committed(25, mesh, range(3))
+    mine, previous = _committed(25, mesh, range(2)), _committed(25, mesh, range(1))
+    own, own_digest = _pointers(mine.buffers), mine.data_digest()
+    previous.forget()
+
+    class StopsAfterTheSkeleton(Communicator):
+        sent = 0
+
+        def send(self, tensor: torch.Tensor, dst_rank: int) -> None:
+            self.sent += 1
+            if self.sent > 2:  # (the length, the skeleton: then it is gone)
+                raise SystemExit("the sender stops here")
+            super().send(tensor, dst_rank)
+
+    store, outcome = dist.HashStore(), [None, None]
+
+    def run(rank: int) -> None:
+        pg = dist.ProcessGroupGloo(dist.PrefixStore("move", store), rank, 2, timedelta(seconds=2))
+        comm = (StopsAfterTheSkeleton if rank == 0 else Communicator)(pg, rank, 2, generation=1, link=None,
+                                                                        timeout_s=2)
+        try:
+            outcome[rank] = _move_shards(sent if rank == 0 else mine, comm, [Transfer(0, 0, (1,))],
+                                         spare=None if rank == 0 else previous)
+        except BaseException as exc:  # (what each rank ended with is the test's)
+            outcome[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert isinstance(outcome[0], SystemExit) and isinstance(outcome[1], Exception), outcome
+    assert _pointers(mine.buffers) == own and mine.data_digest() == own_digest and mine.skeleton
+    assert previous.skeleton == {}  # (given up: no commit of it is claimed any more)
