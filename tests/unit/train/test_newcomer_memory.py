@@ -264,7 +264,8 @@ def test_a_sender_that_stops_halfway_leaves_the_returning_member_its_last_commit
                 raise SystemExit("the sender stops here")
             super().send(tensor, dst_rank)
 
-    store, outcome = dist.HashStore(), [None, None]
+    store = dist.HashStore()
+    outcome: list[object] = [None, None]
 
     def run(rank: int) -> None:
         pg = dist.ProcessGroupGloo(dist.PrefixStore("move", store), rank, 2, timedelta(seconds=2))
