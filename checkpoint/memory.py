@@ -93,9 +93,9 @@ class HostSnapshot:
         `old_to` (a snapshot left with no buffers: the spare `incoming` took) is given this one's
         buffers, holding no commit, for a later commit to be written into."""
         if old_to is not None and not old_to.allocations and self.allocations:
-            old_to.buffers, old_to.tensors, old_to.layout, old_to.pinned = (
-                self.buffers, self.tensors, self.layout, self.pinned)
-            old_to.skeleton, old_to.ranges, old_to.devices, old_to.allocations = {}, {}, [], 1
+            old_to.buffers, old_to.tensors, old_to.layout, old_to.pinned, old_to.allocations = (
+                self.buffers, self.tensors, self.layout, self.pinned, 1)
+            old_to.forget()
         self.skeleton, self.layout, self.buffers, self.tensors = (
             other.skeleton,
             other.layout,

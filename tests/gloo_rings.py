@@ -14,9 +14,11 @@ from ringmaster.worker.train.collectives import Communicator
 from ringmaster.worker.train.op_queue import Operation
 
 
-def on_ranks(n: int, work: Callable[[Communicator], Any], timeout_s: float = 20) -> list[Any]:
+def on_ranks(n: int, work: Callable[[Communicator], Any], timeout_s: float = 20,
+             kind: Callable[[int], type[Communicator]] = lambda rank: Communicator) -> list[Any]:
     """`work(comm)` on each rank of a real Gloo ring of `n` threads; process sets get rings of
-    their own under the same store (as the worker's context makes them)."""
+    their own under the same store (as the worker's context makes them). `kind(rank)`: the
+    communicator class of that rank (a subclass that fails on purpose, for a fault test)."""
     store = dist.HashStore()
     results: list[Any] = [None] * n
     errors: list[BaseException] = []
@@ -30,7 +32,7 @@ def on_ranks(n: int, work: Callable[[Communicator], Any], timeout_s: float = 20)
                 return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), ranks.index(rank), len(ranks),
                                              timedelta(seconds=timeout_s)), None
 
-            comm = Communicator(pg, rank, n, generation=1, link=None, timeout_s=timeout_s, make_subring=subring)
+            comm = kind(rank)(pg, rank, n, generation=1, link=None, timeout_s=timeout_s, make_subring=subring)
             results[rank] = work(comm)
         except BaseException as exc:  # reported below
             errors.append(exc)

@@ -243,7 +243,7 @@ def test_a_rank_gives_up_its_commit_before_last_to_receive_into_only_when_it_rec
 def test_a_sender_that_stops_halfway_leaves_the_returning_member_its_last_commit_whole(request) -> None:
     """The commit before last is given up before a byte arrives; the last one is kept whole when
     the sender stops after the skeleton (a real Gloo pair of threads: the receive times out)."""
-    import threading
+    from gloo_rings import on_ranks
 
     from ringmaster.torch.elastic.sharded_state import _move_shards
     from ringmaster.worker.sharding.shard_plan import Transfer
@@ -264,25 +264,14 @@ def test_a_sender_that_stops_halfway_leaves_the_returning_member_its_last_commit
                 raise SystemExit("the sender stops here")
             super().send(tensor, dst_rank)
 
-    store = dist.HashStore()
-    outcome: list[object] = [None, None]
-
-    def run(rank: int) -> None:
-        pg = dist.ProcessGroupGloo(dist.PrefixStore("move", store), rank, 2, timedelta(seconds=2))
-        comm = (StopsAfterTheSkeleton if rank == 0 else Communicator)(pg, rank, 2, generation=1, link=None,
-                                                                        timeout_s=2)
+    def move(comm: Communicator) -> object:
         try:
-            outcome[rank] = _move_shards(sent if rank == 0 else mine, comm, [Transfer(0, 0, (1,))],
-                                         spare=None if rank == 0 else previous)
+            return _move_shards(sent if comm.rank == 0 else mine, comm, [Transfer(0, 0, (1,))],
+                                spare=None if comm.rank == 0 else previous)
         except BaseException as exc:  # (what each rank ended with is the test's)
-            outcome[rank] = exc
+            return exc
 
-    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
+    outcome = on_ranks(2, move, timeout_s=2, kind=lambda rank: StopsAfterTheSkeleton if rank == 0 else Communicator)
     assert isinstance(outcome[0], SystemExit) and isinstance(outcome[1], Exception), outcome
     assert _pointers(mine.buffers) == own and mine.data_digest() == own_digest and mine.skeleton
     assert previous.skeleton == {}  # (given up: no commit of it is claimed any more)
