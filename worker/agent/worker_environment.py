@@ -1,6 +1,6 @@
 """A worker's environment as its agent starts it: the agent's own, the rendezvous' variables for
-it, and its own key (none for a spare until it becomes a worker). Never the job secret nor the
-agent's key."""
+it, glibc's heap settings (`starting/heap.py`) and its own key (none for a spare until it
+becomes a worker). Never the job secret nor the agent's key."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ringmaster.common.reconnect import parse_addresses
 from ringmaster.common.secret import SECRET_ENV
 from ringmaster.common.tls import TLS_CA_ENV
 from ringmaster.proto import environment as env_names
+from ringmaster.worker.agent.starting.heap import heap_settings
 from ringmaster.worker.agent.starting.threads import SHARED_MACHINE_ENV
 
 
@@ -22,6 +23,7 @@ def worker_environment(spec_env: Mapping[str, str], worker_id: str | None, agent
     the rendezvous this agent can reach (a standby included)."""
     env = dict(os.environ)
     env.update(spec_env)
+    env.update(heap_settings(env))  # (a worker's C heap keeps what it frees, unless its user chose: heap.py)
     env.pop(SECRET_ENV, None)
     env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (starting/threads.py), not the worker's
     env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
