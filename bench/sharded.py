@@ -25,11 +25,16 @@ Then torchft 0.2.0's HSDP on the same model and steps, where torchft is installe
 a world per replica group, torchft's Manager across groups in FSDP2's all-reduce hook, its
 lighthouse): its step time, peak memory, a group lost and a group added, measured the same way.
 
-A group lost and added is measured `--rounds` times in each job (default 3), and each of those
-figures printed as the median of the rounds with every round's value: a step on these 2 cores
-spreads by 0.2 s and more from one to the next, which one round mistakes for a difference.
+A group lost and added is measured `--rounds` times for each system (default 4), and each of
+those figures printed as the median of the rounds with every round's value: a step on these 2
+cores spreads by 0.2 s and more from one to the next, which one round mistakes for a difference.
+The rounds are split over `--jobs` jobs of each system (default 2), run alternately (Ringmaster,
+torchft, Ringmaster, torchft): this machine's speed drifts over minutes (the same job's steady
+step measured 1.44 s and 1.66 s in two runs ten minutes apart, torchft's 1.53 s and 1.51 s
+between them), and one job of each, one after the other, put that drift between the systems;
+the steady step is the median over every job's timed steps.
 
-Run: python bench/sharded.py [--steps 20] [--rounds 3] [--dim 512] [--layers 4] [--torchft-python PYTHON]
+Run: python bench/sharded.py [--steps 20] [--rounds 4] [--jobs 2] [--dim 512] [--layers 4] [--torchft-python PYTHON]
 """
 
 from __future__ import annotations
@@ -259,6 +264,22 @@ def run_ringmaster(args: argparse.Namespace, scratch: pathlib.Path) -> dict:
             **medians(rounds)}
 
 
+def rounds_of(job: int, rounds: int, jobs: int) -> int:
+    """How many of the `rounds` the `job`-th of `jobs` jobs measures (the first ones take the rest)."""
+    return rounds // jobs + (job < rounds % jobs)
+
+
+def pooled(jobs: list[dict]) -> dict:
+    """One system's figures over its jobs: every job's timed steps and rounds together, each
+    round's figure the median over all of them, the peak memory the largest."""
+    rounds: list[dict] = []
+    for job in jobs:
+        keys = [key.removesuffix("_all") for key in job if key.endswith("_all")]
+        rounds += [dict(zip(keys, values)) for values in zip(*(job[f"{key}_all"] for key in keys))]
+    steps = {key: [value for job in jobs for value in job[key]] for key in ("times", "train_times") if key in jobs[0]}
+    return {**steps, "peak_mb": max(job["peak_mb"] for job in jobs), **medians(rounds)}
+
+
 def medians(rounds: list[dict]) -> dict:
     """Each figure of the rounds: its median, and all of them under the name + "_all"."""
     return {**{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
@@ -286,8 +307,11 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--stop")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="how often a group is lost and added back, in each job (the figures are the medians)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="how often a group is lost and added back for each system, over its jobs (the figures "
+                             "are the medians)")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="how many jobs of each system share the rounds, run alternately with the other's")
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=8192)
@@ -303,14 +327,24 @@ def main() -> None:
         return torchft_hsdp.worker_main(args, model_and_optimizer, loss_of, peak_rss_mb)
     if args.worker == "lighthouse":
         return torchft_hsdp.lighthouse_main(args.out)
+    if args.jobs < 1 or args.rounds < args.jobs:
+        parser.error(f"--rounds ({args.rounds}) must be at least --jobs ({args.jobs}), which must be 1 or more")
     missing = torchft_hsdp.available(args.torchft_python)
     with tempfile.TemporaryDirectory(prefix="ringmaster-sharded-") as tmp:
         scratch = pathlib.Path(args.keep or tmp)
         scratch.mkdir(parents=True, exist_ok=True)
         plain = run_plain(args, scratch)
-        ours = run_ringmaster(args, scratch)
-        theirs = None if missing else torchft_hsdp.run(args, scratch, __file__, model_flags(args), WARMUP, records,
-                                                       wait_for)
+        our_jobs, their_jobs = [], []
+        for job in range(args.jobs):  # (alternately, so that the machine's drift falls on both)
+            folder = scratch / f"job{job + 1}"
+            folder.mkdir(exist_ok=True)
+            share = argparse.Namespace(**{**vars(args), "rounds": rounds_of(job, args.rounds, args.jobs)})
+            our_jobs.append(run_ringmaster(share, folder))
+            if not missing:
+                their_jobs.append(torchft_hsdp.run(share, folder, __file__, model_flags(args), WARMUP, records,
+                                                   wait_for))
+        ours = pooled(our_jobs)
+        theirs = pooled(their_jobs) if their_jobs else None
     base, step, train = (statistics.median(x) for x in (plain["times"], ours["times"], ours["train_times"]))
     peak = max(plain["peaks"])
     print(f"model: {plain['params'] / 1e6:.1f} M parameters, 2 groups of 2 (HSDP), Gloo, 1 thread per worker")
