@@ -49,9 +49,8 @@ from ringmaster.common.dial import dial
 from ringmaster.common.events import Event, Kind
 from ringmaster.common.grpc_auth import Credentials, Unproven
 from ringmaster.common.heartbeats import paced_interval
-from ringmaster.common.keys import AGENT, WORKER_KEY_ENV, Identity
+from ringmaster.common.keys import AGENT, Identity
 from ringmaster.common.reconnect import Backoff
-from ringmaster.common.secret import SECRET_ENV
 from ringmaster.proto import environment as env_names
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.proto import ringmaster_pb2_grpc as pb_grpc
@@ -69,7 +68,7 @@ from ringmaster.worker.agent.starting.template import ForkedProcess, WorkerTempl
 from ringmaster.worker.agent.starting.threads import THREADS_ENV, usable_cpus, worker_threads
 from ringmaster.worker.agent.starting.warm_join import warm_before_joining
 from ringmaster.worker.agent.starting.ways import StartRequest, start_worker, ways_for
-from ringmaster.worker.agent.worker_environment import worker_environment
+from ringmaster.worker.agent.worker_environment import ahead_environment, worker_environment
 
 #: Seconds between two looks at the children and the command queue.
 POLL_S = 0.02
@@ -520,8 +519,7 @@ def warm_ahead(slots: int, host: str) -> SparePool:
     """Spares started before the agent knows its job (`--await-order`, a pool's ready agent): one
     per slot, warming while it waits for its order, so the job's first workers here start warm.
     Their environment is the one a worker gets less its job's own variables, as `take` checks."""
-    pool = SparePool(0, lambda: {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, WORKER_KEY_ENV)},
-                     _forward_output, lambda kind, **fields: say(host, kind, **fields))
+    pool = SparePool(0, ahead_environment, _forward_output, lambda kind, **fields: say(host, kind, **fields))
     pool.warm_for_join(slots)
     pool.tend()
     return pool

@@ -42,3 +42,12 @@ def worker_environment(spec_env: Mapping[str, str], worker_id: str | None, agent
     known = parse_addresses(env.get(env_names.RENDEZVOUS, "")) + list(addresses)
     env[env_names.RENDEZVOUS] = ",".join(dict.fromkeys(known))
     return env
+
+
+def ahead_environment() -> dict[str, str]:
+    """What a spare warmed before its agent knows the job starts with (`daemon.warm_ahead`): a
+    worker's environment less its job's and its own variables, which a spare takes on when it
+    becomes the worker (`spare_pool.spare_assignment` compares the rest: the heap's settings too)."""
+    env = {name: value for name, value in os.environ.items() if name not in (SECRET_ENV, WORKER_KEY_ENV)}
+    env.update(heap_settings(env))
+    return env

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import types
 
@@ -173,7 +172,11 @@ def test_a_module_worker_is_finalized_as_its_own_main(template_of, tmp_path) -> 
 
 
 def test_the_probe_child_finds_a_clean_fork_here() -> None:
+    """As the template probes: torch imported (here, not by another test that ran in this
+    process before: run alone, the test found torch missing), CUDA never initialized."""
+    import torch
+
     from ringmaster.worker.agent.starting.template_process import probe_fork
 
+    assert not torch.cuda.is_initialized()
     assert probe_fork() is None
-    assert sys.modules.get("torch") is not None

@@ -12,8 +12,9 @@ import threading
 import pytest
 
 from ringmaster.worker.agent.starting.heap import HEAP_ENV, KEEP_FREED, heap_settings
+from ringmaster.worker.agent.starting.spare_pool import spare_assignment
 from ringmaster.worker.agent.starting.template import WorkerTemplate
-from ringmaster.worker.agent.worker_environment import worker_environment
+from ringmaster.worker.agent.worker_environment import ahead_environment, worker_environment
 
 PY = sys.executable
 WAIT_S = 120.0  # (a template imports torch: tens of seconds on a loaded machine)
@@ -65,6 +66,20 @@ def test_a_worker_gets_the_settings_unless_its_user_chose(monkeypatch) -> None:
     assert {name: env[name] for name in KEEP_FREED} == KEEP_FREED
     chosen = _worker_env({"MALLOC_ARENA_MAX": "8"}, monkeypatch)  # (the job's own variable)
     assert chosen["MALLOC_ARENA_MAX"] == "8" and not set(KEEP_FREED) - {"MALLOC_ARENA_MAX"} & set(chosen)
+
+
+@pytest.mark.parametrize("spec_env", [{}, {"MALLOC_ARENA_MAX": "8"}])
+def test_a_spare_warmed_ahead_of_its_job_fits_its_worker_unless_the_job_chose(spec_env, tmp_path, monkeypatch) -> None:
+    """A pool's agent warms spares before it knows its job (`daemon.warm_ahead`): they start with
+    the heap's settings as a worker does, so its first workers start in them (found by the pool
+    agents' e2e test: every worker started fresh, "differs from the spare's in MALLOC_ARENA_MAX")."""
+    (tmp_path / "train.py").write_text("")
+    worker = _worker_env(spec_env, monkeypatch)
+    assignment, why = spare_assignment([PY, "train.py"], worker, str(tmp_path), ahead_environment())
+    if spec_env:  # (the job's own choice is the worker's: a spare started without it cannot be it)
+        assert assignment is None and "MALLOC_ARENA_MAX" in why
+    else:
+        assert assignment is not None, why
 
 
 @pytest.mark.parametrize("keeps", [True, False])
