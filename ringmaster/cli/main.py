@@ -53,6 +53,7 @@ from ringmaster.rendezvous.control.records import JobOutcome, Summary
 from ringmaster.rendezvous.state.url import STORE_PASSWORD_ENV, parse_store
 from ringmaster.settings import JobSettings
 from ringmaster.worker.agent.flags import add_drain_flags
+from ringmaster.worker.agent.starting.heap import heap_choice_error
 
 log = logging.getLogger(logs.CLI)
 
@@ -370,6 +371,9 @@ def _run_job(args: argparse.Namespace, local_hosts: bool) -> int:
     if local_hosts:
         args.launcher = choose_launcher(args.launcher, os.environ)
     try:
+        heap_problem = heap_choice_error(os.environ)  # (the workers' environment: a typo would go unseen)
+        if heap_problem:
+            raise UsageError(heap_problem)
         settings, discovery, initial = settings_from_args(args)
         store = parse_store(args.store, args.store_ca, args.store_cert, args.store_key, store_password(args))
         secret, made = job_secret(args.secret_file, local_hosts)

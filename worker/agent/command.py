@@ -30,6 +30,7 @@ from ringmaster.settings import FORK_WORKERS_ENV, SPARES_ENV, AgentSettings
 from ringmaster.worker.agent.daemon import Agent, DrainAsk, warm_ahead
 from ringmaster.worker.agent.flags import add_drain_flags
 from ringmaster.worker.agent.slots import default_slots
+from ringmaster.worker.agent.starting.heap import heap_choice_error
 
 DESCRIPTION = "The per-host agent: keeps the host's training processes equal to what the rendezvous wants."
 EXAMPLE = ("example:\n  ringmaster agent --secret-file job.secret --rendezvous rdzv-host:29400 --host node1\n"
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(environment)  # the launching environment, as horovodrun forwards it
     if not args.rendezvous:
         parser.error("--rendezvous HOST:PORT is required")
+    heap_problem = heap_choice_error(os.environ)
+    if heap_problem:
+        parser.error(heap_problem)
     logs.configure(args.log_format, args.log_level)
     if args.die_with_parent:
         die_with_parent(os.getppid())

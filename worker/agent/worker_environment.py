@@ -21,12 +21,7 @@ def worker_environment(spec_env: Mapping[str, str], worker_id: str | None, agent
     """`stops_dir`: where the agent marks a worker before its SIGTERM (host_signals.py);
     `beats_folder`: where a large job's workers send their beats ("" where none); `addresses`:
     the rendezvous this agent can reach (a standby included)."""
-    env = dict(os.environ)
-    env.update(spec_env)
-    env.update(heap_settings(env))  # (a worker's C heap keeps what it frees, unless its user chose: heap.py)
-    env.pop(SECRET_ENV, None)
-    env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (starting/threads.py), not the worker's
-    env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
+    env = _inherited({**os.environ, **spec_env})
     if agent_key is not None and worker_id is not None:
         env[WORKER_KEY_ENV] = worker_key(agent_key, worker_id).hex()
     env[env_names.AGENT_STOPS] = stops_dir
@@ -48,6 +43,16 @@ def ahead_environment() -> dict[str, str]:
     """What a spare warmed before its agent knows the job starts with (`daemon.warm_ahead`): a
     worker's environment less its job's and its own variables, which a spare takes on when it
     becomes the worker (`spare_pool.spare_assignment` compares the rest: the heap's settings too)."""
-    env = {name: value for name, value in os.environ.items() if name not in (SECRET_ENV, WORKER_KEY_ENV)}
+    return _inherited(dict(os.environ))
+
+
+def _inherited(env: dict[str, str]) -> dict[str, str]:
+    """`env` (the agent's own, the job's over it) as any process the agent starts for a worker
+    inherits it, a spare warmed ahead included: one rule for both, or a spare would not fit its
+    worker. The heap's settings added (a worker's C heap keeps what it frees, unless its user
+    chose: heap.py); the job secret, the agent's machine-sharing hint and any worker key taken out."""
     env.update(heap_settings(env))
+    env.pop(SECRET_ENV, None)
+    env.pop(SHARED_MACHINE_ENV, None)  # the agent's to read (starting/threads.py), not the worker's
+    env.pop(WORKER_KEY_ENV, None)  # the worker's key is the agent's to derive, not the rendezvous' to send
     return env

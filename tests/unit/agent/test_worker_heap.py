@@ -11,9 +11,10 @@ import threading
 
 import pytest
 
-from ringmaster.worker.agent.starting.heap import HEAP_ENV, KEEP_FREED, heap_settings
+from ringmaster.worker.agent.starting.heap import HEAP_ENV, KEEP_FREED, heap_choice_error, heap_settings
 from ringmaster.worker.agent.starting.spare_pool import spare_assignment
 from ringmaster.worker.agent.starting.template import WorkerTemplate
+from ringmaster.worker.agent.starting.threads import SHARED_MACHINE_ENV
 from ringmaster.worker.agent.worker_environment import ahead_environment, worker_environment
 
 PY = sys.executable
@@ -80,6 +81,41 @@ def test_a_spare_warmed_ahead_of_its_job_fits_its_worker_unless_the_job_chose(sp
         assert assignment is None and "MALLOC_ARENA_MAX" in why
     else:
         assert assignment is not None, why
+
+
+def test_a_spare_warmed_ahead_fits_its_worker_on_an_agent_told_it_shares_the_machine(tmp_path, monkeypatch) -> None:
+    """The agent's own hint that it shares the machine is its to read: taken out of a worker's
+    environment and, by the same rule, a spare's warmed ahead (which kept it: a mismatch)."""
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.setenv(SHARED_MACHINE_ENV, "1")
+    worker = _worker_env({}, monkeypatch)
+    ahead = ahead_environment()
+    assert SHARED_MACHINE_ENV not in worker and SHARED_MACHINE_ENV not in ahead
+    assignment, why = spare_assignment([PY, "train.py"], worker, str(tmp_path), ahead)
+    assert assignment is not None, why
+
+
+@pytest.mark.parametrize("value", ["", " ", "system", "System "])
+def test_a_heap_choice_is_system_or_unset(value) -> None:
+    assert heap_choice_error({HEAP_ENV: value}) is None
+    assert heap_choice_error({}) is None
+
+
+@pytest.mark.parametrize("value", ["sytem", "glibc", "off"])
+def test_a_heap_choice_that_is_not_one_is_named(value) -> None:
+    """A typo would keep the settings on in silence: refused, naming the variable and the choice."""
+    problem = heap_choice_error({HEAP_ENV: value})
+    assert problem is not None and f"{HEAP_ENV}={value!r}" in problem and "system" in problem
+
+
+@pytest.mark.parametrize("command", [["run", "-np", "1", "python", "-c", "pass"],
+                                     ["agent", "--rendezvous", "127.0.0.1:1", "--host", "h"]])
+def test_ringmaster_refuses_a_heap_choice_that_is_not_one(command, tmp_path) -> None:
+    """`ringmaster run` and `ringmaster agent` refuse before they start anything."""
+    env = {**os.environ, HEAP_ENV: "sytem", "RINGMASTER_SECRET": "x" * 32}
+    done = subprocess.run([PY, "-m", "ringmaster.cli", *command], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=WAIT_S, start_new_session=True)
+    assert done.returncode != 0 and f"{HEAP_ENV}='sytem'" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("keeps", [True, False])
