@@ -180,3 +180,29 @@ def test_the_probe_child_finds_a_clean_fork_here() -> None:
 
     assert not torch.cuda.is_initialized()
     assert probe_fork() is None
+
+
+def test_the_template_warms_up_without_a_full_collection() -> None:
+    """A full collection after torch's imports found some ten objects to free and took 0.12-0.15 s
+    of an idle core on the path of a new host's first worker: the template freezes its heap for
+    its forks without one."""
+    import gc
+
+    import torch  # noqa: F401 (what the template has imported when it warms up)
+
+    from ringmaster.worker.agent.starting.template_process import warm_up
+
+    full: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    gc.callbacks.append(seen)
+    try:
+        assert warm_up() is None
+        assert gc.get_freeze_count() > 10_000  # (torch's objects, out of the collector's sight)
+    finally:
+        gc.callbacks.remove(seen)
+        gc.unfreeze()
+    assert full == []

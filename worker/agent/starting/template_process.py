@@ -169,6 +169,19 @@ def _forked(sock: socket.socket, data: bytes, fds: list[int], selector: selector
     return None
 
 
+def warm_up() -> str | None:
+    """Make the imported template ready to fork: why forking is unsafe here, or None.
+
+    What the imports made stays out of the collector (`gc.freeze()`): each forked worker's first
+    full collection would otherwise walk (and so copy, page by page) every object torch made in the
+    template. No collection first: one after torch's imports found some ten objects to free and
+    took 0.12-0.15 s of an idle core, on the path of a new host's first worker."""
+    unsafe = fork_hazard() or probe_fork()
+    if unsafe is None:
+        gc.freeze()
+    return unsafe
+
+
 def _become_child(sock: socket.socket, fds: list[int], selector: selectors.BaseSelector,
                   children: dict[int, int], template: int, argv: list[str]) -> None:
     """In a freshly forked worker: die with the template (`template`: its pid, read before the
@@ -217,14 +230,10 @@ def main() -> int:
         signal.signal(sig, signal.SIG_IGN)
     if not preload("worker template"):
         return SPARE_FAILED
-    unsafe = fork_hazard() or probe_fork()
+    unsafe = warm_up()
     if unsafe is not None:
         _send(sock, {"ready": False, "error": unsafe})
         return SPARE_FAILED
-    # What the imports made stays out of the collector: each forked worker's first full collection
-    # would otherwise walk (and so copy, page by page) every object torch made in the template.
-    gc.collect()
-    gc.freeze()
     _send(sock, {"ready": True})
     assignment = serve(sock)
     if assignment is None:
