@@ -419,14 +419,39 @@ def control_costs(hosts: int, slots: int) -> dict[str, float]:
     assert sum(1 for w in c.workers.values() if w.host in added) == 8 * slots
     timed("the clock's pass while they warm up", tick)
 
-    def rack_lost() -> None:
-        for name in list(names)[hosts // 2:]:
-            c.agent_disconnected(name, 0.6)
+    def all_ready() -> None:
+        for i, name in enumerate(list(added)[8:]):
+            c.agent_connected(name, 9100 + i, 0.6)
+        c.settle(0.6)
+        c.drain()
+        for w in [w for w in c.workers.values() if w.host in added]:
+            c.worker_connected(w.worker_id, 1, 0.6)
+            c.worker_ready(w.worker_id, 0, "", True, 0.6)
         c.settle(0.6)
         c.drain()
 
+    def reported() -> None:
+        gen = c.generation
+        assert gen is not None and gen.update_reporter
+        c.worker_ready(gen.update_reporter, gen.number, "", True, 0.7)
+        c.settle(0.7)
+        c.drain()
+
+    timed(f"all {ADDED_HOSTS} hosts' newcomers ready: the host update", all_ready)
+    assert c.generation is not None and c.generation.update_sequence
+    timed("the update's commit reported: the next generation", reported)
+    assert c.generation.number == 3 and len(c.generation.members) == (hosts + ADDED_HOSTS - 1) * slots
+    names = {**names, **added}
+
+    def rack_lost() -> None:
+        for name in list(names)[len(names) // 2:]:
+            c.agent_disconnected(name, 0.8)
+        c.settle(0.8)
+        c.drain()
+
     timed("half the hosts lost at once (a rack): the pass", rack_lost)
-    assert c.generation is not None and len(c.generation.members) == (hosts - hosts // 2) * slots
+    kept = [name for name in list(names)[:len(names) // 2] if name != lost]
+    assert c.generation is not None and len(c.generation.members) == len(kept) * slots
     return costs
 
 

@@ -111,3 +111,18 @@ def test_the_scale_guard_says_regressed_and_fails_past_a_recorded_value(tmp_path
     verdicts = {line.split()[0]: line.split()[-1] for line in run.stdout.splitlines()
                 if line.split()[:1] and line.split()[0] in figures}
     assert verdicts == {name: "REGRESSED" if name in strict else "ok" for name in names}, run.stdout
+
+
+def test_the_coordinator_alone_takes_every_step_of_the_changes() -> None:
+    """`bench/scale.py --part control` at a small size: each step's assertions hold (a host lost,
+    64 hosts added through their host update and its report, a rack lost) and each is timed."""
+    import gc
+
+    thresholds = gc.get_threshold()
+    try:
+        costs = scale.control_costs(16, 8)
+    finally:  # (the bench keeps the heap as `serve` does: frozen, with its own thresholds)
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+    assert "the update's commit reported: the next generation" in costs
+    assert all(seconds >= 0 for seconds in costs.values()), costs
