@@ -51,7 +51,7 @@ class Seal(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class AgentHello(_message.Message):
-    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events", "version", "shares_events")
+    __slots__ = ("host", "pid", "running", "incarnation", "slots", "carries_events", "version", "shares_events", "shares_places")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class AgentHello(_message.Message):
     CARRIES_EVENTS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SHARES_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SHARES_PLACES_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     running: _containers.RepeatedScalarFieldContainer[str]
@@ -68,7 +69,8 @@ class AgentHello(_message.Message):
     carries_events: bool
     version: str
     shares_events: bool
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ..., version: _Optional[str] = ..., shares_events: _Optional[bool] = ...) -> None: ...
+    shares_places: bool
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., running: _Optional[_Iterable[str]] = ..., incarnation: _Optional[str] = ..., slots: _Optional[int] = ..., carries_events: _Optional[bool] = ..., version: _Optional[str] = ..., shares_events: _Optional[bool] = ..., shares_places: _Optional[bool] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
     __slots__ = ("worker_id", "slot", "argv", "env")
@@ -104,14 +106,30 @@ class AgentCommand(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerSpec, _Mapping]]] = ..., shutdown: _Optional[bool] = ..., reason: _Optional[str] = ..., events: _Optional[_Iterable[_Union[HostedEvent, _Mapping]]] = ..., seal: _Optional[_Union[Seal, _Mapping]] = ...) -> None: ...
 
 class HostedEvent(_message.Message):
-    __slots__ = ("worker_id", "event", "also")
+    __slots__ = ("worker_id", "event", "also", "places")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     ALSO_FIELD_NUMBER: _ClassVar[int]
+    PLACES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     event: WorkerEvent
     also: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ..., also: _Optional[_Iterable[str]] = ...) -> None: ...
+    places: _containers.RepeatedCompositeFieldContainer[Place]
+    def __init__(self, worker_id: _Optional[str] = ..., event: _Optional[_Union[WorkerEvent, _Mapping]] = ..., also: _Optional[_Iterable[str]] = ..., places: _Optional[_Iterable[_Union[Place, _Mapping]]] = ...) -> None: ...
+
+class Place(_message.Message):
+    __slots__ = ("rank", "local_rank", "local_size", "cross_rank", "cross_size")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CROSS_RANK_FIELD_NUMBER: _ClassVar[int]
+    CROSS_SIZE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., cross_rank: _Optional[int] = ..., cross_size: _Optional[int] = ...) -> None: ...
 
 class AgentHeartbeatRequest(_message.Message):
     __slots__ = ("host", "workers", "busy")

@@ -36,6 +36,7 @@ from typing import Any
 
 import grpc
 
+from ringmaster.common.event_relay import each_worker
 from ringmaster.common.heartbeats import paced_interval
 from ringmaster.common.keys import AGENT, WORKER, Identity, key_of
 from ringmaster.common.seal import TOKEN_KEY, body_of, make_token
@@ -160,7 +161,8 @@ class Fleet:
     async def _agent(self, host: SimHost, slots: int) -> None:
         me = Identity(AGENT, host.name)
         hello = pb.AgentHello(host=host.name, pid=os.getpid(), incarnation=f"{os.getpid()}-{host.name}", slots=slots,
-                              carries_events=self.carry_events, shares_events=self.carry_events)
+                              carries_events=self.carry_events, shares_events=self.carry_events,
+                              shares_places=self.carry_events)
         host.tasks.append(asyncio.create_task(self._agent_beats(host)))
         for _ in range(SESSION_ATTEMPTS):  # (a session that breaks is opened again, as `ringmaster agent` does)
             try:
@@ -211,16 +213,17 @@ class Fleet:
         with a call (a host update's `Ready`) runs on its own task."""
         for hosted in events:
             kind = hosted.event.WhichOneof("event")
-            for worker_id in (hosted.worker_id, *hosted.also):  # (one entry said alike to several workers)
+            # (one entry said alike to several workers; an assignment's places: each its own ranks)
+            for worker_id, event in each_worker(hosted) or ():
                 worker = host.workers.get(worker_id)
                 if worker is None or worker.gone:
                     continue
                 if kind == "hosts_updated":
-                    worker.tasks.append(asyncio.create_task(self._on_event(worker, hosted.event)))
+                    worker.tasks.append(asyncio.create_task(self._on_event(worker, event)))
                 elif kind == "retire":  # (it leaves: its session closes)
                     self._end_worker(worker)
                 else:
-                    self._take(worker, hosted.event)
+                    self._take(worker, event)
 
     async def _agent_beats(self, host: SimHost) -> None:
         me = Identity(AGENT, host.name)

@@ -277,7 +277,8 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         queue: asyncio.Queue = asyncio.Queue()
         self.outbox.agents[request.host] = queue
         self.outbox.incarnations[request.host] = request.incarnation
-        self.outbox.agent_carries(request.host, request.carries_events, request.shares_events)
+        self.outbox.agent_carries(request.host, request.carries_events, request.shares_events,
+                                  request.shares_places)
         if self.leases is not None:
             self._background(self.leases.connected(request.host, request.pid))
         self.call(

@@ -7,6 +7,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from ringmaster.proto import ringmaster_pb2 as pb
+from ringmaster.rendezvous.control.assignment import RankAssignment
 from ringmaster.rendezvous.control.effects import (
     AgentEffect,
     AnnounceHosts,
@@ -72,6 +73,19 @@ def shared_key(effect: WorkerEffect) -> tuple | None:
     own, an assignment)."""
     fields = _SHARED.get(type(effect))
     return None if fields is None else (type(effect), *(getattr(effect, name) for name in fields))
+
+
+def placement_key(effect: Assign, ends: EndGeneration | None) -> tuple:
+    """What a host's workers' assignments to one generation share: all but their places (the
+    end of the last generation too, said alike to every survivor of a failure)."""
+    return (Assign, effect.generation, effect.place.size, effect.store_host, effect.store_port, effect.store_prefix,
+            effect.hosts_sequence, None if ends is None else (ends.generation, ends.reason))
+
+
+def add_place(hosted: pb.HostedEvent, place: RankAssignment) -> None:
+    """Name one more worker's place in a host's shared assignment (`HostedEvent.places`)."""
+    hosted.places.add(rank=place.rank, local_rank=place.local_rank, local_size=place.local_size,
+                      cross_rank=place.cross_rank, cross_size=place.cross_size)
 
 
 def messages(planned: Iterable[Planned]) -> list[tuple[str, pb.WorkerEvent]]:

@@ -48,6 +48,28 @@ def folder_fits(folder: str) -> bool:
     return len(folder.encode()) + 1 + LONGEST_NAME <= MAX_SOCKET_PATH
 
 
+def each_worker(hosted: pb.HostedEvent) -> list[tuple[str, pb.WorkerEvent]] | None:
+    """(worker id, its message) for each worker a carried entry names, in the order named: one
+    message for them all, or, for an assignment with places (`HostedEvent.places`), each with its
+    own ranks. None where the entry is malformed: places that do not match the workers named, or
+    places on anything but an assignment (the rendezvous never sends either)."""
+    named = (hosted.worker_id, *hosted.also)
+    if not hosted.places:
+        shared = hosted.event  # (one object for all: serialized once)
+        return [(worker_id, shared) for worker_id in named]
+    if len(hosted.places) != len(named) or hosted.event.WhichOneof("event") != "assignment":
+        return None
+    out = []
+    for worker_id, place in zip(named, hosted.places):
+        event = pb.WorkerEvent()
+        event.CopyFrom(hosted.event)
+        into = event.assignment
+        into.rank, into.local_rank, into.local_size = place.rank, place.local_rank, place.local_size
+        into.cross_rank, into.cross_size = place.cross_rank, place.cross_size
+        out.append((worker_id, event))
+    return out
+
+
 def agent_of_this_process() -> int:
     """The pid of this worker's agent: its parent, or the agent that forked it from its template."""
     told = os.environ.get(env_names.AGENT_PID, "")

@@ -317,7 +317,8 @@ class Agent:
             session = stub.AgentSession(pb.AgentHello(host=self.host, pid=os.getpid(), running=list(self._running),
                                                       incarnation=self.incarnation, slots=self.slots,
                                                       carries_events=self._events.available,
-                                                      shares_events=self._events.available, version=__version__))
+                                                      shares_events=self._events.available,
+                                                      shares_places=self._events.available, version=__version__))
             self._session = session
             over = False
             try:

@@ -16,7 +16,7 @@ import socket
 import threading
 from typing import Callable, Iterable
 
-from ringmaster.common.event_relay import MAX_EVENT_BYTES, folder_fits, socket_name
+from ringmaster.common.event_relay import MAX_EVENT_BYTES, each_worker, folder_fits, socket_name
 from ringmaster.discovery import MAX_SLOTS_PER_HOST
 from ringmaster.proto import ringmaster_pb2 as pb
 
@@ -48,14 +48,23 @@ class EventForwarder:
 
     def forward(self, events: Iterable[pb.HostedEvent]) -> None:
         """Hand each message to its worker, and to every other worker it names (`also`: said
-        alike to many, it came once), in order (from the session thread)."""
+        alike to many, it came once; an assignment's `places`: each its own ranks), in order (from
+        the session thread)."""
         with self._lock:
             for hosted in events:
-                data = hosted.event.SerializeToString()
-                if len(data) > MAX_EVENT_BYTES or 1 + len(hosted.also) > MAX_SLOTS_PER_HOST:  # (more than a host runs)
-                    self.dropped += 1 + len(hosted.also)
+                named = 1 + len(hosted.also)
+                each = each_worker(hosted) if named <= MAX_SLOTS_PER_HOST else None  # (more than a host runs)
+                if each is None:
+                    self.dropped += named
                     continue
-                for worker_id in (hosted.worker_id, *hosted.also):
+                serialized: dict[int, bytes] = {}  # (one message for all, unless each has its own place)
+                for worker_id, event in each:
+                    data = serialized.get(id(event))
+                    if data is None:
+                        data = serialized[id(event)] = event.SerializeToString()
+                    if len(data) > MAX_EVENT_BYTES:
+                        self.dropped += 1
+                        continue
                     queue = self._waiting.get(worker_id)
                     if queue is not None:  # (behind messages still waiting: order kept)
                         queue.append(data)

@@ -25,8 +25,12 @@ from ringmaster.worker.agent.event_relay import MAX_WAITING, EventForwarder
 WORKER = """
 import sys
 from ringmaster.common.event_relay import EventReceiver
-receiver = EventReceiver(sys.argv[1], lambda m: print("got", m.WhichOneof("event"), m.assignment.generation,
-                                                      m.hosts_updated.sequence, flush=True))
+a = lambda m: m.assignment  # (a rank and local rank printed where either is set)
+receiver = EventReceiver(sys.argv[1], lambda m: print("got", m.WhichOneof("event"), a(m).generation,
+                                                      m.hosts_updated.sequence,
+                                                      *((a(m).rank, a(m).local_rank, a(m).local_size,
+                                                         a(m).cross_rank, a(m).cross_size)
+                                                        if a(m).rank or a(m).local_rank else ()), flush=True))
 print("listening" if receiver.listening else "deaf", flush=True)
 for line in sys.stdin:
     print("refused", receiver.refused, flush=True)
@@ -120,6 +124,31 @@ def test_a_message_said_alike_to_several_workers_reaches_each_in_its_place(rig) 
     rig.forwarder.forward([flood, _hosted("hA/3", generation=9)])
     assert rig.line(third) == "got assignment 9 0"  # (the flood went nowhere: hA/3 heard the next one)
     assert rig.forwarder.dropped == 1 + MAX_SLOTS_PER_HOST
+
+
+def test_one_assignment_for_several_workers_gives_each_its_own_place(rig) -> None:
+    """An assignment said once for a host's workers (`HostedEvent.places`): each named worker
+    gets what they share with its own ranks, in its order among its messages. An entry whose
+    places do not match the workers it names, or with places on anything but an assignment, is
+    dropped whole (the rendezvous sends neither)."""
+    first, second, third = rig.worker("hA/1"), rig.worker("hA/2"), rig.worker("hA/3")
+    shared = pb.HostedEvent(worker_id="hA/2", also=["hA/1"], event=pb.WorkerEvent(assignment=pb.Assignment(
+        generation=6, rank=4, size=9, local_rank=0, local_size=2, cross_rank=2, cross_size=5)))
+    shared.places.add(rank=4, local_rank=0, local_size=2, cross_rank=2, cross_size=5)
+    shared.places.add(rank=5, local_rank=1, local_size=2, cross_rank=2, cross_size=4)
+    rig.forwarder.forward([_hosted("hA/1", hosts_sequence=3), shared, _hosted("hA/1", generation=8)])
+    assert rig.line(first) == "got hosts_updated 0 3"
+    assert rig.line(first) == "got assignment 6 0 5 1 2 2 4"
+    assert rig.line(first) == "got assignment 8 0"
+    assert rig.line(second) == "got assignment 6 0 4 0 2 2 5"
+    short = pb.HostedEvent(worker_id="hA/1", also=["hA/2"], event=shared.event)
+    short.places.add(rank=7)
+    misplaced = _hosted("hA/1", hosts_sequence=4)
+    misplaced.places.add(rank=7)
+    rig.forwarder.forward([short, misplaced, _hosted("hA/3", generation=9)])
+    assert rig.line(third) == "got assignment 9 0"  # (hA/3 heard the next one: the others went nowhere)
+    assert rig.forwarder.dropped == 3
+    assert rig.refused(first) == rig.refused(second) == 0
 
 
 def test_a_worker_takes_nothing_but_its_agents_messages(rig) -> None:

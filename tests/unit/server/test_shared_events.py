@@ -8,12 +8,20 @@ import asyncio
 from dataclasses import replace
 from types import SimpleNamespace
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from ringmaster.common.event_relay import each_worker
 from ringmaster.proto import ringmaster_pb2 as pb
 from ringmaster.rendezvous.control.assignment import RankAssignment
-from ringmaster.rendezvous.control.effects import AnnounceHosts, Assign, Retire, UpdateHosts, one_per_worker
+from ringmaster.rendezvous.control.effects import (
+    AnnounceHosts,
+    Assign,
+    EndGeneration,
+    Retire,
+    UpdateHosts,
+    one_per_worker,
+)
 from ringmaster.rendezvous.server.session_outbox import SessionOutbox, SharedEvents
 from ringmaster.rendezvous.server.wire import fill
 
@@ -39,13 +47,16 @@ def _per_worker(command: pb.AgentCommand) -> dict[str, list[bytes]]:
     """What the agent hands each worker (as `EventForwarder.forward` does)."""
     heard: dict[str, list[bytes]] = {}
     for hosted in command.events:
-        for worker_id in (hosted.worker_id, *hosted.also):
-            heard.setdefault(worker_id, []).append(hosted.event.SerializeToString())
+        each = each_worker(hosted)
+        assert each is not None, hosted
+        for worker_id, event in each:
+            heard.setdefault(worker_id, []).append(event.SerializeToString())
     return heard
 
 
-@given(st.lists(st.tuples(st.sampled_from(WORKERS), st.integers(0, 4)), max_size=30))
-def test_each_worker_hears_what_it_would_have_heard_alone_in_order(said) -> None:
+@given(st.lists(st.tuples(st.sampled_from(WORKERS), st.integers(0, 4)), max_size=30), st.booleans())
+def test_each_worker_hears_what_it_would_have_heard_alone_in_order(said, placing) -> None:
+    """Assignments among them, which with `placing` join one entry, each with its own place."""
     effects = [_effect(worker_id, kind) for worker_id, kind in said]
     alone = pb.AgentCommand()
     for effect in effects:
@@ -53,7 +64,7 @@ def test_each_worker_hears_what_it_would_have_heard_alone_in_order(said) -> None
     shared = pb.AgentCommand()
     entries = SharedEvents()
     for effect in effects:
-        hosted = entries.entry(shared, effect.worker_id, effect, None)
+        hosted = entries.entry(shared, effect.worker_id, effect, None, placing)
         if hosted is not None:
             fill(hosted.event, effect)
     assert _per_worker(shared) == _per_worker(alone)
@@ -91,11 +102,12 @@ def test_messages_named_in_an_ended_agent_session_go_on_each_workers_stream() ->
 HOSTED = {"hS/1": "hS", "hS/2": "hS", "hS/3": "hS", "hC/1": "hC", "hC/2": "hC", "hN/1": "hN", "hS/9": "hS"}
 
 
-def _outbox() -> SessionOutbox:
+def _outbox(placing: bool = False) -> SessionOutbox:
+    """`placing`: hS's agent takes one assignment for several workers, each with its place."""
     outbox = SessionOutbox(launcher=None)  # type: ignore[arg-type]  # (no agents are started here)
     for host in ("hS", "hC", "hN"):
         outbox.agents[host] = asyncio.Queue()
-        outbox.agent_carries(host, carries=host != "hN", shares=host == "hS")
+        outbox.agent_carries(host, carries=host != "hN", shares=host == "hS", places=placing)
     for worker_id in HOSTED:
         if worker_id != "hS/9":
             outbox.workers[worker_id] = asyncio.Queue()
@@ -135,17 +147,22 @@ def _alike(kind: int, named: list[str]):
 
 @given(st.lists(st.one_of(
     st.tuples(st.just("alike"), st.integers(0, 2), st.lists(st.sampled_from(sorted(HOSTED)), min_size=1, unique=True)),
-    st.tuples(st.just("own"), st.integers(0, 4), st.sampled_from(["hS/1", "hS/2", "hS/3"]))), max_size=12))
-def test_one_effect_naming_many_workers_says_to_each_what_one_effect_each_would(said) -> None:
+    st.tuples(st.just("own"), st.integers(0, 5), st.sampled_from(["hS/1", "hS/2", "hS/3"]))), max_size=12),
+    st.booleans())
+@example([("own", 5, "hS/1"), ("own", 4, "hS/1"), ("own", 4, "hS/2")], True)  # (one survivor's place says an end)
+def test_one_effect_naming_many_workers_says_to_each_what_one_effect_each_would(said, placing) -> None:
     effects = [_alike(kind, who) if way == "alike" else _own(who, kind) for way, kind, who in said]
-    grouped, alone = _outbox(), _outbox()
+    grouped, alone = _outbox(placing), _outbox()
     grouped._to_workers(_coordinator(), effects)  # type: ignore[arg-type]
     alone._to_workers(_coordinator(), [one for e in effects for one in one_per_worker(e)])  # type: ignore[arg-type]
     assert _heard(grouped) == _heard(alone)
 
 
 def _own(worker_id: str, kind: int):
-    """`_effect` for a worker of host hS."""
+    """`_effect` for a worker of host hS; kind 5, the end of its generation (said inside a later
+    assignment to it, as to a failure's survivors)."""
+    if kind == 5:
+        return EndGeneration(worker_id, 2, "a peer died", rejoin=True)
     effect = _effect("hA/" + worker_id.split("/")[1], kind)
     if isinstance(effect, Assign):
         return Assign(RankAssignment(worker_id, "hS", *effect.place[2:]), 3, "h", 1, "g3", 4)
@@ -180,3 +197,15 @@ def test_the_commands_that_place_workers_go_out_before_those_that_retire_them() 
     place = Assign(RankAssignment("hC/1", "hC", 0, 1, 0, 1, 0, 1), 3, "h", 1, "g3", 4)
     outbox._to_workers(_coordinator(), [*retire, place])  # type: ignore[arg-type]
     assert order == ["hC", "hS"]  # (said in the other order)
+
+
+def test_a_hosts_assignments_to_one_generation_are_one_entry_with_each_place() -> None:
+    """33,280 assignments at 4,096 x 8 were as many entries; to an agent that takes places, one
+    per host. To one that does not (an older release), one per worker as before."""
+    for placing, entries in ((True, [("hS/1", ["hS/2", "hS/3"])]), (False, [("hS/1", []), ("hS/2", []), ("hS/3", [])])):
+        outbox = _outbox(placing)
+        outbox._to_workers(_coordinator(), [_own(worker_id, 4) for worker_id in ("hS/1", "hS/2", "hS/3")])  # type: ignore[arg-type]
+        command = outbox.agents["hS"].get_nowait()
+        assert [(e.worker_id, list(e.also)) for e in command.events] == entries
+        ranks = [event.assignment.rank for hosted in command.events for _, event in each_worker(hosted) or ()]
+        assert ranks == [0, 1, 2]
