@@ -34,19 +34,23 @@ KEEP_FREED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30), 
 HEAP_CHOICES = ("system",)
 
 
+def _choice(env: Mapping[str, str]) -> str:
+    """`RINGMASTER_HEAP` as said ("" where unset), read alike by the check and the settings."""
+    return env.get(HEAP_ENV, "").strip().lower()
+
+
 def heap_choice_error(env: Mapping[str, str]) -> str | None:
     """What is wrong with `RINGMASTER_HEAP` in `env`, if anything (a typo would otherwise keep the
-    settings on in silence: `ringmaster run` refuses it, an agent says so in its log)."""
-    value = env.get(HEAP_ENV)
-    if value is None or value.strip() == "" or value.strip().lower() in HEAP_CHOICES:
+    settings on in silence: `ringmaster run` and `ringmaster agent` refuse it)."""
+    if _choice(env) in ("", *HEAP_CHOICES):
         return None
-    return (f"{HEAP_ENV}={value[:40]!r} is not a heap choice: give {HEAP_ENV}=system to keep glibc's default "
-            "heap in workers, or unset it for Ringmaster's (a worker keeps the memory it frees)")
+    return (f"{HEAP_ENV}={env[HEAP_ENV][:40]!r} is not a heap choice: give {HEAP_ENV}=system to keep glibc's "
+            "default heap in workers, or unset it for Ringmaster's (a worker keeps the memory it frees)")
 
 
 def heap_settings(env: Mapping[str, str]) -> dict[str, str]:
     """The variables to add to a worker's environment `env` (empty where its user chose)."""
-    if env.get(HEAP_ENV, "").strip().lower() == "system":
+    if _choice(env) == "system":
         return {}
     if any(name.startswith("MALLOC_") for name in env) or "malloc" in env.get("GLIBC_TUNABLES", ""):
         return {}
