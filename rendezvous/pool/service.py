@@ -283,8 +283,8 @@ class PoolService:
         usable = {h: n for h, n in usable.items() if n > 0}
         jobs = [j for j in self.table.live() if j.state in ("queued", "running", "suspended")]
         self.measures.forget_all_but(j.id for j in self.table.live())
-        asks = [j.ask(now, self.measures.scaling(j.id, self._server(j.id)) if self.policy == "goodput" else None)
-                for j in jobs]
+        asks = [j.ask(now, self.measures.scaling(j.id, self._server(j.id)) if self.policy == "goodput" else None,
+                      self.pool_hosts.start_timeout_s) for j in jobs]
         verdicts = schedule(self.policy, usable, asks, now, self.rules, self._free_resources(usable))
         grows = []
         for job in jobs:  # first what running jobs give back (at their next commit) ...
@@ -375,7 +375,7 @@ class PoolService:
         task.add_done_callback(lambda _: self.changed.set())
         self.leases[job.id] = _Lease(server, hosts, task)
         self.book.dirty.add(job.id)
-        job.state, job.placement, job.resized_at, job.urgent = "running", placement, now, False
+        job.state, job.placement, job.resized_at, job.urgent, job.settled = "running", placement, now, False, False
         job.started_at = job.started_at or now
         job.resumes += resuming
         job.sized(now)
@@ -388,7 +388,7 @@ class PoolService:
         lease.hosts.set(placement)
         if lease.server.service is not None:
             lease.server.service.hosts_found(dict(placement))
-        job.placement, job.resized_at, job.urgent = placement, now, False
+        job.placement, job.resized_at, job.urgent, job.settled = placement, now, False, False
         job.sized(now)
         self.book.dirty.add(job.id)
         self.say(Kind.POOL_JOB_RESIZED, job=job.id, before=before, size=job.size, hosts=_hosts(placement),
@@ -403,10 +403,15 @@ class PoolService:
 
     def _job_event(self, job_id: str, event: Event) -> None:
         """A job's event: a host it lost (or, with --stragglers replace, found slow) is out of the
-        pool for the cooldown; a worker that
-        left may free a slot another job waits for (the next round at once)."""
+        pool for the cooldown; a worker that left may free a slot another job waits for (the next
+        round at once); a generation formed on its placement is the resize taken (the interval
+        between resizes counts from then)."""
         if event.kind in (Kind.WORKER_STOPPED, Kind.WORKER_EXITED, Kind.WORKER_FINISHED):
             self.changed.set()
+        if event.kind is Kind.GENERATION_FORMED and isinstance(event.fields.get("hosts"), dict):
+            job = self.table.jobs.get(job_id)
+            if job is not None:
+                job.formed(event.fields["hosts"], time.time())
         lost = event.kind is Kind.HOST_LOST
         slow = event.kind is Kind.STRAGGLER_FOUND and self.stragglers == "replace"
         if lost or slow:

@@ -63,8 +63,9 @@ class PoolJob:
     submitted: float
     state: str = "queued"
     placement: dict[str, int] = field(default_factory=dict)
-    resized_at: float | None = None
+    resized_at: float | None = None  # when it was resized, then when it first trained at that size
     urgent: bool = False
+    settled: bool = True  # it has trained at its placement (False from a resize until its generation forms)
     reason: str = "queued"
     message: str = ""
     started_at: float | None = None
@@ -94,11 +95,21 @@ class PoolJob:
             total += size * max(0.0, until - at)
         return total
 
-    def ask(self, now: float = 0.0, scaling: Scaling | None = None) -> JobAsk:
-        """The job as the policy sees it (`scaling`: as measured, for `goodput`)."""
+    def ask(self, now: float = 0.0, scaling: Scaling | None = None, settle_within_s: float = float("inf")) -> JobAsk:
+        """The job as the policy sees it (`scaling`: as measured, for `goodput`). A resize it has
+        not taken within `settle_within_s` (the start timeout: its newcomers were given up on) no
+        longer holds it."""
+        settling = not self.settled and self.resized_at is not None and now - self.resized_at < settle_within_s
         return JobAsk(self.id, self.min_np, self.max_np, self.submitted, self.queue, self.priority,
                       dict(self.placement) if self.state == "running" else {}, self.resized_at, self.urgent,
-                      dict(self.demand), attained_s=self.attained(now), scaling=scaling, group_size=self.group_size)
+                      settling, dict(self.demand), attained_s=self.attained(now), scaling=scaling,
+                      group_size=self.group_size)
+
+    def formed(self, hosts: Mapping[str, int], now: float) -> None:
+        """Its rendezvous formed a generation on `hosts` (workers per host): once that is its
+        placement, it has taken its last resize, and the interval between resizes counts from now."""
+        if not self.settled and self.state == "running" and dict(hosts) == self.placement:
+            self.settled, self.resized_at = True, now
 
 
 class JobTable:

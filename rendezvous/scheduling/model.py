@@ -19,9 +19,12 @@ DEFAULT_QUEUE = "default"
 @dataclass(frozen=True)
 class JobAsk:
     """One job as the policy sees it. `placement` is where its workers run now (slots per host;
-    empty when it waits or is suspended). `resized_at` is when its size last changed (None: never
-    started); `urgent` says it lost workers to a failed host since, which exempts it from the
-    minimum interval between resizes."""
+    empty when it waits or is suspended). `resized_at` is when it took its size (None: never
+    started); `settling` says the pool has resized it but it has not trained at the new size yet
+    (its newcomers start, or its leavers go, at its next commit): it is held as if just resized,
+    since a size it never trained at has not been measured. `urgent` says it lost workers to a
+    failed host since (or its owner scaled it), which exempts it from the minimum interval
+    between resizes."""
 
     id: str
     min_np: int
@@ -32,6 +35,7 @@ class JobAsk:
     placement: Mapping[str, int] = field(default_factory=dict)
     resized_at: float | None = None
     urgent: bool = False
+    settling: bool = False
     #: What each worker takes besides its slot (`--gpus-per-worker`, `--cpus-per-worker`).
     demand: Mapping[str, float] = field(default_factory=dict)
     #: Slot-seconds it has run so far (the `las` policy serves the least first).

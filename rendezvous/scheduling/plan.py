@@ -3,7 +3,8 @@ top of the policy's sizes.
 
 - Gang: a job runs with at least `--min-np` workers or not at all (the sizers admit whole
   minimums only).
-- Stability: a running job resized less than `--min-resize-interval` ago keeps its size, unless a
+- Stability: a running job resized less than `--min-resize-interval` ago keeps its size (the
+  interval counts from when it took the size, and a resize not yet taken holds it too), unless a
   host under it failed (`urgent`) or its slots are needed to start a job (a job of higher
   precedence: earlier under `fifo`, higher under `priority`, a queue below its share under `fair`).
   Such a job is fixed at its size and the policy asked again, until nothing held is changed.
@@ -35,9 +36,10 @@ _PACK_MARGIN = 0.05
 
 def _held(job: JobAsk, usable_size: int, now: float, settings: Settings) -> bool:
     """Whether the minimum interval holds `job` at its size: it runs whole (no host under it is
-    gone) and was resized less than the interval ago."""
-    return (job.running and not job.urgent and usable_size == job.size and job.resized_at is not None
-            and now - job.resized_at < settings.min_resize_interval_s)
+    gone) and has not yet taken its last resize or took it less than the interval ago."""
+    if not job.running or job.urgent or usable_size != job.size:
+        return False
+    return job.settling or (job.resized_at is not None and now - job.resized_at < settings.min_resize_interval_s)
 
 
 def _pays_to_pack(job: JobAsk, settings: Settings) -> bool:
@@ -94,6 +96,8 @@ def _reason(job: JobAsk, size: int, now: float, held: bool, unclaimed: int, poli
                 f"minimum of a job ahead of it ({policy})")
     if not job.running:
         return f"starts on {size} slot(s)"
+    if held and job.settling:
+        return f"held at {size}: resized, and not yet trained at that size (it moves at its next commit)"
     if held:
         return (f"held at {size}: resized {now - (job.resized_at or now):.0f} s ago, under --min-resize-interval")
     if size > job.size:

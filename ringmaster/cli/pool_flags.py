@@ -62,8 +62,8 @@ def _serve_hosts_and_jobs_flags(serve: argparse.ArgumentParser) -> None:
                        help="the pool's queues and their weights, e.g. team-a=2,team-b=1 (the queue `default` always "
                             "exists)")
     serve.add_argument("--min-resize-interval", type=float, default=60.0, metavar="S",
-                       help="a job is not resized again within S seconds unless a host under it failed or a job of "
-                            "higher precedence needs its slots (default: 60)")
+                       help="a job is not resized again within S seconds of first training at its new size unless a "
+                            "host under it failed or a job of higher precedence needs its slots (default: 60)")
     serve.add_argument("--blacklist-cooldown", type=float, default=300.0, metavar="S",
                        help="seconds a host that failed under a job stays out of the pool (default: 300)")
     serve.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, metavar="DIR",

@@ -9,6 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from ringmaster.common.events import Event, Kind
 from ringmaster.discovery import StaticDiscovery
 from ringmaster.rendezvous.pool.api import create_pool_app
 from ringmaster.rendezvous.pool.service import PoolService
@@ -221,3 +222,16 @@ def test_a_job_that_waits_while_hosts_are_blacklisted_says_so(api) -> None:
     pool._schedule(now)
     reason = client.get(f"/jobs/{answer.json()['id']}", headers=AUTH).json()["reason"]
     assert "2 host(s) out of the pool after failures: b for 120 s, a for 300 s" in reason, reason
+
+
+def test_a_resized_job_settles_when_its_rendezvous_forms_a_generation_on_its_placement(api) -> None:
+    """The pool hears its jobs' events: a generation formed on the placement the pool gave is the
+    resize taken, and the interval between resizes counts from then (not from the decision)."""
+    _, pool = api
+    job = pool.table.submit(["python", "train.py"], 2, 4, time.time(), 8)
+    job.state, job.placement, job.resized_at, job.settled = "running", {"a": 3}, time.time() - 100, False
+    pool._job_event(job.id, Event(Kind.GENERATION_FORMED, {"number": 4, "size": 2, "hosts": {"a": 2}}))
+    assert not job.settled  # the size before the resize
+    before = time.time()
+    pool._job_event(job.id, Event(Kind.GENERATION_FORMED, {"number": 5, "size": 3, "hosts": {"a": 3}}))
+    assert job.settled and job.resized_at is not None and job.resized_at >= before

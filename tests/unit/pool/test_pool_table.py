@@ -117,3 +117,17 @@ def test_a_jobs_sizes_over_time_are_bounded() -> None:
         job.placement = {"a": 1 + i % 2}
         job.sized(float(i))
     assert len(job.sizes) == SIZES_KEPT and job.sizes[-1] == (float(SIZES_KEPT + 49), 2)
+
+
+def test_a_resize_settles_when_a_generation_forms_on_its_placement_and_the_interval_counts_from_then() -> None:
+    t = table()
+    job = t.submit(["python", "train.py"], 2, 4, 0.0, 8)
+    job.state, job.placement, job.resized_at, job.settled = "running", {"a": 2, "b": 1}, 100.0, False  # as _resize
+    assert job.ask(150.0, settle_within_s=300.0).settling
+    assert not job.ask(401.0, settle_within_s=300.0).settling  # its newcomers given up on: no longer held
+    job.formed({"a": 2}, 160.0)  # the old size again (a failure in between): not the resize
+    assert not job.settled and job.resized_at == 100.0
+    job.formed({"a": 2, "b": 1}, 170.0)
+    assert job.settled and job.resized_at == 170.0 and not job.ask(171.0).settling
+    job.formed({"a": 2, "b": 1}, 900.0)  # later generations at the same size do not restart the interval
+    assert job.resized_at == 170.0

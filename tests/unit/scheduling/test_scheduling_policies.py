@@ -128,6 +128,22 @@ def test_a_held_job_does_not_grow_into_slots_left_free() -> None:
                     rules)["j"].size == 8
 
 
+@pytest.mark.parametrize("policy", ["fair", "priority"])
+def test_a_resize_not_yet_taken_holds_the_job_however_long_ago_it_was_decided(policy) -> None:
+    """A job grown (or shrunk) has not trained at its new size until its next commit; judged then,
+    a policy would undo a growth on a size it never measured (a newcomer slow to warm up)."""
+    hosts = {"a": 4, "b": 4}
+    rules = Settings(min_resize_interval_s=10)
+    other = job("other", 2, 8, 1, {"b": 2}, resized_at=NOW - 1000, priority=1)
+    taken = job("grown", 2, 8, 0, {"a": 4, "b": 2}, resized_at=NOW - 1000)  # trained at 6 long ago
+    assert schedule(policy, hosts, [taken, other], NOW, rules)["grown"].size < 6  # evened out, or to `other` first
+    grown = job("grown", 2, 8, 0, {"a": 4, "b": 2}, resized_at=NOW - 1000, settling=True)
+    v = schedule(policy, hosts, [grown, other], NOW, rules)
+    assert v["grown"].size == 6 and v["grown"].reason.startswith("held at 6: resized, and not yet trained"), v
+    starting = [grown, other, job("third", 2, 2, 2, priority=2)]  # a start may still shrink it
+    assert sizes(schedule(policy, hosts, starting, NOW, rules))["third"] == 2
+
+
 def test_a_job_that_lost_a_host_below_its_minimum_waits_and_keeps_its_survivors_when_let_in() -> None:
     hosts = {"b": 2, "c": 2}  # host a failed
     jobs = [job("j", 3, 3, 0, {"a": 2, "b": 1}, resized_at=NOW - 1), job("other", 1, 1, 1, {"c": 1})]
