@@ -30,7 +30,7 @@ from ringmaster.rendezvous.control.groups import arrange, pack, whole_groups
 from ringmaster.rendezvous.control.host_updates import HostUpdates
 from ringmaster.rendezvous.control.job import Job
 from ringmaster.rendezvous.control.policies import generation_policy, policy_of
-from ringmaster.rendezvous.control.records import JobOutcome, Phase, ResetCause, Worker
+from ringmaster.rendezvous.control.records import Generation, JobOutcome, Phase, ResetCause, Worker
 from ringmaster.rendezvous.control.worker_env import base_env, rank_env, tentative_rank_env
 
 #: Returns (host, port) of a fresh TCPStore for a planned generation's plain workers.
@@ -270,6 +270,7 @@ class Formation:
             worker = job.workers[a.worker_id]
             worker.join(new.number)
             job.send_assignment(worker)
+        self._mark_left(gen, new)
         at_limit = job.limit is not None and len(members) >= job.limit
         for worker in (*survivors, *newcomers):
             if worker.worker_id in new.member_set:
@@ -328,6 +329,21 @@ class Formation:
                       base_env(worker_id, host, slot, self.rendezvous_address, store, job.settings))
 
     # ------------------------------------------------------------------ a healthy generation
+    def _mark_left(self, old: Generation, new: Generation) -> None:
+        """Each host some of `old`'s live members leave at `new`'s forming says so (`Host.left`):
+        the store then keeps their leaving in one host key, not in each leaver's record (half of
+        a 4,096 x 8 job leaving rewrote 16,384 workers' keys, 9.7 MB to etcd before the survivors'
+        places could go out). (A mark that moves on is safe: a new generation rebuilds every
+        worker's record, so earlier leavers on the host are written with their own generation.)"""
+        hosts, workers = self.pool.hosts, self.job.workers
+        for worker_id in old.member_ids:
+            worker = workers.get(worker_id)
+            if worker is None or not worker.live or worker_id in new.member_set:
+                continue  # (a dead member's key goes: nothing to say for it)
+            host = hosts.get(worker.host)
+            if host is not None and host.left != old.number:
+                host.left = old.number
+
     def quiet_inputs(self, now: float) -> QuietInputs:
         """Inputs from members that a pass over the job would not act on, as things stand after
         one (see `QuietInputs`). With thousands of members each pass costs milliseconds, and a

@@ -134,6 +134,9 @@ class Host(Revised):
     last_heartbeat: float = 0.0
     drain: Drain | None = None  # being drained (or drained and kept out until undrained)
     agent_incarnation: str = ""  # the connected agent process (see `Drain.incarnation`)
+    #: The last generation some of its members left at the next one's forming (0: none): the
+    #: store says their leaving through it, once per host, not in each leaver's record (job_record).
+    left: int = 0
 
 
 @dataclass

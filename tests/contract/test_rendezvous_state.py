@@ -138,6 +138,74 @@ def test_a_new_generation_rewrites_only_the_generation_and_the_workers_that_chan
     assert puts["members/8"]["host"] == "d"
 
 
+def test_members_leaving_at_a_scale_down_are_said_by_their_hosts_and_a_successor_takes_the_job_over() -> None:
+    """Half the hosts leave discovery: the generation that forms without them writes their hosts'
+    keys, not their workers' (each leaver's record stays as it was while a member: at 4,096 x 8
+    those were 16,384 keys before the survivors' places could go out). A rendezvous that takes the
+    job over there (its leavers not yet gone) reads them as the last generation's, stopping."""
+    rig = Rig(min_np=2, max_np=16)
+    ids = rig.start_elastic({"a": 2, "b": 2, "c": 2, "d": 2})
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.commit_at_update(ids, 1)
+    assert rig.gen().number == 2 and len(rig.gen().members) == 4
+    before = record(rig)
+    leavers = [i for i in ids if i[0] in "cd"]
+    assert all(rig.coordinator.workers[i].stopping and rig.coordinator.workers[i].live for i in leavers)
+    # (the record before this generation formed: the update was written, the leavers still members)
+    formed = job_record.job_values(rig.coordinator.saved())
+    assert formed["hosts/c"]["left"] == formed["hosts/d"]["left"] == 1
+    assert all(formed[f"workers/{i}"] == before[f"workers/{i}"] for i in ids)
+    assert all("generation" not in formed[f"workers/{i}"] for i in leavers)
+    restored = job_record.read_job(formed)
+    assert restored is not None and restored.generation is not None and restored.generation.number == 2
+    for i in leavers:
+        w = restored.workers[i]
+        assert (w.phase, w.generation, w.stopping) == (Phase.MEMBER, 1, True), i
+    assert all(not restored.workers[i].stopping and restored.workers[i].generation == 2 for i in ids[:4])
+    # The successor carries on: the survivors keep generation 2, the leavers are not placed.
+    new = Rig(min_np=2, max_np=16)
+    new.now = 50.0
+    new.resume(restored)
+    for pid, host in enumerate("abcd", start=100):
+        new.agent_connected(host, pid, running=[i for i in ids if i[0] == host])
+    assert new.gen().number == 2 and {a.worker_id for a in new.gen().members} == set(ids[:4])
+    assert all(new.coordinator.workers[i].stopping for i in leavers)
+
+
+def test_a_host_whose_leavers_mark_moves_on_has_its_earlier_leavers_written_in_full() -> None:
+    """A host speaks for the leavers of one generation: when more of its members leave at a later
+    one while earlier leavers still run, those are written with their own generation again (the
+    record brought up to date, as the journal keeps it, is read back right)."""
+    rig = Rig(min_np=1, max_np=16)
+    ids = rig.start_elastic({"a": 4, "b": 2})
+    rig.scale(3)  # a's last worker and b's leave at generation 2's forming
+    rig.commit_at_update(ids, 1)
+    assert rig.gen().number == 2
+    first = [i for i in ids if i not in {a.worker_id for a in rig.gen().members}]
+    assert first and all(rig.coordinator.workers[i].live for i in first)
+    rig.scale(1)
+    rig.commit_at_update([a.worker_id for a in rig.gen().members], 2)
+    assert rig.gen().number == 3
+    values = record(rig)
+    assert values["hosts/a"]["left"] == 2 and values["workers/a/4"]["generation"] == 1
+    restored = job_record.read_job(values)
+    assert restored is not None
+    for i in first:
+        assert (restored.workers[i].generation, restored.workers[i].stopping) == (1, True), i
+    fresh = job_record.job_values(rig.coordinator.saved())
+    assert fresh == values  # the record brought up to date is the one built afresh
+
+
+def test_a_record_of_version_3_is_read() -> None:
+    """Version 3 is version 4 without hosts' `left` (each leaver's record says it all itself)."""
+    rig, _ = running_job()
+    values = record(rig)
+    old = {**values, "job": {**values["job"], "version": 3}}
+    assert old["job"]["version"] in job_record.READABLE
+    restored = job_record.read_job(old)
+    assert restored is not None and restored.generation is not None and restored.generation.number == 2
+
+
 def test_a_resumed_job_carries_on_without_restarting_workers() -> None:
     rig, ids = running_job()
     restored = job_record.read_job(record(rig))
