@@ -336,9 +336,9 @@ class Formation:
         places could go out). (A mark that moves on is safe: a new generation rebuilds every
         worker's record, so earlier leavers on the host are written with their own generation.)"""
         hosts, workers = self.pool.hosts, self.job.workers
-        for worker_id in old.member_ids:
+        for worker_id in old.member_set - new.member_set:  # (a set difference: not a look at every member)
             worker = workers.get(worker_id)
-            if worker is None or not worker.live or worker_id in new.member_set:
+            if worker is None or not worker.live:
                 continue  # (a dead member's key goes: nothing to say for it)
             host = hosts.get(worker.host)
             if host is not None and host.left != old.number:
