@@ -18,6 +18,7 @@ from ringmaster.rendezvous.control.effects import (
     RunWorkers,
     StopAgent,
     StopLaunchedAgent,
+    UpdateHosts,
     WorkerEffect,
 )
 from ringmaster.rendezvous.server import wire
@@ -88,6 +89,7 @@ class SessionOutbox:
         shared = SharedEvents()
         streamed: list[wire.Planned] = []
         assigning: list[Any] = []  # the messages that carry assignments (to see when the last goes)
+        reporting: set[int] = set()  # (ids of) the commands that ask a member to report a host update's commit
         generation = 0
         carry = coordinator.pace.relay and self.carriers
         workers = coordinator.workers
@@ -111,6 +113,8 @@ class SessionOutbox:
                 if isinstance(effect, Assign):
                     generation = max(generation, effect.generation)
                     assigning.append(command)
+                elif isinstance(effect, UpdateHosts) and not effect.placed:
+                    reporting.add(id(command))
             else:
                 streamed.append(planned)
         for (worker_id, message), (_, effect, _) in zip(wire.messages(streamed), streamed):
@@ -121,9 +125,12 @@ class SessionOutbox:
         self.messages["stream"] += len(streamed)
         # The commands that place workers go first: the next ring waits for them and nobody for a
         # retirement (half of a 4,096-host job leaving: 2,048 hosts' retirements were written, and
-        # taken in on the hosts, before the first survivor's place).
+        # taken in on the hosts, before the first survivor's place). First of all the one that asks
+        # a member to report a host update's commit: the next generation forms at its word, and it
+        # was heard anywhere among 4,096 hosts' updates (0.25 s later on average at 4,096 x 8).
         placing = {id(message) for message in assigning}
-        for host, command in sorted(commands.items(), key=lambda item: id(item[1]) not in placing):
+        for host, command in sorted(commands.items(),
+                                    key=lambda item: (id(item[1]) not in reporting, id(item[1]) not in placing)):
             self._put(self.agents[host], command)
             self.messages["agent"] += sum(1 + len(hosted.also) for hosted in command.events)
         if assigning:

@@ -199,6 +199,26 @@ def test_the_commands_that_place_workers_go_out_before_those_that_retire_them() 
     assert order == ["hC", "hS"]  # (said in the other order)
 
 
+def test_the_command_that_asks_for_a_host_updates_report_goes_out_first() -> None:
+    """The next generation forms at the word of the one member asked to report the update's
+    commit (`UpdateHosts.placed` False): its host's command goes before every other host's."""
+    outbox = _outbox()
+    order: list[str] = []
+
+    class Told:
+        def __init__(self, host: str) -> None:
+            self.host = host
+
+        def put_nowait(self, command: pb.AgentCommand) -> None:
+            order.append(self.host)
+
+    outbox.agents = {host: Told(host) for host in outbox.agents}  # type: ignore[misc]
+    others = UpdateHosts("hS/1", 4, "hosts changed", placed=True, generation=2, also=("hS/2", "hS/3"))
+    reporter = UpdateHosts("hC/1", 4, "hosts changed", placed=False, generation=2)
+    outbox._to_workers(_coordinator(), [others, reporter])  # type: ignore[arg-type]
+    assert order == ["hC", "hS"]  # (said in the other order)
+
+
 def test_a_hosts_assignments_to_one_generation_are_one_entry_with_each_place() -> None:
     """33,280 assignments at 4,096 x 8 were as many entries; to an agent that takes places, one
     per host. To one that does not (an older release), one per worker as before."""
