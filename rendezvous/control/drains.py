@@ -178,5 +178,4 @@ class Drains:
         if any(job.is_member(w) for w in live):
             job.causes.add(reason, ResetCause.HOST_REMOVED)
             job.end_generation(reason, now)
-        for worker in live:
-            job.retire(worker, reason, now)
+        job.retire_all([(worker, reason) for worker in live], now)

@@ -118,10 +118,13 @@ class UpdateHosts:
 
 @dataclass(frozen=True)
 class Retire:
-    """The job does not need this worker any more: it exits 0."""
+    """The job does not need this worker any more: it exits 0. Said alike to every worker in
+    `also` (the workers of a host that left: half of a 4,096 x 8 job leaving was 16,384 effects,
+    each sorted into its host's command one by one; see `UpdateHosts.also`)."""
 
     worker_id: str
     reason: str
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class EndJob:
 def one_per_worker(effect: WorkerEffect) -> list[WorkerEffect]:
     """An effect said alike to several workers (`also`) as one effect per worker, in order: for
     readers that take them one by one (the decisions' tests, a stream per worker)."""
-    if not isinstance(effect, (UpdateHosts, AnnounceHosts)) or not effect.also:
+    if not isinstance(effect, (UpdateHosts, AnnounceHosts, Retire)) or not effect.also:
         return [effect]
     return [replace(effect, worker_id=worker_id, also=()) for worker_id in (effect.worker_id, *effect.also)]
 

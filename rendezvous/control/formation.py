@@ -99,7 +99,7 @@ class Formation:
             for worker in job.live_workers():
                 # A newcomer still starting up can never join now: it is not waited for.
                 if not worker.done and (worker.phase is Phase.READY or not job.is_member(worker)):
-                    job.retire(worker, "the job finished while this worker waited for a new ring", now)
+                    job.retire_all([(worker, "the job finished while this worker waited for a new ring")], now)
             if not job.live_workers():
                 done = sum(1 for w in job.workers.values() if w.done)
                 unfinished = job.summary.unfinished
@@ -151,6 +151,7 @@ class Formation:
         running = self.job.census().running
         outcasts = [w for host, on in running.items() if host not in eligible for w in on]
         outcasts += [self.job.workers[i] for i in over]
+        leaving: list[tuple[Worker, str]] = []  # (retired together: one word for a host's workers, `Retire.also`)
         for worker in outcasts:
             if worker.stopping:
                 continue  # (retired meanwhile)
@@ -160,8 +161,11 @@ class Formation:
                 if policy.leaves_at_commit(worker) and gen.update_reached_at is None:
                     continue  # leaves at its next commit, through a host update (reached: it is there)
                 if not policy.rejoins(worker):
+                    job.retire_all(leaving, now)  # (those before it, in order)
+                    leaving = []
                     job.end_generation(reason, now)  # plain job: restart without the host
-            job.retire(worker, reason, now)
+            leaving.append((worker, reason))
+        job.retire_all(leaving, now)
 
     def _check_min_np(self, now: float) -> None:
         job, started = self.job, self.pool.first_discovery_at
@@ -272,12 +276,12 @@ class Formation:
             job.send_assignment(worker)
         self._mark_left(gen, new)
         at_limit = job.limit is not None and len(members) >= job.limit
-        for worker in (*survivors, *newcomers):
-            if worker.worker_id in new.member_set:
-                continue
-            if group_size == 1 or at_limit:
-                job.retire(worker, f"the job is limited to {job.limit} workers", now)
-            elif worker.phase is Phase.MEMBER:
+        left = [w for w in (*survivors, *newcomers) if w.worker_id not in new.member_set]
+        if group_size == 1 or at_limit:  # (one word for them all: `Retire.also`)
+            job.retire_all([(w, f"the job is limited to {job.limit} workers") for w in left], now)
+            return
+        for worker in left:
+            if worker.phase is Phase.MEMBER:
                 # In groups, left over: it waits for a whole group to join with. It was told to
                 # rejoin without asking, and it may still be inside a collective of the generation
                 # that failed (a Gloo receive that nothing wakes lasts the collective timeout): a

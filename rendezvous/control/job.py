@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import Callable
+from typing import Callable, Iterable
 
 from ringmaster.common.events import Event, Kind
 from ringmaster.rendezvous.control.assignment import RankAssignment, order_keys
@@ -416,14 +416,19 @@ class Job:
         return False
 
     # ------------------------------------------------------------------ leaving and ending
-    def retire(self, worker: Worker, reason: str, now: float) -> None:
-        if worker.stopping:
-            return
-        worker.stopping = True
-        worker.stop_requested_at = now
-        self.emit(now, Kind.WORKER_RETIRING, worker=worker.worker_id, host=worker.host, reason=reason)
-        if worker.registered:
-            self.outbox.append(Retire(worker.worker_id, reason))
+    def retire_all(self, leaving: Iterable[tuple[Worker, str]], now: float) -> None:
+        """Retire each (worker, reason): the workers told alike (the same reason: a host's) hear
+        it from one effect (`Retire.also`), in the order they were retired."""
+        told: dict[str, list[str]] = {}
+        for worker, reason in leaving:
+            if worker.stopping:
+                continue
+            worker.stopping, worker.stop_requested_at = True, now
+            self.emit(now, Kind.WORKER_RETIRING, worker=worker.worker_id, host=worker.host, reason=reason)
+            if worker.registered:
+                told.setdefault(reason, []).append(worker.worker_id)
+        for reason, ids in told.items():
+            self.outbox.append(Retire(ids[0], reason, also=tuple(ids[1:])))
 
     def start_finishing(self, now: float) -> None:
         if not self.finishing:

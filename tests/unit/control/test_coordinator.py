@@ -1256,3 +1256,27 @@ def test_a_host_update_and_an_announcement_are_one_effect_for_every_member_they_
     # the first member reports the commit (it asks); the others are placed unasked, in one effect
     assert [(e.worker_id, e.also, e.placed) for e in updates] == [(ids[0], (), False),
                                                                    (ids[1], tuple(ids[2:]), True)]
+
+
+def test_the_workers_of_a_host_that_left_are_retired_by_one_effect_each_host() -> None:
+    """A host's leavers are told alike (`Retire.also`): half of a 4,096 x 8 job leaving was
+    16,384 effects, each sorted into its host's command one by one; now 2,048."""
+    rig = Rig(min_np=2, max_np=16)
+    ids = rig.start_elastic({"a": 2, "b": 2, "c": 3, "d": 3})
+    raw: list = []
+    drain = rig.coordinator.drain
+
+    def noting():
+        effects = drain()
+        raw.extend(effects)
+        return effects
+
+    rig.coordinator.drain = noting  # type: ignore[method-assign]  # (the rig's own drain, noted)
+    rig.set_hosts({"a": 2, "b": 2})
+    rig.commit_at_update(ids, 1)
+    assert rig.gen().number == 2
+    retired = [e for e in raw if isinstance(e, Retire)]
+    assert sorted((e.reason, (e.worker_id, *e.also)) for e in retired) == [
+        ("host c left the job", tuple(i for i in ids if i.startswith("c/"))),
+        ("host d left the job", tuple(i for i in ids if i.startswith("d/")))]
+    assert all(rig.kinds(i)[-1] == Retire for i in ids if i[0] in "cd")  # (each hears it, one by one)

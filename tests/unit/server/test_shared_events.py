@@ -142,11 +142,13 @@ def _alike(kind: int, named: list[str]):
         return UpdateHosts(first, 4, "hosts changed", placed=True, generation=2, also=also)
     if kind == 1:
         return UpdateHosts(first, 5, "hosts changed again", also=also)
+    if kind == 3:
+        return Retire(first, "host hS left the job", also=also)
     return AnnounceHosts(first, 3, "newcomers warming up", also=also)
 
 
 @given(st.lists(st.one_of(
-    st.tuples(st.just("alike"), st.integers(0, 2), st.lists(st.sampled_from(sorted(HOSTED)), min_size=1, unique=True)),
+    st.tuples(st.just("alike"), st.integers(0, 3), st.lists(st.sampled_from(sorted(HOSTED)), min_size=1, unique=True)),
     st.tuples(st.just("own"), st.integers(0, 5), st.sampled_from(["hS/1", "hS/2", "hS/3"]))), max_size=12),
     st.booleans())
 @example([("own", 5, "hS/1"), ("own", 4, "hS/1"), ("own", 4, "hS/2")], True)  # (one survivor's place says an end)
