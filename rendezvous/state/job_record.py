@@ -485,7 +485,8 @@ def _worker(worker_id: str, r: WorkerRecord, current: int, listed: frozenset[str
     in no run, on a host that speaks for its leavers (`left`), is that generation's and stopping."""
     generation, stopping = (r.generation if r.generation is not None else current), r.stopping
     host = hosts.get(r.host)
-    if r.phase is None and r.generation is None and worker_id not in listed and host is not None and host.left:
+    if r.phase is None and r.generation is None and worker_id not in listed and host is not None \
+            and 0 < host.left < current:  # (a mark at or past the current generation is not one we wrote)
         generation, stopping = host.left, True
     return Worker(
         worker_id, r.host, r.slot, dict(r.place), phase=Phase(r.phase) if r.phase is not None else Phase.MEMBER,

@@ -162,6 +162,10 @@ def test_members_leaving_at_a_scale_down_are_said_by_their_hosts_and_a_successor
         w = restored.workers[i]
         assert (w.phase, w.generation, w.stopping) == (Phase.MEMBER, 1, True), i
     assert all(not restored.workers[i].stopping and restored.workers[i].generation == 2 for i in ids[:4])
+    # A host's mark at or past the current generation is not one a rendezvous writes: refused.
+    for bad in (2, 7):
+        with pytest.raises(job_record.IncompatibleState, match="members of no generation"):
+            job_record.read_job({**formed, "hosts/c": {**formed["hosts/c"], "left": bad}})
     # The successor carries on: the survivors keep generation 2, the leavers are not placed.
     new = Rig(min_np=2, max_np=16)
     new.now = 50.0
