@@ -243,12 +243,12 @@ def _worker_value(w: Worker, current: int, members: frozenset[str], place: dict[
     member: its hello to a rendezvous that takes the job over says it waits, and it is placed so.
     A member of generation `left` (its host's `Host.left`) that leaves is kept as it was while a
     member (not stopping: the host's key says it is), so that its key is not written again."""
-    if left and w.stopping and w.generation == left and w.phase is Phase.MEMBER and w.worker_id not in members:
-        return {"host": w.host, "slot": w.slot, "place": place, "registered": w.registered, "elastic": w.elastic,
-                "stopping": False, "failed": w.failed, "done": w.done}
     value: dict[str, Any] = {"host": w.host, "slot": w.slot, "place": place,
                              "registered": w.registered, "elastic": w.elastic, "stopping": w.stopping,
                              "failed": w.failed, "done": w.done}
+    if left and w.stopping and w.generation == left and w.phase is Phase.MEMBER and w.worker_id not in members:
+        value["stopping"] = False
+        return value
     if not (w.phase is Phase.MEMBER or (w.phase is Phase.READY and w.worker_id in members)):
         value["phase"] = w.phase.value
     if w.generation != current:

@@ -181,20 +181,26 @@ def test_a_host_update_to_every_member_is_one_entry_per_sharing_host() -> None:
     assert outbox.messages == {"stream": 1, "agent": 5}
 
 
+class _Told:
+    """An agent's session queue that notes in `order` which host was handed its command when."""
+
+    def __init__(self, host: str, order: list[str]) -> None:
+        self.host, self.order = host, order
+
+    def put_nowait(self, command: pb.AgentCommand) -> None:
+        self.order.append(self.host)
+
+
+def _noting_order(outbox: SessionOutbox) -> list[str]:
+    """The hosts `outbox` hands commands to, in the order it hands them (its agents' queues replaced)."""
+    order: list[str] = []
+    outbox.agents = {host: _Told(host, order) for host in outbox.agents}  # type: ignore[misc]
+    return order
+
+
 def test_the_commands_that_place_workers_go_out_before_those_that_retire_them() -> None:
     outbox = _outbox()
-    order: list[str] = []
-
-    class Told:
-        """An agent's session queue that notes which host was handed its command when."""
-
-        def __init__(self, host: str) -> None:
-            self.host = host
-
-        def put_nowait(self, command: pb.AgentCommand) -> None:
-            order.append(self.host)
-
-    outbox.agents = {host: Told(host) for host in outbox.agents}  # type: ignore[misc]
+    order = _noting_order(outbox)
     retire = [Retire(worker_id, "host hS left the job") for worker_id in ("hS/1", "hS/2", "hS/3")]
     place = Assign(RankAssignment("hC/1", "hC", 0, 1, 0, 1, 0, 1), 3, "h", 1, "g3", 4)
     outbox._to_workers(_coordinator(), [*retire, place])  # type: ignore[arg-type]
@@ -205,16 +211,7 @@ def test_the_command_that_asks_for_a_host_updates_report_goes_out_first() -> Non
     """The next generation forms at the word of the one member asked to report the update's
     commit (`UpdateHosts.placed` False): its host's command goes before every other host's."""
     outbox = _outbox()
-    order: list[str] = []
-
-    class Told:
-        def __init__(self, host: str) -> None:
-            self.host = host
-
-        def put_nowait(self, command: pb.AgentCommand) -> None:
-            order.append(self.host)
-
-    outbox.agents = {host: Told(host) for host in outbox.agents}  # type: ignore[misc]
+    order = _noting_order(outbox)
     others = UpdateHosts("hS/1", 4, "hosts changed", placed=True, generation=2, also=("hS/2", "hS/3"))
     reporter = UpdateHosts("hC/1", 4, "hosts changed", placed=False, generation=2)
     outbox._to_workers(_coordinator(), [others, reporter])  # type: ignore[arg-type]
